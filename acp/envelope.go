@@ -1,0 +1,157 @@
+package acp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Kind is what a JSON-RPC message is.
+type Kind uint8
+
+const (
+	KindInvalid Kind = iota
+	KindRequest
+	KindNotification
+	KindResponse
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRequest:
+		return "request"
+	case KindNotification:
+		return "notification"
+	case KindResponse:
+		return "response"
+	}
+	return "invalid"
+}
+
+// Message is one decoded line. Its byte slices alias Raw, which the reader
+// allocates afresh for every line, so a Message may be retained.
+type Message struct {
+	Raw    []byte // the line without its terminator
+	Kind   Kind
+	ID     json.RawMessage // nil when absent; "null" when null
+	Method string
+	Params json.RawMessage // nil when absent
+	Result json.RawMessage
+	Error  json.RawMessage
+}
+
+// HasID reports whether the message carries a non-null id.
+func (m *Message) HasID() bool { return len(m.ID) > 0 && string(m.ID) != "null" }
+
+// Envelope classification errors. The stream answers them on the editor side
+// (-32700 for ErrParse, -32600 for the rest) and drops them on the agent side.
+var (
+	// ErrParse: the line is not JSON.
+	ErrParse = errors.New("parse error")
+	// ErrNotRPC: valid JSON but not a JSON-RPC 2.0 message.
+	ErrNotRPC = errors.New("not a JSON-RPC 2.0 message")
+	// ErrBatch: a JSON array; ACP v1 has no batches.
+	ErrBatch = errors.New("batch messages are not supported by ACP v1")
+)
+
+// envelope holds the top-level members; everything else stays raw.
+type envelope struct {
+	JSONRPC json.RawMessage `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+// Classify decodes the envelope of one line. On ErrNotRPC the returned
+// message still carries the id when one could be read, so that the reply can
+// name it.
+func Classify(line []byte) (*Message, error) {
+	m := &Message{Raw: line}
+	trimmed := bytes.TrimLeft(line, " \t")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		if !json.Valid(line) {
+			return m, ErrParse
+		}
+		return m, ErrBatch
+	}
+	var e envelope
+	if err := json.Unmarshal(line, &e); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return m, fmt.Errorf("%w: top level must be an object", ErrNotRPC)
+		}
+		return m, ErrParse
+	}
+	m.ID, m.Params, m.Result, m.Error = e.ID, e.Params, e.Result, e.Error
+	if e.JSONRPC != nil && string(e.JSONRPC) != `"2.0"` {
+		return m, fmt.Errorf(`%w: "jsonrpc" must be "2.0"`, ErrNotRPC)
+	}
+	if m.ID != nil && !validID(m.ID) {
+		m.ID = nil
+		return m, fmt.Errorf("%w: id must be a string, a number or null", ErrNotRPC)
+	}
+	hasResult := e.Result != nil
+	hasError := e.Error != nil && string(e.Error) != "null"
+	switch {
+	case e.Method != nil:
+		if hasResult || hasError {
+			return m, fmt.Errorf("%w: a message cannot have both method and result/error", ErrNotRPC)
+		}
+		if err := json.Unmarshal(e.Method, &m.Method); err != nil || m.Method == "" {
+			return m, fmt.Errorf("%w: method must be a non-empty string", ErrNotRPC)
+		}
+		if m.ID == nil {
+			m.Kind = KindNotification
+		} else {
+			m.Kind = KindRequest
+		}
+		if m.Params != nil && string(m.Params) != "null" && !isObjectOrArray(m.Params) {
+			return m, fmt.Errorf("%w: params must be an object or array", ErrNotRPC)
+		}
+	case hasResult && hasError:
+		return m, fmt.Errorf("%w: a response cannot have both result and error", ErrNotRPC)
+	case hasResult || hasError:
+		m.Kind = KindResponse
+		if hasError && !isObject(e.Error) {
+			return m, fmt.Errorf("%w: error must be an object", ErrNotRPC)
+		}
+	default:
+		return m, fmt.Errorf("%w: no method, result or error", ErrNotRPC)
+	}
+	return m, nil
+}
+
+func validID(id json.RawMessage) bool {
+	switch id[0] {
+	case '"', 'n':
+		return true
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return true
+	}
+	return false
+}
+
+func isObject(b json.RawMessage) bool        { return len(b) > 0 && b[0] == '{' }
+func isObjectOrArray(b json.RawMessage) bool { return len(b) > 0 && (b[0] == '{' || b[0] == '[') }
+
+// plainID reports whether sourcegraph/jsonrpc2 v0.2.3 echoes id exactly: a
+// string, or a non-negative integer without fraction or exponent that fits
+// in an int64 (its Request decoder goes through json.Number.Int64 and then
+// stores a uint64, so -1 comes back as 18446744073709551615).
+func plainID(id json.RawMessage) bool {
+	if id[0] == '"' {
+		return true
+	}
+	for _, c := range id {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	if len(id) > 1 && id[0] == '0' {
+		return false
+	}
+	return len(id) < 19 || (len(id) == 19 && string(id) <= "9223372036854775807")
+}

@@ -1,0 +1,192 @@
+// Package acp is the wire level of the Agent Client Protocol as acp-router
+// speaks it: the newline-delimited JSON stream under sourcegraph/jsonrpc2
+// (bounded lines, a per-destination write queue, id edge cases), method
+// names, error codes, and the few typed fields the router reads. Everything
+// else stays json.RawMessage so that what the router forwards keeps every
+// byte of meaning (_meta, unknown fields).
+package acp
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/sourcegraph/jsonrpc2"
+)
+
+// ProtocolVersion is the ACP version the router speaks (shared/acp/VERSION.txt).
+const ProtocolVersion = 1
+
+// Methods handled by the agent (sent by the client). shared/acp/meta.json.
+const (
+	MethodInitialize      = "initialize"
+	MethodAuthenticate    = "authenticate"
+	MethodLogout          = "logout"
+	MethodSessionNew      = "session/new"
+	MethodSessionLoad     = "session/load"
+	MethodSessionResume   = "session/resume"
+	MethodSessionList     = "session/list"
+	MethodSessionDelete   = "session/delete"
+	MethodSessionClose    = "session/close"
+	MethodSessionFork     = "session/fork" // unstable
+	MethodSessionPrompt   = "session/prompt"
+	MethodSessionCancel   = "session/cancel"
+	MethodSetMode         = "session/set_mode"
+	MethodSetConfigOption = "session/set_config_option"
+	// MethodSetModel was unstable and removed upstream on 2026-06-01; older
+	// clients (JetBrains) still send it.
+	MethodSetModel = "session/set_model"
+)
+
+// Methods handled by the client (sent by the agent).
+const (
+	MethodSessionUpdate       = "session/update"
+	MethodRequestPermission   = "session/request_permission"
+	MethodReadTextFile        = "fs/read_text_file"
+	MethodWriteTextFile       = "fs/write_text_file"
+	MethodTerminalCreate      = "terminal/create"
+	MethodTerminalOutput      = "terminal/output"
+	MethodTerminalWaitForExit = "terminal/wait_for_exit"
+	MethodTerminalKill        = "terminal/kill"
+	MethodTerminalRelease     = "terminal/release"
+	MethodElicitationCreate   = "elicitation/create"
+	MethodElicitationComplete = "elicitation/complete"
+)
+
+// MethodCancelRequest is the protocol-level cancellation notification, sent
+// by whichever side issued the request.
+const MethodCancelRequest = "$/cancel_request"
+
+// IsExtension reports whether method is an ACP extension method.
+func IsExtension(method string) bool { return strings.HasPrefix(method, "_") }
+
+// Error codes (schema ErrorCode).
+const (
+	CodeParseError       = -32700
+	CodeInvalidRequest   = -32600
+	CodeMethodNotFound   = -32601
+	CodeInvalidParams    = -32602
+	CodeInternalError    = -32603
+	CodeRequestCancelled = -32800
+	CodeAuthRequired     = -32000
+	CodeResourceNotFound = -32002
+)
+
+// NewError builds a JSON-RPC error; data may be nil.
+func NewError(code int64, msg string, data any) *jsonrpc2.Error {
+	e := &jsonrpc2.Error{Code: code, Message: msg}
+	if data != nil {
+		e.SetError(data)
+	}
+	return e
+}
+
+// SessionRef is the sessionId most session-scoped params carry.
+type SessionRef struct {
+	SessionID string `json:"sessionId"`
+}
+
+// ClientCapabilities is the part of the editor's capabilities the router
+// checks before letting an agent call the editor.
+type ClientCapabilities struct {
+	FS struct {
+		ReadTextFile  bool `json:"readTextFile"`
+		WriteTextFile bool `json:"writeTextFile"`
+	} `json:"fs"`
+	Terminal    bool `json:"terminal"`
+	Elicitation *struct {
+		Form json.RawMessage `json:"form"`
+		URL  json.RawMessage `json:"url"`
+	} `json:"elicitation"`
+	Auth struct {
+		Terminal bool `json:"terminal"`
+	} `json:"auth"`
+}
+
+// InitializeParams is what the router reads of the editor's initialize.
+type InitializeParams struct {
+	ProtocolVersion    int                `json:"protocolVersion"`
+	ClientCapabilities ClientCapabilities `json:"clientCapabilities"`
+}
+
+// Marker is an object-valued capability: present ({}) means supported.
+type Marker = json.RawMessage
+
+// Supported reports whether a capability marker is set (not absent, not null).
+func Supported(m Marker) bool { return len(m) > 0 && string(m) != "null" }
+
+// AgentCapabilities is the part of an agent's capabilities the router
+// understands and merges (DESIGN §7, issue: initialize answer).
+type AgentCapabilities struct {
+	LoadSession        bool `json:"loadSession,omitempty"`
+	PromptCapabilities struct {
+		Image           bool `json:"image,omitempty"`
+		Audio           bool `json:"audio,omitempty"`
+		EmbeddedContext bool `json:"embeddedContext,omitempty"`
+	} `json:"promptCapabilities"`
+	MCPCapabilities struct {
+		HTTP bool `json:"http,omitempty"`
+		SSE  bool `json:"sse,omitempty"`
+	} `json:"mcpCapabilities"`
+	SessionCapabilities struct {
+		List                  Marker `json:"list,omitempty"`
+		Delete                Marker `json:"delete,omitempty"`
+		AdditionalDirectories Marker `json:"additionalDirectories,omitempty"`
+		Resume                Marker `json:"resume,omitempty"`
+		Close                 Marker `json:"close,omitempty"`
+	} `json:"sessionCapabilities"`
+	Auth struct {
+		Logout Marker `json:"logout,omitempty"`
+	} `json:"auth"`
+}
+
+// InitializeResult is what the router reads of an agent's initialize answer.
+type InitializeResult struct {
+	ProtocolVersion   int               `json:"protocolVersion"`
+	AgentCapabilities AgentCapabilities `json:"agentCapabilities"`
+	AuthMethods       []json.RawMessage `json:"authMethods"`
+	AgentInfo         *Implementation   `json:"agentInfo,omitempty"`
+}
+
+// Implementation names a peer (clientInfo / agentInfo).
+type Implementation struct {
+	Name    string `json:"name"`
+	Title   string `json:"title,omitempty"`
+	Version string `json:"version"`
+}
+
+// AuthMethod is the part of an authMethods entry the router reads.
+type AuthMethod struct {
+	ID   string   `json:"id"`
+	Type string   `json:"type,omitempty"` // "" or "agent", "terminal", ...
+	Args []string `json:"args,omitempty"` // terminal methods
+}
+
+// SetField returns obj (a JSON object) with key set to value, keeping every
+// other member. It is how the router rewrites one id in params it otherwise
+// forwards untouched.
+func SetField(obj json.RawMessage, key string, value any) (json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &fields); err != nil {
+		return nil, err
+	}
+	v, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	fields[key] = v
+	return json.Marshal(fields)
+}
+
+// Field decodes one member of a JSON object into v; absent members leave v
+// unchanged and report false.
+func Field(obj json.RawMessage, key string, v any) (bool, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &fields); err != nil {
+		return false, err
+	}
+	raw, ok := fields[key]
+	if !ok {
+		return false, nil
+	}
+	return true, json.Unmarshal(raw, v)
+}

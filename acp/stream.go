@@ -1,0 +1,494 @@
+package acp
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults for StreamOptions.
+const (
+	DefaultMaxLine    = 64 << 20
+	DefaultQueueBytes = 64 << 20
+)
+
+// Stream errors.
+var (
+	// ErrLineTooLong: a line exceeded StreamOptions.MaxLine; it was skipped.
+	ErrLineTooLong = errors.New("message exceeds the line limit")
+	// ErrClosed: the stream no longer accepts writes.
+	ErrClosed = errors.New("stream closed")
+	// ErrQueueFull: a non-blocking queue would exceed its byte bound.
+	ErrQueueFull = errors.New("write queue full: the peer is not reading")
+	// ErrStalled: the peer made no progress reading for the stall timeout.
+	ErrStalled = errors.New("peer stopped reading its input")
+)
+
+// StreamOptions configure a Stream. The zero value is usable.
+type StreamOptions struct {
+	// MaxLine bounds one incoming message; default DefaultMaxLine.
+	MaxLine int
+	// QueueBytes bounds the bytes waiting to be written; default
+	// DefaultQueueBytes. One message larger than the bound is still accepted
+	// when the queue is empty.
+	QueueBytes int
+	// Blocking makes writers wait for room in a full queue (backpressure, for
+	// the editor). Otherwise a write that would overflow fails the stream with
+	// ErrQueueFull (for agents: the peer is not reading).
+	Blocking bool
+	// StallTimeout, when positive, declares the peer hung when queued bytes
+	// make no progress for that long.
+	StallTimeout time.Duration
+	// OnFail is called once, from any goroutine, when the write side fails
+	// (stall, overflow or a write error).
+	OnFail func(error)
+	// AnswerInvalid makes the stream answer lines it cannot pass on with a
+	// JSON-RPC error (the editor side, DESIGN §7); otherwise they are logged
+	// and dropped (the agent side).
+	AnswerInvalid bool
+	// Intercept sees every valid message before the jsonrpc2.Conn, in the
+	// read loop, in order. Returning true consumes it. It must not block on
+	// the peer that is being read.
+	Intercept func(*Message) bool
+	Logger    hclog.Logger
+}
+
+// Stream is a jsonrpc2.ObjectStream over newline-delimited JSON (ACP's stdio
+// transport). It reads one bounded line at a time and never dies on a bad
+// line; it writes through a byte-bounded FIFO drained by one goroutine, so a
+// peer that stops reading cannot freeze the caller (STYLE.md).
+type Stream struct {
+	opts StreamOptions
+	log  hclog.Logger
+	r    *bufio.Reader
+	rc   io.Closer
+	w    io.WriteCloser
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    [][]byte
+	queued   int
+	closing  bool  // no new writes; the writer drains and closes w
+	err      error // set once the write side failed
+	progress time.Time
+
+	done     chan struct{} // closed when the writer goroutine exits
+	failOnce sync.Once
+
+	// Ids sourcegraph/jsonrpc2 cannot echo exactly are replaced by tokens
+	// on the way in and restored on the way out.
+	idMu     sync.Mutex
+	idTokens map[string]json.RawMessage
+	idSeq    uint64
+
+	writtenBytes atomic.Int64
+}
+
+// NewStream starts the writer goroutine (and the stall watchdog when a stall
+// timeout is set). r is read by ReadObject; w is closed when the stream is.
+func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = DefaultMaxLine
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = DefaultQueueBytes
+	}
+	s := &Stream{
+		opts:     opts,
+		log:      opts.Logger,
+		r:        bufio.NewReaderSize(r, 64<<10),
+		rc:       r,
+		w:        w,
+		done:     make(chan struct{}),
+		idTokens: map[string]json.RawMessage{},
+	}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	s.cond = sync.NewCond(&s.mu)
+	go s.writeLoop()
+	if opts.StallTimeout > 0 {
+		go s.watchdog()
+	}
+	return s
+}
+
+// ReadObject implements jsonrpc2.ObjectStream: it returns the next message
+// the jsonrpc2.Conn should see, answering or skipping everything else.
+func (s *Stream) ReadObject(v any) error {
+	for {
+		line, err := s.readLine()
+		if errors.Is(err, ErrLineTooLong) {
+			s.log.Warn("message over the line limit skipped", "limit", s.opts.MaxLine)
+			s.answerInvalid(nil, jsonError(CodeInvalidRequest, fmt.Sprintf("acp-router: message exceeds the %d-byte limit", s.opts.MaxLine)))
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		m, err := Classify(line)
+		if err != nil {
+			s.invalid(m, err)
+			continue
+		}
+		switch m.Kind {
+		case KindResponse:
+			if !m.HasID() || !plainID(m.ID) {
+				// Codex answers notifications and unparsable lines with
+				// id-less errors; jsonrpc2 would resolve its call 0 with them.
+				s.log.Warn("response without a usable id dropped", "id", string(m.ID), "error", truncate(m.Error, 200))
+				continue
+			}
+		case KindRequest:
+			if string(m.ID) == "null" {
+				// jsonrpc2 would treat it as a notification and never answer.
+				s.answerInvalid(m.ID, jsonError(CodeInvalidRequest, "acp-router: a request id must not be null"))
+				continue
+			}
+			if !plainID(m.ID) {
+				if m, err = s.tokenizeID(m); err != nil {
+					s.invalid(m, err)
+					continue
+				}
+			}
+		}
+		if s.opts.Intercept != nil && s.opts.Intercept(m) {
+			continue
+		}
+		if err := json.Unmarshal(m.Raw, v); err != nil {
+			// Classify accepted it, so this is a jsonrpc2 limitation.
+			s.invalid(m, fmt.Errorf("%w: %v", ErrNotRPC, err))
+			continue
+		}
+		return nil
+	}
+}
+
+func (s *Stream) invalid(m *Message, err error) {
+	s.log.Warn("invalid message", "error", err, "line", truncate(m.Raw, 200))
+	code := CodeInvalidRequest
+	if errors.Is(err, ErrParse) {
+		code = CodeParseError
+	}
+	var id json.RawMessage
+	if m.Kind != KindResponse && m.Kind != KindNotification {
+		id = m.ID
+	}
+	s.answerInvalid(id, jsonError(code, err.Error()))
+}
+
+// answerInvalid writes an error response when this stream answers bad
+// input. id nil or "null" gives "id":null (JSON-RPC 2.0 §5).
+func (s *Stream) answerInvalid(id json.RawMessage, e []byte) {
+	if !s.opts.AnswerInvalid {
+		return
+	}
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	line := make([]byte, 0, len(id)+len(e)+40)
+	line = append(line, `{"jsonrpc":"2.0","id":`...)
+	line = append(line, id...)
+	line = append(line, `,"error":`...)
+	line = append(line, e...)
+	line = append(line, '}')
+	if err := s.WriteRaw(line); err != nil {
+		s.log.Debug("cannot answer invalid message", "error", err)
+	}
+}
+
+func jsonError(code int, msg string) []byte {
+	b, _ := json.Marshal(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{code, msg})
+	return b
+}
+
+// readLine returns the next line, freshly allocated, without "\n" or
+// "\r\n". A line over MaxLine is consumed and reported as ErrLineTooLong.
+func (s *Stream) readLine() ([]byte, error) {
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := s.r.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > s.opts.MaxLine+2 { // room for "\r\n"
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			if tooLong {
+				return nil, ErrLineTooLong
+			}
+			line = bytes.TrimSuffix(line[:len(line)-1], []byte{'\r'})
+			if len(line) > s.opts.MaxLine {
+				return nil, ErrLineTooLong
+			}
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0 && !tooLong:
+			// A last line without "\n" still counts.
+			return line, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}
+
+// tokenId is a string no sane peer uses as an id; it stands for an id that
+// jsonrpc2 cannot echo exactly (negative, fractional, exponent, huge).
+const tokenPrefix = "\x00acp-router-id:"
+
+func (s *Stream) tokenizeID(m *Message) (*Message, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(m.Raw, &fields); err != nil {
+		return m, err
+	}
+	s.idMu.Lock()
+	s.idSeq++
+	tok := tokenPrefix + strconv.FormatUint(s.idSeq, 10)
+	s.idTokens[tok] = m.ID
+	s.idMu.Unlock()
+	fields["id"], _ = json.Marshal(tok)
+	raw, err := json.Marshal(fields)
+	if err != nil {
+		return m, err
+	}
+	out := *m
+	out.Raw, out.ID = raw, fields["id"]
+	return &out, nil
+}
+
+// restoreID puts back the original id of a response to a tokenized request.
+func (s *Stream) restoreID(line []byte) []byte {
+	s.idMu.Lock()
+	n := len(s.idTokens)
+	s.idMu.Unlock()
+	if n == 0 || !bytes.Contains(line, []byte(`acp-router-id:`)) {
+		return line
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(line, &fields) != nil {
+		return line
+	}
+	var tok string
+	if json.Unmarshal(fields["id"], &tok) != nil {
+		return line
+	}
+	s.idMu.Lock()
+	orig, ok := s.idTokens[tok]
+	delete(s.idTokens, tok)
+	s.idMu.Unlock()
+	if !ok {
+		return line
+	}
+	fields["id"] = orig
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return line
+	}
+	return out
+}
+
+// IsToken reports whether id (raw JSON) is a stand-in for an id the peer
+// sent that jsonrpc2 cannot represent. Such ids are never reused elsewhere.
+func IsToken(id json.RawMessage) bool {
+	return bytes.HasPrefix(id, []byte(`"\u0000acp-router-id:`))
+}
+
+// WriteObject implements jsonrpc2.ObjectStream: it encodes obj and queues it.
+func (s *Stream) WriteObject(obj any) error {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	return s.WriteRaw(s.restoreID(b))
+}
+
+// WriteRaw queues one encoded message (without its trailing newline). The
+// relay uses it to forward a peer's line byte for byte.
+func (s *Stream) WriteRaw(msg []byte) error {
+	n := len(msg) + 1
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if s.err != nil {
+			return s.err
+		}
+		if s.closing {
+			return ErrClosed
+		}
+		if s.queued == 0 || s.queued+n <= s.opts.QueueBytes {
+			break
+		}
+		if !s.opts.Blocking {
+			s.failLocked(fmt.Errorf("%w (%d bytes queued)", ErrQueueFull, s.queued))
+			return s.err
+		}
+		s.cond.Wait()
+	}
+	if s.queued == 0 {
+		s.progress = time.Now()
+	}
+	s.queue = append(s.queue, msg)
+	s.queued += n
+	s.cond.Broadcast()
+	return nil
+}
+
+func (s *Stream) writeLoop() {
+	defer close(s.done)
+	bw := bufio.NewWriterSize(progressWriter{s}, 64<<10)
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.closing && s.err == nil {
+			s.cond.Wait()
+		}
+		if s.err != nil || len(s.queue) == 0 {
+			s.mu.Unlock()
+			s.w.Close()
+			return
+		}
+		msg := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		more := len(s.queue) > 0
+		s.mu.Unlock()
+
+		_, err := bw.Write(msg)
+		if err == nil {
+			err = bw.WriteByte('\n')
+		}
+		if err == nil && !more {
+			err = bw.Flush()
+		}
+		s.mu.Lock()
+		if s.err == nil {
+			s.queued -= len(msg) + 1
+		}
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if err != nil {
+			s.fail(fmt.Errorf("write: %w", err))
+		}
+	}
+}
+
+// progressWriter writes in slices so that the watchdog sees progress on a
+// large message that the peer is still reading.
+type progressWriter struct{ s *Stream }
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	const slice = 64 << 10
+	written := 0
+	for len(b) > 0 {
+		n := min(len(b), slice)
+		m, err := p.s.w.Write(b[:n])
+		written += m
+		p.s.writtenBytes.Add(int64(m))
+		p.s.mu.Lock()
+		p.s.progress = time.Now()
+		p.s.mu.Unlock()
+		if err != nil {
+			return written, err
+		}
+		b = b[n:]
+	}
+	return written, nil
+}
+
+func (s *Stream) watchdog() {
+	tick := max(s.opts.StallTimeout/4, 10*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		stalled := s.queued > 0 && time.Since(s.progress) > s.opts.StallTimeout
+		s.mu.Unlock()
+		if stalled {
+			s.fail(fmt.Errorf("%w for %s", ErrStalled, s.opts.StallTimeout))
+			return
+		}
+	}
+}
+
+func (s *Stream) fail(err error) {
+	s.mu.Lock()
+	s.failLocked(err)
+	s.mu.Unlock()
+}
+
+// failLocked records the first write-side failure, drops what is queued and
+// unblocks the writer (closing w interrupts a write stuck in a pipe).
+func (s *Stream) failLocked(err error) {
+	if s.err != nil {
+		return
+	}
+	s.err = err
+	s.queue, s.queued = nil, 0
+	s.cond.Broadcast()
+	go s.w.Close()
+	if s.opts.OnFail != nil {
+		s.failOnce.Do(func() { go s.opts.OnFail(err) })
+	}
+}
+
+// Err returns the write-side failure, if any.
+func (s *Stream) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close implements jsonrpc2.ObjectStream. It stops reading, lets the writer
+// drain what is already queued (bounded by the stall timeout when one is
+// set) and then closes the write side.
+func (s *Stream) Close() error {
+	s.mu.Lock()
+	s.closing = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	return s.rc.Close()
+}
+
+// Abort drops everything queued and closes both sides at once.
+func (s *Stream) Abort(err error) {
+	s.fail(err)
+	s.rc.Close()
+}
+
+// Done is closed when the write side has finished (drained and closed, or
+// failed).
+func (s *Stream) Done() <-chan struct{} { return s.done }
+
+// Written is the number of bytes written so far (for tests and metrics).
+func (s *Stream) Written() int64 { return s.writtenBytes.Load() }

@@ -1,0 +1,243 @@
+// Command acp-router is an ACP agent that routes each editor session to one
+// of several real ACP agents (see README.md). This file only parses flags,
+// sets up logging and signals, and maps errors to exit codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/console"
+	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+const usage = `acp-router routes an editor's ACP sessions to several coding agents.
+
+usage:
+  acp-router [--config FILE] [--log-level L] [--log-file FILE] [--log-format text|json]
+      run as an ACP agent on stdin/stdout (what the editor launches)
+  acp-router try [--config FILE] [--agent NAME] [--yes|--no] "PROMPT"
+      run one prompt through the router and print the stream
+  acp-router check [--config FILE]
+      validate the config and print agents and routes
+  acp-router login AGENT
+      run an agent's own login in this terminal
+  acp-router version
+`
+
+// globals are the flags every subcommand accepts.
+type globals struct {
+	config, logLevel, logFile, logFormat string
+}
+
+func (g *globals) register(fs *flag.FlagSet, defaultLevel string) {
+	fs.StringVar(&g.config, "config", g.config, "config file (default: $ACP_ROUTER_CONFIG, then ~/.config/acp-router/config.yaml)")
+	fs.StringVar(&g.logLevel, "log-level", orDefault(g.logLevel, defaultLevel), "trace, debug, info, warn or error")
+	fs.StringVar(&g.logFile, "log-file", g.logFile, "write logs to this file instead of stderr")
+	fs.StringVar(&g.logFormat, "log-format", orDefault(g.logFormat, "text"), "text or json")
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func main() {
+	// A write to a closed stdout must be an error we handle, not SIGPIPE.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	code, err := run(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "acp-router:", err)
+	}
+	os.Exit(code)
+}
+
+func run(args []string) (int, error) {
+	var g globals
+	fs := flag.NewFlagSet("acp-router", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	g.register(fs, "")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if fs.NArg() == 0 {
+		g.logLevel = orDefault(g.logLevel, "info")
+		return serve(ctx, &g)
+	}
+	sub, rest := fs.Arg(0), fs.Args()[1:]
+	switch sub {
+	case "try":
+		return try(ctx, &g, rest)
+	case "check":
+		return check(&g, rest)
+	case "login":
+		return login(ctx, &g, rest)
+	case "version":
+		fmt.Println("acp-router", router.Version())
+		return 0, nil
+	case "help":
+		fmt.Print(usage)
+		return 0, nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return 2, fmt.Errorf("unknown command %q", sub)
+}
+
+func newLogger(g *globals) (hclog.Logger, io.Closer, error) {
+	level := hclog.LevelFromString(g.logLevel)
+	if level == hclog.NoLevel {
+		return nil, nil, fmt.Errorf("unknown log level %q (trace, debug, info, warn, error)", g.logLevel)
+	}
+	if g.logFormat != "text" && g.logFormat != "json" {
+		return nil, nil, fmt.Errorf("unknown log format %q (text, json)", g.logFormat)
+	}
+	var out io.Writer = os.Stderr
+	var closer io.Closer = io.NopCloser(nil)
+	if g.logFile != "" {
+		f, err := os.OpenFile(g.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("log file: %w", err)
+		}
+		out, closer = f, f
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "acp-router",
+		Level:      level,
+		Output:     out,
+		JSONFormat: g.logFormat == "json",
+	}), closer, nil
+}
+
+func loadConfig(g *globals) (*config.Config, error) {
+	path, err := config.Lookup(g.config, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	return config.Load(path)
+}
+
+// serve runs the router for an editor on stdin/stdout.
+func serve(ctx context.Context, g *globals) (int, error) {
+	log, closer, err := newLogger(g)
+	if err != nil {
+		return 2, err
+	}
+	defer closer.Close()
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return 1, err
+	}
+	log.Info("starting", "version", router.Version(), "config", cfg.File, "agents", len(cfg.Agents))
+	r := router.New(cfg, router.Options{Logger: log, Version: router.Version()})
+	if err := r.Serve(ctx, os.Stdin, os.Stdout); err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+func try(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := flag.NewFlagSet("try", flag.ContinueOnError)
+	g.register(fs, "warn")
+	agent := fs.String("agent", "", "run the prompt on this agent instead of the routed one")
+	yes := fs.Bool("yes", false, "allow every permission request")
+	no := fs.Bool("no", false, "reject every permission request")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	if fs.NArg() == 0 || (*yes && *no) {
+		return 2, errors.New(`usage: acp-router try [--config FILE] [--agent NAME] [--yes|--no] "PROMPT"`)
+	}
+	log, closer, err := newLogger(g)
+	if err != nil {
+		return 2, err
+	}
+	defer closer.Close()
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return 1, err
+	}
+	if *agent != "" {
+		if _, ok := cfg.Agent(*agent); !ok {
+			return 2, fmt.Errorf("no agent %q in %s", *agent, cfg.File)
+		}
+	}
+	answer := console.Ask
+	switch {
+	case *yes:
+		answer = console.Allow
+	case *no:
+		answer = console.Reject
+	}
+	return console.Try(ctx, cfg, console.Options{
+		Prompt: strings.Join(fs.Args(), " "),
+		Agent:  *agent,
+		Answer: answer,
+		Logger: log,
+		Out:    os.Stdout,
+		In:     os.Stdin,
+	})
+}
+
+func check(g *globals, args []string) (int, error) {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	g.register(fs, "warn")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return 1, err
+	}
+	config.Describe(os.Stdout, cfg)
+	return 0, nil
+}
+
+// login runs an agent's login. The editor's terminal auth re-launches the
+// router as `acp-router [flags] login AGENT -- ARGS...` (see
+// upstream.TerminalAuthArgs); a user types `acp-router login AGENT`.
+func login(ctx context.Context, g *globals, args []string) (int, error) {
+	fs := flag.NewFlagSet("login", flag.ContinueOnError)
+	g.register(fs, "warn")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	if fs.NArg() == 0 {
+		return 2, errors.New("usage: acp-router login AGENT")
+	}
+	name := fs.Arg(0)
+	var loginArgs []string
+	if rest := fs.Args()[1:]; len(rest) > 0 {
+		if rest[0] != "--" {
+			return 2, fmt.Errorf("unexpected arguments %q (usage: acp-router login AGENT)", rest)
+		}
+		loginArgs = append([]string{}, rest[1:]...)
+	}
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return 1, err
+	}
+	agent, ok := cfg.Agent(name)
+	if !ok {
+		return 2, fmt.Errorf("no agent %q in %s", name, cfg.File)
+	}
+	code, err := upstream.Login(ctx, *agent, cfg.StateDir, loginArgs)
+	if err == nil && code == 0 {
+		fmt.Fprintf(os.Stderr, "acp-router: %s is logged in; the router restarts it on its next use\n", agent.Title)
+	}
+	return code, err
+}

@@ -1,0 +1,139 @@
+// Package config owns acp-router's configuration file: strict YAML loading
+// (unknown keys, empty files and extra documents are errors with
+// file:line:col), defaults, ${ENV} expansion and validation.
+//
+// Only the sections whose behaviour is implemented are accepted; the others
+// (commands, handoff, permissions, audit, history) are rejected with a
+// "not supported yet" error instead of being silently ignored.
+package config
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/bmatcuk/doublestar/v4"
+)
+
+// Version is the only config format version this build understands.
+const Version = 1
+
+// Defaults applied by Load when a key is absent.
+const (
+	DefaultStartupTimeout = 30 * time.Second
+	DefaultStallTimeout   = 10 * time.Second
+	DefaultCancelTimeout  = 10 * time.Second
+)
+
+// Config is a loaded, validated configuration.
+type Config struct {
+	// File is the absolute path the config was loaded from ("" when parsed
+	// from memory).
+	File    string
+	Version int
+	Agents  []Agent
+	Routing Routing
+	// StateDir holds caches (initialize results, login markers). Absolute,
+	// with ~ expanded. Default: $XDG_STATE_HOME/acp-router, else
+	// ~/.local/state/acp-router.
+	StateDir string
+}
+
+// EnvInherit selects which of the router's environment variables an agent
+// process inherits.
+type EnvInherit string
+
+const (
+	// EnvInheritAll passes the router's whole environment (the default).
+	EnvInheritAll EnvInherit = "all"
+	// EnvInheritMinimal passes only PATH, HOME, LANG, TERM, TMPDIR and XDG_*.
+	EnvInheritMinimal EnvInherit = "minimal"
+)
+
+// AuthMode says whether an agent's authMethods reach the editor.
+type AuthMode string
+
+const (
+	AuthAdvertise AuthMode = "advertise" // the default
+	AuthHide      AuthMode = "hide"
+)
+
+// Agent is one downstream ACP agent, run as a child process.
+type Agent struct {
+	Name  string // [a-z0-9-]+, unique, not a reserved command name
+	Title string // display name; defaults to Name
+	// Command is the program, looked up in PATH when it has no slash.
+	// ${ENV} is expanded.
+	Command string
+	Args    []string          // ${ENV} expanded
+	Env     map[string]string // added to the inherited environment; values ${ENV} expanded
+	// EnvInherit defaults to EnvInheritAll.
+	EnvInherit EnvInherit
+	// Cwd is the process working directory ("" = the router's). ~ and ${ENV}
+	// expanded.
+	Cwd            string
+	Lazy           bool
+	StartupTimeout time.Duration // default DefaultStartupTimeout
+	// StallTimeout: how long the agent's input may make no progress before
+	// it is declared hung. Default DefaultStallTimeout.
+	StallTimeout time.Duration
+	// CancelTimeout: how long after session/cancel the router waits for the
+	// agent's answer before answering "cancelled" itself. Default
+	// DefaultCancelTimeout.
+	CancelTimeout time.Duration
+	Auth          AuthMode // default AuthAdvertise
+
+	// Pos is where the agent's entry starts in the config file, for
+	// messages ("config.yaml:12:5").
+	Pos Pos
+}
+
+// Routing decides which agent a new session runs on.
+type Routing struct {
+	Default  string // agent name; default: the first agent
+	Fallback string // agent name or ""
+	Rules    []Rule
+}
+
+// Rule routes sessions whose cwd matches one of When.Cwd to Agent.
+type Rule struct {
+	// When.Cwd globs (doublestar syntax), with ~ expanded to the home
+	// directory; matched against the session's absolute, cleaned cwd.
+	// "DIR/**" also matches DIR itself (doublestar semantics).
+	Cwd     []string
+	Agent   string
+	Enforce bool
+	Pos     Pos
+}
+
+// Pos is a position in a config file.
+type Pos struct {
+	File string
+	Line int
+	Col  int
+}
+
+// ReservedNames are names an agent may not take because they are built-in
+// slash commands or subcommands.
+var ReservedNames = []string{"agent", "agents", "help", "router", "login", "logout"}
+
+// Agent returns the agent called name.
+func (c *Config) Agent(name string) (*Agent, bool) {
+	for i := range c.Agents {
+		if c.Agents[i].Name == name {
+			return &c.Agents[i], true
+		}
+	}
+	return nil, false
+}
+
+// Match reports whether the session directory cwd matches one of r.Cwd.
+func (r *Rule) Match(cwd string) bool {
+	cwd = filepath.Clean(cwd)
+	for _, glob := range r.Cwd {
+		// The globs were validated when the config was loaded: no error.
+		if ok, _ := doublestar.Match(glob, cwd); ok {
+			return true
+		}
+	}
+	return false
+}

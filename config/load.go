@@ -1,0 +1,671 @@
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bmatcuk/doublestar/v4"
+	"go.yaml.in/yaml/v3"
+)
+
+// Error is one problem in a config file, at the position of the YAML node
+// that caused it. Load and Parse return every Error they find, joined with
+// errors.Join in file order.
+type Error struct {
+	Pos Pos
+	Msg string
+}
+
+func (e *Error) Error() string { return e.Pos.String() + ": " + e.Msg }
+
+// String formats p as FILE:LINE:COL.
+func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+
+// Load reads and validates the config file at path, with the process
+// environment for ${NAME}, ~ and the PATH lookup of agent commands.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(path, data, os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.File, err = filepath.Abs(path); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return cfg, nil
+}
+
+// Parse validates config bytes. name is the file name used in error
+// positions. env supplies ${NAME} expansion, the home directory (HOME), the
+// default state directory (XDG_STATE_HOME) and the PATH in which agent
+// commands are looked up; pass os.LookupEnv outside tests.
+func Parse(name string, data []byte, env func(string) (string, bool)) (*Config, error) {
+	p := &parser{file: name, env: env}
+	p.home, _ = env("HOME")
+	root, err := p.document(data)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.config(root)
+	if len(p.errs) == 0 {
+		return cfg, nil
+	}
+	slices.SortStableFunc(p.errs, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
+	})
+	errs := make([]error, len(p.errs))
+	for i, e := range p.errs {
+		errs[i] = e
+	}
+	return nil, errors.Join(errs...)
+}
+
+// parser walks the YAML node tree of one config file and collects every
+// problem with the position of the node that caused it.
+type parser struct {
+	file string
+	env  func(string) (string, bool)
+	home string
+	errs []*Error
+}
+
+// document decodes data into a node tree and returns its root: exactly one
+// non-empty YAML document.
+func (p *parser) document(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, &Error{Pos{p.file, 1, 1}, "config file is empty"}
+	} else if err != nil {
+		return nil, p.syntaxError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &Error{p.pos(&extra), "only one YAML document is allowed"}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, p.syntaxError(err)
+	}
+	root := doc.Content[0]
+	if root.ShortTag() == "!!null" && root.Value == "" { // "---" alone
+		return nil, &Error{Pos{p.file, 1, 1}, "config file is empty"}
+	}
+	return root, nil
+}
+
+var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parserProblems are the yaml.v3 messages that come from its parser rather
+// than its scanner. yaml.v3 prints the 0-based line for these (it adds 1
+// only for scanner errors), so we add the 1 it forgot.
+var parserProblems = []string{
+	"did not find expected <stream-start>",
+	"did not find expected <document start>",
+	"found undefined tag handle",
+	"did not find expected node content",
+	"did not find expected '-' indicator",
+	"did not find expected key",
+	"did not find expected ',' or ']'",
+	"did not find expected ',' or '}'",
+	"found duplicate %YAML directive",
+	"found incompatible YAML document",
+	"found duplicate %TAG directive",
+}
+
+// syntaxError turns a yaml.v3 syntax error ("yaml: line N: msg") into an
+// *Error. yaml.v3 does not expose the column, so it is always 1.
+func (p *parser) syntaxError(err error) *Error {
+	m := syntaxLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		// yaml.v3 leaves out the line when the problem is on the first one.
+		return &Error{Pos{p.file, 1, 1}, strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	line, _ := strconv.Atoi(m[1])
+	if slices.Contains(parserProblems, m[2]) {
+		line++
+	}
+	return &Error{Pos{p.file, line, 1}, m[2]}
+}
+
+func (p *parser) pos(n *yaml.Node) Pos { return Pos{p.file, n.Line, n.Column} }
+
+// errorf records an error at n. path (e.g. "agents[0].command") names the
+// value in the message; "" for messages that name it themselves.
+func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	p.errs = append(p.errs, &Error{p.pos(n), msg})
+}
+
+var (
+	topKeys = []string{"version", "agents", "routing", "state_dir"}
+	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
+	// this build does not implement yet. They are rejected rather than
+	// ignored, so that nobody believes e.g. a permission rule is enforced.
+	unsupportedKeys = []string{"commands", "handoff", "permissions", "audit", "history"}
+	agentKeys       = []string{"name", "title", "command", "args", "env", "env_inherit", "cwd", "lazy",
+		"startup_timeout", "stall_timeout", "cancel_timeout", "auth"}
+	routingKeys = []string{"default", "fallback", "rules"}
+	ruleKeys    = []string{"when", "agent", "enforce"}
+	whenKeys    = []string{"cwd"}
+
+	agentName = regexp.MustCompile(`^[a-z0-9-]+$`)
+	envName   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func (p *parser) config(root *yaml.Node) *Config {
+	cfg := &Config{}
+	f := p.fields("", root, topKeys, unsupportedKeys...)
+	if f == nil {
+		return cfg
+	}
+	p.require("", root, f, "version", "agents")
+	if v := f["version"]; v != nil {
+		var ok bool
+		if cfg.Version, ok = p.integer("version", v); ok && cfg.Version != Version {
+			// A newer format: whatever else we would report is noise.
+			p.errs = nil
+			p.errorf(v, "version", "unsupported config version %d (this build understands %d)", cfg.Version, Version)
+			return cfg
+		}
+	}
+	if v := f["agents"]; v != nil {
+		cfg.Agents = p.agents(v)
+	}
+	var names []string
+	for _, a := range cfg.Agents {
+		if a.Name != "" {
+			names = append(names, a.Name)
+		}
+	}
+	if len(names) > 0 {
+		cfg.Routing.Default = names[0]
+	}
+	if v := f["routing"]; v != nil {
+		p.routing(&cfg.Routing, v, names)
+	}
+	if v := f["state_dir"]; v != nil {
+		cfg.StateDir = p.path("state_dir", v, false)
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = p.defaultStateDir(root)
+	}
+	return cfg
+}
+
+func (p *parser) defaultStateDir(root *yaml.Node) string {
+	if dir, ok := p.env("XDG_STATE_HOME"); ok && filepath.IsAbs(dir) {
+		return filepath.Join(dir, "acp-router")
+	}
+	if !filepath.IsAbs(p.home) {
+		p.errorf(root, "", "cannot choose a default state_dir: neither XDG_STATE_HOME nor HOME is an absolute path; set state_dir")
+		return ""
+	}
+	return filepath.Join(p.home, ".local", "state", "acp-router")
+}
+
+func (p *parser) agents(n *yaml.Node) []Agent {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "agents", "expected a list of agents, got %s", describe(n))
+		return nil
+	}
+	if len(n.Content) == 0 {
+		p.errorf(n, "agents", "must list at least one agent")
+	}
+	agents := make([]Agent, 0, len(n.Content))
+	seen := map[string]*yaml.Node{}
+	for i, item := range n.Content {
+		agents = append(agents, p.agent(fmt.Sprintf("agents[%d]", i), deref(item), seen))
+	}
+	return agents
+}
+
+// agent reads one agents entry. seen maps the names of earlier agents to
+// their nodes, for duplicates.
+func (p *parser) agent(path string, n *yaml.Node, seen map[string]*yaml.Node) Agent {
+	a := Agent{
+		EnvInherit:     EnvInheritAll,
+		StartupTimeout: DefaultStartupTimeout,
+		StallTimeout:   DefaultStallTimeout,
+		CancelTimeout:  DefaultCancelTimeout,
+		Auth:           AuthAdvertise,
+		Pos:            p.pos(n),
+	}
+	f := p.fields(path, n, agentKeys)
+	if f == nil {
+		return a
+	}
+	p.require(path, n, f, "name", "command")
+	if v := f["name"]; v != nil {
+		a.Name = p.agentName(path+".name", v, seen)
+	}
+	if v := f["title"]; v != nil {
+		a.Title, _ = p.str(path+".title", v)
+	}
+	a.Title = cmp.Or(a.Title, a.Name)
+	if v := f["cwd"]; v != nil {
+		a.Cwd = p.path(path+".cwd", v, true)
+	}
+	if v := f["command"]; v != nil {
+		a.Command = p.command(path+".command", v, a.Cwd)
+	}
+	if v := f["args"]; v != nil {
+		a.Args = p.args(path+".args", v)
+	}
+	if v := f["env"]; v != nil {
+		a.Env = p.envMap(path+".env", v)
+	}
+	if v := f["env_inherit"]; v != nil {
+		a.EnvInherit = EnvInherit(p.enum(path+".env_inherit", v, string(EnvInheritAll), string(EnvInheritMinimal)))
+	}
+	if v := f["lazy"]; v != nil {
+		a.Lazy = p.boolean(path+".lazy", v)
+	}
+	for key, d := range map[string]*time.Duration{
+		"startup_timeout": &a.StartupTimeout,
+		"stall_timeout":   &a.StallTimeout,
+		"cancel_timeout":  &a.CancelTimeout,
+	} {
+		if v := f[key]; v != nil {
+			*d = p.duration(path+"."+key, v)
+		}
+	}
+	if v := f["auth"]; v != nil {
+		a.Auth = AuthMode(p.enum(path+".auth", v, string(AuthAdvertise), string(AuthHide)))
+	}
+	return a
+}
+
+func (p *parser) agentName(path string, n *yaml.Node, seen map[string]*yaml.Node) string {
+	name, ok := p.str(path, n)
+	switch {
+	case !ok:
+	case !agentName.MatchString(name):
+		p.errorf(n, path, "invalid agent name %q: use lowercase letters, digits and -", name)
+	case slices.Contains(ReservedNames, name):
+		p.errorf(n, path, "%q is reserved for a built-in command; choose another name", name)
+	case seen[name] != nil:
+		p.errorf(n, path, "duplicate agent name %q (first defined at line %d)", name, seen[name].Line)
+	default:
+		seen[name] = n
+	}
+	return name
+}
+
+// command reads an agent's command and checks that it can be run.
+func (p *parser) command(path string, n *yaml.Node, cwd string) string {
+	s, ok := p.expanded(path, n)
+	if !ok {
+		return ""
+	}
+	if s == "" {
+		p.errorf(n, path, "must not be empty")
+		return ""
+	}
+	pathList, _ := p.env("PATH")
+	if err := findCommand(s, cwd, pathList); err != nil {
+		p.errorf(n, path, "%v", err)
+	}
+	return s
+}
+
+func (p *parser) args(path string, n *yaml.Node) []string {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "expected a list of strings, got %s", describe(n))
+		return nil
+	}
+	args := make([]string, len(n.Content))
+	for i, item := range n.Content {
+		args[i], _ = p.expanded(fmt.Sprintf("%s[%d]", path, i), deref(item))
+	}
+	return args
+}
+
+func (p *parser) envMap(path string, n *yaml.Node) map[string]string {
+	pairs, ok := p.mapping(path, n)
+	if !ok {
+		return nil
+	}
+	env := make(map[string]string, len(pairs))
+	for _, kv := range pairs {
+		if !envName.MatchString(kv.key.Value) {
+			p.errorf(kv.key, path, "invalid environment variable name %q", kv.key.Value)
+			continue
+		}
+		env[kv.key.Value], _ = p.expanded(path+"."+kv.key.Value, kv.val)
+	}
+	return env
+}
+
+func (p *parser) routing(r *Routing, n *yaml.Node, agents []string) {
+	f := p.fields("routing", n, routingKeys)
+	if v := f["default"]; v != nil {
+		r.Default = p.target("routing.default", v, agents)
+	}
+	if v := f["fallback"]; v != nil {
+		r.Fallback = p.target("routing.fallback", v, agents)
+		if r.Fallback != "" && r.Fallback == r.Default {
+			p.errorf(v, "routing.fallback", "%q is already the default agent; the fallback must be another one", r.Fallback)
+		}
+	}
+	v := f["rules"]
+	if v == nil {
+		return
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.errorf(v, "routing.rules", "expected a list of rules, got %s", describe(v))
+		return
+	}
+	for i, item := range v.Content {
+		r.Rules = append(r.Rules, p.rule(fmt.Sprintf("routing.rules[%d]", i), deref(item), agents))
+	}
+}
+
+func (p *parser) rule(path string, n *yaml.Node, agents []string) Rule {
+	r := Rule{Pos: p.pos(n)}
+	f := p.fields(path, n, ruleKeys)
+	if f == nil {
+		return r
+	}
+	p.require(path, n, f, "when", "agent")
+	if v := f["when"]; v != nil {
+		if when := p.fields(path+".when", v, whenKeys); when != nil {
+			p.require(path+".when", v, when, "cwd")
+			if c := when["cwd"]; c != nil {
+				r.Cwd = p.globs(path+".when.cwd", c)
+			}
+		}
+	}
+	if v := f["agent"]; v != nil {
+		r.Agent = p.target(path+".agent", v, agents)
+	}
+	if v := f["enforce"]; v != nil {
+		r.Enforce = p.boolean(path+".enforce", v)
+	}
+	return r
+}
+
+// target reads a reference to an agent by name.
+func (p *parser) target(path string, n *yaml.Node, agents []string) string {
+	name, ok := p.str(path, n)
+	// Without any agent defined, "agents" already has an error.
+	if ok && len(agents) > 0 && !slices.Contains(agents, name) {
+		p.errorf(n, path, "unknown agent %q (agents: %s)", name, strings.Join(agents, ", "))
+	}
+	return name
+}
+
+// globs reads a cwd matcher: one glob or a list of them, ~ expanded.
+func (p *parser) globs(path string, n *yaml.Node) []string {
+	items := []*yaml.Node{n}
+	switch n.Kind {
+	case yaml.SequenceNode:
+		if len(n.Content) == 0 {
+			p.errorf(n, path, "must list at least one glob")
+		}
+		items = n.Content
+	case yaml.MappingNode:
+		p.errorf(n, path, "expected a glob or a list of globs, got %s", describe(n))
+		return nil
+	}
+	var globs []string
+	for i, item := range items {
+		item, itemPath := deref(item), path
+		if n.Kind == yaml.SequenceNode {
+			itemPath = fmt.Sprintf("%s[%d]", path, i)
+		}
+		s, ok := p.str(itemPath, item)
+		if !ok {
+			continue
+		}
+		g, err := expandHome(s, p.home)
+		switch {
+		case err != nil:
+			p.errorf(item, itemPath, "%v", err)
+		case !strings.HasPrefix(g, "/"):
+			// A session's cwd is absolute: a relative glob would never match.
+			p.errorf(item, itemPath, "glob %q must be absolute (start with / or ~/)", s)
+		case !doublestar.ValidatePattern(g):
+			p.errorf(item, itemPath, "invalid glob %q", s)
+		default:
+			globs = append(globs, g)
+		}
+	}
+	return globs
+}
+
+// path reads a directory: ${NAME} expanded when withEnv, then ~; it must be
+// absolute. "" stays "".
+func (p *parser) path(path string, n *yaml.Node, withEnv bool) string {
+	var s string
+	var ok bool
+	if withEnv {
+		s, ok = p.expanded(path, n)
+	} else {
+		s, ok = p.str(path, n)
+	}
+	if !ok || s == "" {
+		return ""
+	}
+	dir, err := expandHome(s, p.home)
+	if err != nil {
+		p.errorf(n, path, "%v", err)
+		return ""
+	}
+	if !filepath.IsAbs(dir) {
+		p.errorf(n, path, "must be an absolute path (or start with ~/), got %q", s)
+		return ""
+	}
+	return filepath.Clean(dir)
+}
+
+// expanded reads a string and expands ${NAME} in it.
+func (p *parser) expanded(path string, n *yaml.Node) (string, bool) {
+	s, ok := p.str(path, n)
+	if !ok {
+		return "", false
+	}
+	s, err := expandEnv(s, p.env)
+	if err != nil {
+		p.errorf(n, path, "%v", err)
+		return "", false
+	}
+	return s, true
+}
+
+func (p *parser) str(path string, n *yaml.Node) (string, bool) {
+	if n.Kind == yaml.ScalarNode && n.Value == "~" {
+		// YAML reads a plain ~ as null; in this file it means the home
+		// directory ("cwd: ~").
+		return "~", true
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
+		p.errorf(n, path, "expected a string, got %s", describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) enum(path string, n *yaml.Node, allowed ...string) string {
+	s, ok := p.str(path, n)
+	if ok && !slices.Contains(allowed, s) {
+		p.errorf(n, path, "must be %s, got %q", strings.Join(quote(allowed), " or "), s)
+	}
+	return s
+}
+
+func (p *parser) boolean(path string, n *yaml.Node) bool {
+	var b bool
+	if n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
+		p.errorf(n, path, "expected true or false, got %s", describe(n))
+	}
+	return b
+}
+
+func (p *parser) integer(path string, n *yaml.Node) (int, bool) {
+	var i int
+	if n.ShortTag() != "!!int" || n.Decode(&i) != nil {
+		p.errorf(n, path, "expected an integer, got %s", describe(n))
+		return 0, false
+	}
+	return i, true
+}
+
+func (p *parser) duration(path string, n *yaml.Node) time.Duration {
+	s, ok := p.str(path, n)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		p.errorf(n, path, "invalid duration %q: use a number with a unit, e.g. 30s or 2m", s)
+	case d <= 0:
+		p.errorf(n, path, "must be positive, got %q", s)
+	}
+	return d
+}
+
+// pair is one key and its value in a YAML mapping, aliases resolved.
+type pair struct{ key, val *yaml.Node }
+
+// mapping returns the pairs of mapping n, reporting a node of another kind,
+// keys that are not scalars and duplicate keys.
+func (p *parser) mapping(path string, n *yaml.Node) ([]pair, bool) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "expected a mapping, got %s", describe(n))
+		return nil, false
+	}
+	pairs := make([]pair, 0, len(n.Content)/2)
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			p.errorf(k, path, "expected a key, got %s", describe(k))
+		case seen[k.Value] != nil:
+			p.errorf(k, "", "duplicate key %q (first at line %d)", k.Value, seen[k.Value].Line)
+		default:
+			seen[k.Value] = k
+			pairs = append(pairs, pair{k, v})
+		}
+	}
+	return pairs, true
+}
+
+// fields reads mapping n whose keys must be among known; keys in
+// unsupported are recognized but rejected. It returns the value of each key
+// present, or nil when n is not a mapping.
+func (p *parser) fields(path string, n *yaml.Node, known []string, unsupported ...string) map[string]*yaml.Node {
+	pairs, ok := p.mapping(path, n)
+	if !ok {
+		return nil
+	}
+	f := make(map[string]*yaml.Node, len(pairs))
+	for _, kv := range pairs {
+		switch key := kv.key.Value; {
+		case slices.Contains(known, key):
+			f[key] = kv.val
+		case slices.Contains(unsupported, key):
+			p.errorf(kv.key, "", "%q is not supported yet by this build of acp-router", key)
+		default:
+			p.errorf(kv.key, "", "unknown key %q%s", key, suggest(key, slices.Concat(known, unsupported)))
+		}
+	}
+	return f
+}
+
+// require reports each key missing from f, the fields of mapping n.
+func (p *parser) require(path string, n *yaml.Node, f map[string]*yaml.Node, keys ...string) {
+	for _, k := range keys {
+		if f[k] == nil {
+			p.errorf(n, path, "missing required key %q", k)
+		}
+	}
+}
+
+// deref resolves a YAML alias (*name) to the node it names.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+// describe names the kind of n for "expected X, got Y" messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return "an empty value"
+	case "!!bool":
+		return "a boolean"
+	case "!!int", "!!float":
+		return "a number"
+	}
+	return fmt.Sprintf("the string %q", n.Value)
+}
+
+func quote(ss []string) []string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return q
+}
+
+// suggest returns ` (did you mean "x"?)` for the candidate closest to key,
+// if one is within an edit distance of 2, else "".
+func suggest(key string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := editDistance(key, c); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}

@@ -1,0 +1,124 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+// The router advertises the union of its agents' prompt and MCP
+// capabilities (merge.Capabilities); what one agent lacks is adapted here
+// before it reaches that agent.
+
+func agentCaps(inst *upstream.Instance) acp.AgentCapabilities {
+	if init := inst.Init(); init != nil {
+		return init.AgentCapabilities
+	}
+	return acp.AgentCapabilities{}
+}
+
+// adaptNewSession drops MCP servers whose transport the agent does not
+// support and additionalDirectories when the agent does not take them, with
+// a warning: the session still starts.
+func adaptNewSession(p json.RawMessage, inst *upstream.Instance, log hclog.Logger) json.RawMessage {
+	caps := agentCaps(inst)
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(p, &fields) != nil {
+		return p
+	}
+	changed := false
+	if dirs, ok := fields["additionalDirectories"]; ok && !acp.Supported(caps.SessionCapabilities.AdditionalDirectories) {
+		log.Warn("agent does not support additional directories; they are not passed", "agent", inst.Agent.Name(), "directories", string(dirs))
+		delete(fields, "additionalDirectories")
+		changed = true
+	}
+	var servers []json.RawMessage
+	if json.Unmarshal(fields["mcpServers"], &servers) == nil {
+		kept := make([]json.RawMessage, 0, len(servers))
+		for _, srv := range servers {
+			var s struct {
+				Name string `json:"name"`
+				Type string `json:"type"`
+			}
+			json.Unmarshal(srv, &s)
+			if (s.Type == "http" && !caps.MCPCapabilities.HTTP) || (s.Type == "sse" && !caps.MCPCapabilities.SSE) {
+				log.Warn("agent does not support this MCP transport; server left out", "agent", inst.Agent.Name(), "server", s.Name, "transport", s.Type)
+				changed = true
+				continue
+			}
+			kept = append(kept, srv)
+		}
+		if changed {
+			fields["mcpServers"], _ = json.Marshal(kept)
+		}
+	}
+	if !changed {
+		return p
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return p
+	}
+	return out
+}
+
+// adaptPrompt rewrites content blocks the agent cannot take: images and
+// audio become a text marker naming the mime type, an embedded resource
+// becomes its text.
+func adaptPrompt(p json.RawMessage, inst *upstream.Instance, log hclog.Logger) json.RawMessage {
+	pc := agentCaps(inst).PromptCapabilities
+	if pc.Image && pc.Audio && pc.EmbeddedContext {
+		return p
+	}
+	var fields map[string]json.RawMessage
+	var blocks []json.RawMessage
+	if json.Unmarshal(p, &fields) != nil || json.Unmarshal(fields["prompt"], &blocks) != nil {
+		return p
+	}
+	changed := false
+	for i, b := range blocks {
+		var blk struct {
+			Type     string `json:"type"`
+			MimeType string `json:"mimeType"`
+			Resource struct {
+				URI      string  `json:"uri"`
+				Text     *string `json:"text"`
+				MimeType string  `json:"mimeType"`
+			} `json:"resource"`
+		}
+		if json.Unmarshal(b, &blk) != nil {
+			continue
+		}
+		var text string
+		switch {
+		case blk.Type == "image" && !pc.Image:
+			text = fmt.Sprintf("[image (%s) omitted: %s does not accept images]", blk.MimeType, inst.Agent.Title())
+		case blk.Type == "audio" && !pc.Audio:
+			text = fmt.Sprintf("[audio (%s) omitted: %s does not accept audio]", blk.MimeType, inst.Agent.Title())
+		case blk.Type == "resource" && !pc.EmbeddedContext:
+			if blk.Resource.Text != nil {
+				text = *blk.Resource.Text
+			} else {
+				text = fmt.Sprintf("[file %s (%s) omitted: %s does not accept embedded files]", blk.Resource.URI, blk.Resource.MimeType, inst.Agent.Title())
+			}
+		default:
+			continue
+		}
+		blocks[i], _ = json.Marshal(map[string]string{"type": "text", "text": text})
+		changed = true
+	}
+	if !changed {
+		return p
+	}
+	log.Debug("prompt content adapted to the agent's capabilities", "agent", inst.Agent.Name())
+	fields["prompt"], _ = json.Marshal(blocks)
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return p
+	}
+	return out
+}

@@ -1,0 +1,389 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+// maxUnbound bounds the updates held per agent instance for sessions not
+// bound yet (an agent may announce a session before answering session/new).
+const maxUnbound = 256
+
+// agentHandler handles one agent instance's requests and notifications, in
+// that agent's read loop.
+type agentHandler struct {
+	r    *Router
+	inst *upstream.Instance
+}
+
+func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	ctx = context.WithoutCancel(ctx)
+	switch {
+	case req.Method == acp.MethodCancelRequest:
+		h.r.agentCancelRequest(ctx, h.inst, req)
+	case req.Notif:
+		h.r.agentNotification(ctx, h.inst, req)
+	default:
+		h.r.agentRequest(ctx, h.inst, req)
+	}
+}
+
+// interceptAgent is the relay's hot path: session/update notifications go
+// from the agent's read path straight to the editor's write queue, as the
+// agent's own bytes unless an id must be translated.
+func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
+	if m.Kind != acp.KindNotification || m.Method != acp.MethodSessionUpdate {
+		return false
+	}
+	var ref acp.SessionRef
+	if json.Unmarshal(m.Params, &ref) != nil || ref.SessionID == "" {
+		r.log.Warn("session/update without a sessionId dropped", "agent", inst.Agent.Name())
+		return true
+	}
+	r.mu.Lock()
+	var s *Session
+	if id, ok := r.sessionIDs.Lookup(tableKey(inst), ref.SessionID); ok {
+		s = r.sessions[id]
+	}
+	if s == nil {
+		key := tableKey(inst)
+		if len(r.unbound[key]) >= maxUnbound {
+			r.log.Warn("update for an unknown session dropped", "agent", inst.Agent.Name(), "session", ref.SessionID)
+			r.unbound[key] = r.unbound[key][1:]
+		}
+		r.unbound[key] = append(r.unbound[key], m)
+		r.mu.Unlock()
+		return true
+	}
+	r.mu.Unlock()
+	s.deliver(inst, r.updateLine(s, m))
+	return true
+}
+
+// updateLine is the line the editor gets for an agent's session/update.
+func (r *Router) updateLine(s *Session, m *acp.Message) []byte {
+	if s.ID == s.DownID {
+		return m.Raw
+	}
+	p, err := acp.SetField(m.Params, "sessionId", s.ID)
+	if err != nil {
+		return m.Raw
+	}
+	line, err := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Method  string          `json:"method"`
+		Params  json.RawMessage `json:"params"`
+	}{"2.0", m.Method, p})
+	if err != nil {
+		return m.Raw
+	}
+	return line
+}
+
+// agentRequest forwards an agent's request to the editor with its session
+// id translated, unless the editor lacks the capability it needs, it names
+// a terminal the agent did not create, or it breaks ACP's rules on paths.
+// The answer is relayed back with the agent's id.
+func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request) {
+	reply := func(res json.RawMessage, err error) {
+		if err := inst.Peer().Reply(context.Background(), req.ID, res, err); err != nil {
+			r.log.Debug("cannot answer the agent", "agent", inst.Agent.Name(), "method", req.Method, "error", err)
+		}
+	}
+	p := params(req)
+	if err := r.checkAgentCall(inst, req.Method, p); err != nil {
+		reply(nil, err)
+		return
+	}
+	sid, p, err := r.toEditorSession(inst, req.Method, p)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	if req.Method == acp.MethodElicitationCreate {
+		if p, err = r.translateElicitation(inst, p); err != nil {
+			reply(nil, err)
+			return
+		}
+	}
+	agentID := acp.RawID(req.ID)
+	c, err := r.editor.Call(ctx, req.Method, paramsAny(p), agentID, nil)
+	if err != nil {
+		reply(nil, acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil))
+		return
+	}
+	o := &outgoing{inst: inst, agentID: agentID, editorID: c.ID, session: sid}
+	r.mu.Lock()
+	r.toEditor[idKey(c.ID)] = o
+	r.mu.Unlock()
+	go func() {
+		res, err := c.Wait(ctx)
+		r.mu.Lock()
+		delete(r.toEditor, idKey(c.ID))
+		r.mu.Unlock()
+		if err == jsonrpc2.ErrClosed {
+			err = acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
+		}
+		if err == nil {
+			r.trackTerminal(inst, req.Method, sid, p, res)
+		}
+		reply(res, err)
+	}()
+}
+
+// checkAgentCall refuses what the editor did not advertise (the router
+// answers; the editor never sees it), terminals the agent does not own, and
+// relative paths.
+func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.RawMessage) error {
+	caps := r.caps()
+	missing := func(cap string) error {
+		return acp.NewError(acp.CodeMethodNotFound, fmt.Sprintf("acp-router: the editor does not support %s (clientCapabilities.%s)", method, cap), map[string]string{"method": method})
+	}
+	switch method {
+	case acp.MethodReadTextFile, acp.MethodWriteTextFile:
+		if method == acp.MethodReadTextFile && !caps.FS.ReadTextFile {
+			return missing("fs.readTextFile")
+		}
+		if method == acp.MethodWriteTextFile && !caps.FS.WriteTextFile {
+			return missing("fs.writeTextFile")
+		}
+		var fp struct {
+			Path string `json:"path"`
+		}
+		if p == nil || json.Unmarshal(p, &fp) != nil || !filepath.IsAbs(fp.Path) {
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute path, got %q", method, fp.Path), nil)
+		}
+	case acp.MethodTerminalCreate:
+		if !caps.Terminal {
+			return missing("terminal")
+		}
+	case acp.MethodTerminalOutput, acp.MethodTerminalWaitForExit, acp.MethodTerminalKill, acp.MethodTerminalRelease:
+		if !caps.Terminal {
+			return missing("terminal")
+		}
+		var tp struct {
+			TerminalID string `json:"terminalId"`
+		}
+		json.Unmarshal(p, &tp)
+		r.mu.Lock()
+		t, ok := r.terminals[tp.TerminalID]
+		r.mu.Unlock()
+		if !ok || t.agent != inst.Agent.Name() {
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown terminal %q", tp.TerminalID), nil)
+		}
+	case acp.MethodElicitationCreate:
+		if caps.Elicitation == nil {
+			return missing("elicitation")
+		}
+		var ep struct {
+			Mode string `json:"mode"`
+		}
+		json.Unmarshal(p, &ep)
+		if (ep.Mode == "url" && !acp.Supported(caps.Elicitation.URL)) || (ep.Mode != "url" && !acp.Supported(caps.Elicitation.Form)) {
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: the editor does not support %q elicitation", ep.Mode), nil)
+		}
+	}
+	return nil
+}
+
+// toEditorSession translates params.sessionId from the agent's id to the
+// router's. A standard session-scoped call for a session the router does
+// not know is refused; extension calls pass unchanged.
+func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.RawMessage) (string, json.RawMessage, error) {
+	var ref acp.SessionRef
+	if p == nil || json.Unmarshal(p, &ref) != nil || ref.SessionID == "" {
+		return "", p, nil
+	}
+	r.mu.Lock()
+	id, ok := r.sessionIDs.Lookup(tableKey(inst), ref.SessionID)
+	r.mu.Unlock()
+	if !ok {
+		if acp.IsExtension(method) {
+			return "", p, nil
+		}
+		return "", nil, errUnknownSession(ref.SessionID)
+	}
+	return id, rewriteSessionID(p, ref.SessionID, id), nil
+}
+
+// translateElicitation maps a request-scoped elicitation onto the editor's
+// id for that request, and keeps URL elicitation ids of different agents
+// apart.
+func (r *Router) translateElicitation(inst *upstream.Instance, p json.RawMessage) (json.RawMessage, error) {
+	var ep struct {
+		RequestID     json.RawMessage `json:"requestId"`
+		ElicitationID *string         `json:"elicitationId"`
+	}
+	if json.Unmarshal(p, &ep) != nil {
+		return p, nil
+	}
+	var err error
+	if ep.RequestID != nil {
+		editorID := r.editorRequestFor(inst, ep.RequestID)
+		if editorID == nil {
+			return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: elicitation for an unknown request", nil)
+		}
+		if p, err = acp.SetField(p, "requestId", editorID); err != nil {
+			return nil, err
+		}
+	}
+	if ep.ElicitationID != nil {
+		r.mu.Lock()
+		id := r.elicits.Out(inst.Agent.Name(), *ep.ElicitationID)
+		r.mu.Unlock()
+		if id != *ep.ElicitationID {
+			if p, err = acp.SetField(p, "elicitationId", id); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return p, nil
+}
+
+// editorRequestFor finds the editor's id of a request the router forwarded
+// to inst as agentID.
+func (r *Router) editorRequestFor(inst *upstream.Instance, agentID json.RawMessage) json.RawMessage {
+	want := idKey(agentID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for editorKey, f := range r.forwards {
+		if f.inst == inst && idKey(f.agentID) == want {
+			var raw json.RawMessage
+			if editorKey[0] == 's' {
+				raw, _ = json.Marshal(editorKey[1:])
+			} else {
+				raw = json.RawMessage(editorKey[1:])
+			}
+			return raw
+		}
+	}
+	return nil
+}
+
+// trackTerminal records which agent created a terminal, so that only it
+// may use it and it is released when that agent goes away.
+func (r *Router) trackTerminal(inst *upstream.Instance, method, sid string, p, res json.RawMessage) {
+	var t struct {
+		TerminalID string `json:"terminalId"`
+	}
+	switch method {
+	case acp.MethodTerminalCreate:
+		if json.Unmarshal(res, &t) == nil && t.TerminalID != "" {
+			r.mu.Lock()
+			r.terminals[t.TerminalID] = terminal{agent: inst.Agent.Name(), session: sid}
+			r.mu.Unlock()
+		}
+	case acp.MethodTerminalRelease:
+		if json.Unmarshal(p, &t) == nil {
+			r.mu.Lock()
+			delete(r.terminals, t.TerminalID)
+			r.mu.Unlock()
+		}
+	}
+}
+
+// agentNotification forwards an agent's notification (other than
+// session/update, which the relay handles) with ids translated.
+func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request) {
+	p := params(req)
+	if req.Method == acp.MethodElicitationComplete {
+		caps := r.caps()
+		if caps.Elicitation == nil || !acp.Supported(caps.Elicitation.URL) {
+			return
+		}
+		var ep struct {
+			ElicitationID string `json:"elicitationId"`
+		}
+		json.Unmarshal(p, &ep)
+		r.mu.Lock()
+		id, ok := r.elicits.Lookup(inst.Agent.Name(), ep.ElicitationID)
+		if ok {
+			r.elicits.Remove(id)
+		}
+		r.mu.Unlock()
+		if !ok {
+			return
+		}
+		p, _ = acp.SetField(p, "elicitationId", id)
+	} else {
+		_, translated, err := r.toEditorSession(inst, req.Method, p)
+		if err != nil {
+			r.log.Debug("notification for an unknown session dropped", "agent", inst.Agent.Name(), "method", req.Method)
+			return
+		}
+		p = translated
+	}
+	if err := r.editor.Notify(ctx, req.Method, paramsAny(p)); err != nil {
+		r.log.Debug("cannot forward notification", "method", req.Method, "error", err)
+	}
+}
+
+// agentCancelRequest forwards an agent's $/cancel_request for one of its
+// requests the editor still has.
+func (r *Router) agentCancelRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request) {
+	var cp struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if req.Params == nil || json.Unmarshal(*req.Params, &cp) != nil {
+		return
+	}
+	want := idKey(cp.RequestID)
+	r.withdraw(func(o *outgoing) bool { return o.inst == inst && idKey(o.agentID) == want })
+}
+
+// withdraw sends the editor $/cancel_request for the router's pending
+// requests that match; the editor's answers are relayed as usual.
+func (r *Router) withdraw(match func(*outgoing) bool) {
+	r.mu.Lock()
+	var ids []json.RawMessage
+	for _, o := range r.toEditor {
+		if match(o) {
+			ids = append(ids, o.editorID)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range ids {
+		msg, _ := json.Marshal(map[string]json.RawMessage{"requestId": id})
+		if err := r.editor.Notify(context.Background(), acp.MethodCancelRequest, json.RawMessage(msg)); err != nil {
+			r.log.Debug("cannot withdraw request", "error", err)
+		}
+	}
+}
+
+// agentExited cleans up after an agent instance: its requests to the
+// editor are withdrawn and its terminals killed and released (DESIGN §7).
+func (r *Router) agentExited(inst *upstream.Instance, err error) {
+	go func() {
+		r.withdraw(func(o *outgoing) bool { return o.inst == inst })
+		r.mu.Lock()
+		delete(r.unbound, tableKey(inst))
+		var gone []string
+		sessions := map[string]string{}
+		for id, t := range r.terminals {
+			if t.agent == inst.Agent.Name() {
+				gone = append(gone, id)
+				sessions[id] = t.session
+				delete(r.terminals, id)
+			}
+		}
+		r.mu.Unlock()
+		if r.editor == nil {
+			return
+		}
+		for _, id := range gone {
+			p, _ := json.Marshal(map[string]string{"sessionId": sessions[id], "terminalId": id})
+			for _, method := range []string{acp.MethodTerminalKill, acp.MethodTerminalRelease} {
+				if c, err := r.editor.Call(context.Background(), method, json.RawMessage(p), nil, nil); err == nil {
+					c.Wait(context.Background())
+				}
+			}
+		}
+	}()
+}

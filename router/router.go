@@ -1,0 +1,429 @@
+// Package router is the editor-facing ACP agent: it owns router sessions,
+// routes them to agents, translates ids that would collide, forwards every
+// message in order in both directions and answers what no agent should see
+// (DESIGN §5, §7).
+//
+// Concurrency follows STYLE.md: handlers run in a connection's read loop and
+// never wait there. Requests are dispatched inline (so they keep their order
+// on the wire) and their answers awaited in a goroutine; session updates
+// are relayed in the agent's read path, so every update an agent sent
+// before a response is queued for the editor before that response.
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+// Options tune a Router; zero values take the defaults in brackets.
+type Options struct {
+	Logger  hclog.Logger
+	Version string // reported in agentInfo
+	// InitBudget bounds how long initialize waits for the routing default
+	// agent [3s].
+	InitBudget time.Duration
+	// OpenDelay: session updates for a new session are held until this long
+	// after the session/new response (Zed drops earlier ones) [50ms].
+	OpenDelay time.Duration
+	// DrainGrace: after a synthetic "cancelled", how long the agent may take
+	// to really end the turn before it is restarted [30s].
+	DrainGrace time.Duration
+	// ForceAgent routes every new session to this agent (try --agent).
+	ForceAgent string
+	// MaxLine bounds one message from the editor [acp.DefaultMaxLine].
+	MaxLine int
+	// Upstream timings, for tests; see upstream.Options.
+	ShutdownGrace, KillGrace time.Duration
+}
+
+// Router serves one editor connection.
+type Router struct {
+	cfg    *config.Config
+	opts   Options
+	log    hclog.Logger
+	agents []*upstream.Agent
+	byName map[string]*upstream.Agent
+	editor *acp.Peer
+
+	mu         sync.Mutex
+	initParams json.RawMessage // the editor's initialize params, for agents
+	clientCaps acp.ClientCapabilities
+	sessions   map[string]*Session
+	sessionIDs *merge.IDTable              // (agent, downstream id) ↔ router session id
+	auth       map[string]merge.AuthMethod // advertised auth method id → owner
+	forwards   map[string]*forward         // editor request id → its forward to an agent
+	held       map[string]func()
+	toEditor   map[string]*outgoing // router requests to the editor, by editor-side id
+	terminals  map[string]terminal  // terminal id → owner
+	elicits    *merge.IDTable       // (agent, elicitationId) ↔ editor-side id
+	unbound    map[string][]*acp.Message
+}
+
+// forward is an editor request in flight at an agent.
+type forward struct {
+	inst    *upstream.Instance
+	agentID json.RawMessage // the request's id on the agent connection
+}
+
+// outgoing is an agent request in flight at the editor.
+type outgoing struct {
+	inst     *upstream.Instance
+	agentID  json.RawMessage
+	editorID json.RawMessage
+	session  string // router session id, or ""
+}
+
+type terminal struct {
+	agent   string
+	session string // router session id
+}
+
+// New builds a router for cfg. Agents start when the editor initializes.
+func New(cfg *config.Config, opts Options) *Router {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.InitBudget == 0 {
+		opts.InitBudget = 3 * time.Second
+	}
+	if opts.OpenDelay == 0 {
+		opts.OpenDelay = 50 * time.Millisecond
+	}
+	if opts.DrainGrace == 0 {
+		opts.DrainGrace = 30 * time.Second
+	}
+	r := &Router{
+		cfg:        cfg,
+		opts:       opts,
+		log:        opts.Logger,
+		byName:     map[string]*upstream.Agent{},
+		sessions:   map[string]*Session{},
+		sessionIDs: merge.NewIDTable(),
+		auth:       map[string]merge.AuthMethod{},
+		forwards:   map[string]*forward{},
+		held:       map[string]func(){},
+		toEditor:   map[string]*outgoing{},
+		terminals:  map[string]terminal{},
+		elicits:    merge.NewIDTable(),
+		unbound:    map[string][]*acp.Message{},
+	}
+	uopts := upstream.Options{
+		Logger:        opts.Logger.Named("agent"),
+		StateDir:      cfg.StateDir,
+		Handler:       func(i *upstream.Instance) jsonrpc2.Handler { return agentHandler{r, i} },
+		Intercept:     r.interceptAgent,
+		InitParams:    r.agentInitParams,
+		OnExit:        r.agentExited,
+		ShutdownGrace: opts.ShutdownGrace,
+		KillGrace:     opts.KillGrace,
+	}
+	for _, ac := range cfg.Agents {
+		a := upstream.New(ac, uopts)
+		r.agents = append(r.agents, a)
+		r.byName[ac.Name] = a
+	}
+	return r
+}
+
+// Serve speaks ACP to the editor on in/out until the editor closes its
+// input or ctx ends, then shuts every agent down.
+func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
+	r.editor = acp.NewPeer(ctx, in, out, acp.StreamOptions{
+		MaxLine:       r.opts.MaxLine,
+		Blocking:      true, // a slow editor slows the agents down: intended
+		AnswerInvalid: true,
+		Logger:        r.log.Named("editor"),
+	}, editorHandler{r})
+	select {
+	case <-r.editor.Done():
+		r.log.Info("editor closed the connection")
+	case <-ctx.Done():
+		r.log.Info("shutting down", "reason", context.Cause(ctx))
+	}
+	r.shutdown()
+	return nil
+}
+
+// shutdown stops every agent concurrently, then flushes what is queued for
+// the editor.
+func (r *Router) shutdown() {
+	var wg sync.WaitGroup
+	for _, a := range r.agents {
+		wg.Go(a.Stop)
+	}
+	wg.Wait()
+	r.editor.Close()
+	select {
+	case <-r.editor.Stream().Done():
+	case <-time.After(time.Second):
+	}
+}
+
+// editorHandler handles the editor's requests and notifications, in the
+// editor's read loop.
+type editorHandler struct{ r *Router }
+
+func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	r := h.r
+	ctx = context.WithoutCancel(ctx)
+	switch req.Method {
+	case acp.MethodInitialize:
+		go r.replyTo(req)(r.initialize(ctx, req))
+	case acp.MethodAuthenticate:
+		go r.replyTo(req)(r.authenticate(ctx, req))
+	case acp.MethodLogout:
+		go r.replyTo(req)(r.logout(ctx, req))
+	case acp.MethodSessionNew:
+		r.newSession(ctx, req)
+	case acp.MethodSessionPrompt:
+		r.prompt(ctx, req)
+	case acp.MethodSessionCancel:
+		r.cancel(ctx, req)
+	case acp.MethodCancelRequest:
+		r.cancelRequest(ctx, req)
+	case acp.MethodSessionClose:
+		r.closeSession(ctx, req)
+	case acp.MethodSetMode, acp.MethodSetConfigOption, acp.MethodSetModel:
+		r.forwardToSession(ctx, req)
+	case acp.MethodSessionLoad, acp.MethodSessionResume, acp.MethodSessionList, acp.MethodSessionDelete, acp.MethodSessionFork:
+		// Not advertised (initialize): the router cannot honour them across
+		// agents yet, and passing one to a single agent would create a
+		// session the router does not know.
+		r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router does not support "+req.Method+" yet", map[string]string{"method": req.Method}))
+	default:
+		r.forwardUnknown(ctx, req)
+	}
+}
+
+// replyTo returns a function answering req on the editor connection. A nil
+// function is returned for notifications.
+func (r *Router) replyTo(req *jsonrpc2.Request) func(json.RawMessage, error) {
+	return func(res json.RawMessage, err error) {
+		if req.Notif {
+			return
+		}
+		if err := r.editor.Reply(context.Background(), req.ID, res, err); err != nil {
+			r.log.Debug("cannot answer the editor", "method", req.Method, "error", err)
+		}
+	}
+}
+
+// params returns a request's params for re-sending: untyped nil when absent
+// (a nil *json.RawMessage would send "params":null).
+func params(req *jsonrpc2.Request) json.RawMessage {
+	if req.Params == nil {
+		return nil
+	}
+	return *req.Params
+}
+
+func paramsAny(p json.RawMessage) any {
+	if p == nil {
+		return nil
+	}
+	return p
+}
+
+func idKey(id json.RawMessage) string {
+	if len(id) > 0 && id[0] == '"' {
+		var s string
+		if json.Unmarshal(id, &s) == nil {
+			return "s" + s
+		}
+	}
+	return "n" + string(id)
+}
+
+// instKey names an agent-side id: the same id may be in flight on two
+// agent connections.
+func instKey(inst *upstream.Instance, id json.RawMessage) string {
+	return fmt.Sprintf("%s#%d/%s", inst.Agent.Name(), inst.Gen, idKey(id))
+}
+
+// forwardCall sends req to an agent and relays the answer to the editor,
+// passed through fix when set. It returns at once; the request can be
+// withdrawn with $/cancel_request.
+func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage, fix func(json.RawMessage, error) (json.RawMessage, error)) {
+	reply := r.replyTo(req)
+	editorID := acp.RawID(req.ID)
+	c, err := inst.Peer().Call(ctx, req.Method, paramsAny(p), editorID, nil)
+	if err != nil {
+		reply(nil, inst.Agent.Error(inst, err))
+		return
+	}
+	key := idKey(editorID)
+	r.mu.Lock()
+	r.forwards[key] = &forward{inst: inst, agentID: c.ID}
+	r.mu.Unlock()
+	go func() {
+		res, err := c.Wait(ctx)
+		r.mu.Lock()
+		delete(r.forwards, key)
+		r.mu.Unlock()
+		if err != nil {
+			err = inst.Agent.Error(inst, err)
+		}
+		if fix != nil {
+			res, err = fix(res, err)
+		}
+		reply(res, err)
+	}()
+}
+
+// hold registers a request the router holds itself (waiting for an agent
+// to start) so that $/cancel_request can end it: the returned context is
+// cancelled then. release unregisters it.
+func (r *Router) hold(ctx context.Context, req *jsonrpc2.Request) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	r.holdFunc(req, cancel)
+	return ctx, func() {
+		r.unhold(req)
+		cancel()
+	}
+}
+
+// holdFunc registers what $/cancel_request for req does while the router
+// holds it.
+func (r *Router) holdFunc(req *jsonrpc2.Request, cancel func()) {
+	if req.Notif {
+		return
+	}
+	r.mu.Lock()
+	r.held[idKey(acp.RawID(req.ID))] = cancel
+	r.mu.Unlock()
+}
+
+func (r *Router) unhold(req *jsonrpc2.Request) { r.unholdKey(idKey(acp.RawID(req.ID))) }
+
+func (r *Router) unholdKey(key string) {
+	r.mu.Lock()
+	delete(r.held, key)
+	r.mu.Unlock()
+}
+
+var errCancelled = acp.NewError(acp.CodeRequestCancelled, "request cancelled", nil)
+
+// cancelRequest handles the editor's $/cancel_request: forwarded to the
+// agent working on it (its answer is relayed), answered -32800 when the
+// router holds the request itself (STYLE.md).
+func (r *Router) cancelRequest(ctx context.Context, req *jsonrpc2.Request) {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.RequestID == nil {
+		return
+	}
+	key := idKey(p.RequestID)
+	r.mu.Lock()
+	f := r.forwards[key]
+	cancel := r.held[key]
+	r.mu.Unlock()
+	switch {
+	case f != nil:
+		msg, _ := acp.SetField(params(req), "requestId", f.agentID)
+		if err := f.inst.Peer().Notify(ctx, acp.MethodCancelRequest, msg); err != nil {
+			r.log.Debug("cannot forward $/cancel_request", "error", err)
+		}
+	case cancel != nil:
+		r.unholdKey(key)
+		cancel()
+	}
+}
+
+// forwardUnknown sends a method the router does not know to the agent of
+// the session it names, else to the routing default agent, and relays the
+// answer (DESIGN §5). Only when no agent can take it does the router answer
+// -32601 itself.
+func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
+	p := params(req)
+	if s, down := r.sessionOf(p); s != nil {
+		inst, err := s.instance()
+		if err == nil {
+			p = rewriteSessionID(p, s.ID, down)
+			r.forwardOrNotify(ctx, req, inst, p, nil)
+			return
+		}
+	}
+	go func() {
+		ctx, done := r.hold(ctx, req)
+		defer done()
+		inst, err := r.byName[r.defaultAgent()].Ready(ctx)
+		if err != nil {
+			r.log.Debug("no agent for method", "method", req.Method, "error", err)
+			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "method not found", map[string]string{"method": req.Method}))
+			return
+		}
+		r.forwardOrNotify(ctx, req, inst, p, nil)
+	}()
+}
+
+func (r *Router) forwardOrNotify(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage, fix func(json.RawMessage, error) (json.RawMessage, error)) {
+	if req.Notif {
+		if err := inst.Peer().Notify(ctx, req.Method, paramsAny(p)); err != nil {
+			r.log.Debug("cannot forward notification", "method", req.Method, "error", err)
+		}
+		return
+	}
+	r.forwardCall(ctx, req, inst, p, fix)
+}
+
+func (r *Router) defaultAgent() string {
+	if r.opts.ForceAgent != "" {
+		return r.opts.ForceAgent
+	}
+	return r.cfg.Routing.Default
+}
+
+// sessionOf finds the router session named by params.sessionId, with the
+// session's downstream id.
+func (r *Router) sessionOf(p json.RawMessage) (*Session, string) {
+	if p == nil {
+		return nil, ""
+	}
+	var ref acp.SessionRef
+	if json.Unmarshal(p, &ref) != nil || ref.SessionID == "" {
+		return nil, ""
+	}
+	r.mu.Lock()
+	s := r.sessions[ref.SessionID]
+	r.mu.Unlock()
+	if s == nil {
+		return nil, ""
+	}
+	return s, s.DownID
+}
+
+// rewriteSessionID replaces params.sessionId when from and to differ.
+func rewriteSessionID(p json.RawMessage, from, to string) json.RawMessage {
+	if from == to || p == nil {
+		return p
+	}
+	out, err := acp.SetField(p, "sessionId", to)
+	if err != nil {
+		return p
+	}
+	return out
+}
+
+// errUnknownSession answers requests naming a session the router does not have.
+func errUnknownSession(id string) error {
+	return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown session %q", id), map[string]string{"sessionId": id})
+}
+
+func isRPCError(err error, code int64) bool {
+	var e *jsonrpc2.Error
+	return errors.As(err, &e) && e.Code == code
+}

@@ -1,0 +1,704 @@
+// Package upstream owns one downstream agent: its process (spawned in its own
+// process group), the ACP connection to it, initialize, stderr re-logging,
+// restart with a bounded budget, stall detection and the shutdown sequence
+// (DESIGN §7).
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
+)
+
+// Errors an agent reports; they are wrapped with the reason.
+var (
+	// ErrCrashLoop: the agent used up its restart budget.
+	ErrCrashLoop = errors.New("restarted too often")
+	// ErrStopped: the agent was stopped by the router.
+	ErrStopped = errors.New("stopped")
+)
+
+// Options are shared by all agents of a router.
+type Options struct {
+	Logger   hclog.Logger
+	StateDir string
+	// Handler answers the agent's requests and notifications on a new
+	// connection (the router's agent side).
+	Handler func(*Instance) jsonrpc2.Handler
+	// Intercept sees the agent's messages in the read path (the relay).
+	Intercept func(*Instance, *acp.Message) bool
+	// InitParams returns the initialize params sent to the agent.
+	InitParams func() json.RawMessage
+	// OnExit is called once when a running or starting instance ends.
+	OnExit func(*Instance, error)
+
+	// Shutdown timings (DESIGN §7): after stdin is closed the group gets
+	// ShutdownGrace to go away, then SIGTERM and KillGrace, then SIGKILL.
+	ShutdownGrace time.Duration
+	KillGrace     time.Duration
+	// At most RestartLimit restarts per RestartWindow.
+	RestartLimit  int
+	RestartWindow time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = 2 * time.Second
+	}
+	if o.KillGrace == 0 {
+		o.KillGrace = 2 * time.Second
+	}
+	if o.RestartLimit == 0 {
+		o.RestartLimit = 5
+	}
+	if o.RestartWindow == 0 {
+		o.RestartWindow = time.Minute
+	}
+}
+
+// State of an agent.
+type State int
+
+const (
+	Stopped State = iota
+	Starting
+	Running
+	Failed
+)
+
+func (s State) String() string {
+	return [...]string{"stopped", "starting", "running", "failed"}[s]
+}
+
+// Agent is one configured agent and its current process, if any.
+type Agent struct {
+	Config config.Agent
+	opts   Options
+	log    hclog.Logger
+	tail   *tail
+
+	mu       sync.Mutex
+	inst     *Instance // the current or last instance
+	state    State
+	err      error       // why the last instance failed
+	restarts []time.Time // restarts within the window
+	gen      int
+	auth     string // remembered authenticate methodId, replayed on restart
+}
+
+// New returns a stopped agent.
+func New(cfg config.Agent, opts Options) *Agent {
+	opts.defaults()
+	return &Agent{Config: cfg, opts: opts, log: opts.Logger.Named(cfg.Name), tail: newTail(20, 512)}
+}
+
+// Name is the agent's configured name.
+func (a *Agent) Name() string { return a.Config.Name }
+
+// Title is the agent's display name.
+func (a *Agent) Title() string {
+	if a.Config.Title != "" {
+		return a.Config.Title
+	}
+	return a.Config.Name
+}
+
+// Instance is one run of the agent process.
+type Instance struct {
+	Agent *Agent
+	Gen   int // increases with every start
+
+	cmd     *exec.Cmd
+	pgid    int
+	peer    *acp.Peer
+	started time.Time
+	ready   chan struct{} // closed when initialize finished (either way)
+	exited  chan struct{} // closed when the process has been reaped
+
+	mu       sync.Mutex
+	init     *acp.InitializeResult
+	initRaw  json.RawMessage
+	err      error // first failure of this instance
+	stopping bool
+}
+
+// Peer is the connection to the agent.
+func (i *Instance) Peer() *acp.Peer { return i.peer }
+
+// Init is the agent's initialize result (nil until it answered).
+func (i *Instance) Init() *acp.InitializeResult {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.init
+}
+
+// InitRaw is the agent's initialize result as sent.
+func (i *Instance) InitRaw() json.RawMessage {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.initRaw
+}
+
+// Exited is closed once the process has exited and been reaped.
+func (i *Instance) Exited() <-chan struct{} { return i.exited }
+
+func (i *Instance) fail(err error) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.err != nil {
+		return false
+	}
+	i.err = err
+	return true
+}
+
+// Status reports the agent's state and, when failed, why.
+func (a *Agent) Status() (State, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state, a.err
+}
+
+// Current returns the running instance, or nil.
+func (a *Agent) Current() *Instance {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != Running {
+		return nil
+	}
+	return a.inst
+}
+
+// Start begins starting the agent unless it is starting or running. It does
+// not wait; Ready does. A restart counts against the restart budget.
+func (a *Agent) Start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, err := a.startLocked()
+	return err
+}
+
+func (a *Agent) startLocked() (*Instance, error) {
+	if a.state == Starting || a.state == Running {
+		return a.inst, nil
+	}
+	var delay time.Duration
+	if a.inst != nil { // a restart
+		now := time.Now()
+		kept := a.restarts[:0]
+		for _, t := range a.restarts {
+			if now.Sub(t) < a.opts.RestartWindow {
+				kept = append(kept, t)
+			}
+		}
+		a.restarts = kept
+		if len(a.restarts) >= a.opts.RestartLimit {
+			next := a.restarts[0].Add(a.opts.RestartWindow)
+			return nil, fmt.Errorf("%w: %d restarts within %s; the last failure was: %v; the router tries again after %s",
+				ErrCrashLoop, len(a.restarts), a.opts.RestartWindow, a.err, next.Format(time.TimeOnly))
+		}
+		delay = min(100*time.Millisecond<<len(a.restarts), 2*time.Second)
+		a.restarts = append(a.restarts, now)
+	}
+	a.gen++
+	inst := &Instance{Agent: a, Gen: a.gen, ready: make(chan struct{}), exited: make(chan struct{})}
+	a.inst, a.state, a.err = inst, Starting, nil
+	go a.run(inst, delay)
+	return inst, nil
+}
+
+// Ready starts the agent if needed (a failed or exited agent is restarted,
+// within the budget; a successful `acp-router login` since the last start
+// restarts it too) and waits until it answered initialize, at most the
+// startup timeout.
+func (a *Agent) Ready(ctx context.Context) (*Instance, error) {
+	a.mu.Lock()
+	if a.state == Running && a.loginSince(a.inst.started) {
+		a.log.Info("login finished; restarting agent")
+		old := a.inst
+		a.state = Stopped
+		a.mu.Unlock()
+		a.stopInstance(old)
+		a.mu.Lock()
+	}
+	inst, err := a.startLocked()
+	a.mu.Unlock()
+	if err != nil {
+		return nil, a.wrap(err)
+	}
+	timer := time.NewTimer(a.Config.StartupTimeout)
+	defer timer.Stop()
+	select {
+	case <-inst.ready:
+	case <-timer.C:
+		err := fmt.Errorf("did not answer initialize within %s", a.Config.StartupTimeout)
+		a.failInstance(inst, err)
+		return nil, a.wrap(err)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	inst.mu.Lock()
+	err = inst.err
+	inst.mu.Unlock()
+	if err != nil {
+		return nil, a.wrap(err)
+	}
+	return inst, nil
+}
+
+// Wait returns once the current start attempt has finished, or ctx ends.
+func (a *Agent) Wait(ctx context.Context) {
+	a.mu.Lock()
+	inst := a.inst
+	a.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	select {
+	case <-inst.ready:
+	case <-ctx.Done():
+	}
+}
+
+func (a *Agent) wrap(err error) error {
+	return fmt.Errorf("agent %q: %w", a.Config.Name, err)
+}
+
+// run starts the process and initializes it.
+func (a *Agent) run(inst *Instance, delay time.Duration) {
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	err := a.spawn(inst)
+	if err == nil {
+		err = a.initialize(inst)
+	}
+	if err != nil {
+		a.failInstance(inst, err)
+		close(inst.ready)
+		return
+	}
+	a.mu.Lock()
+	if a.inst == inst && a.state == Starting {
+		a.state = Running
+	}
+	a.mu.Unlock()
+	close(inst.ready)
+}
+
+func (a *Agent) spawn(inst *Instance) error {
+	cfg := a.Config
+	cmd := exec.Command(cfg.Command, cfg.Args...)
+	cmd.Dir = cfg.Cwd
+	cmd.Env = Environ(cfg, os.Environ())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	// Our own pipes rather than cmd.StdoutPipe: Wait would close those as
+	// soon as the process exits, losing output still buffered in them.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	err = cmd.Start()
+	closeAll(inR, outW, errW)
+	if err != nil {
+		closeAll(inW, outR, errR)
+		return fmt.Errorf("start %q: %w", cfg.Command, err)
+	}
+	inst.cmd, inst.pgid, inst.started = cmd, cmd.Process.Pid, time.Now()
+	a.log.Info("agent started", "pid", cmd.Process.Pid, "command", cfg.Command)
+
+	go a.relayStderr(errR)
+	var handler jsonrpc2.Handler = noHandler{}
+	if a.opts.Handler != nil {
+		handler = a.opts.Handler(inst)
+	}
+	var intercept func(*acp.Message) bool
+	if a.opts.Intercept != nil {
+		intercept = func(m *acp.Message) bool { return a.opts.Intercept(inst, m) }
+	}
+	inst.peer = acp.NewPeer(context.Background(), outR, inW, acp.StreamOptions{
+		StallTimeout: cfg.StallTimeout,
+		OnFail:       func(err error) { a.failInstance(inst, err) },
+		Intercept:    intercept,
+		Logger:       a.log,
+	}, handler)
+	go a.reap(inst)
+	return nil
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// initialize sends initialize and, if the editor authenticated with this
+// agent before, replays authenticate.
+func (a *Agent) initialize(inst *Instance) error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.Config.StartupTimeout)
+	defer cancel()
+	var params json.RawMessage
+	if a.opts.InitParams != nil {
+		params = a.opts.InitParams()
+	}
+	if params == nil {
+		params = json.RawMessage(`{"protocolVersion":1,"clientCapabilities":{}}`)
+	}
+	raw, err := a.call(ctx, inst, acp.MethodInitialize, params)
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	var res acp.InitializeResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return fmt.Errorf("initialize: malformed result: %w", err)
+	}
+	if res.ProtocolVersion != acp.ProtocolVersion {
+		return fmt.Errorf("initialize: the agent speaks ACP version %d; acp-router speaks %d", res.ProtocolVersion, acp.ProtocolVersion)
+	}
+	inst.mu.Lock()
+	inst.init, inst.initRaw = &res, raw
+	inst.mu.Unlock()
+	a.saveInit(raw)
+	a.mu.Lock()
+	method := a.auth
+	a.mu.Unlock()
+	if method != "" {
+		if _, err := a.call(ctx, inst, acp.MethodAuthenticate, map[string]string{"methodId": method}); err != nil {
+			a.log.Warn("replaying authenticate failed", "method", method, "error", err)
+		}
+	}
+	return nil
+}
+
+// call sends a request and waits, giving up when the process exits.
+func (a *Agent) call(ctx context.Context, inst *Instance, method string, params any) (json.RawMessage, error) {
+	c, err := inst.peer.Call(ctx, method, params, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-inst.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, err := c.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		select {
+		case <-inst.exited:
+			return nil, errors.New("the agent exited")
+		default:
+		}
+		return nil, fmt.Errorf("no answer: %w", ctx.Err())
+	}
+	return res, err
+}
+
+// SetAuth remembers the method the editor authenticated with, so that it is
+// replayed after a restart.
+func (a *Agent) SetAuth(methodID string) {
+	a.mu.Lock()
+	a.auth = methodID
+	a.mu.Unlock()
+}
+
+// reap waits for the process and records how it ended.
+func (a *Agent) reap(inst *Instance) {
+	err := inst.cmd.Wait()
+	if err == nil {
+		err = errors.New("exited with status 0")
+	} else {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			err = fmt.Errorf("exited: %s", exit.ProcessState)
+		}
+	}
+	close(inst.exited)
+	inst.mu.Lock()
+	stopping := inst.stopping
+	inst.mu.Unlock()
+	if stopping {
+		a.log.Debug("agent exited", "status", err)
+	} else {
+		a.log.Error("agent exited unexpectedly", "status", err)
+	}
+	a.failInstance(inst, err)
+	// Give the reader a moment to drain what the agent wrote before it
+	// exited; a grandchild may keep the pipe open, so do not wait for EOF.
+	time.AfterFunc(200*time.Millisecond, func() { inst.peer.Close() })
+}
+
+// failInstance records the first failure of inst, marks the agent failed
+// and kills the process group when it is still there.
+func (a *Agent) failInstance(inst *Instance, err error) {
+	if !inst.fail(err) {
+		return
+	}
+	a.mu.Lock()
+	current := a.inst == inst
+	if current && a.state != Stopped {
+		a.state, a.err = Failed, err
+	}
+	a.mu.Unlock()
+	inst.mu.Lock()
+	stopping := inst.stopping
+	inst.mu.Unlock()
+	if !stopping {
+		a.log.Error("agent failed", "error", err)
+	}
+	if inst.peer != nil {
+		select {
+		case <-inst.exited:
+		default:
+			if !stopping {
+				// Hung or broken: the connection is unusable, so pending
+				// calls fail now, and the process goes away.
+				inst.peer.Stream().Abort(err)
+				go a.kill(inst)
+			}
+		}
+	}
+	if a.opts.OnExit != nil {
+		a.opts.OnExit(inst, err)
+	}
+}
+
+// Stop shuts the agent down (DESIGN §7) and leaves it stopped.
+func (a *Agent) Stop() {
+	a.mu.Lock()
+	inst := a.inst
+	if inst == nil || a.state == Stopped {
+		a.mu.Unlock()
+		return
+	}
+	a.state, a.err = Stopped, ErrStopped
+	a.mu.Unlock()
+	a.stopInstance(inst)
+}
+
+// Restart ends the current instance as failed (reason); the next Ready
+// starts a new one.
+func (a *Agent) Restart(reason error) {
+	a.mu.Lock()
+	inst := a.inst
+	a.mu.Unlock()
+	if inst != nil {
+		a.failInstance(inst, reason)
+	}
+}
+
+// stopInstance: close stdin, give the group ShutdownGrace to go away, then
+// SIGTERM the group, KillGrace, SIGKILL. The group is signalled even when
+// the agent itself already exited, for what it left behind.
+func (a *Agent) stopInstance(inst *Instance) {
+	inst.mu.Lock()
+	if inst.stopping || inst.cmd == nil {
+		inst.mu.Unlock()
+		<-inst.exited
+		return
+	}
+	inst.stopping = true
+	inst.mu.Unlock()
+
+	inst.peer.Close()
+	if a.waitGroupGone(inst, a.opts.ShutdownGrace) {
+		return
+	}
+	a.log.Info("agent did not exit after stdin was closed; sending SIGTERM", "pgid", inst.pgid)
+	syscall.Kill(-inst.pgid, syscall.SIGTERM)
+	if a.waitGroupGone(inst, a.opts.KillGrace) {
+		return
+	}
+	a.log.Warn("agent did not exit after SIGTERM; sending SIGKILL", "pgid", inst.pgid)
+	syscall.Kill(-inst.pgid, syscall.SIGKILL)
+	<-inst.exited
+}
+
+// kill ends a broken instance without the stdin grace period: SIGTERM to
+// the group, KillGrace, SIGKILL.
+func (a *Agent) kill(inst *Instance) {
+	inst.mu.Lock()
+	if inst.stopping || inst.cmd == nil {
+		inst.mu.Unlock()
+		return
+	}
+	inst.stopping = true
+	inst.mu.Unlock()
+	inst.peer.Close()
+	syscall.Kill(-inst.pgid, syscall.SIGTERM)
+	if !a.waitGroupGone(inst, a.opts.KillGrace) {
+		syscall.Kill(-inst.pgid, syscall.SIGKILL)
+	}
+}
+
+// waitGroupGone waits until the agent has been reaped and nothing is left
+// in its process group.
+func (a *Agent) waitGroupGone(inst *Instance, d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-inst.exited:
+			if syscall.Kill(-inst.pgid, 0) == syscall.ESRCH {
+				return true
+			}
+		default:
+		}
+		select {
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// Error turns a failure of a call to this agent into the JSON-RPC error the
+// editor gets: it names the agent in message and carries data.agent and the
+// redacted stderr tail (DESIGN §7). An agent's own *jsonrpc2.Error is
+// returned unchanged.
+func (a *Agent) Error(inst *Instance, err error) *jsonrpc2.Error {
+	var rpcErr *jsonrpc2.Error
+	if errors.As(err, &rpcErr) {
+		return rpcErr
+	}
+	if inst != nil && errors.Is(err, jsonrpc2.ErrClosed) {
+		// The connection closed: say why, once the process is gone.
+		select {
+		case <-inst.exited:
+		case <-time.After(time.Second):
+		}
+		inst.mu.Lock()
+		if inst.err != nil {
+			err = inst.err
+		}
+		inst.mu.Unlock()
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, a.Config.Name) {
+		msg = fmt.Sprintf("agent %q: %s", a.Config.Name, msg)
+	}
+	return acp.NewError(acp.CodeInternalError, "acp-router: "+msg, map[string]string{
+		"agent":      a.Config.Name,
+		"stderrTail": a.tail.String(),
+	})
+}
+
+// StderrTail is the agent's last stderr lines, secrets redacted.
+func (a *Agent) StderrTail() string { return a.tail.String() }
+
+type noHandler struct{}
+
+func (noHandler) Handle(ctx context.Context, c *jsonrpc2.Conn, r *jsonrpc2.Request) {
+	if !r.Notif {
+		c.ReplyWithError(ctx, r.ID, &jsonrpc2.Error{Code: acp.CodeMethodNotFound, Message: "method not found"})
+	}
+}
+
+// Environ builds an agent's environment (DESIGN §4 env_inherit).
+func Environ(cfg config.Agent, parent []string) []string {
+	var env []string
+	for _, kv := range parent {
+		name, _, _ := strings.Cut(kv, "=")
+		if cfg.EnvInherit == config.EnvInheritMinimal && !minimalVar(name) {
+			continue
+		}
+		if _, override := cfg.Env[name]; override {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for k, v := range cfg.Env {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+func minimalVar(name string) bool {
+	switch name {
+	case "PATH", "HOME", "LANG", "TERM", "TMPDIR":
+		return true
+	}
+	return strings.HasPrefix(name, "XDG_")
+}
+
+// CachedInit is the agent's last initialize result saved in the state dir,
+// or nil.
+func (a *Agent) CachedInit() json.RawMessage {
+	if a.opts.StateDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(a.initFile())
+	if err != nil || !json.Valid(b) {
+		return nil
+	}
+	return b
+}
+
+func (a *Agent) initFile() string {
+	return filepath.Join(a.opts.StateDir, "agents", a.Config.Name+".initialize.json")
+}
+
+func (a *Agent) saveInit(raw json.RawMessage) {
+	if a.opts.StateDir == "" {
+		return
+	}
+	if err := writeFileAtomic(a.initFile(), raw); err != nil {
+		a.log.Warn("cannot cache initialize result", "error", err)
+	}
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
