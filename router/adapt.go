@@ -24,15 +24,14 @@ func agentCaps(inst *upstream.Instance) acp.AgentCapabilities {
 // adaptNewSession drops MCP servers whose transport the agent does not
 // support and additionalDirectories when the agent does not take them, with
 // a warning: the session still starts.
-func adaptNewSession(p json.RawMessage, inst *upstream.Instance, log hclog.Logger) json.RawMessage {
-	caps := agentCaps(inst)
+func adaptNewSession(p json.RawMessage, caps acp.AgentCapabilities, agent string, log hclog.Logger) json.RawMessage {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(p, &fields) != nil {
 		return p
 	}
 	changed := false
 	if dirs, ok := fields["additionalDirectories"]; ok && !acp.Supported(caps.SessionCapabilities.AdditionalDirectories) {
-		log.Warn("agent does not support additional directories; they are not passed", "agent", inst.Agent.Name(), "directories", string(dirs))
+		log.Warn("agent does not support additional directories; they are not passed", "agent", agent, "directories", string(dirs))
 		delete(fields, "additionalDirectories")
 		changed = true
 	}
@@ -46,7 +45,7 @@ func adaptNewSession(p json.RawMessage, inst *upstream.Instance, log hclog.Logge
 			}
 			json.Unmarshal(srv, &s)
 			if (s.Type == "http" && !caps.MCPCapabilities.HTTP) || (s.Type == "sse" && !caps.MCPCapabilities.SSE) {
-				log.Warn("agent does not support this MCP transport; server left out", "agent", inst.Agent.Name(), "server", s.Name, "transport", s.Type)
+				log.Warn("agent does not support this MCP transport; server left out", "agent", agent, "server", s.Name, "transport", s.Type)
 				changed = true
 				continue
 			}
@@ -69,8 +68,8 @@ func adaptNewSession(p json.RawMessage, inst *upstream.Instance, log hclog.Logge
 // adaptPrompt rewrites content blocks the agent cannot take: images and
 // audio become a text marker naming the mime type, an embedded resource
 // becomes its text.
-func adaptPrompt(p json.RawMessage, inst *upstream.Instance, log hclog.Logger) json.RawMessage {
-	pc := agentCaps(inst).PromptCapabilities
+func adaptPrompt(p json.RawMessage, caps acp.AgentCapabilities, title string) json.RawMessage {
+	pc := caps.PromptCapabilities
 	if pc.Image && pc.Audio && pc.EmbeddedContext {
 		return p
 	}
@@ -96,14 +95,14 @@ func adaptPrompt(p json.RawMessage, inst *upstream.Instance, log hclog.Logger) j
 		var text string
 		switch {
 		case blk.Type == "image" && !pc.Image:
-			text = fmt.Sprintf("[image (%s) omitted: %s does not accept images]", blk.MimeType, inst.Agent.Title())
+			text = fmt.Sprintf("[image (%s) omitted: %s does not accept images]", blk.MimeType, title)
 		case blk.Type == "audio" && !pc.Audio:
-			text = fmt.Sprintf("[audio (%s) omitted: %s does not accept audio]", blk.MimeType, inst.Agent.Title())
+			text = fmt.Sprintf("[audio (%s) omitted: %s does not accept audio]", blk.MimeType, title)
 		case blk.Type == "resource" && !pc.EmbeddedContext:
 			if blk.Resource.Text != nil {
 				text = *blk.Resource.Text
 			} else {
-				text = fmt.Sprintf("[file %s (%s) omitted: %s does not accept embedded files]", blk.Resource.URI, blk.Resource.MimeType, inst.Agent.Title())
+				text = fmt.Sprintf("[file %s (%s) omitted: %s does not accept embedded files]", blk.Resource.URI, blk.Resource.MimeType, title)
 			}
 		default:
 			continue
@@ -114,7 +113,6 @@ func adaptPrompt(p json.RawMessage, inst *upstream.Instance, log hclog.Logger) j
 	if !changed {
 		return p
 	}
-	log.Debug("prompt content adapted to the agent's capabilities", "agent", inst.Agent.Name())
 	fields["prompt"], _ = json.Marshal(blocks)
 	out, err := json.Marshal(fields)
 	if err != nil {

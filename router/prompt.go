@@ -77,7 +77,7 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 	}
 	t.inst = inst
 	p := rewriteSessionID(params(t.req), s.ID, s.DownID)
-	p = adaptPrompt(p, inst, r.log)
+	p = adaptPrompt(p, agentCaps(inst), inst.Agent.Title())
 	editorID := acp.RawID(t.req.ID)
 	c, err := inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, nil)
 	if err != nil {

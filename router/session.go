@@ -106,7 +106,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			reply(nil, r.startError(a, err))
 			return
 		}
-		r.createSession(ctx, req, inst, adaptNewSession(p, inst, r.log), cwd, enforce)
+		r.createSession(ctx, req, inst, adaptNewSession(p, agentCaps(inst), inst.Agent.Name(), r.log), cwd, enforce)
 	}()
 }
 

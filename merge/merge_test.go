@@ -1,0 +1,180 @@
+package merge
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/acp-router/acp-router/acp"
+)
+
+// fixtureInit returns the initialize result recorded in a real agent's wire
+// transcript (testdata/real-agents, copied from shared/fixtures).
+func fixtureInit(t *testing.T, name string) acp.InitializeResult {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "testdata", "real-agents", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg struct {
+				Result json.RawMessage `json:"result"`
+			} `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg.Result == nil {
+			continue
+		}
+		var res acp.InitializeResult
+		if json.Unmarshal(line.Msg.Result, &res) == nil && res.ProtocolVersion == 1 {
+			return res
+		}
+	}
+	t.Fatalf("%s: no initialize result", name)
+	return acp.InitializeResult{}
+}
+
+func TestCapabilitiesFromRealAgents(t *testing.T) {
+	claude := fixtureInit(t, "claude-agent-acp-0.23.1.jsonl")
+	codex := fixtureInit(t, "codex-acp-0.16.0-mock.jsonl")
+	gemini := fixtureInit(t, "gemini-cli-0.61.0-mock.jsonl")
+	goExample := fixtureInit(t, "go-example-agent.jsonl")
+
+	tests := []struct {
+		name   string
+		agents []acp.InitializeResult
+		want   string
+	}{
+		{"go example only: nothing but the router's own session capabilities", []acp.InitializeResult{goExample},
+			`{"promptCapabilities":{},"mcpCapabilities":{},"sessionCapabilities":{"additionalDirectories":{},"close":{}},"auth":{}}`},
+		{"claude + go example: union of prompt and MCP", []acp.InitializeResult{claude, goExample},
+			`{"promptCapabilities":{"image":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},"sessionCapabilities":{"additionalDirectories":{},"close":{}},"auth":{}}`},
+		{"codex brings logout, gemini audio", []acp.InitializeResult{codex, gemini},
+			`{"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},"sessionCapabilities":{"additionalDirectories":{},"close":{}},"auth":{"logout":{}}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var caps []acp.AgentCapabilities
+			for _, a := range tt.agents {
+				caps = append(caps, a.AgentCapabilities)
+			}
+			got, err := json.Marshal(Capabilities(caps))
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertJSONEqual(t, got, []byte(tt.want))
+		})
+	}
+}
+
+func TestCapabilitiesNeverPromisesLoadOrList(t *testing.T) {
+	// claude advertises loadSession, list, resume, fork: the router cannot
+	// honour them across agents yet, so they must not reach the editor.
+	claude := fixtureInit(t, "agentclientprotocol-claude-agent-acp-0.100.0.jsonl")
+	got := Capabilities([]acp.AgentCapabilities{claude.AgentCapabilities})
+	if got.LoadSession || got.SessionCapabilities.List != nil || got.SessionCapabilities.Resume != nil || got.SessionCapabilities.Delete != nil {
+		t.Fatalf("router advertises session capabilities it does not honour: %+v", got)
+	}
+}
+
+func TestAuthMethodsFromRealAgents(t *testing.T) {
+	gemini := fixtureInit(t, "gemini-cli-0.61.0-mock.jsonl")
+	codex := fixtureInit(t, "codex-acp-0.16.0-mock.jsonl")
+	terminal := []json.RawMessage{
+		json.RawMessage(`{"id":"gemini-api-key","name":"Other agent's key","_meta":{"x":1}}`),
+		json.RawMessage(`{"id":"login","type":"terminal","name":"Log in","args":["--login"],"env":{"A":"1"}}`),
+		json.RawMessage(`{"name":"no id"}`),
+	}
+	got, table := AuthMethods([]AgentAuth{
+		{Agent: "gemini", Methods: gemini.AuthMethods},
+		{Agent: "codex", Methods: codex.AuthMethods},
+		{Agent: "other", Methods: terminal},
+	}, func(agent string, args []string) []string {
+		return append([]string{"login", agent, "--"}, args...)
+	})
+
+	var ids []string
+	for _, m := range got {
+		var am acp.AuthMethod
+		if err := json.Unmarshal(m, &am); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, am.ID)
+	}
+	wantIDs := []string{"oauth-personal", "gemini-api-key", "vertex-ai", "gateway", "chatgpt", "codex-api-key", "openai-api-key", "other:gemini-api-key", "login"}
+	if !slices.Equal(ids, wantIDs) {
+		t.Fatalf("ids = %q, want %q", ids, wantIDs)
+	}
+	// The collision was rewritten and maps back; _meta survives.
+	assertJSONEqual(t, got[7], []byte(`{"id":"other:gemini-api-key","name":"Other agent's key","_meta":{"x":1}}`))
+	if m := table["other:gemini-api-key"]; m != (AuthMethod{Agent: "other", ID: "gemini-api-key"}) {
+		t.Errorf("table[other:gemini-api-key] = %+v", m)
+	}
+	if m := table["gemini-api-key"]; m.Agent != "gemini" {
+		t.Errorf("the first agent keeps its id: %+v", m)
+	}
+	// Terminal methods are rewritten to re-launch the router's login.
+	assertJSONEqual(t, got[8], []byte(`{"id":"login","type":"terminal","name":"Log in","args":["login","other","--","--login"],"env":{"A":"1"}}`))
+	if m := table["login"]; !m.Terminal || m.Agent != "other" {
+		t.Errorf("table[login] = %+v", m)
+	}
+	// codex's env_var methods (a type the router does not know) pass as sent.
+	assertJSONEqual(t, got[5], codex.AuthMethods[1])
+}
+
+func TestIDTable(t *testing.T) {
+	tab := NewIDTable()
+	steps := []struct {
+		agent, id, want string
+	}{
+		{"claude", "sess-1", "sess-1"},        // first use passes through
+		{"codex", "sess-1", "sess-1~codex"},   // collision: rewritten
+		{"claude", "sess-1", "sess-1"},        // stable
+		{"codex", "sess-2", "sess-2"},         // no collision: passes
+		{"gemini", "sess-1", "sess-1~gemini"}, // another collision
+		{"x", "sess-1~codex", "sess-1~codex~x"},
+		{"y", "sess-1~codex", "sess-1~codex~y"},
+	}
+	for _, s := range steps {
+		if got := tab.Out(s.agent, s.id); got != s.want {
+			t.Fatalf("Out(%s, %s) = %q, want %q", s.agent, s.id, got, s.want)
+		}
+	}
+	for _, s := range steps {
+		agent, id, ok := tab.In(s.want)
+		if !ok || agent != s.agent || id != s.id {
+			t.Errorf("In(%q) = %s %s %v, want %s %s", s.want, agent, id, ok, s.agent, s.id)
+		}
+	}
+	tab.Remove("sess-1")
+	if _, _, ok := tab.In("sess-1"); ok {
+		t.Error("removed id still maps back")
+	}
+	if _, ok := tab.Lookup("claude", "sess-1"); ok {
+		t.Error("removed id still maps out")
+	}
+	if got := tab.Out("codex", "sess-1"); got != "sess-1~codex" {
+		t.Errorf("remaining mapping changed: %q", got)
+	}
+}
+
+func assertJSONEqual(t *testing.T, got, want []byte) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("got invalid JSON %s: %v", got, err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatalf("want invalid JSON %s: %v", want, err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("JSON differs\n got: %s\nwant: %s", got, want)
+	}
+}
