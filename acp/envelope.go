@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Kind is what a JSON-RPC message is.
@@ -77,21 +78,34 @@ func Classify(line []byte) (*Message, error) {
 		}
 		return m, ErrBatch
 	}
-	var e envelope
-	if err := json.Unmarshal(line, &e); err != nil {
+	// A map, not a struct: encoding/json matches struct fields without
+	// regard to case, so {"method":"a","Method":"b"} would read as "b" here
+	// and as "a" in jsonrpc2's Request and in the peer the line is relayed to.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(line, &fields); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
 			return m, fmt.Errorf("%w: top level must be an object", ErrNotRPC)
 		}
 		return m, ErrParse
 	}
+	e := envelope{JSONRPC: fields["jsonrpc"], ID: fields["id"], Method: fields["method"],
+		Params: fields["params"], Result: fields["result"], Error: fields["error"]}
 	m.ID, m.Params, m.Result, m.Error = e.ID, e.Params, e.Result, e.Error
-	if e.JSONRPC != nil && string(e.JSONRPC) != `"2.0"` {
-		return m, fmt.Errorf(`%w: "jsonrpc" must be "2.0"`, ErrNotRPC)
-	}
+	// The id first: every later error is answered with m.ID.
 	if m.ID != nil && !validID(m.ID) {
 		m.ID = nil
 		return m, fmt.Errorf("%w: id must be a string, a number or null", ErrNotRPC)
+	}
+	if e.JSONRPC != nil && string(e.JSONRPC) != `"2.0"` {
+		return m, fmt.Errorf(`%w: "jsonrpc" must be "2.0"`, ErrNotRPC)
+	}
+	for k := range fields {
+		// jsonrpc2's Response and its request/response sniffing do fold
+		// case: such a member would make it read another id or kind.
+		if name := foldedMember(k); name != "" {
+			return m, fmt.Errorf("%w: member %q is not %q (names are case-sensitive)", ErrNotRPC, k, name)
+		}
 	}
 	hasResult := e.Result != nil
 	hasError := e.Error != nil && string(e.Error) != "null"
@@ -122,6 +136,17 @@ func Classify(line []byte) (*Message, error) {
 		return m, fmt.Errorf("%w: no method, result or error", ErrNotRPC)
 	}
 	return m, nil
+}
+
+// foldedMember returns the envelope member k differs from only in case, or
+// "".
+func foldedMember(k string) string {
+	for _, name := range [...]string{"jsonrpc", "id", "method", "params", "result", "error"} {
+		if k != name && strings.EqualFold(k, name) {
+			return name
+		}
+	}
+	return ""
 }
 
 func validID(id json.RawMessage) bool {

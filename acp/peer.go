@@ -28,7 +28,12 @@ type Peer struct {
 
 	mu      sync.Mutex
 	pending map[string]func(*Message) // our requests in flight, by idKey
-	next    uint64
+	// answered: ids whose response is on its way to the Conn. They stay in
+	// pending until the Conn has resolved the call (its next read): a Call
+	// reusing one earlier would replace jsonrpc2's pending entry and be
+	// given this response.
+	answered []string
+	next     uint64
 }
 
 // NewPeer connects to a peer over r/w. h handles the peer's requests and
@@ -42,7 +47,7 @@ func NewPeer(ctx context.Context, r io.ReadCloser, w io.WriteCloser, opts Stream
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	p.conn = jsonrpc2.NewConn(ctx, p.stream, h, jsonrpc2.SetLogger(log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})))
+	p.conn = jsonrpc2.NewConn(ctx, connStream{p.stream, p}, h, jsonrpc2.SetLogger(log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})))
 	return p
 }
 
@@ -51,7 +56,10 @@ func (p *Peer) intercept(m *Message) bool {
 		key := idKey(m.ID)
 		p.mu.Lock()
 		hook, ok := p.pending[key]
-		delete(p.pending, key)
+		if ok {
+			p.pending[key] = nil // run the hook once
+			p.answered = append(p.answered, key)
+		}
 		p.mu.Unlock()
 		if ok && hook != nil {
 			hook(m)
@@ -59,6 +67,24 @@ func (p *Peer) intercept(m *Message) bool {
 		return false
 	}
 	return p.user != nil && p.user(m)
+}
+
+// connStream is the Conn's view of the stream. The Conn reads again only
+// once it has handled the previous message, so the ids answered before are
+// free from then on.
+type connStream struct {
+	*Stream
+	p *Peer
+}
+
+func (s connStream) ReadObject(v any) error {
+	s.p.mu.Lock()
+	for _, key := range s.p.answered {
+		delete(s.p.pending, key)
+	}
+	s.p.answered = s.p.answered[:0]
+	s.p.mu.Unlock()
+	return s.Stream.ReadObject(v)
 }
 
 // Stream is the peer's stream.
@@ -96,7 +122,7 @@ func (c *Call) Wait(ctx context.Context) (json.RawMessage, error) {
 func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.RawMessage, onResponse func(*Message)) (*Call, error) {
 	p.mu.Lock()
 	raw := prefer
-	if raw == nil || !reusable(raw) || p.pendingLocked(raw) {
+	if len(raw) == 0 || !reusable(raw) || p.pendingLocked(raw) {
 		for {
 			p.next++
 			raw = json.RawMessage(strconv.FormatUint(p.next, 10))

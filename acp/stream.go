@@ -157,7 +157,9 @@ func (s *Stream) ReadObject(v any) error {
 				s.answerInvalid(m.ID, jsonError(CodeInvalidRequest, "acp-router: a request id must not be null"))
 				continue
 			}
-			if !plainID(m.ID) {
+			// A string id with a NUL could be one of our tokens: a
+			// peer's answer would then be given another request's id.
+			if !plainID(m.ID) || bytes.Contains(m.ID, []byte(`\u0000`)) {
 				if m, err = s.tokenizeID(m); err != nil {
 					s.invalid(m, err)
 					continue
@@ -243,8 +245,11 @@ func (s *Stream) readLine() ([]byte, error) {
 			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
-		case errors.Is(err, io.EOF) && len(line) > 0 && !tooLong:
-			// A last line without "\n" still counts.
+		case errors.Is(err, io.EOF) && (len(line) > 0 || tooLong):
+			// A last line without "\n" still counts, and so does its limit.
+			if tooLong || len(line) > s.opts.MaxLine {
+				return nil, ErrLineTooLong
+			}
 			return line, nil
 		default:
 			return nil, err
@@ -403,7 +408,10 @@ func (s *Stream) writeLoop() {
 type progressWriter struct{ s *Stream }
 
 func (p progressWriter) Write(b []byte) (int, error) {
-	const slice = 64 << 10
+	// One page: a pipe frees room a page at a time and a write returns only
+	// when all of it is in, so with 64 KiB slices a peer reading 4 KiB every
+	// StallTimeout/10 would be declared hung.
+	const slice = 4 << 10
 	written := 0
 	for len(b) > 0 {
 		n := min(len(b), slice)

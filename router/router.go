@@ -358,9 +358,9 @@ func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
 		}
 	}
 	go func() {
-		ctx, done := r.hold(ctx, req)
-		defer done()
-		inst, err := r.byName[r.defaultAgent()].Ready(ctx)
+		held, release := r.hold(ctx, req)
+		inst, err := r.byName[r.defaultAgent()].Ready(held)
+		release()
 		if err != nil {
 			r.log.Debug("no agent for method", "method", req.Method, "error", err)
 			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "method not found", map[string]string{"method": req.Method}))

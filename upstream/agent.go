@@ -132,6 +132,8 @@ type Instance struct {
 	ready   chan struct{} // closed when initialize finished (either way)
 	exited  chan struct{} // closed when the process has been reaped
 
+	stderrDone chan struct{} // closed when its stderr reached EOF
+
 	mu       sync.Mutex
 	init     *acp.InitializeResult
 	initRaw  json.RawMessage
@@ -218,7 +220,7 @@ func (a *Agent) startLocked() (*Instance, error) {
 		a.restarts = append(a.restarts, now)
 	}
 	a.gen++
-	inst := &Instance{Agent: a, Gen: a.gen, ready: make(chan struct{}), exited: make(chan struct{})}
+	inst := &Instance{Agent: a, Gen: a.gen, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.inst, a.state, a.err = inst, Starting, nil
 	go a.run(inst, delay)
 	return inst, nil
@@ -286,11 +288,23 @@ func (a *Agent) run(inst *Instance, delay time.Duration) {
 	if delay > 0 {
 		time.Sleep(delay)
 	}
-	err := a.spawn(inst)
-	if err == nil {
-		err = a.initialize(inst)
+	if err := a.spawn(inst); err != nil {
+		// No process: nothing to reap or to wait for.
+		a.markFailed(inst, err)
+		close(inst.exited)
+		close(inst.ready)
+		return
 	}
-	if err != nil {
+	inst.mu.Lock()
+	stopped := inst.stopping // Stop came while the process was starting
+	inst.mu.Unlock()
+	if stopped {
+		a.markFailed(inst, ErrStopped)
+		close(inst.ready)
+		a.terminate(inst)
+		return
+	}
+	if err := a.initialize(inst); err != nil {
 		a.failInstance(inst, err)
 		close(inst.ready)
 		return
@@ -304,6 +318,12 @@ func (a *Agent) run(inst *Instance, delay time.Duration) {
 }
 
 func (a *Agent) spawn(inst *Instance) error {
+	inst.mu.Lock()
+	stopped := inst.stopping
+	inst.mu.Unlock()
+	if stopped {
+		return ErrStopped
+	}
 	cfg := a.Config
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	cmd.Dir = cfg.Cwd
@@ -334,10 +354,15 @@ func (a *Agent) spawn(inst *Instance) error {
 		closeAll(inW, outR, errR)
 		return fmt.Errorf("start %q: %w", cfg.Command, err)
 	}
+	inst.mu.Lock()
 	inst.cmd, inst.pgid, inst.started = cmd, cmd.Process.Pid, time.Now()
+	inst.mu.Unlock()
 	a.log.Info("agent started", "pid", cmd.Process.Pid, "command", cfg.Command)
 
-	go a.relayStderr(errR)
+	go func() {
+		a.relayStderr(errR)
+		close(inst.stderrDone)
+	}()
 	var handler jsonrpc2.Handler = noHandler{}
 	if a.opts.Handler != nil {
 		handler = a.opts.Handler(inst)
@@ -446,7 +471,12 @@ func (a *Agent) reap(inst *Instance) {
 			err = fmt.Errorf("exited: %s", exit.ProcessState)
 		}
 	}
-	close(inst.exited)
+	// Its last stderr lines belong in the error report; a grandchild may
+	// keep the pipe open, so do not wait for EOF long.
+	select {
+	case <-inst.stderrDone:
+	case <-time.After(500 * time.Millisecond):
+	}
 	inst.mu.Lock()
 	stopping := inst.stopping
 	inst.mu.Unlock()
@@ -455,21 +485,43 @@ func (a *Agent) reap(inst *Instance) {
 	} else {
 		a.log.Error("agent exited unexpectedly", "status", err)
 	}
-	a.failInstance(inst, err)
+	// Marked failed before exited is closed: whoever waits for the exit to
+	// explain a failed call finds the agent failed and restartable.
+	a.markFailed(inst, err)
+	close(inst.exited)
 	// Give the reader a moment to drain what the agent wrote before it
 	// exited; a grandchild may keep the pipe open, so do not wait for EOF.
 	time.AfterFunc(200*time.Millisecond, func() { inst.peer.Close() })
 }
 
-// failInstance records the first failure of inst, marks the agent failed
-// and kills the process group when it is still there.
+// failInstance records the first failure of a live instance (hung, broken
+// or timed out), marks the agent failed and ends the process: its
+// connection is unusable, so pending calls fail now.
 func (a *Agent) failInstance(inst *Instance, err error) {
-	if !inst.fail(err) {
+	if !a.markFailed(inst, err) || inst.peer == nil {
 		return
 	}
+	inst.mu.Lock()
+	stopping := inst.stopping
+	inst.mu.Unlock()
+	select {
+	case <-inst.exited:
+	default:
+		if !stopping {
+			inst.peer.Stream().Abort(err)
+			go a.kill(inst)
+		}
+	}
+}
+
+// markFailed records the first failure of inst and marks the agent failed
+// (unless it was stopped on purpose). It reports whether err was the first.
+func (a *Agent) markFailed(inst *Instance, err error) bool {
+	if !inst.fail(err) {
+		return false
+	}
 	a.mu.Lock()
-	current := a.inst == inst
-	if current && a.state != Stopped {
+	if a.inst == inst && a.state != Stopped {
 		a.state, a.err = Failed, err
 	}
 	a.mu.Unlock()
@@ -479,21 +531,10 @@ func (a *Agent) failInstance(inst *Instance, err error) {
 	if !stopping {
 		a.log.Error("agent failed", "error", err)
 	}
-	if inst.peer != nil {
-		select {
-		case <-inst.exited:
-		default:
-			if !stopping {
-				// Hung or broken: the connection is unusable, so pending
-				// calls fail now, and the process goes away.
-				inst.peer.Stream().Abort(err)
-				go a.kill(inst)
-			}
-		}
-	}
 	if a.opts.OnExit != nil {
 		a.opts.OnExit(inst, err)
 	}
+	return true
 }
 
 // Stop shuts the agent down (DESIGN §7) and leaves it stopped.
@@ -520,19 +561,24 @@ func (a *Agent) Restart(reason error) {
 	}
 }
 
-// stopInstance: close stdin, give the group ShutdownGrace to go away, then
-// SIGTERM the group, KillGrace, SIGKILL. The group is signalled even when
-// the agent itself already exited, for what it left behind.
+// stopInstance shuts an instance down and waits until it is gone. An
+// instance still being spawned is ended by run once its process exists.
 func (a *Agent) stopInstance(inst *Instance) {
 	inst.mu.Lock()
-	if inst.stopping || inst.cmd == nil {
-		inst.mu.Unlock()
-		<-inst.exited
-		return
-	}
+	first := !inst.stopping
 	inst.stopping = true
+	spawned := inst.cmd != nil
 	inst.mu.Unlock()
+	if first && spawned {
+		a.terminate(inst)
+	}
+	<-inst.exited
+}
 
+// terminate: close stdin, give the group ShutdownGrace to go away, then
+// SIGTERM the group, KillGrace, SIGKILL. The group is signalled even when
+// the agent itself already exited, for what it left behind (DESIGN §7).
+func (a *Agent) terminate(inst *Instance) {
 	inst.peer.Close()
 	if a.waitGroupGone(inst, a.opts.ShutdownGrace) {
 		return

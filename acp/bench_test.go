@@ -1,0 +1,111 @@
+package acp
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+// repeatReader yields line n times.
+type repeatReader struct {
+	line []byte
+	n    int
+	off  int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 && r.n > 0 {
+		c := copy(p, r.line[r.off:])
+		p, written, r.off = p[c:], written+c, r.off+c
+		if r.off == len(r.line) {
+			r.off, r.n = 0, r.n-1
+		}
+	}
+	if written == 0 && r.n == 0 {
+		return 0, io.EOF
+	}
+	return written, nil
+}
+
+// updateLine is a session/update notification of about size bytes, shaped
+// like an agent_message_chunk.
+func updateLine(tb testing.TB, size int) []byte {
+	tb.Helper()
+	head := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"0199a3c2-7f1e-7c3b-9d5e-2f4b8a6c1e90","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"`
+	tail := `"}}}}`
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog. \\n", size)[:size-len(head)-len(tail)]
+	text = strings.TrimSuffix(text, `\`) // never end on half an escape
+	line := []byte(head + text + tail)
+	if !json.Valid(line) {
+		tb.Fatal("benchmark line is not JSON")
+	}
+	return line
+}
+
+// BenchmarkStreamRelay is the router's hot path: an agent's session/update
+// lines read by ReadObject and forwarded byte for byte by an Intercept that
+// WriteRaw's them to the editor's stream. "discard" measures the stream
+// alone; "pipe" writes to an OS pipe drained by another goroutine, as the
+// router's stdout is.
+func BenchmarkStreamRelay(b *testing.B) {
+	b.Run("discard", func(b *testing.B) { benchRelay(b, discardCloser{}) })
+	b.Run("pipe", func(b *testing.B) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		drained := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, r)
+			r.Close()
+			close(drained)
+		}()
+		benchRelay(b, w)
+		<-drained
+	})
+}
+
+func benchRelay(b *testing.B, out io.WriteCloser) {
+	line := updateLine(b, 4<<10)
+	src := &repeatReader{line: append(line, '\n'), n: b.N}
+	editor := NewStream(io.NopCloser(strings.NewReader("")), out, StreamOptions{Blocking: true})
+	agent := NewStream(io.NopCloser(src), discardCloser{}, StreamOptions{Intercept: func(m *Message) bool {
+		if m.Kind != KindNotification || m.Method != MethodSessionUpdate {
+			b.Fatalf("unexpected %s %q", m.Kind, m.Method)
+		}
+		if err := editor.WriteRaw(m.Raw); err != nil {
+			b.Fatal(err)
+		}
+		return true
+	}})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line) + 1))
+	b.ResetTimer()
+	var v json.RawMessage
+	if err := agent.ReadObject(&v); !errors.Is(err, io.EOF) {
+		b.Fatalf("ReadObject: %v", err)
+	}
+	editor.Close()
+	<-editor.Done()
+	b.StopTimer()
+	agent.Close()
+	if got, want := editor.Written(), int64(b.N)*int64(len(line)+1); got != want {
+		b.Fatalf("relayed %d bytes, want %d", got, want)
+	}
+}
+
+// BenchmarkClassify isolates the envelope decode of the same line.
+func BenchmarkClassify(b *testing.B) {
+	line := updateLine(b, 4<<10)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if _, err := Classify(line); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

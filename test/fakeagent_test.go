@@ -1,0 +1,691 @@
+package test
+
+// The fake agent: this test binary re-executed with ACP_FAKE_AGENT set. It
+// speaks ACP on stdin/stdout like a real agent (stdlib only, so that it shares
+// no code with the router) and logs on stderr. Its behaviour is scripted by
+// fakeOpts and by the text of each prompt (see runScript).
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// fakeOpts configures one fake agent. It travels as JSON in ACP_FAKE_AGENT.
+type fakeOpts struct {
+	Name          string `json:"name,omitempty"`
+	SessionPrefix string `json:"sessionPrefix,omitempty"` // default "sess-"
+	// InitDelay is a Go duration waited before answering initialize.
+	InitDelay string `json:"initDelay,omitempty"`
+	// InitResult replaces the default initialize result.
+	InitResult json.RawMessage `json:"initResult,omitempty"`
+	// ExitOnEOF (default true): exit when stdin reaches EOF.
+	ExitOnEOF     *bool `json:"exitOnEOF,omitempty"`
+	IgnoreSIGTERM bool  `json:"ignoreSIGTERM,omitempty"`
+	// Grandchild spawns a SIGTERM-ignoring sleeper in the agent's process
+	// group and writes its pid to GrandchildPidFile.
+	Grandchild        bool   `json:"grandchild,omitempty"`
+	GrandchildPidFile string `json:"grandchildPidFile,omitempty"`
+	PidFile           string `json:"pidFile,omitempty"`
+	// IdlessErrorAfterNotification answers every notification with an
+	// error response that has no id member, as Codex does.
+	IdlessErrorAfterNotification bool `json:"idlessErrorAfterNotification,omitempty"`
+	// IdlessErrorBeforeInit writes such an error just before the
+	// initialize response, while the client's initialize is pending (a
+	// naive jsonrpc2 client resolves its call 0 with it).
+	IdlessErrorBeforeInit bool `json:"idlessErrorBeforeInit,omitempty"`
+	// UpdateWithNew writes the session/new response and an
+	// available_commands_update for the new session in one write.
+	UpdateWithNew bool     `json:"updateWithNew,omitempty"`
+	StderrLines   []string `json:"stderrLines,omitempty"`
+	// LogFile gets one line per received message (its method, or
+	// "response ID") plus "start PID", "turn-end SESSION UNIXNANO",
+	// "overlap SESSION" and "hung" lines.
+	LogFile string `json:"logFile,omitempty"`
+	// FailSessionNew answers session/new with this JSON-RPC error object.
+	FailSessionNew json.RawMessage `json:"failSessionNew,omitempty"`
+	// CrashOnSessionNew prints the secret-bearing fatal line to stderr and
+	// exits 3 on every session/new (a crash loop).
+	CrashOnSessionNew bool `json:"crashOnSessionNew,omitempty"`
+}
+
+const defaultInitResult = `{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},"mcpCapabilities":{"http":false,"sse":false},"sessionCapabilities":{}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
+
+// crashLine is what the fake agent prints to stderr before it crashes. The
+// router must redact the secret in the stderr tail it shows the editor.
+const (
+	crashLine   = "fatal: boom OPENAI_API_KEY=sk-secret123"
+	crashSecret = "sk-secret123"
+)
+
+// Permission options the fake agent offers.
+const (
+	fakeAllowOption  = "allow"
+	fakeRejectOption = "reject"
+)
+
+type wireMsg struct {
+	JSONRPC string          `json:"jsonrpc,omitempty"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *RPCError       `json:"error,omitempty"`
+}
+
+type fakeAgent struct {
+	opts   fakeOpts
+	prefix string
+
+	wmu  sync.Mutex // serializes stdout writes
+	hung atomic.Bool
+
+	logMu sync.Mutex
+	logF  *os.File
+
+	initialized atomic.Bool
+
+	mu       sync.Mutex
+	nextID   int64 // own request ids start at 0, like real agents
+	pending  map[int64]chan wireMsg
+	sessions map[string]*fakeSession
+	nSess    int
+}
+
+type fakeSession struct {
+	id    string
+	cwd   string
+	turn  *fakeTurn // the running prompt turn, nil when idle
+	calls int       // tool call counter
+}
+
+type fakeTurn struct {
+	cancelled chan struct{}
+	once      sync.Once
+	nocancel  bool
+	seq       int // next "updates" sequence number
+}
+
+func (tr *fakeTurn) cancel() { tr.once.Do(func() { close(tr.cancelled) }) }
+
+func (tr *fakeTurn) isCancelled() bool {
+	if tr.nocancel {
+		return false
+	}
+	select {
+	case <-tr.cancelled:
+		return true
+	default:
+		return false
+	}
+}
+
+func runFakeAgent(optsJSON string) int {
+	var opts fakeOpts
+	if err := json.Unmarshal([]byte(optsJSON), &opts); err != nil {
+		fmt.Fprintln(os.Stderr, "fake agent: bad options:", err)
+		return 2
+	}
+	a := &fakeAgent{
+		opts:     opts,
+		prefix:   opts.SessionPrefix,
+		pending:  map[int64]chan wireMsg{},
+		sessions: map[string]*fakeSession{},
+	}
+	if a.prefix == "" {
+		a.prefix = "sess-"
+	}
+	if opts.IgnoreSIGTERM {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	orphanWatchdog()
+	if opts.LogFile != "" {
+		f, err := os.OpenFile(opts.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fake agent:", err)
+			return 2
+		}
+		a.logF = f
+	}
+	a.logf("start %d", os.Getpid())
+	if opts.PidFile != "" {
+		writeFileAtomic(opts.PidFile, strconv.Itoa(os.Getpid()))
+	}
+	if opts.Grandchild {
+		if err := a.spawnGrandchild(); err != nil {
+			fmt.Fprintln(os.Stderr, "fake agent: grandchild:", err)
+			return 2
+		}
+	}
+	for _, l := range opts.StderrLines {
+		fmt.Fprintln(os.Stderr, l)
+	}
+	fmt.Fprintf(os.Stderr, "fake agent %q: started, pid %d\n", opts.Name, os.Getpid())
+
+	sc := bufio.NewScanner(hangReader{a: a, r: os.Stdin})
+	sc.Buffer(make([]byte, 64*1024), 64<<20+4096)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(strings.TrimSpace(string(line))) == 0 {
+			continue
+		}
+		var m wireMsg
+		if err := json.Unmarshal(line, &m); err != nil {
+			fmt.Fprintf(os.Stderr, "fake agent: dropping malformed line (%d bytes): %v\n", len(line), err)
+			continue
+		}
+		a.dispatch(m)
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "fake agent: reading stdin:", err)
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "fake agent: stdin closed")
+	if opts.ExitOnEOF != nil && !*opts.ExitOnEOF {
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	return 0
+}
+
+// hangReader stops reading stdin for good once the agent runs "hang", so the
+// router's writes to it stall.
+type hangReader struct {
+	a *fakeAgent
+	r io.Reader
+}
+
+func (h hangReader) Read(p []byte) (int, error) {
+	if h.a.hung.Load() {
+		blockForever()
+	}
+	return h.r.Read(p)
+}
+
+func blockForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+func writeFileAtomic(path, content string) {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err == nil {
+		_ = os.Rename(tmp, path)
+	}
+}
+
+func (a *fakeAgent) spawnGrandchild() error {
+	cmd := exec.Command(os.Args[0])
+	// The sleeper writes its pid itself, once it ignores SIGTERM.
+	cmd.Env = append(withoutEnv(os.Environ(), envFakeAgent), envFakeSleeper+"="+a.opts.GrandchildPidFile)
+	// Same process group as the agent (no Setpgid): only a group kill
+	// reaches it. It keeps the agent's stderr open, like a tool subprocess.
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
+
+func withoutEnv(env []string, name string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (a *fakeAgent) logf(format string, args ...any) {
+	if a.logF == nil {
+		return
+	}
+	a.logMu.Lock()
+	defer a.logMu.Unlock()
+	fmt.Fprintf(a.logF, format+"\n", args...)
+}
+
+// writeRaw writes whole lines in one write syscall.
+func (a *fakeAgent) writeRaw(b []byte) {
+	if a.hung.Load() {
+		blockForever()
+	}
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if a.hung.Load() {
+		blockForever()
+	}
+	if _, err := os.Stdout.Write(b); err != nil {
+		fmt.Fprintln(os.Stderr, "fake agent: write stdout:", err)
+	}
+}
+
+func mustLine(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}
+
+func (a *fakeAgent) reply(id json.RawMessage, result any) {
+	a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+func (a *fakeAgent) replyErr(id json.RawMessage, e *RPCError) {
+	a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "id": id, "error": e}))
+}
+
+func (a *fakeAgent) notify(method string, params any) {
+	a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "method": method, "params": params}))
+}
+
+func (a *fakeAgent) update(sid string, update any) {
+	a.notify("session/update", map[string]any{"sessionId": sid, "update": update})
+}
+
+func (a *fakeAgent) say(sid, text string) {
+	a.update(sid, map[string]any{
+		"sessionUpdate": "agent_message_chunk",
+		"content":       map[string]any{"type": "text", "text": text},
+	})
+}
+
+// call sends a request to the client and waits for its answer.
+func (a *fakeAgent) call(method string, params any) (json.RawMessage, *RPCError) {
+	a.mu.Lock()
+	id := a.nextID
+	a.nextID++
+	ch := make(chan wireMsg, 1)
+	a.pending[id] = ch
+	a.mu.Unlock()
+	a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+	select {
+	case m := <-ch:
+		if m.Error != nil {
+			return nil, m.Error
+		}
+		return m.Result, nil
+	case <-time.After(60 * time.Second):
+		return nil, &RPCError{Code: -32603, Message: "fake agent: no answer to " + method}
+	}
+}
+
+func (a *fakeAgent) dispatch(m wireMsg) {
+	hasID := len(m.ID) > 0 && string(m.ID) != "null"
+	switch {
+	case m.Method != "" && hasID:
+		a.logf("%s", m.Method)
+		a.handleRequest(m)
+	case m.Method != "":
+		a.logf("%s", m.Method)
+		a.handleNotification(m)
+	default:
+		a.logf("response %s", m.ID)
+		var id int64
+		if err := json.Unmarshal(m.ID, &id); err != nil {
+			fmt.Fprintf(os.Stderr, "fake agent: response with a foreign id %s\n", m.ID)
+			return
+		}
+		a.mu.Lock()
+		ch := a.pending[id]
+		delete(a.pending, id)
+		a.mu.Unlock()
+		if ch == nil {
+			fmt.Fprintf(os.Stderr, "fake agent: response to unknown id %s\n", m.ID)
+			return
+		}
+		ch <- m
+	}
+}
+
+const idlessError = `{"jsonrpc":"2.0","error":{"code":-32600,"message":"notifications not supported"}}` + "\n"
+
+func (a *fakeAgent) handleNotification(m wireMsg) {
+	if a.opts.IdlessErrorAfterNotification {
+		a.writeRaw([]byte(idlessError))
+	}
+	if m.Method != "session/cancel" {
+		return
+	}
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.sessions[p.SessionID]; s != nil && s.turn != nil {
+		s.turn.cancel()
+	}
+}
+
+func (a *fakeAgent) handleRequest(m wireMsg) {
+	switch m.Method {
+	case "initialize":
+		go func() {
+			if d, err := time.ParseDuration(a.opts.InitDelay); err == nil {
+				time.Sleep(d)
+			}
+			res := json.RawMessage(defaultInitResult)
+			if len(a.opts.InitResult) > 0 {
+				res = a.opts.InitResult
+			}
+			if a.opts.IdlessErrorBeforeInit {
+				a.writeRaw([]byte(idlessError))
+			}
+			a.initialized.Store(true)
+			a.reply(m.ID, res)
+		}()
+	case "session/new":
+		a.sessionNew(m)
+	case "session/prompt":
+		a.prompt(m)
+	case "session/set_mode", "session/close", "authenticate", "logout":
+		a.reply(m.ID, map[string]any{})
+	case "session/set_config_option":
+		var p struct {
+			ConfigID string          `json:"configId"`
+			Value    json.RawMessage `json:"value"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		a.reply(m.ID, map[string]any{"configOptions": []any{map[string]any{
+			"id": p.ConfigID, "name": p.ConfigID, "type": "select", "currentValue": p.Value,
+			"options": []any{map[string]any{"value": p.Value, "name": string(p.Value)}},
+		}}})
+	case "_fake/echo":
+		params := m.Params
+		if len(params) == 0 {
+			params = json.RawMessage("null")
+		}
+		a.reply(m.ID, params)
+	default:
+		a.replyErr(m.ID, &RPCError{Code: -32601, Message: "Method not found",
+			Data: mustJSON(map[string]string{"method": m.Method})})
+	}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (a *fakeAgent) sessionNew(m wireMsg) {
+	if a.opts.CrashOnSessionNew {
+		fmt.Fprintln(os.Stderr, crashLine)
+		os.Exit(3)
+	}
+	if len(a.opts.FailSessionNew) > 0 {
+		var e RPCError
+		_ = json.Unmarshal(a.opts.FailSessionNew, &e)
+		a.replyErr(m.ID, &e)
+		return
+	}
+	if !a.initialized.Load() {
+		// Real agents misbehave on session/new before initialize; make it
+		// visible.
+		a.replyErr(m.ID, &RPCError{Code: -32603, Message: "fake agent: session/new before initialize was answered"})
+		return
+	}
+	var p struct {
+		Cwd string `json:"cwd"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	a.mu.Lock()
+	a.nSess++
+	sid := a.prefix + strconv.Itoa(a.nSess)
+	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd}
+	a.mu.Unlock()
+	resp := mustLine(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": map[string]any{"sessionId": sid}})
+	if a.opts.UpdateWithNew {
+		// Real agents send the first update for a new session on the very
+		// next line, often in the same write as the response.
+		upd := mustLine(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{
+			"sessionId": sid,
+			"update": map[string]any{
+				"sessionUpdate":     "available_commands_update",
+				"availableCommands": []any{map[string]any{"name": "fake-cmd", "description": "a command of the fake agent"}},
+			},
+		}})
+		resp = append(resp, upd...)
+	}
+	a.writeRaw(resp)
+}
+
+type promptParams struct {
+	SessionID string `json:"sessionId"`
+	Prompt    []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"prompt"`
+}
+
+func (a *fakeAgent) prompt(m wireMsg) {
+	var p promptParams
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		a.replyErr(m.ID, &RPCError{Code: -32602, Message: err.Error()})
+		return
+	}
+	a.mu.Lock()
+	s := a.sessions[p.SessionID]
+	if s == nil {
+		a.mu.Unlock()
+		a.replyErr(m.ID, &RPCError{Code: -32603, Message: "fake agent: unknown session " + p.SessionID})
+		return
+	}
+	if s.turn != nil {
+		a.mu.Unlock()
+		a.logf("overlap %s", p.SessionID)
+		a.replyErr(m.ID, &RPCError{Code: -32603, Message: "fake agent: a turn is already running in " + p.SessionID})
+		return
+	}
+	tr := &fakeTurn{cancelled: make(chan struct{})}
+	s.turn = tr // registered before the next line is read, so a cancel finds it
+	a.mu.Unlock()
+
+	script := ""
+	for _, b := range p.Prompt {
+		if b.Type == "text" {
+			script = b.Text
+			break
+		}
+	}
+	size := len(m.Params)
+	go func() {
+		result, rerr := a.runScript(s, tr, script, size)
+		a.mu.Lock()
+		s.turn = nil
+		a.mu.Unlock()
+		a.logf("turn-end %s %d", s.id, time.Now().UnixNano())
+		if rerr != nil {
+			a.replyErr(m.ID, rerr)
+			return
+		}
+		a.reply(m.ID, result)
+	}()
+}
+
+// runScript runs a prompt's script, one command per line:
+//
+//	say TEXT                 agent_message_chunk
+//	whoami                   say the agent's name
+//	updates N SIZE           N chunks of exactly SIZE bytes, "#%06d " + padding
+//	                         (the number continues across commands of a turn)
+//	big N                    one chunk of N bytes
+//	permission               tool_call + session/request_permission; say "permission: OUTCOME"
+//	read PATH                fs/read_text_file; say "read: CONTENT" or "read error: CODE MESSAGE"
+//	write PATH CONTENT       fs/write_text_file; say "write: ok" or "write error: CODE MESSAGE"
+//	terminal CMD ARGS...     create, wait_for_exit, output, release; say "terminal: OUTPUT"
+//	sleep DUR                (interrupted by session/cancel unless nocancel)
+//	crash                    print crashLine to stderr, exit 3
+//	hang                     never read stdin or write stdout again
+//	nocancel                 ignore session/cancel for the rest of the turn
+//	echo-size                say "size: N", N = byte length of the prompt's params
+//	stop REASON              end the turn with that stopReason
+//
+// A session/cancel (unless nocancel) ends the turn at the next command with
+// stopReason "cancelled".
+func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, paramsSize int) (any, *RPCError) {
+	stop := "end_turn"
+	for _, line := range strings.Split(script, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if tr.isCancelled() {
+			return map[string]any{"stopReason": "cancelled"}, nil
+		}
+		cmd, rest, _ := strings.Cut(line, " ")
+		args := strings.Fields(rest)
+		switch cmd {
+		case "say":
+			a.say(s.id, rest)
+		case "whoami":
+			a.say(s.id, a.opts.Name)
+		case "updates":
+			var n, size int
+			if _, err := fmt.Sscanf(rest, "%d %d", &n, &size); err != nil || size < 8 {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: bad updates command: " + line}
+			}
+			for i := 0; i < n; i++ {
+				head := fmt.Sprintf("#%06d ", tr.seq)
+				tr.seq++
+				a.say(s.id, head+strings.Repeat("u", size-len(head)))
+			}
+		case "big":
+			n, err := strconv.Atoi(rest)
+			if err != nil {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: bad big command: " + line}
+			}
+			a.say(s.id, strings.Repeat("b", n))
+		case "permission":
+			s.calls++
+			callID := fmt.Sprintf("call-%d", s.calls)
+			a.update(s.id, map[string]any{
+				"sessionUpdate": "tool_call", "toolCallId": callID, "title": "Edit a file",
+				"kind": "edit", "status": "pending",
+			})
+			res, rerr := a.call("session/request_permission", map[string]any{
+				"sessionId": s.id,
+				"toolCall":  map[string]any{"toolCallId": callID, "title": "Edit a file", "kind": "edit"},
+				"options": []any{
+					map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"},
+					map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
+				},
+			})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("permission error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			var out struct {
+				Outcome json.RawMessage `json:"outcome"`
+			}
+			_ = json.Unmarshal(res, &out)
+			a.say(s.id, "permission: "+string(out.Outcome))
+		case "read":
+			res, rerr := a.call("fs/read_text_file", map[string]any{"sessionId": s.id, "path": rest})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("read error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			var out struct {
+				Content string `json:"content"`
+			}
+			_ = json.Unmarshal(res, &out)
+			a.say(s.id, "read: "+out.Content)
+		case "write":
+			path, content, _ := strings.Cut(rest, " ")
+			_, rerr := a.call("fs/write_text_file", map[string]any{"sessionId": s.id, "path": path, "content": content})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("write error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			a.say(s.id, "write: ok")
+		case "terminal":
+			a.say(s.id, a.runTerminal(s, args))
+		case "sleep":
+			d, err := time.ParseDuration(rest)
+			if err != nil {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: bad sleep command: " + line}
+			}
+			if tr.nocancel {
+				time.Sleep(d)
+			} else {
+				select {
+				case <-time.After(d):
+				case <-tr.cancelled:
+				}
+			}
+		case "crash":
+			fmt.Fprintln(os.Stderr, crashLine)
+			os.Exit(3)
+		case "hang":
+			a.hung.Store(true)
+			a.logf("hung") // tests wait for this line: nothing is written any more
+			blockForever()
+		case "nocancel":
+			tr.nocancel = true
+		case "echo-size":
+			a.say(s.id, fmt.Sprintf("size: %d", paramsSize))
+		case "stop":
+			stop = rest
+		default:
+			return nil, &RPCError{Code: -32602, Message: "fake agent: unknown script command: " + line}
+		}
+	}
+	if tr.isCancelled() {
+		return map[string]any{"stopReason": "cancelled"}, nil
+	}
+	return map[string]any{"stopReason": stop}, nil
+}
+
+func (a *fakeAgent) runTerminal(s *fakeSession, args []string) string {
+	if len(args) == 0 {
+		return "terminal error: no command"
+	}
+	fail := func(step string, e *RPCError) string {
+		return fmt.Sprintf("terminal error: %s: %d %s", step, e.Code, e.Message)
+	}
+	res, rerr := a.call("terminal/create", map[string]any{"sessionId": s.id, "command": args[0], "args": args[1:]})
+	if rerr != nil {
+		return fail("create", rerr)
+	}
+	var created struct {
+		TerminalID string `json:"terminalId"`
+	}
+	if err := json.Unmarshal(res, &created); err != nil || created.TerminalID == "" {
+		return "terminal error: create returned " + string(res)
+	}
+	ref := map[string]any{"sessionId": s.id, "terminalId": created.TerminalID}
+	if _, rerr := a.call("terminal/wait_for_exit", ref); rerr != nil {
+		return fail("wait_for_exit", rerr)
+	}
+	res, rerr = a.call("terminal/output", ref)
+	if rerr != nil {
+		return fail("output", rerr)
+	}
+	var out struct {
+		Output string `json:"output"`
+	}
+	_ = json.Unmarshal(res, &out)
+	if _, rerr := a.call("terminal/release", ref); rerr != nil {
+		return fail("release", rerr)
+	}
+	return "terminal: " + out.Output
+}

@@ -1,0 +1,65 @@
+package test
+
+import (
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestShutdown pins DESIGN §7 shutdown: when the editor closes stdin, every
+// agent gets stdin closed → 2 s → SIGTERM to its process group → 2 s →
+// SIGKILL to the group (also when the agent itself already exited), and the
+// router exits 0. One agent exits on EOF; one ignores both EOF and SIGTERM
+// (so the router exits after about 4 s); one leaves a SIGTERM-ignoring
+// grandchild in its group. Afterwards no process of theirs is alive.
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pid := func(name string) string { return filepath.Join(dir, name+".pid") }
+	no := false
+	cfg := writeConfig(t, routerYAML(t,
+		[]string{
+			fakeAgentYAML("polite", fakeOpts{PidFile: pid("polite")}),
+			fakeAgentYAML("stubborn", fakeOpts{PidFile: pid("stubborn"), ExitOnEOF: &no, IgnoreSIGTERM: true}),
+			fakeAgentYAML("parent", fakeOpts{PidFile: pid("parent"), Grandchild: true, GrandchildPidFile: pid("grandchild")}),
+		},
+		"default: polite",
+	))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	pids := map[string]int{}
+	for _, name := range []string{"polite", "stubborn", "parent", "grandchild"} {
+		pids[name] = readPidFile(t, pid(name))
+	}
+	t.Cleanup(func() { // leave nothing behind when the router did not
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+	for name, p := range pids {
+		if !processAlive(p) {
+			t.Fatalf("%s (pid %d) is not running before shutdown", name, p)
+		}
+	}
+
+	if err := e.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	code, elapsed, ok := e.Wait(10 * time.Second)
+	if !ok {
+		t.Fatal("the router did not exit within 10 s of stdin EOF")
+	}
+	t.Logf("router exited %d after %v", code, elapsed)
+	if code != 0 {
+		t.Errorf("router exit code %d, want 0", code)
+	}
+	if elapsed < 4*time.Second || elapsed > 5500*time.Millisecond {
+		t.Errorf("router exited %v after stdin EOF, want 4 s to 5.5 s (2 s + 2 s grace, then SIGKILL)", elapsed)
+	}
+	for name, p := range pids {
+		if !waitDead(p, time.Second) {
+			t.Errorf("%s (pid %d) survived the router", name, p)
+		}
+	}
+}
