@@ -394,7 +394,14 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		a.sessionNew(m)
 	case "session/prompt":
 		a.prompt(m)
-	case "session/set_mode", "session/close", "authenticate", "logout":
+	case "authenticate":
+		var p struct {
+			MethodID string `json:"methodId"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		a.logf("authenticate %s", p.MethodID)
+		a.reply(m.ID, map[string]any{})
+	case "session/set_mode", "session/close", "logout":
 		a.reply(m.ID, map[string]any{})
 	case "session/set_config_option":
 		var p struct {

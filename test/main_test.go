@@ -52,6 +52,9 @@ var (
 
 func TestMain(m *testing.M) {
 	if opts, ok := os.LookupEnv(envFakeAgent); ok {
+		if code, ok := fakeLogin(os.Args[1:]); ok {
+			os.Exit(code)
+		}
 		os.Exit(runFakeAgent(opts))
 	}
 	if pidFile, ok := os.LookupEnv(envFakeSleeper); ok {
