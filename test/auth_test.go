@@ -122,7 +122,7 @@ func TestAuthentication(t *testing.T) {
 func TestAuthRequired(t *testing.T) {
 	t.Parallel()
 	cfg := writeConfig(t, routerYAML(t, []string{
-		fakeAgentYAML("alpha", fakeOpts{FailSessionNew: json.RawMessage(`{"code":-32000,"message":"Authentication required"}`)}, "title: Alpha Agent"),
+		fakeAgentYAML("alpha", fakeOpts{FailSessionNew: json.RawMessage(`{"code":-32000,"message":"Authentication required","data":{"hint":"log in"}}`)}, "title: Alpha Agent"),
 	}))
 	e := StartRouter(t, cfg, nil)
 	e.Initialize(t, capsAll)
@@ -130,6 +130,7 @@ func TestAuthRequired(t *testing.T) {
 	if rpcErr == nil || rpcErr.Code != -32000 {
 		t.Fatalf("session/new: %v, want -32000", rpcErr)
 	}
+	requireJSON(t, "error data", rpcErr.Data, `{"hint":"log in"}`)
 	for _, want := range []string{"Alpha Agent", "Authentication required", "acp-router login alpha"} {
 		if !strings.Contains(rpcErr.Message, want) {
 			t.Errorf("message %q does not contain %q", rpcErr.Message, want)

@@ -110,6 +110,7 @@ type fakeSession struct {
 }
 
 type fakeTurn struct {
+	reqID     json.RawMessage // the session/prompt request's id, as received
 	cancelled chan struct{}
 	once      sync.Once
 	nocancel  bool
@@ -401,9 +402,17 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		_ = json.Unmarshal(m.Params, &p)
 		a.logf("authenticate %s", p.MethodID)
 		a.reply(m.ID, map[string]any{})
-	case "session/set_mode", "session/close", "logout":
+	case "logout":
+		a.reply(m.ID, map[string]any{})
+	case "session/set_mode", "session/close", "session/set_model":
+		if !a.knownSession(m) {
+			return
+		}
 		a.reply(m.ID, map[string]any{})
 	case "session/set_config_option":
+		if !a.knownSession(m) {
+			return
+		}
 		var p struct {
 			ConfigID string          `json:"configId"`
 			Value    json.RawMessage `json:"value"`
@@ -483,6 +492,28 @@ type promptParams struct {
 	} `json:"prompt"`
 }
 
+// knownSession answers -32602 when m names a session this agent does not
+// have: it catches ids the router failed to translate back.
+func (a *fakeAgent) knownSession(m wireMsg) bool {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	a.mu.Lock()
+	s := a.sessions[p.SessionID]
+	a.mu.Unlock()
+	if s == nil {
+		a.replyErr(m.ID, &RPCError{Code: -32602, Message: "fake agent: unknown session " + p.SessionID})
+		return false
+	}
+	if m.Method == "session/close" {
+		a.mu.Lock()
+		delete(a.sessions, p.SessionID)
+		a.mu.Unlock()
+	}
+	return true
+}
+
 func (a *fakeAgent) prompt(m wireMsg) {
 	var p promptParams
 	if err := json.Unmarshal(m.Params, &p); err != nil {
@@ -502,7 +533,7 @@ func (a *fakeAgent) prompt(m wireMsg) {
 		a.replyErr(m.ID, &RPCError{Code: -32603, Message: "fake agent: a turn is already running in " + p.SessionID})
 		return
 	}
-	tr := &fakeTurn{cancelled: make(chan struct{})}
+	tr := &fakeTurn{reqID: m.ID, cancelled: make(chan struct{})}
 	s.turn = tr // registered before the next line is read, so a cancel finds it
 	a.mu.Unlock()
 
@@ -545,6 +576,11 @@ func (a *fakeAgent) prompt(m wireMsg) {
 //	nocancel                 ignore session/cancel for the rest of the turn
 //	echo-size                say "size: N", N = byte length of the prompt's params
 //	stop REASON              end the turn with that stopReason
+//	ext-request              request _fake/ask {sessionId}; say "ext: RESULT" or the error
+//	ext-notify               notification _fake/note {sessionId, n: 1}
+//	elicit-url ID            URL elicitation ID (session scope); say "elicit: RESULT" or the error
+//	elicit-complete ID       notification elicitation/complete ID
+//	elicit-request           form elicitation scoped to this prompt's request id
 //
 // A session/cancel (unless nocancel) ends the turn at the next command with
 // stopReason "cancelled".
@@ -652,6 +688,30 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			a.say(s.id, fmt.Sprintf("size: %d", paramsSize))
 		case "stop":
 			stop = rest
+		case "ext-request":
+			res, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "q": "?"})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("ext error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			a.say(s.id, "ext: "+string(res))
+		case "ext-notify":
+			a.notify("_fake/note", map[string]any{"sessionId": s.id, "n": 1})
+		case "elicit-url", "elicit-request":
+			params := map[string]any{"mode": "url", "sessionId": s.id, "elicitationId": rest,
+				"url": "https://example.invalid/auth", "message": "Sign in"}
+			if cmd == "elicit-request" {
+				params = map[string]any{"mode": "form", "requestId": tr.reqID, "message": "Name?",
+					"requestedSchema": map[string]any{"type": "object", "properties": map[string]any{}}}
+			}
+			res, rerr := a.call("elicitation/create", params)
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("elicit error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			a.say(s.id, "elicit: "+string(res))
+		case "elicit-complete":
+			a.notify("elicitation/complete", map[string]any{"elicitationId": rest})
 		default:
 			return nil, &RPCError{Code: -32602, Message: "fake agent: unknown script command: " + line}
 		}

@@ -132,24 +132,3 @@ func TestUnknownMethodsForwarded(t *testing.T) {
 	}
 	waitAgentLog(t, logB, waitTimeout, "_no/such_method on beta", func(l string) bool { return l == "_no/such_method" })
 }
-
-// TestAgentErrorRelayed pins that an agent's own JSON-RPC error code reaches
-// the editor: Zed starts authentication only on -32000 from session/new.
-func TestAgentErrorRelayed(t *testing.T) {
-	t.Parallel()
-	authErr := `{"code":-32000,"message":"Authentication required","data":{"hint":"log in"}}`
-	cfg := writeConfig(t, routerYAML(t,
-		[]string{fakeAgentYAML("alpha", fakeOpts{FailSessionNew: json.RawMessage(authErr)})},
-		"default: alpha",
-	))
-	e := StartRouter(t, cfg, nil)
-	e.Initialize(t, capsAll)
-	_, rerr := e.Call(context.Background(), "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}})
-	if rerr == nil || rerr.Code != -32000 {
-		t.Fatalf("session/new: %v, want the agent's -32000", rerr)
-	}
-	// The router may explain how to sign in, but keeps the agent's words.
-	if !strings.Contains(rerr.Message, "Authentication required") {
-		t.Errorf("message %q lost the agent's %q", rerr.Message, "Authentication required")
-	}
-}
