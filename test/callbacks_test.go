@@ -200,3 +200,48 @@ func TestTerminalNotAdvertised(t *testing.T) {
 		t.Errorf("the editor received %s although it did not advertise terminal", got[0])
 	}
 }
+
+// TestTerminalOwnership pins DESIGN §7: an agent may only use terminals it
+// created (another agent's terminal id is refused by the router), and the
+// terminals of an agent that goes away are killed and released.
+func TestTerminalOwnership(t *testing.T) {
+	t.Parallel()
+	dirB := t.TempDir()
+	cfg := writeConfig(t, routerYAML(t,
+		[]string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"})},
+		"default: alpha", "rules:", cwdRule(dirB, "beta"),
+	))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sidA := e.NewSession(t, t.TempDir())
+	sidB := e.NewSession(t, dirB)
+
+	e.MustPrompt(t, sidA, "terminal-create echo hi", "end_turn")
+	var termID string
+	for _, text := range e.Texts(sidA) {
+		if id, ok := strings.CutPrefix(text, "terminal-id: "); ok {
+			termID = id
+		}
+	}
+	if termID == "" {
+		t.Fatalf("alpha got no terminal: %q", e.Texts(sidA))
+	}
+	e.MustPrompt(t, sidB, "terminal-output "+termID, "end_turn")
+	if got := strings.Join(e.Texts(sidB), "\n"); !strings.Contains(got, "terminal error: -32602") {
+		t.Errorf("beta used alpha's terminal: %q, want the router's -32602", got)
+	}
+	if n := len(e.Rec.Filter(func(m *Msg) bool { return m.Method == "terminal/output" })); n != 0 {
+		t.Errorf("the editor saw %d terminal/output requests for a terminal the caller does not own", n)
+	}
+	e.MustPrompt(t, sidA, "terminal-output "+termID, "end_turn") // its owner may
+
+	// alpha crashes: the router kills and releases its terminal.
+	if _, err := e.Prompt(waitTimeout, sidA, "crash"); err != nil {
+		t.Fatal(err)
+	}
+	for _, method := range []string{"terminal/kill", "terminal/release"} {
+		e.Rec.WaitFor(t, waitTimeout, method+" of the crashed agent's terminal", func(m *Msg) bool {
+			return m.Method == method && jsonString(m.Params, "terminalId") == termID && jsonString(m.Params, "sessionId") == sidA
+		})
+	}
+}

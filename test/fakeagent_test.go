@@ -581,6 +581,8 @@ func (a *fakeAgent) prompt(m wireMsg) {
 //	elicit-url ID            URL elicitation ID (session scope); say "elicit: RESULT" or the error
 //	elicit-complete ID       notification elicitation/complete ID
 //	elicit-request           form elicitation scoped to this prompt's request id
+//	terminal-create CMD...   terminal/create only; say "terminal-id: ID" or the error
+//	terminal-output ID       terminal/output for ID; say "terminal-output: OUTPUT" or the error
 //
 // A session/cancel (unless nocancel) ends the turn at the next command with
 // stopReason "cancelled".
@@ -710,6 +712,20 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 				continue
 			}
 			a.say(s.id, "elicit: "+string(res))
+		case "terminal-create":
+			res, rerr := a.call("terminal/create", map[string]any{"sessionId": s.id, "command": args[0], "args": args[1:]})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("terminal error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			a.say(s.id, "terminal-id: "+jsonString(res, "terminalId"))
+		case "terminal-output":
+			res, rerr := a.call("terminal/output", map[string]any{"sessionId": s.id, "terminalId": rest})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("terminal error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			a.say(s.id, "terminal-output: "+jsonString(res, "output"))
 		case "elicit-complete":
 			a.notify("elicitation/complete", map[string]any{"elicitationId": rest})
 		default:
