@@ -96,3 +96,41 @@ func TestGoSDKPeersThroughRouter(t *testing.T) {
 		})
 	}
 }
+
+// TestTryCommand pins `acp-router try` (the README's first command): it
+// prints the agent's text, its tool calls with their status and the
+// permission question, answers it with --yes / --no, and exits 0 when the
+// turn ended normally. The agent is the SDK's example agent, as in
+// config.example.yaml.
+func TestTryCommand(t *testing.T) {
+	t.Parallel()
+	agent, _ := goSDKPeers(t)
+	router := needRouter(t)
+	cfg := writeConfig(t, routerYAML(t,
+		[]string{"  - name: goexample\n    command: " + yamlQuote(agent) + "\n"},
+		"default: goexample",
+	))
+	for _, tc := range []struct{ flag, want, notWant, choice string }{
+		{"--yes", sdkAgentAllowText, sdkAgentRejectText, "[permission] Modifying critical configuration file: Allow this change"},
+		{"--no", sdkAgentRejectText, sdkAgentAllowText, "[permission] Modifying critical configuration file: Skip this change"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(router, "try", "--config", cfg, tc.flag, "Hello")
+			cmd.Dir = t.TempDir()
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("try %s: %v\n%s", tc.flag, err, out)
+			}
+			for _, want := range []string{sdkAgentDisclaimer, "[tool read] Reading project files (pending)",
+				"[tool] Reading project files: completed", tc.choice, tc.want, "[end_turn]"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("try %s output lacks %q:\n%s", tc.flag, want, out)
+				}
+			}
+			if strings.Contains(string(out), tc.notWant) {
+				t.Errorf("try %s output has %q", tc.flag, tc.notWant)
+			}
+		})
+	}
+}
