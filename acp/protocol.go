@@ -176,17 +176,3 @@ func SetField(obj json.RawMessage, key string, value any) (json.RawMessage, erro
 	fields[key] = v
 	return json.Marshal(fields)
 }
-
-// Field decodes one member of a JSON object into v; absent members leave v
-// unchanged and report false.
-func Field(obj json.RawMessage, key string, v any) (bool, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &fields); err != nil {
-		return false, err
-	}
-	raw, ok := fields[key]
-	if !ok {
-		return false, nil
-	}
-	return true, json.Unmarshal(raw, v)
-}

@@ -12,9 +12,14 @@ import (
 	"github.com/acp-router/acp-router/upstream"
 )
 
-// maxUnbound bounds the updates held per agent instance for sessions not
-// bound yet (an agent may announce a session before answering session/new).
-const maxUnbound = 256
+// Bounds on what one agent instance can make the router hold.
+const (
+	// maxUnbound: updates held for sessions not bound yet (an agent may
+	// announce a session before answering session/new).
+	maxUnbound = 256
+	// maxPending: its requests waiting for the editor's answer.
+	maxPending = 1024
+)
 
 // agentHandler handles one agent instance's requests and notifications, in
 // that agent's read loop.
@@ -113,9 +118,27 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 			return
 		}
 	}
+	r.mu.Lock()
+	full := r.pending[inst] >= maxPending
+	if !full {
+		r.pending[inst]++
+	}
+	r.mu.Unlock()
+	if full {
+		reply(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d requests waiting for the editor already", inst.Agent.Name(), maxPending), nil))
+		return
+	}
+	done := func() {
+		r.mu.Lock()
+		if r.pending[inst]--; r.pending[inst] == 0 {
+			delete(r.pending, inst)
+		}
+		r.mu.Unlock()
+	}
 	agentID := acp.RawID(req.ID)
 	c, err := r.editor.Call(ctx, req.Method, paramsAny(p), agentID, nil)
 	if err != nil {
+		done()
 		reply(nil, acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil))
 		return
 	}
@@ -128,6 +151,7 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 		r.mu.Lock()
 		delete(r.toEditor, idKey(c.ID))
 		r.mu.Unlock()
+		done()
 		if err == jsonrpc2.ErrClosed {
 			err = acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
 		}

@@ -13,7 +13,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -66,9 +65,10 @@ type Router struct {
 	auth       map[string]merge.AuthMethod // advertised auth method id → owner
 	forwards   map[string]*forward         // editor request id → its forward to an agent
 	held       map[string]func()
-	toEditor   map[string]*outgoing // router requests to the editor, by editor-side id
-	terminals  map[string]terminal  // terminal id → owner
-	elicits    *merge.IDTable       // (agent, elicitationId) ↔ editor-side id
+	toEditor   map[string]*outgoing       // router requests to the editor, by editor-side id
+	pending    map[*upstream.Instance]int // toEditor entries per agent instance
+	terminals  map[string]terminal        // terminal id → owner
+	elicits    *merge.IDTable             // (agent, elicitationId) ↔ editor-side id
 	unbound    map[string][]*acp.Message
 }
 
@@ -116,6 +116,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		forwards:   map[string]*forward{},
 		held:       map[string]func(){},
 		toEditor:   map[string]*outgoing{},
+		pending:    map[*upstream.Instance]int{},
 		terminals:  map[string]terminal{},
 		elicits:    merge.NewIDTable(),
 		unbound:    map[string][]*acp.Message{},
@@ -245,12 +246,6 @@ func idKey(id json.RawMessage) string {
 		}
 	}
 	return "n" + string(id)
-}
-
-// instKey names an agent-side id: the same id may be in flight on two
-// agent connections.
-func instKey(inst *upstream.Instance, id json.RawMessage) string {
-	return fmt.Sprintf("%s#%d/%s", inst.Agent.Name(), inst.Gen, idKey(id))
 }
 
 // forwardCall sends req to an agent and relays the answer to the editor,
@@ -421,9 +416,4 @@ func rewriteSessionID(p json.RawMessage, from, to string) json.RawMessage {
 // errUnknownSession answers requests naming a session the router does not have.
 func errUnknownSession(id string) error {
 	return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown session %q", id), map[string]string{"sessionId": id})
-}
-
-func isRPCError(err error, code int64) bool {
-	var e *jsonrpc2.Error
-	return errors.As(err, &e) && e.Code == code
 }

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestAgentCallsTranslated pins agent → editor traffic other than updates
@@ -151,5 +153,42 @@ func TestSessionMethodsRouted(t *testing.T) {
 		if l == "session/close" {
 			t.Errorf("alpha got session/close though it does not advertise close")
 		}
+	}
+}
+
+// TestPendingRequestsBounded pins STYLE.md "bound everything": an agent can
+// have at most 1024 requests waiting for the editor; more are refused by the
+// router with -32603 and never reach the editor.
+func TestPendingRequestsBounded(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}))
+	e := StartRouter(t, cfg, nil)
+	var seen atomic.Int64
+	release := make(chan struct{})
+	e.Handle("_fake/ask", func(json.RawMessage) (any, *RPCError) {
+		seen.Add(1)
+		<-release
+		return map[string]any{}, nil
+	})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	_, wait, err := e.Go("session/prompt", promptReq(sid, "ext-flood 1100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for seen.Load() < 1024 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // anything over the bound would arrive by now
+	if n := seen.Load(); n != 1024 {
+		t.Errorf("the editor got %d requests, want the bound, 1024", n)
+	}
+	close(release)
+	if _, err := wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(e.Texts(sid), "\n"); !strings.Contains(got, "flood: refused=76") {
+		t.Errorf("agent says %q, want 76 refused", got)
 	}
 }

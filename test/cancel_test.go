@@ -1,9 +1,12 @@
 package test
 
 import (
+	"context"
+	"encoding/json"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -121,4 +124,80 @@ func TestCancelCooperative(t *testing.T) {
 			t.Errorf("the cancelled turn went on")
 		}
 	}
+}
+
+// TestCancelRequest pins $/cancel_request (STYLE.md): the editor's is
+// forwarded to the agent working on the request, with the agent's id, and
+// the agent's answer relayed; the router answers -32800 itself for a
+// request it holds (a prompt queued behind a turn), which the agent never
+// sees; and the router withdraws its own pending requests to the editor at
+// turn end and when the agent crashes.
+func TestCancelRequest(t *testing.T) {
+	t.Parallel()
+	logA := filepath.Join(t.TempDir(), "alpha.log")
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: logA})}))
+	e := StartRouter(t, cfg, nil)
+	var withdrawn sync.Map // editor-side request id → withdrawn
+	e.Handle("session/request_permission", func(json.RawMessage) (any, *RPCError) {
+		// Never answered by the user: only a withdrawal ends it.
+		deadline := time.Now().Add(waitTimeout)
+		for time.Now().Before(deadline) {
+			n := 0
+			withdrawn.Range(func(any, any) bool { n++; return true })
+			if n > 0 {
+				return nil, &RPCError{Code: -32800, Message: "request cancelled"}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil, &RPCError{Code: -32603, Message: "never withdrawn"}
+	})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	ctx := context.Background()
+
+	// Forwarded: the agent gets $/cancel_request and answers -32800.
+	id1, wait1, err := e.Go("session/prompt", promptReq(sid, "sleep 20s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAgentLog(t, logA, waitTimeout, "the prompt", func(l string) bool { return l == "session/prompt" })
+	// Held: a second prompt waits behind the first.
+	id2, wait2, err := e.Go("session/prompt", promptReq(sid, "say second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Notify("$/cancel_request", map[string]any{"requestId": id2})
+	m2, err := wait2(ctx)
+	if err != nil || m2.Error == nil || m2.Error.Code != -32800 {
+		t.Fatalf("queued prompt after $/cancel_request: %v %v, want -32800 from the router", m2, err)
+	}
+	e.Notify("$/cancel_request", map[string]any{"requestId": id1})
+	m1, err := wait1(ctx)
+	if err != nil || m1.Error == nil || m1.Error.Code != -32800 {
+		t.Fatalf("running prompt after $/cancel_request: %v %v, want the agent's -32800", m1, err)
+	}
+	waitAgentLog(t, logA, waitTimeout, "$/cancel_request", func(l string) bool { return strings.HasPrefix(l, "$/cancel_request ") })
+	if n := countLines(logA, "session/prompt"); n != 1 {
+		t.Errorf("the agent got %d prompts, want 1: the cancelled queued prompt must never reach it", n)
+	}
+
+	// Withdrawn at turn end: the agent leaves a permission request pending.
+	e.MustPrompt(t, sid, "permission-nowait\nsleep 100ms\nsay done", "end_turn")
+	perm := e.Rec.WaitFor(t, waitTimeout, "the permission request", func(m *Msg) bool { return m.Method == "session/request_permission" })
+	cancel := e.Rec.WaitFor(t, waitTimeout, "$/cancel_request from the router", func(m *Msg) bool { return m.Method == "$/cancel_request" })
+	requireJSON(t, "withdrawn request id", jsonPath(cancel.Params, "requestId"), string(perm.ID))
+	withdrawn.Store(string(perm.ID), true)
+	waitAgentLog(t, logA, waitTimeout, "the editor's -32800 relayed to the agent", func(l string) bool { return strings.HasPrefix(l, "response ") })
+
+	// Withdrawn when the agent crashes.
+	if _, err := e.Prompt(waitTimeout, sid, "permission-nowait\nsleep 100ms\ncrash"); err != nil {
+		t.Fatal(err)
+	}
+	perms := e.Rec.Filter(func(m *Msg) bool { return m.Method == "session/request_permission" })
+	if len(perms) != 2 {
+		t.Fatalf("%d permission requests, want 2", len(perms))
+	}
+	e.Rec.WaitFor(t, waitTimeout, "$/cancel_request after the crash", func(m *Msg) bool {
+		return m.Method == "$/cancel_request" && jsonEqual(jsonPath(m.Params, "requestId"), perms[1].ID)
+	})
 }

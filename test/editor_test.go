@@ -492,8 +492,19 @@ var errExited = errors.New("the process exited before answering")
 // Request sends a request and waits for the response message. params nil
 // omits params.
 func (e *Editor) Request(ctx context.Context, method string, params any) (*Msg, error) {
+	_, wait, err := e.Go(method, params)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+// Go sends a request and returns its id and a function that waits for the
+// response, for tests that act on a request while it is pending.
+func (e *Editor) Go(method string, params any) (json.RawMessage, func(context.Context) (*Msg, error), error) {
 	id := newID()
-	key := canonicalID(mustJSON(id))
+	raw := mustJSON(id)
+	key := canonicalID(raw)
 	ch := make(chan *Msg, 1)
 	e.mu.Lock()
 	e.pending[key] = ch
@@ -503,21 +514,24 @@ func (e *Editor) Request(ctx context.Context, method string, params any) (*Msg, 
 		msg["params"] = params
 	}
 	if err := e.send(msg); err != nil {
-		return nil, fmt.Errorf("send %s: %w", method, err)
+		return nil, nil, fmt.Errorf("send %s: %w", method, err)
 	}
-	select {
-	case m := <-ch:
-		return m, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: no response: %w", method, ctx.Err())
-	case <-e.exited:
+	wait := func(ctx context.Context) (*Msg, error) {
 		select {
 		case m := <-ch:
 			return m, nil
-		default:
-			return nil, fmt.Errorf("%s: %w", method, errExited)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: no response: %w", method, ctx.Err())
+		case <-e.exited:
+			select {
+			case m := <-ch:
+				return m, nil
+			default:
+				return nil, fmt.Errorf("%s: %w", method, errExited)
+			}
 		}
 	}
+	return raw, wait, nil
 }
 
 // Call sends a request and returns its result or error. A missing response

@@ -111,6 +111,7 @@ type fakeSession struct {
 
 type fakeTurn struct {
 	reqID     json.RawMessage // the session/prompt request's id, as received
+	aborted   bool            // $/cancel_request named the prompt: answer -32800
 	cancelled chan struct{}
 	once      sync.Once
 	nocancel  bool
@@ -360,6 +361,22 @@ func (a *fakeAgent) handleNotification(m wireMsg) {
 	if a.opts.IdlessErrorAfterNotification {
 		a.writeRaw([]byte(idlessError))
 	}
+	if m.Method == "$/cancel_request" {
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		a.logf("$/cancel_request %s", p.RequestID)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, s := range a.sessions {
+			if s.turn != nil && string(s.turn.reqID) == string(p.RequestID) {
+				s.turn.aborted = true
+				s.turn.cancel()
+			}
+		}
+		return
+	}
 	if m.Method != "session/cancel" {
 		return
 	}
@@ -549,6 +566,9 @@ func (a *fakeAgent) prompt(m wireMsg) {
 		result, rerr := a.runScript(s, tr, script, size)
 		a.mu.Lock()
 		s.turn = nil
+		if tr.aborted { // the spec: a cancelled request is still answered
+			rerr = &RPCError{Code: -32800, Message: "request cancelled"}
+		}
 		a.mu.Unlock()
 		a.logf("turn-end %s %d", s.id, time.Now().UnixNano())
 		if rerr != nil {
@@ -581,6 +601,8 @@ func (a *fakeAgent) prompt(m wireMsg) {
 //	elicit-url ID            URL elicitation ID (session scope); say "elicit: RESULT" or the error
 //	elicit-complete ID       notification elicitation/complete ID
 //	elicit-request           form elicitation scoped to this prompt's request id
+//	permission-nowait        session/request_permission without waiting for the answer
+//	ext-flood N              N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603)
 //	terminal-create CMD...   terminal/create only; say "terminal-id: ID" or the error
 //	terminal-output ID       terminal/output for ID; say "terminal-output: OUTPUT" or the error
 //
@@ -712,6 +734,25 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 				continue
 			}
 			a.say(s.id, "elicit: "+string(res))
+		case "ext-flood":
+			n, _ := strconv.Atoi(rest)
+			var wg sync.WaitGroup
+			var refused atomic.Int64
+			for i := 0; i < n; i++ {
+				wg.Go(func() {
+					if _, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "i": i}); rerr != nil && rerr.Code == -32603 {
+						refused.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			a.say(s.id, fmt.Sprintf("flood: refused=%d", refused.Load()))
+		case "permission-nowait":
+			go a.call("session/request_permission", map[string]any{
+				"sessionId": s.id,
+				"toolCall":  map[string]any{"toolCallId": "call-nowait", "title": "Run a command", "kind": "execute"},
+				"options":   []any{map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"}},
+			})
 		case "terminal-create":
 			res, rerr := a.call("terminal/create", map[string]any{"sessionId": s.id, "command": args[0], "args": args[1:]})
 			if rerr != nil {

@@ -171,13 +171,6 @@ func (i *Instance) fail(err error) bool {
 	return true
 }
 
-// Status reports the agent's state and, when failed, why.
-func (a *Agent) Status() (State, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.state, a.err
-}
-
 // Current returns the running instance, or nil.
 func (a *Agent) Current() *Instance {
 	a.mu.Lock()
