@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -168,5 +169,74 @@ func TestCrashLoop(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?i)restart|crash|too many|limit|giving up|gave up`).MatchString(last.Message) {
 		t.Errorf("error after the restart limit does not say why: %q", last.Message)
+	}
+}
+
+// TestFallback pins DESIGN §7: a session routed to an agent that failed to
+// start goes to routing.fallback; without a fallback it gets -32603 naming
+// the agent, why it failed and what to do.
+func TestFallback(t *testing.T) {
+	t.Parallel()
+	broken := "  - name: broken\n    command: /bin/false\n    startup_timeout: 5s\n"
+	for _, tc := range []struct {
+		name    string
+		routing []string
+	}{
+		{"with fallback", []string{"default: broken", "fallback: good"}},
+		{"without fallback", []string{"default: broken"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := writeConfig(t, routerYAML(t, []string{broken, fakeAgentYAML("good", fakeOpts{})}, tc.routing...))
+			e := StartRouter(t, cfg, nil)
+			e.Initialize(t, capsAll)
+			res, rerr := e.Call(context.Background(), "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}})
+			if len(tc.routing) == 2 {
+				if rerr != nil {
+					t.Fatalf("session/new with a fallback: %v", rerr)
+				}
+				sid := jsonString(res, "sessionId")
+				e.MustPrompt(t, sid, "whoami", "end_turn")
+				if got := e.Texts(sid); len(got) != 1 || got[0] != "good" {
+					t.Errorf("session answered by %q, want the fallback agent", got)
+				}
+				return
+			}
+			requireAgentError(t, "session/new without a fallback", rerr, "broken")
+			for _, want := range []string{"exited", cfg, "/bin/false"} {
+				if !strings.Contains(rerr.Message, want) {
+					t.Errorf("message %q does not say %q", rerr.Message, want)
+				}
+			}
+		})
+	}
+}
+
+// TestInitializeBudgetAndCache pins DESIGN §7: initialize is answered once
+// the routing default agent is up or after 3 s, whichever is first; an agent
+// still starting contributes its cached initialize result from the last run
+// (state_dir), so a slow agent's capabilities and sign-in methods are
+// advertised from the second run on.
+func TestInitializeBudgetAndCache(t *testing.T) {
+	t.Parallel()
+	slowInit := json.RawMessage(`{"protocolVersion":1,"agentCapabilities":{"promptCapabilities":{"image":true}},"authMethods":[{"id":"slow-key","name":"Slow key"}]}`)
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("slow", fakeOpts{InitDelay: "4s", InitResult: slowInit}, "startup_timeout: 20s")}))
+	for run := 1; run <= 2; run++ {
+		e := StartRouter(t, cfg, nil)
+		start := time.Now()
+		res := e.Initialize(t, capsAll)
+		if d := time.Since(start); d < 2500*time.Millisecond || d > 3900*time.Millisecond {
+			t.Errorf("run %d: initialize took %v, want the 3 s budget", run, d)
+		}
+		image := string(jsonPath(res, "agentCapabilities", "promptCapabilities", "image")) == "true"
+		auth := string(jsonPath(res, "authMethods"))
+		if cached := run == 2; image != cached || strings.Contains(auth, "slow-key") != cached {
+			t.Errorf("run %d: image=%v authMethods=%s; want the slow agent's capabilities only from its cached result (run 2)", run, image, auth)
+		}
+		e.NewSession(t, t.TempDir()) // waits for the agent; its result is cached by now
+		e.CloseStdin()
+		if _, _, ok := e.Wait(10 * time.Second); !ok {
+			t.Fatalf("run %d: router did not exit", run)
+		}
 	}
 }

@@ -366,9 +366,20 @@ func (a *Agent) spawn(inst *Instance) error {
 	}
 	inst.peer = acp.NewPeer(context.Background(), outR, inW, acp.StreamOptions{
 		StallTimeout: cfg.StallTimeout,
-		OnFail:       func(err error) { a.failInstance(inst, err) },
-		Intercept:    intercept,
-		Logger:       a.log,
+		OnFail: func(err error) {
+			if errors.Is(err, syscall.EPIPE) {
+				// Its stdin is closed: it is probably exiting, and how it
+				// exited says more than the broken pipe.
+				select {
+				case <-inst.exited:
+					return
+				case <-time.After(time.Second):
+				}
+			}
+			a.failInstance(inst, err)
+		},
+		Intercept: intercept,
+		Logger:    a.log,
 	}, handler)
 	go a.reap(inst)
 	return nil
@@ -418,7 +429,8 @@ func (a *Agent) initialize(inst *Instance) error {
 	return nil
 }
 
-// call sends a request and waits, giving up when the process exits.
+// call sends a request and waits, giving up when the process exits; then
+// the error says how it exited.
 func (a *Agent) call(ctx context.Context, inst *Instance, method string, params any) (json.RawMessage, error) {
 	c, err := inst.peer.Call(ctx, method, params, nil, nil)
 	if err != nil {
@@ -434,15 +446,22 @@ func (a *Agent) call(ctx context.Context, inst *Instance, method string, params 
 		}
 	}()
 	res, err := c.Wait(ctx)
-	if err != nil && ctx.Err() != nil {
-		select {
-		case <-inst.exited:
-			return nil, errors.New("the agent exited")
-		default:
+	if err == nil || !(errors.Is(err, jsonrpc2.ErrClosed) || errors.Is(err, context.Canceled)) {
+		if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer: %w", err)
 		}
-		return nil, fmt.Errorf("no answer: %w", ctx.Err())
+		return res, err
 	}
-	return res, err
+	select { // the connection or the process ended
+	case <-inst.exited:
+		inst.mu.Lock()
+		defer inst.mu.Unlock()
+		if inst.err != nil {
+			return nil, inst.err
+		}
+	case <-time.After(time.Second):
+	}
+	return nil, err
 }
 
 // SetAuth remembers the method the editor authenticated with, so that it is
