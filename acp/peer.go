@@ -27,7 +27,7 @@ type Peer struct {
 	user   func(*Message) bool
 
 	mu      sync.Mutex
-	pending map[string]func(*Message) // our requests in flight, by idKey
+	pending map[string]func(*Message) // our requests in flight, by IDKey
 	// answered: ids whose response is on its way to the Conn. They stay in
 	// pending until the Conn has resolved the call (its next read): a Call
 	// reusing one earlier would replace jsonrpc2's pending entry and be
@@ -53,7 +53,7 @@ func NewPeer(ctx context.Context, r io.ReadCloser, w io.WriteCloser, opts Stream
 
 func (p *Peer) intercept(m *Message) bool {
 	if m.Kind == KindResponse {
-		key := idKey(m.ID)
+		key := IDKey(m.ID)
 		p.mu.Lock()
 		hook, ok := p.pending[key]
 		if ok {
@@ -131,7 +131,7 @@ func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.
 			}
 		}
 	}
-	key := idKey(raw)
+	key := IDKey(raw)
 	p.pending[key] = onResponse
 	p.mu.Unlock()
 
@@ -171,7 +171,7 @@ func (p *Peer) Reply(ctx context.Context, id jsonrpc2.ID, result json.RawMessage
 }
 
 func (p *Peer) pendingLocked(raw json.RawMessage) bool {
-	_, ok := p.pending[idKey(raw)]
+	_, ok := p.pending[IDKey(raw)]
 	return ok
 }
 
@@ -182,9 +182,9 @@ func reusable(raw json.RawMessage) bool {
 	return plainID(raw) && s != "0" && s != `""` && !IsToken(raw)
 }
 
-// idKey canonicalises a raw id: equal ids written with different string
+// IDKey canonicalises a raw id: equal ids written with different string
 // escapes get the same key.
-func idKey(raw json.RawMessage) string {
+func IDKey(raw json.RawMessage) string {
 	if len(raw) > 0 && raw[0] == '"' {
 		var s string
 		if json.Unmarshal(raw, &s) == nil {

@@ -92,7 +92,7 @@ func TestPeerCallIDs(t *testing.T) {
 		if jsonEqual(id, []byte(prefer)) {
 			t.Errorf("prefer %s: reused although it must not be", prefer)
 		}
-		if used[idKey(id)] {
+		if used[IDKey(id)] {
 			t.Errorf("prefer %s: fresh id %s is still pending", prefer, id)
 		}
 	}
@@ -101,10 +101,10 @@ func TestPeerCallIDs(t *testing.T) {
 	if string(id) != "7" {
 		t.Errorf("free id 7 not reused: wire id %s", id)
 	}
-	used[idKey(id)] = true
+	used[IDKey(id)] = true
 	cs, id := call(t, `"tool-1"`)
 	assertJSON(t, "string id", id, `"tool-1"`)
-	used[idKey(id)] = true
+	used[IDKey(id)] = true
 
 	var pending []*Call
 	for _, prefer := range []string{"7", `"tool-1"`, `"tool\u002d1"`, "0", `""`, "-1", "1.5", "1e3", "18446744073709551616", `"\u0000acp-router-id:1"`, "null", "-"} {
@@ -114,7 +114,7 @@ func TestPeerCallIDs(t *testing.T) {
 			if id[0] == '"' {
 				t.Errorf("fresh id %s is not a number", id)
 			}
-			used[idKey(id)] = true
+			used[IDKey(id)] = true
 			pending = append(pending, c)
 		})
 	}

@@ -144,12 +144,12 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 	}
 	o := &outgoing{inst: inst, agentID: agentID, editorID: c.ID, session: sid}
 	r.mu.Lock()
-	r.toEditor[idKey(c.ID)] = o
+	r.toEditor[acp.IDKey(c.ID)] = o
 	r.mu.Unlock()
 	go func() {
 		res, err := c.Wait(ctx)
 		r.mu.Lock()
-		delete(r.toEditor, idKey(c.ID))
+		delete(r.toEditor, acp.IDKey(c.ID))
 		r.mu.Unlock()
 		done()
 		if err == jsonrpc2.ErrClosed {
@@ -274,18 +274,12 @@ func (r *Router) translateElicitation(inst *upstream.Instance, p json.RawMessage
 // editorRequestFor finds the editor's id of a request the router forwarded
 // to inst as agentID.
 func (r *Router) editorRequestFor(inst *upstream.Instance, agentID json.RawMessage) json.RawMessage {
-	want := idKey(agentID)
+	want := acp.IDKey(agentID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for editorKey, f := range r.forwards {
-		if f.inst == inst && idKey(f.agentID) == want {
-			var raw json.RawMessage
-			if editorKey[0] == 's' {
-				raw, _ = json.Marshal(editorKey[1:])
-			} else {
-				raw = json.RawMessage(editorKey[1:])
-			}
-			return raw
+	for _, f := range r.forwards {
+		if f.inst == inst && acp.IDKey(f.agentID) == want {
+			return f.editorID
 		}
 	}
 	return nil
@@ -358,8 +352,8 @@ func (r *Router) agentCancelRequest(ctx context.Context, inst *upstream.Instance
 	if req.Params == nil || json.Unmarshal(*req.Params, &cp) != nil {
 		return
 	}
-	want := idKey(cp.RequestID)
-	r.withdraw(func(o *outgoing) bool { return o.inst == inst && idKey(o.agentID) == want })
+	want := acp.IDKey(cp.RequestID)
+	r.withdraw(func(o *outgoing) bool { return o.inst == inst && acp.IDKey(o.agentID) == want })
 }
 
 // withdraw sends the editor $/cancel_request for the router's pending

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -199,12 +200,7 @@ func (r *Router) startError(a *upstream.Agent, err error) error {
 }
 
 func trimAgentPrefix(err error, name string) string {
-	msg := err.Error()
-	prefix := fmt.Sprintf("agent %q: ", name)
-	if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
-		return msg[len(prefix):]
-	}
-	return msg
+	return strings.TrimPrefix(err.Error(), fmt.Sprintf("agent %q: ", name))
 }
 
 // authError rewrites an agent's -32000 so that the editor's sign-in prompt

@@ -84,9 +84,9 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		r.endTurn(ctx, s, t, nil, inst.Agent.Error(inst, err))
 		return
 	}
-	key := idKey(editorID)
+	key := acp.IDKey(editorID)
 	r.mu.Lock()
-	r.forwards[key] = &forward{inst: inst, agentID: c.ID}
+	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID}
 	r.mu.Unlock()
 	go func() {
 		res, err := c.Wait(ctx)

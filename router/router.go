@@ -74,8 +74,9 @@ type Router struct {
 
 // forward is an editor request in flight at an agent.
 type forward struct {
-	inst    *upstream.Instance
-	agentID json.RawMessage // the request's id on the agent connection
+	inst     *upstream.Instance
+	editorID json.RawMessage // the request's id on the editor connection
+	agentID  json.RawMessage // and on the agent connection
 }
 
 // outgoing is an agent request in flight at the editor.
@@ -238,20 +239,10 @@ func paramsAny(p json.RawMessage) any {
 	return p
 }
 
-func idKey(id json.RawMessage) string {
-	if len(id) > 0 && id[0] == '"' {
-		var s string
-		if json.Unmarshal(id, &s) == nil {
-			return "s" + s
-		}
-	}
-	return "n" + string(id)
-}
-
-// forwardCall sends req to an agent and relays the answer to the editor,
-// passed through fix when set. It returns at once; the request can be
+// forwardCall sends req to an agent and relays the answer to the editor.
+// It returns at once; the request can be
 // withdrawn with $/cancel_request.
-func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage, fix func(json.RawMessage, error) (json.RawMessage, error)) {
+func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage) {
 	reply := r.replyTo(req)
 	editorID := acp.RawID(req.ID)
 	c, err := inst.Peer().Call(ctx, req.Method, paramsAny(p), editorID, nil)
@@ -259,9 +250,9 @@ func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *u
 		reply(nil, inst.Agent.Error(inst, err))
 		return
 	}
-	key := idKey(editorID)
+	key := acp.IDKey(editorID)
 	r.mu.Lock()
-	r.forwards[key] = &forward{inst: inst, agentID: c.ID}
+	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID}
 	r.mu.Unlock()
 	go func() {
 		res, err := c.Wait(ctx)
@@ -270,9 +261,6 @@ func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *u
 		r.mu.Unlock()
 		if err != nil {
 			err = inst.Agent.Error(inst, err)
-		}
-		if fix != nil {
-			res, err = fix(res, err)
 		}
 		reply(res, err)
 	}()
@@ -297,11 +285,11 @@ func (r *Router) holdFunc(req *jsonrpc2.Request, cancel func()) {
 		return
 	}
 	r.mu.Lock()
-	r.held[idKey(acp.RawID(req.ID))] = cancel
+	r.held[acp.IDKey(acp.RawID(req.ID))] = cancel
 	r.mu.Unlock()
 }
 
-func (r *Router) unhold(req *jsonrpc2.Request) { r.unholdKey(idKey(acp.RawID(req.ID))) }
+func (r *Router) unhold(req *jsonrpc2.Request) { r.unholdKey(acp.IDKey(acp.RawID(req.ID))) }
 
 func (r *Router) unholdKey(key string) {
 	r.mu.Lock()
@@ -321,7 +309,7 @@ func (r *Router) cancelRequest(ctx context.Context, req *jsonrpc2.Request) {
 	if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.RequestID == nil {
 		return
 	}
-	key := idKey(p.RequestID)
+	key := acp.IDKey(p.RequestID)
 	r.mu.Lock()
 	f := r.forwards[key]
 	cancel := r.held[key]
@@ -348,7 +336,7 @@ func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
 		inst, err := s.instance()
 		if err == nil {
 			p = rewriteSessionID(p, s.ID, down)
-			r.forwardOrNotify(ctx, req, inst, p, nil)
+			r.forwardOrNotify(ctx, req, inst, p)
 			return
 		}
 	}
@@ -361,18 +349,18 @@ func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
 			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "method not found", map[string]string{"method": req.Method}))
 			return
 		}
-		r.forwardOrNotify(ctx, req, inst, p, nil)
+		r.forwardOrNotify(ctx, req, inst, p)
 	}()
 }
 
-func (r *Router) forwardOrNotify(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage, fix func(json.RawMessage, error) (json.RawMessage, error)) {
+func (r *Router) forwardOrNotify(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage) {
 	if req.Notif {
 		if err := inst.Peer().Notify(ctx, req.Method, paramsAny(p)); err != nil {
 			r.log.Debug("cannot forward notification", "method", req.Method, "error", err)
 		}
 		return
 	}
-	r.forwardCall(ctx, req, inst, p, fix)
+	r.forwardCall(ctx, req, inst, p)
 }
 
 func (r *Router) defaultAgent() string {

@@ -124,9 +124,9 @@ func (r *Router) createSession(ctx context.Context, req *jsonrpc2.Request, inst 
 		reply(nil, inst.Agent.Error(inst, err))
 		return
 	}
-	key := idKey(editorID)
+	key := acp.IDKey(editorID)
 	r.mu.Lock()
-	r.forwards[key] = &forward{inst: inst, agentID: c.ID}
+	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID}
 	r.mu.Unlock()
 	res, err := c.Wait(ctx)
 	r.mu.Lock()
@@ -248,7 +248,7 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 		return
 	}
 	if init := inst.Init(); init != nil && acp.Supported(init.AgentCapabilities.SessionCapabilities.Close) {
-		r.forwardCall(ctx, req, inst, rewriteSessionID(p, s.ID, down), nil)
+		r.forwardCall(ctx, req, inst, rewriteSessionID(p, s.ID, down))
 		return
 	}
 	s.mu.Lock()
@@ -295,5 +295,5 @@ func (r *Router) forwardToSession(ctx context.Context, req *jsonrpc2.Request) {
 		r.replyTo(req)(nil, err)
 		return
 	}
-	r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, down), nil)
+	r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, down))
 }
