@@ -1,0 +1,75 @@
+package test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runRouterCmd runs the router binary with args and env, returning its exit
+// code, stdout and stderr.
+func runRouterCmd(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(needRouter(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// TestCheckCommand pins `acp-router check` (DESIGN §3): it prints agents
+// and routes of a valid config and exits 0; a broken config exits 1 with
+// file:line:col on stderr; no config at all says where it looked.
+func TestCheckCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := writeConfig(t, routerYAML(t,
+		[]string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{}, "lazy: true")},
+		"default: alpha", "fallback: beta", "rules:", cwdRule(dir, "beta"),
+	))
+	code, out, errOut := runRouterCmd(t, nil, "check", "--config", good)
+	if code != 0 {
+		t.Fatalf("check on a valid config: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"alpha", "beta", "lazy", "default: alpha", "fallback: beta", dir + "/** -> beta", good + ":"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "ACP_FAKE_AGENT=") || strings.Contains(out, `"name"`) {
+		t.Errorf("check prints environment values:\n%s", out)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("version: 1\nagents:\n  - name: a\n    comand: x\n"), 0o644)
+	code, out, errOut = runRouterCmd(t, nil, "check", "--config", bad)
+	if code != 1 || !strings.Contains(errOut, bad+":4:5: ") || !strings.Contains(errOut, `"comand"`) {
+		t.Errorf("check on a typo: exit %d, stderr %q; want 1 and %s:4:5 naming the key", code, errOut, bad)
+	}
+	if out != "" {
+		t.Errorf("check wrote %q to stdout on error", out)
+	}
+
+	home := t.TempDir()
+	code, _, errOut = runRouterCmd(t, []string{"HOME=" + home, "XDG_CONFIG_HOME=", "ACP_ROUTER_CONFIG="}, "check")
+	if code != 1 || !strings.Contains(errOut, filepath.Join(home, ".config", "acp-router", "config.yaml")) || !strings.Contains(errOut, "config.example.yaml") {
+		t.Errorf("check without a config: exit %d, stderr %q; want 1, the places looked at and how to start", code, errOut)
+	}
+	// The agent mode fails the same way, on stderr only: editors show it.
+	code, out, errOut = runRouterCmd(t, []string{"HOME=" + home, "XDG_CONFIG_HOME=", "ACP_ROUTER_CONFIG="})
+	if code != 1 || out != "" || !strings.Contains(errOut, "config.example.yaml") {
+		t.Errorf("router without a config: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, out, _ := runRouterCmd(t, nil, "version"); code != 0 || !strings.HasPrefix(out, "acp-router ") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
