@@ -15,6 +15,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// traceBytes bounds a message body in a trace log line.
+const traceBytes = 4096
+
 // Defaults for StreamOptions.
 const (
 	DefaultMaxLine    = 64 << 20
@@ -137,6 +140,9 @@ func (s *Stream) ReadObject(v any) error {
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
+		}
+		if s.log.IsTrace() {
+			s.log.Trace("recv", "message", truncate(line, traceBytes))
 		}
 		m, err := Classify(line)
 		if err != nil {
@@ -384,6 +390,9 @@ func (s *Stream) writeLoop() {
 		more := len(s.queue) > 0
 		s.mu.Unlock()
 
+		if s.log.IsTrace() {
+			s.log.Trace("send", "message", truncate(msg, traceBytes))
+		}
 		_, err := bw.Write(msg)
 		if err == nil {
 			err = bw.WriteByte('\n')
