@@ -75,7 +75,9 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		r.endTurn(ctx, s, t, nil, err)
 		return
 	}
+	s.mu.Lock() // deliver reads it in the agent's read loop
 	t.inst = inst
+	s.mu.Unlock()
 	p := rewriteSessionID(params(t.req), s.ID, s.DownID)
 	p = adaptPrompt(p, agentCaps(inst), inst.Agent.Title())
 	editorID := acp.RawID(t.req.ID)
@@ -145,11 +147,11 @@ func (r *Router) cancel(ctx context.Context, req *jsonrpc2.Request) {
 	}
 	s.mu.Lock()
 	t := s.turn
-	s.mu.Unlock()
 	inst := s.inst
 	if t != nil && t.inst != nil {
 		inst = t.inst
 	}
+	s.mu.Unlock()
 	if err := inst.Peer().Notify(ctx, acp.MethodSessionCancel, rewriteSessionID(p, s.ID, down)); err != nil {
 		r.log.Debug("cannot forward session/cancel", "session", s.ID, "error", err)
 	}
@@ -174,8 +176,9 @@ func (r *Router) syntheticCancel(s *Session, t *turn) {
 		return
 	}
 	t.synthetic = true
+	inst := t.inst
 	s.mu.Unlock()
-	r.log.Warn("agent did not answer session/cancel in time; answering cancelled", "session", s.ID, "agent", t.inst.Agent.Name())
+	r.log.Warn("agent did not answer session/cancel in time; answering cancelled", "session", s.ID, "agent", inst.Agent.Name())
 	r.replyTo(t.req)(cancelledResult, nil)
 	r.withdraw(func(o *outgoing) bool { return o.session == s.ID })
 	time.AfterFunc(r.opts.DrainGrace, func() {
@@ -183,7 +186,7 @@ func (r *Router) syntheticCancel(s *Session, t *turn) {
 		stuck := !t.done
 		s.mu.Unlock()
 		if stuck {
-			t.inst.Agent.Restart(fmt.Errorf("did not end a cancelled turn within %s", r.opts.DrainGrace+t.inst.Agent.Config.CancelTimeout))
+			inst.Agent.Restart(fmt.Errorf("did not end a cancelled turn within %s", r.opts.DrainGrace+inst.Agent.Config.CancelTimeout))
 		}
 	})
 }
