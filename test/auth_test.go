@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -69,8 +70,23 @@ func TestAuthentication(t *testing.T) {
 		"rules:",
 		cwdRule(dir, "alpha"),
 	))
+	caps := map[string]any{"fs": map[string]bool{"readTextFile": true}, "auth": map[string]bool{"terminal": true}}
+	// initialize waits only for the default agent (beta); alpha's methods come
+	// live or from its cached result. A first run fills the cache, so that
+	// the answer does not depend on which agent is faster.
+	warm := StartRouter(t, cfg, nil)
+	warm.Initialize(t, caps)
+	warm.NewSession(t, dir) // alpha is up, its result cached
+	warm.CloseStdin()
+	if _, _, ok := warm.Wait(10 * time.Second); !ok {
+		t.Fatal("router did not exit")
+	}
+	for _, log := range []string{alphaLog, betaLog, gammaLog} {
+		os.Remove(log)
+	}
+
 	e := StartRouter(t, cfg, nil)
-	res := e.Initialize(t, map[string]any{"fs": map[string]bool{"readTextFile": true}, "auth": map[string]bool{"terminal": true}})
+	res := e.Initialize(t, caps)
 	requireJSON(t, "authMethods", jsonPath(res, "authMethods"), `[
 		{"id":"key","name":"Beta key","_meta":{"k":1}},
 		{"id":"alpha:key","name":"Alpha key"},
