@@ -432,10 +432,6 @@ func (a *Agent) initialize(inst *Instance) error {
 // call sends a request and waits, giving up when the process exits; then
 // the error says how it exited.
 func (a *Agent) call(ctx context.Context, inst *Instance, method string, params any) (json.RawMessage, error) {
-	c, err := inst.peer.Call(ctx, method, params, nil, nil)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -445,12 +441,17 @@ func (a *Agent) call(ctx context.Context, inst *Instance, method string, params 
 		case <-ctx.Done():
 		}
 	}()
-	res, err := c.Wait(ctx)
-	if err == nil || !(errors.Is(err, jsonrpc2.ErrClosed) || errors.Is(err, context.Canceled)) {
-		if err != nil && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("no answer: %w", err)
-		}
+	c, err := inst.peer.Call(ctx, method, params, nil, nil)
+	var res json.RawMessage
+	if err == nil {
+		res, err = c.Wait(ctx)
+	}
+	var rpcErr *jsonrpc2.Error
+	switch {
+	case err == nil, errors.As(err, &rpcErr): // the agent answered
 		return res, err
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("no answer: %w", err)
 	}
 	select { // the connection or the process ended
 	case <-inst.exited:
