@@ -99,8 +99,9 @@ func stderrTail(e *RPCError) string {
 }
 
 // TestUnknownMethodsForwarded pins DESIGN §5: methods the router does not
-// know go to the agent of the session they name, else to the routing
-// default agent, and the agent's answer (result or error) is relayed.
+// know (requests and notifications) go to the agent of the session they
+// name, else to the routing default agent, and the agent's answer (result
+// or error) is relayed.
 func TestUnknownMethodsForwarded(t *testing.T) {
 	t.Parallel()
 	dirB := t.TempDir()
@@ -131,4 +132,10 @@ func TestUnknownMethodsForwarded(t *testing.T) {
 		t.Errorf("_no/such_method: %v, want the agent's -32601 with data.method", rerr)
 	}
 	waitAgentLog(t, logB, waitTimeout, "_no/such_method on beta", func(l string) bool { return l == "_no/such_method" })
+
+	// Notifications take the same way.
+	e.Notify("_fake/ping", map[string]any{"sessionId": sidB})
+	waitAgentLog(t, logB, waitTimeout, "_fake/ping on beta", func(l string) bool { return l == "_fake/ping" })
+	e.Notify("_fake/pong", map[string]any{})
+	waitAgentLog(t, logA, waitTimeout, "_fake/pong on alpha", func(l string) bool { return l == "_fake/pong" })
 }
