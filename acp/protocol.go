@@ -100,6 +100,11 @@ type ClientCapabilities struct {
 	Auth struct {
 		Terminal bool `json:"terminal"`
 	} `json:"auth"`
+	Session struct {
+		ConfigOptions struct {
+			Boolean Marker `json:"boolean"`
+		} `json:"configOptions"`
+	} `json:"session"`
 }
 
 // InitializeParams is what the router reads of the editor's initialize.

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -52,13 +54,10 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		r.log.Warn("session/update without a sessionId dropped", "agent", inst.Agent.Name())
 		return true
 	}
+	key := downKey(inst, ref.SessionID)
 	r.mu.Lock()
-	var s *Session
-	if id, ok := r.sessionIDs.Lookup(tableKey(inst), ref.SessionID); ok {
-		s = r.sessions[id]
-	}
+	s := r.downs[key]
 	if s == nil {
-		key := tableKey(inst)
 		if len(r.unbound[key]) >= maxUnbound {
 			r.log.Warn("update for an unknown session dropped", "agent", inst.Agent.Name(), "session", ref.SessionID)
 			r.unbound[key] = r.unbound[key][1:]
@@ -68,13 +67,101 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		return true
 	}
 	r.mu.Unlock()
-	s.deliver(inst, r.updateLine(s, m))
+	s.mu.Lock()
+	d := s.down[inst.Agent.Name()]
+	s.mu.Unlock()
+	if d != nil && d.inst == inst {
+		r.relayUpdate(s, d, m)
+	}
 	return true
 }
 
-// updateLine is the line the editor gets for an agent's session/update.
-func (r *Router) updateLine(s *Session, m *acp.Message) []byte {
-	if s.ID == s.DownID {
+// relayUpdate applies DESIGN §5 "cross-agent state" to one update of
+// downstream session d: content (chunks, tool calls, plans) of the turn d
+// runs, or of the active agent out of turn, is forwarded; commands, options
+// and modes of the active agent are merged with the router's and re-sent,
+// those of other agents only remembered; usage is merged; the session keeps
+// the first title; a tool call update is forwarded only after its tool call.
+func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
+	var u struct {
+		Update struct {
+			Kind              string            `json:"sessionUpdate"`
+			ToolCallID        string            `json:"toolCallId"`
+			Title             *string           `json:"title"`
+			AvailableCommands []json.RawMessage `json:"availableCommands"`
+			ConfigOptions     json.RawMessage   `json:"configOptions"`
+			CurrentModeID     string            `json:"currentModeId"`
+			Cost              *merge.Cost       `json:"cost"`
+		} `json:"update"`
+	}
+	if json.Unmarshal(m.Params, &u) != nil {
+		r.log.Warn("malformed session/update dropped", "agent", d.agent.Name())
+		return
+	}
+	up := u.Update
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.turn
+	if t != nil && t.synthetic && t.d == d {
+		r.log.Debug("update of a cancelled turn dropped", "session", s.ID)
+		return
+	}
+	active := s.active == d.agent.Name()
+	content := (t != nil && t.d == d) || (active && t == nil)
+	var line []byte
+	switch up.Kind {
+	case "available_commands_update":
+		d.commands = up.AvailableCommands
+		if active {
+			line = s.commandsLineLocked()
+		}
+	case "config_option_update":
+		d.view.Options = up.ConfigOptions
+		if active {
+			line = s.optionsLineLocked()
+		}
+	case "current_mode_update":
+		if d.view.Modes != nil {
+			d.view.Modes.CurrentModeID = up.CurrentModeID
+		}
+		if active {
+			line = s.updateLine(map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": merge.LegacyModeID(d.agent.Name(), up.CurrentModeID)})
+			if d.view.Options == nil { // the synthesized mode select changed too
+				s.writeLocked(line)
+				line = s.optionsLineLocked()
+			}
+		}
+	case "usage_update":
+		d.cost = up.Cost
+		if content {
+			line = s.usageLineLocked(m.Params)
+		}
+	case "session_info_update":
+		if up.Title != nil && *up.Title != "" && s.title == "" {
+			s.title = *up.Title
+			line = s.agentLine(d, m)
+		}
+	case "tool_call":
+		if content {
+			s.toolCalls[up.ToolCallID] = true
+			line = s.agentLine(d, m)
+		}
+	case "tool_call_update":
+		if content && s.toolCalls[up.ToolCallID] {
+			line = s.agentLine(d, m)
+		}
+	default: // message chunks, plans, kinds the router does not know
+		if content {
+			line = s.agentLine(d, m)
+		}
+	}
+	s.writeLocked(line)
+}
+
+// agentLine is an agent's update as the editor gets it: the agent's own
+// bytes, with the session id translated when it differs.
+func (s *Session) agentLine(d *downstream, m *acp.Message) []byte {
+	if s.ID == d.id {
 		return m.Raw
 	}
 	p, err := acp.SetField(m.Params, "sessionId", s.ID)
@@ -90,6 +177,30 @@ func (r *Router) updateLine(s *Session, m *acp.Message) []byte {
 		return m.Raw
 	}
 	return line
+}
+
+// usageLineLocked is a usage_update with used/size of the agent running the
+// turn and the cost summed over the session's agents (when the currencies
+// match).
+func (s *Session) usageLineLocked(p json.RawMessage) []byte {
+	var u struct {
+		Update map[string]json.RawMessage `json:"update"`
+	}
+	if json.Unmarshal(p, &u) != nil || u.Update == nil {
+		return nil
+	}
+	var costs []merge.Cost
+	for _, d := range s.down {
+		if d.cost != nil {
+			costs = append(costs, *d.cost)
+		}
+	}
+	if sum := merge.SumCost(costs); sum != nil {
+		u.Update["cost"] = mustJSON(sum)
+	} else {
+		delete(u.Update, "cost")
+	}
+	return s.updateLine(u.Update)
 }
 
 // agentRequest forwards an agent's request to the editor with its session
@@ -226,15 +337,29 @@ func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.
 		return "", p, nil
 	}
 	r.mu.Lock()
-	id, ok := r.sessionIDs.Lookup(tableKey(inst), ref.SessionID)
+	s := r.downs[downKey(inst, ref.SessionID)]
 	r.mu.Unlock()
-	if !ok {
+	if s == nil {
 		if acp.IsExtension(method) {
 			return "", p, nil
 		}
 		return "", nil, errUnknownSession(ref.SessionID)
 	}
-	return id, rewriteSessionID(p, ref.SessionID, id), nil
+	if method == acp.MethodRequestPermission {
+		// The request shows (creates) its tool call in the editor: later
+		// updates for it may be forwarded.
+		var pr struct {
+			ToolCall struct {
+				ToolCallID string `json:"toolCallId"`
+			} `json:"toolCall"`
+		}
+		if json.Unmarshal(p, &pr) == nil && pr.ToolCall.ToolCallID != "" {
+			s.mu.Lock()
+			s.toolCalls[pr.ToolCall.ToolCallID] = true
+			s.mu.Unlock()
+		}
+	}
+	return s.ID, rewriteSessionID(p, ref.SessionID, s.ID), nil
 }
 
 // translateElicitation maps a request-scoped elicitation onto the editor's
@@ -381,7 +506,11 @@ func (r *Router) agentExited(inst *upstream.Instance, err error) {
 	go func() {
 		r.withdraw(func(o *outgoing) bool { return o.inst == inst })
 		r.mu.Lock()
-		delete(r.unbound, tableKey(inst))
+		for key := range r.unbound {
+			if strings.HasPrefix(key, tableKey(inst)+" ") {
+				delete(r.unbound, key)
+			}
+		}
 		var gone []string
 		sessions := map[string]string{}
 		for id, t := range r.terminals {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -14,23 +15,35 @@ import (
 
 // turn is one session/prompt of a router session.
 type turn struct {
-	req  *jsonrpc2.Request
-	inst *upstream.Instance // the agent running it, once started
+	req *jsonrpc2.Request
+	// agent runs the turn: "" is the active agent when the turn starts; a
+	// one-turn command (/NAME TEXT) names its agent.
+	agent string
+	// prompt replaces the editor's params.prompt when set (a one-turn
+	// command's TEXT).
+	prompt json.RawMessage
+	// command, when set, is a router command: it runs instead of an agent
+	// and returns what the router says.
+	command func(context.Context) string
 
 	// Guarded by the session's mu.
+	d           *downstream        // the downstream session running it
+	inst        *upstream.Instance // and its agent instance
 	cancelTimer *time.Timer
+	cancelled   bool // cancelled before it reached an agent
 	synthetic   bool // the router answered "cancelled"; the agent is draining
 	done        bool
 }
 
 var cancelledResult = json.RawMessage(`{"stopReason":"cancelled"}`)
+var endTurnResult = json.RawMessage(`{"stopReason":"end_turn"}`)
 
 // prompt handles session/prompt, inline in the editor's read loop. Prompts
 // of one session are serialized: one that arrives while a turn runs (or
 // drains after a synthetic cancel) waits its turn.
 func (r *Router) prompt(ctx context.Context, req *jsonrpc2.Request) {
 	p := params(req)
-	s, _ := r.sessionOf(p)
+	s := r.sessionOf(p)
 	if s == nil {
 		var ref acp.SessionRef
 		json.Unmarshal(p, &ref)
@@ -38,7 +51,7 @@ func (r *Router) prompt(ctx context.Context, req *jsonrpc2.Request) {
 		return
 	}
 	s.openNow()
-	t := &turn{req: req}
+	t := r.parseTurn(s, req)
 	s.mu.Lock()
 	if s.turn != nil {
 		s.queue = append(s.queue, t)
@@ -49,6 +62,80 @@ func (r *Router) prompt(ctx context.Context, req *jsonrpc2.Request) {
 	s.turn = t
 	s.mu.Unlock()
 	r.startTurn(ctx, s, t)
+}
+
+// parseTurn recognizes the router's slash commands (DESIGN §5). Editors
+// send an advertised command as plain text "/name args" in a prompt.
+func (r *Router) parseTurn(s *Session, req *jsonrpc2.Request) *turn {
+	t := &turn{req: req}
+	var p struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	if json.Unmarshal(params(req), &p) != nil || len(p.Prompt) == 0 {
+		return t
+	}
+	var first struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(p.Prompt[0], &first) != nil || first.Type != "text" || !strings.HasPrefix(first.Text, "/") {
+		return t
+	}
+	name, rest, _ := strings.Cut(first.Text[1:], " ")
+	name, rest = strings.TrimSpace(name), strings.TrimSpace(rest)
+	switch {
+	case name == "agent":
+		t.command = func(ctx context.Context) string { return r.agentCommand(ctx, s, rest) }
+	case r.byName[name] != nil && rest == "":
+		t.command = func(context.Context) string {
+			return fmt.Sprintf("Usage: /%s TEXT asks %s for this turn only; /agent %s switches the session to it.", name, r.byName[name].Title(), name)
+		}
+	case r.byName[name] != nil:
+		block, _ := acp.SetField(p.Prompt[0], "text", rest)
+		blocks := append([]json.RawMessage{block}, p.Prompt[1:]...)
+		t.agent = name
+		t.prompt, _ = json.Marshal(blocks)
+	}
+	return t
+}
+
+// agentCommand is /agent: with no argument it lists the agents, marks the
+// active one and says which failed to start; /agent NAME switches.
+func (r *Router) agentCommand(ctx context.Context, s *Session, arg string) string {
+	if arg != "" {
+		if err := r.switchTo(ctx, s, arg); err != nil {
+			return "Cannot switch: " + errorText(err)
+		}
+		return fmt.Sprintf("Switched this session to %s.", r.byName[arg].Title())
+	}
+	active := s.activeName()
+	var b strings.Builder
+	b.WriteString("Agents:\n")
+	for _, a := range r.agents {
+		mark := " "
+		if a.Name() == active {
+			mark = "*"
+		}
+		state := ""
+		switch st, err := a.Status(); st {
+		case upstream.Failed:
+			state = " — failed: " + trimAgentPrefix(err, a.Name())
+		case upstream.Starting:
+			state = " — starting"
+		case upstream.Stopped:
+			state = " — not started"
+		}
+		fmt.Fprintf(&b, "%s %s (%s)%s\n", mark, a.Name(), a.Title(), state)
+	}
+	b.WriteString("\n/agent NAME switches this session; /NAME TEXT asks one agent for one turn.")
+	return b.String()
+}
+
+func errorText(err error) string {
+	if e, ok := err.(*jsonrpc2.Error); ok {
+		return strings.TrimPrefix(e.Message, "acp-router: ")
+	}
+	return err.Error()
 }
 
 // dequeue withdraws a waiting prompt the editor cancelled with
@@ -69,16 +156,60 @@ func (r *Router) dequeue(s *Session, t *turn) {
 	}
 }
 
+// startTurn runs t: a router command in a goroutine; a prompt inline when
+// its agent's downstream session exists (so that a following cancel cannot
+// overtake it), else once that session is opened.
 func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
-	inst, err := s.instance()
+	if t.command != nil {
+		go func() {
+			text := t.command(ctx)
+			s.mu.Lock()
+			s.writeLocked(s.sayLocked(text))
+			s.mu.Unlock()
+			r.endTurn(ctx, s, t, endTurnResult, nil)
+		}()
+		return
+	}
+	s.mu.Lock()
+	if t.agent == "" {
+		t.agent = s.active
+	}
+	d := s.down[t.agent]
+	s.mu.Unlock()
+	if d != nil {
+		r.dispatch(ctx, s, t, d)
+		return
+	}
+	go func() {
+		d, err := r.ensureDownstream(ctx, s, r.byName[t.agent])
+		if err != nil {
+			r.endTurn(ctx, s, t, nil, err)
+			return
+		}
+		r.dispatch(ctx, s, t, d)
+	}()
+}
+
+// dispatch sends the prompt to the downstream session d.
+func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstream) {
+	inst, err := d.alive()
 	if err != nil {
 		r.endTurn(ctx, s, t, nil, err)
 		return
 	}
-	s.mu.Lock() // deliver reads it in the agent's read loop
-	t.inst = inst
+	s.mu.Lock() // the relay reads them in the agent's read loop
+	t.d, t.inst = d, inst
+	cancelled := t.cancelled
 	s.mu.Unlock()
-	p := rewriteSessionID(params(t.req), s.ID, s.DownID)
+	if cancelled {
+		r.endTurn(ctx, s, t, cancelledResult, nil)
+		return
+	}
+	p := params(t.req)
+	if t.prompt != nil {
+		p, _ = acp.SetField(p, "prompt", t.prompt)
+	}
+	p = rewriteSessionID(p, s.ID, d.id)
 	p = adaptPrompt(p, agentCaps(inst), inst.Agent.Title())
 	editorID := acp.RawID(t.req.ID)
 	c, err := inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, nil)
@@ -125,7 +256,7 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 	s.mu.Unlock()
 
 	if synthetic {
-		r.log.Info("cancelled turn ended", "session", s.ID, "agent", s.Agent.Name())
+		r.log.Info("cancelled turn ended", "session", s.ID, "agent", t.agent)
 	} else {
 		r.replyTo(t.req)(res, err)
 	}
@@ -136,23 +267,31 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 	}
 }
 
-// cancel forwards session/cancel to the agent running the turn. If that
-// agent has not answered within its cancel timeout, the router answers
-// "cancelled" itself and the turn drains (DESIGN §7).
+// cancel forwards session/cancel to the agent running the turn (a one-turn
+// command's agent, not necessarily the active one). If that agent has not
+// answered within its cancel timeout, the router answers "cancelled" itself
+// and the turn drains (DESIGN §7).
 func (r *Router) cancel(ctx context.Context, req *jsonrpc2.Request) {
-	p := params(req)
-	s, down := r.sessionOf(p)
+	s := r.sessionOf(params(req))
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	t := s.turn
-	inst := s.inst
-	if t != nil && t.inst != nil {
-		inst = t.inst
+	d := s.down[s.active]
+	if t != nil {
+		if t.d == nil { // not at an agent yet: it ends when it would start
+			t.cancelled = true
+			s.mu.Unlock()
+			return
+		}
+		d = t.d
 	}
 	s.mu.Unlock()
-	if err := inst.Peer().Notify(ctx, acp.MethodSessionCancel, rewriteSessionID(p, s.ID, down)); err != nil {
+	if d == nil {
+		return
+	}
+	if err := d.inst.Peer().Notify(ctx, acp.MethodSessionCancel, rewriteSessionID(params(req), s.ID, d.id)); err != nil {
 		r.log.Debug("cannot forward session/cancel", "session", s.ID, "error", err)
 	}
 	if t == nil {
@@ -160,7 +299,7 @@ func (r *Router) cancel(ctx context.Context, req *jsonrpc2.Request) {
 	}
 	s.mu.Lock()
 	if !t.done && t.cancelTimer == nil {
-		t.cancelTimer = time.AfterFunc(inst.Agent.Config.CancelTimeout, func() { r.syntheticCancel(s, t) })
+		t.cancelTimer = time.AfterFunc(d.agent.Config.CancelTimeout, func() { r.syntheticCancel(s, t) })
 	}
 	s.mu.Unlock()
 }

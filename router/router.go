@@ -60,8 +60,9 @@ type Router struct {
 	mu         sync.Mutex
 	initParams json.RawMessage // the editor's initialize params, for agents
 	clientCaps acp.ClientCapabilities
-	sessions   map[string]*Session
-	sessionIDs *merge.IDTable              // (agent, downstream id) ↔ router session id
+	sessions   map[string]*Session // by router session id
+	downs      map[string]*Session // by downKey of each downstream session
+	modeCache  map[string][]merge.Mode
 	auth       map[string]merge.AuthMethod // advertised auth method id → owner
 	forwards   map[string]*forward         // editor request id → its forward to an agent
 	held       map[string]func()
@@ -112,7 +113,8 @@ func New(cfg *config.Config, opts Options) *Router {
 		log:        opts.Logger,
 		byName:     map[string]*upstream.Agent{},
 		sessions:   map[string]*Session{},
-		sessionIDs: merge.NewIDTable(),
+		downs:      map[string]*Session{},
+		modeCache:  map[string][]merge.Mode{},
 		auth:       map[string]merge.AuthMethod{},
 		forwards:   map[string]*forward{},
 		held:       map[string]func(){},
@@ -199,7 +201,7 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 	case acp.MethodSessionClose:
 		r.closeSession(ctx, req)
 	case acp.MethodSetMode, acp.MethodSetConfigOption, acp.MethodSetModel:
-		r.forwardToSession(ctx, req)
+		r.sessionRequest(ctx, req)
 	case acp.MethodSessionLoad, acp.MethodSessionResume, acp.MethodSessionList, acp.MethodSessionDelete, acp.MethodSessionFork:
 		// Not advertised (initialize): the router cannot honour them across
 		// agents yet, and passing one to a single agent would create a
@@ -332,11 +334,10 @@ func (r *Router) cancelRequest(ctx context.Context, req *jsonrpc2.Request) {
 // -32601 itself.
 func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
 	p := params(req)
-	if s, down := r.sessionOf(p); s != nil {
-		inst, err := s.instance()
-		if err == nil {
-			p = rewriteSessionID(p, s.ID, down)
-			r.forwardOrNotify(ctx, req, inst, p)
+	if s := r.sessionOf(p); s != nil {
+		d := s.activeDown()
+		if inst, err := d.alive(); err == nil {
+			r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, d.id))
 			return
 		}
 	}
@@ -370,23 +371,47 @@ func (r *Router) defaultAgent() string {
 	return r.cfg.Routing.Default
 }
 
-// sessionOf finds the router session named by params.sessionId, with the
-// session's downstream id.
-func (r *Router) sessionOf(p json.RawMessage) (*Session, string) {
+// sessionOf finds the router session named by params.sessionId.
+func (r *Router) sessionOf(p json.RawMessage) *Session {
 	if p == nil {
-		return nil, ""
+		return nil
 	}
 	var ref acp.SessionRef
 	if json.Unmarshal(p, &ref) != nil || ref.SessionID == "" {
-		return nil, ""
+		return nil
 	}
 	r.mu.Lock()
-	s := r.sessions[ref.SessionID]
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	return r.sessions[ref.SessionID]
+}
+
+// sessionRequest handles the session-scoped choices: set_config_option and
+// set_mode may switch agents (switch.go); set_model goes to the active
+// agent.
+func (r *Router) sessionRequest(ctx context.Context, req *jsonrpc2.Request) {
+	p := params(req)
+	s := r.sessionOf(p)
 	if s == nil {
-		return nil, ""
+		var ref acp.SessionRef
+		json.Unmarshal(p, &ref)
+		r.replyTo(req)(nil, errUnknownSession(ref.SessionID))
+		return
 	}
-	return s, s.DownID
+	s.openNow()
+	switch req.Method {
+	case acp.MethodSetConfigOption:
+		r.setConfigOption(ctx, s, req)
+	case acp.MethodSetMode:
+		r.setModeRequest(ctx, s, req)
+	default:
+		d := s.activeDown()
+		inst, err := d.alive()
+		if err != nil {
+			r.replyTo(req)(nil, err)
+			return
+		}
+		r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, d.id))
+	}
 }
 
 // rewriteSessionID replaces params.sessionId when from and to differ.

@@ -11,45 +11,71 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/upstream"
 )
 
-// Session is a router session: what the editor sees as one session. It runs
-// on one downstream session of one agent instance.
+// Session is a router session: what the editor sees as one session. It
+// holds one downstream session per agent it has used and an active agent
+// (DESIGN §5).
 type Session struct {
-	ID      string // the id the editor uses
+	ID      string // the id the editor uses: the first downstream id, unless taken
 	Cwd     string
-	Agent   *upstream.Agent
-	Enforce bool   // routed by a rule with enforce: true
-	DownID  string // the agent's session id
-	inst    *upstream.Instance
+	Enforce bool // routed by a rule with enforce: true: the agent cannot change
 	r       *Router
+	// newParams are the editor's session/new params, to open the session on
+	// more agents with the same cwd, MCP servers and directories.
+	newParams json.RawMessage
 
-	mu     sync.Mutex
-	open   bool     // updates may be written to the editor
-	held   [][]byte // updates waiting for open
-	timer  *time.Timer
-	turn   *turn   // the running (or draining) prompt turn
-	queue  []*turn // prompts waiting for the turn to end
-	closed bool
+	mu        sync.Mutex
+	active    string                 // the active agent's name
+	down      map[string]*downstream // by agent name
+	open      bool                   // updates may be written to the editor
+	held      [][]byte               // updates waiting for open
+	timer     *time.Timer
+	turn      *turn   // the running (or draining) prompt turn
+	queue     []*turn // prompts waiting for the turn to end
+	closed    bool
+	title     string          // the first title an agent sent: the session's
+	toolCalls map[string]bool // tool call ids forwarded to the editor
+	msgSeq    int             // for the router's own messageIds
 }
 
-// tableKey names an agent instance in the session id table: a restarted
-// agent may hand out the same ids again, and they must not alias the
-// sessions of its previous process.
+// downstream is the session of one agent behind a router session, and what
+// the router learned from it.
+type downstream struct {
+	agent    *upstream.Agent
+	inst     *upstream.Instance
+	id       string // the agent's session id
+	view     merge.AgentView
+	commands []json.RawMessage // the agent's last available_commands_update
+	cost     *merge.Cost       // its last cumulative cost
+}
+
+// tableKey names an agent instance: a restarted agent may hand out the same
+// session ids again, and they must not alias its previous process's.
 func tableKey(inst *upstream.Instance) string {
 	return fmt.Sprintf("%s#%d", inst.Agent.Name(), inst.Gen)
 }
 
-// instance returns the agent instance the session lives on, or an error
-// naming the agent when that process is gone.
-func (s *Session) instance() (*upstream.Instance, error) {
-	if cur := s.Agent.Current(); cur == s.inst {
+func downKey(inst *upstream.Instance, id string) string { return tableKey(inst) + " " + id }
+
+// alive returns d's instance, or an error naming the agent when the process
+// the downstream session lived on is gone.
+func (d *downstream) alive() (*upstream.Instance, error) {
+	if cur := d.agent.Current(); cur == d.inst {
 		return cur, nil
 	}
-	e := s.Agent.Error(s.inst, jsonrpc2.ErrClosed)
+	e := d.agent.Error(d.inst, jsonrpc2.ErrClosed)
 	e.Message = fmt.Sprintf("%s; this session's conversation with it is gone, please start a new thread", e.Message)
 	return nil, e
+}
+
+// activeDown returns the active agent's downstream session.
+func (s *Session) activeDown() *downstream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down[s.active]
 }
 
 // route picks the agent for a new session (DESIGN §4 routing): the first
@@ -106,78 +132,137 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			reply(nil, r.startError(a, err))
 			return
 		}
-		r.createSession(ctx, req, inst, adaptNewSession(p, agentCaps(inst), inst.Agent.Name(), r.log), cwd, enforce)
-	}()
-}
-
-// createSession sends session/new to inst. The new session is bound in the
-// agent's read path, before the agent's next message is processed, since
-// real agents send the first update for a new session on the very next
-// line (STYLE.md).
-func (r *Router) createSession(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage, cwd string, enforce bool) {
-	reply := r.replyTo(req)
-	var s *Session
-	bind := func(m *acp.Message) { s = r.bind(inst, m, cwd, enforce) }
-	editorID := acp.RawID(req.ID)
-	c, err := inst.Peer().Call(ctx, acp.MethodSessionNew, paramsAny(p), editorID, bind)
-	if err != nil {
-		reply(nil, inst.Agent.Error(inst, err))
-		return
-	}
-	key := acp.IDKey(editorID)
-	r.mu.Lock()
-	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID}
-	r.mu.Unlock()
-	res, err := c.Wait(ctx)
-	r.mu.Lock()
-	delete(r.forwards, key)
-	r.mu.Unlock()
-	if err != nil {
-		reply(nil, r.authError(inst.Agent, inst.Agent.Error(inst, err)))
-		return
-	}
-	if s == nil {
-		reply(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q answered session/new without a sessionId", inst.Agent.Name()), map[string]string{"agent": inst.Agent.Name()}))
-		return
-	}
-	if s.ID != s.DownID {
-		if res, err = acp.SetField(res, "sessionId", s.ID); err != nil {
+		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{}, toolCalls: map[string]bool{}}
+		res, err := r.openDownstream(ctx, s, inst, acp.RawID(req.ID))
+		if err != nil {
 			reply(nil, err)
 			return
 		}
-	}
-	r.log.Info("session created", "session", s.ID, "agent", inst.Agent.Name(), "cwd", cwd)
-	reply(res, nil)
-	s.openAfter(r.opts.OpenDelay)
+		r.log.Info("session created", "session", s.ID, "agent", a.Name(), "cwd", cwd)
+		reply(s.newSessionResult(res), nil)
+		s.write(s.commandsLine())
+		s.openAfter(r.opts.OpenDelay)
+	}()
 }
 
-// bind registers the session a session/new response creates. It runs in
-// the agent's read path.
-func (r *Router) bind(inst *upstream.Instance, m *acp.Message, cwd string, enforce bool) *Session {
-	var res acp.SessionRef
+// openDownstream opens s on inst's agent (the first one registers s). The
+// new downstream session is bound in the agent's read path, before the
+// agent's next message is processed: real agents send the first update for
+// a new session on the very next line (STYLE.md). It returns the agent's
+// session/new result.
+func (r *Router) openDownstream(ctx context.Context, s *Session, inst *upstream.Instance, preferID json.RawMessage) (json.RawMessage, error) {
+	p := adaptNewSession(s.newParams, agentCaps(inst), inst.Agent.Name(), r.log)
+	bound := false
+	bind := func(m *acp.Message) { bound = r.bind(s, inst, m) }
+	c, err := inst.Peer().Call(ctx, acp.MethodSessionNew, paramsAny(p), preferID, bind)
+	if err != nil {
+		return nil, inst.Agent.Error(inst, err)
+	}
+	key := acp.IDKey(c.ID)
+	if preferID != nil {
+		key = acp.IDKey(preferID)
+		r.mu.Lock()
+		r.forwards[key] = &forward{inst: inst, editorID: preferID, agentID: c.ID}
+		r.mu.Unlock()
+	}
+	res, err := c.Wait(ctx)
+	if preferID != nil {
+		r.mu.Lock()
+		delete(r.forwards, key)
+		r.mu.Unlock()
+	}
+	if err != nil {
+		return nil, r.authError(inst.Agent, inst.Agent.Error(inst, err))
+	}
+	if !bound {
+		return nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q answered session/new without a sessionId", inst.Agent.Name()), map[string]string{"agent": inst.Agent.Name()})
+	}
+	r.learnModes(inst.Agent.Name(), res)
+	return res, nil
+}
+
+// bind registers the downstream session a session/new response creates,
+// and the router session itself for its first one. It runs in the agent's
+// read path.
+func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool {
+	var res struct {
+		SessionID     string            `json:"sessionId"`
+		Modes         *merge.ModeState  `json:"modes"`
+		Models        *merge.ModelState `json:"models"`
+		ConfigOptions json.RawMessage   `json:"configOptions"`
+	}
 	if m.Result == nil || json.Unmarshal(m.Result, &res) != nil || res.SessionID == "" {
-		return nil
+		return false
 	}
-	s := &Session{Cwd: cwd, Agent: inst.Agent, Enforce: enforce, DownID: res.SessionID, inst: inst, r: r}
+	d := &downstream{agent: inst.Agent, inst: inst, id: res.SessionID,
+		view: merge.AgentView{Options: res.ConfigOptions, Modes: res.Modes, Models: res.Models}}
+	key := downKey(inst, res.SessionID)
 	r.mu.Lock()
-	s.ID = r.sessionIDs.Out(tableKey(inst), res.SessionID)
-	r.sessions[s.ID] = s
-	var early []*acp.Message
-	kept := r.unbound[tableKey(inst)][:0]
-	for _, u := range r.unbound[tableKey(inst)] {
-		var ref acp.SessionRef
-		if json.Unmarshal(u.Params, &ref) == nil && ref.SessionID == res.SessionID {
-			early = append(early, u)
-		} else {
-			kept = append(kept, u)
+	if s.ID == "" {
+		s.ID = res.SessionID
+		for n := 1; r.sessions[s.ID] != nil; n++ {
+			s.ID = fmt.Sprintf("%s~%s", res.SessionID, inst.Agent.Name())
+			if n > 1 {
+				s.ID += fmt.Sprintf("~%d", n)
+			}
 		}
+		r.sessions[s.ID] = s
 	}
-	r.unbound[tableKey(inst)] = kept
+	r.downs[key] = s
+	early := r.unbound[key]
+	delete(r.unbound, key)
 	r.mu.Unlock()
+	s.mu.Lock()
+	s.down[inst.Agent.Name()] = d
+	s.mu.Unlock()
 	for _, u := range early {
-		s.deliver(inst, r.updateLine(s, u))
+		r.relayUpdate(s, d, u)
 	}
-	return s
+	return true
+}
+
+// newSessionResult is the editor's session/new answer: the agent's result
+// with the router's session id, option list and legacy mode union.
+func (s *Session) newSessionResult(agentResult json.RawMessage) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(agentResult, &fields) != nil {
+		fields = map[string]json.RawMessage{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fields["sessionId"], _ = json.Marshal(s.ID)
+	fields["configOptions"], _ = json.Marshal(s.optionsLocked())
+	if modes := s.legacyModesLocked(); len(modes.AvailableModes) > 0 {
+		fields["modes"], _ = json.Marshal(modes)
+	} else {
+		delete(fields, "modes")
+	}
+	out, _ := json.Marshal(fields)
+	return out
+}
+
+// ensureDownstream returns s's downstream session on agent a, opening it
+// first if the session has not used a yet (DESIGN §5: created on demand).
+func (r *Router) ensureDownstream(ctx context.Context, s *Session, a *upstream.Agent) (*downstream, error) {
+	s.mu.Lock()
+	d := s.down[a.Name()]
+	s.mu.Unlock()
+	if d != nil {
+		if _, err := d.alive(); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	inst, err := a.Ready(ctx)
+	if err != nil {
+		return nil, r.startError(a, err)
+	}
+	if _, err := r.openDownstream(ctx, s, inst, nil); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down[a.Name()], nil
 }
 
 // openAfter opens the session for updates after d.
@@ -208,16 +293,17 @@ func (s *Session) openNow() {
 	s.held = nil
 }
 
-// deliver writes one update line for the editor, or holds it until the
-// session is open; updates of a turn the router already answered as
-// cancelled are dropped.
-func (s *Session) deliver(inst *upstream.Instance, line []byte) {
+// write sends one update line for the editor, or holds it until the session
+// is open.
+func (s *Session) write(line []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.writeLocked(line)
+}
+
+func (s *Session) writeLocked(line []byte) {
 	switch {
-	case s.closed:
-	case s.turn != nil && s.turn.synthetic && s.turn.inst == inst:
-		s.r.log.Debug("update of a cancelled turn dropped", "session", s.ID)
+	case line == nil, s.closed:
 	case !s.open:
 		s.held = append(s.held, line)
 	default:
@@ -231,69 +317,76 @@ func (r *Router) writeEditor(line []byte) {
 	}
 }
 
-// closeSession handles session/close: the agent closes its session when it
-// supports close; otherwise the router cancels the running turn itself. The
-// router forgets the session either way.
+// updateLine encodes a session/update notification from the router.
+func (s *Session) updateLine(update any) []byte {
+	line, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": acp.MethodSessionUpdate,
+		"params": map[string]any{"sessionId": s.ID, "update": update}})
+	if err != nil {
+		return nil
+	}
+	return line
+}
+
+// closeSession handles session/close: each agent closes its downstream
+// session when it supports close; otherwise the router cancels the running
+// turn itself. The router forgets the session either way.
 func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
-	p := params(req)
-	s, down := r.sessionOf(p)
+	s := r.sessionOf(params(req))
 	if s == nil {
 		r.replyTo(req)(json.RawMessage("{}"), nil)
 		return
 	}
-	inst, err := s.instance()
-	r.forget(s)
-	if err != nil {
-		r.replyTo(req)(json.RawMessage("{}"), nil)
-		return
-	}
-	if init := inst.Init(); init != nil && acp.Supported(init.AgentCapabilities.SessionCapabilities.Close) {
-		r.forwardCall(ctx, req, inst, rewriteSessionID(p, s.ID, down))
-		return
-	}
 	s.mu.Lock()
+	downs := make([]*downstream, 0, len(s.down))
+	for _, d := range s.down {
+		downs = append(downs, d)
+	}
 	running := s.turn != nil
 	s.mu.Unlock()
-	if running {
-		cancel, _ := json.Marshal(acp.SessionRef{SessionID: down})
-		inst.Peer().Notify(ctx, acp.MethodSessionCancel, json.RawMessage(cancel))
-	}
-	r.replyTo(req)(json.RawMessage("{}"), nil)
+	r.forget(s)
+	go func() {
+		var first error
+		for _, d := range downs {
+			inst, err := d.alive()
+			if err != nil {
+				continue
+			}
+			ref, _ := json.Marshal(acp.SessionRef{SessionID: d.id})
+			if init := inst.Init(); init != nil && acp.Supported(init.AgentCapabilities.SessionCapabilities.Close) {
+				if _, err := callWait(ctx, inst, acp.MethodSessionClose, ref); err != nil && first == nil {
+					first = inst.Agent.Error(inst, err)
+				}
+			} else if running {
+				inst.Peer().Notify(ctx, acp.MethodSessionCancel, json.RawMessage(ref))
+			}
+		}
+		if first != nil {
+			r.replyTo(req)(nil, first)
+			return
+		}
+		r.replyTo(req)(json.RawMessage("{}"), nil)
+	}()
 }
 
 // forget removes a closed session; prompts still queued end cancelled.
 func (r *Router) forget(s *Session) {
-	r.mu.Lock()
-	delete(r.sessions, s.ID)
-	r.sessionIDs.Remove(s.ID)
-	r.mu.Unlock()
 	s.mu.Lock()
 	s.closed = true
 	queued := s.queue
 	s.queue = nil
+	var keys []string
+	for _, d := range s.down {
+		keys = append(keys, downKey(d.inst, d.id))
+	}
 	s.mu.Unlock()
+	r.mu.Lock()
+	delete(r.sessions, s.ID)
+	for _, k := range keys {
+		delete(r.downs, k)
+	}
+	r.mu.Unlock()
 	for _, t := range queued {
 		r.unhold(t.req)
-		r.replyTo(t.req)(json.RawMessage(`{"stopReason":"cancelled"}`), nil)
+		r.replyTo(t.req)(cancelledResult, nil)
 	}
-}
-
-// forwardToSession forwards a session-scoped request (set_mode,
-// set_config_option, set_model) to the session's agent.
-func (r *Router) forwardToSession(ctx context.Context, req *jsonrpc2.Request) {
-	p := params(req)
-	s, down := r.sessionOf(p)
-	if s == nil {
-		var ref acp.SessionRef
-		json.Unmarshal(p, &ref)
-		r.replyTo(req)(nil, errUnknownSession(ref.SessionID))
-		return
-	}
-	s.openNow()
-	inst, err := s.instance()
-	if err != nil {
-		r.replyTo(req)(nil, err)
-		return
-	}
-	r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, down))
 }

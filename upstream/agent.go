@@ -171,6 +171,13 @@ func (i *Instance) fail(err error) bool {
 	return true
 }
 
+// Status reports the agent's state and, when failed, why.
+func (a *Agent) Status() (State, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state, a.err
+}
+
 // Current returns the running instance, or nil.
 func (a *Agent) Current() *Instance {
 	a.mu.Lock()
@@ -736,12 +743,14 @@ func (a *Agent) saveInit(raw json.RawMessage) {
 	if a.opts.StateDir == "" {
 		return
 	}
-	if err := writeFileAtomic(a.initFile(), raw); err != nil {
+	if err := WriteFileAtomic(a.initFile(), raw); err != nil {
 		a.log.Warn("cannot cache initialize result", "error", err)
 	}
 }
 
-func writeFileAtomic(path string, data []byte) error {
+// WriteFileAtomic writes a state file (0600 in a 0700 directory) so that
+// readers never see half of it.
+func WriteFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}

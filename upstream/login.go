@@ -69,7 +69,7 @@ func Login(ctx context.Context, cfg config.Agent, stateDir string, loginArgs []s
 		return 1, fmt.Errorf("login %q: %w", cfg.Name, err)
 	}
 	if stateDir != "" {
-		if err := writeFileAtomic(loginMarker(stateDir, cfg.Name), []byte(time.Now().Format(time.RFC3339))); err != nil {
+		if err := WriteFileAtomic(loginMarker(stateDir, cfg.Name), []byte(time.Now().Format(time.RFC3339))); err != nil {
 			return 0, fmt.Errorf("login %q succeeded but the router cannot be told: %w", cfg.Name, err)
 		}
 	}

@@ -1,0 +1,327 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+// Switching agents inside a session (DESIGN §5): the `agent` option, the
+// legacy AGENT:MODE modes, and the router's slash commands.
+
+// agentChoices are the values of the `agent` select, in config order.
+func (r *Router) agentChoices() []merge.AgentChoice {
+	out := make([]merge.AgentChoice, 0, len(r.agents))
+	for _, a := range r.agents {
+		out = append(out, merge.AgentChoice{Name: a.Name(), Title: a.Title(), Description: "Run this session on " + a.Title()})
+	}
+	return out
+}
+
+// optionsLocked is the session's option list for the editor.
+func (s *Session) optionsLocked() []json.RawMessage {
+	var view merge.AgentView
+	if d := s.down[s.active]; d != nil {
+		view = d.view
+	}
+	return merge.Options(s.r.agentChoices(), s.active, view, s.r.caps().Session.ConfigOptions.Boolean != nil)
+}
+
+// legacyModesLocked is the union of the agents' modes, AGENT:MODE, for
+// editors without config options: each agent's modes as seen in this
+// session, else as learned from its earlier sessions.
+func (s *Session) legacyModesLocked() *merge.ModeState {
+	var agents []merge.AgentModes
+	current := ""
+	for _, a := range s.r.agents {
+		var modes []merge.Mode
+		if d := s.down[a.Name()]; d != nil && d.view.Modes != nil {
+			modes = d.view.Modes.AvailableModes
+			if a.Name() == s.active {
+				current = d.view.Modes.CurrentModeID
+			}
+		} else {
+			modes = s.r.cachedModes(a.Name())
+		}
+		agents = append(agents, merge.AgentModes{Agent: a.Name(), Title: a.Title(), Modes: modes})
+	}
+	return merge.LegacyModes(agents, s.active, current, nil)
+}
+
+// optionsLine is a config_option_update with the whole list.
+func (s *Session) optionsLineLocked() []byte {
+	return s.updateLine(map[string]any{"sessionUpdate": "config_option_update", "configOptions": s.optionsLocked()})
+}
+
+// routerCommands are the router's slash commands (DESIGN §5).
+func (r *Router) routerCommands() []json.RawMessage {
+	type input struct {
+		Hint string `json:"hint"`
+	}
+	type command struct {
+		Name        string `json:"name"`
+		Description string `json:"description"`
+		Input       *input `json:"input,omitempty"`
+	}
+	out := []json.RawMessage{mustJSON(command{Name: "agent", Description: "List the agents, or switch this session to one: /agent NAME", Input: &input{Hint: "agent name"}})}
+	for _, a := range r.agents {
+		out = append(out, mustJSON(command{Name: a.Name(), Description: "Ask " + a.Title() + " for this turn only", Input: &input{Hint: "prompt"}}))
+	}
+	return out
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // plain structs only
+	}
+	return b
+}
+
+// commandsLine is the merged available_commands_update: the router's
+// commands and the active agent's.
+func (s *Session) commandsLine() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.commandsLineLocked()
+}
+
+func (s *Session) commandsLineLocked() []byte {
+	var own []json.RawMessage
+	if d := s.down[s.active]; d != nil {
+		own = d.commands
+	}
+	return s.updateLine(map[string]any{"sessionUpdate": "available_commands_update", "availableCommands": merge.Commands(s.r.routerCommands(), own)})
+}
+
+// sayLocked is a message chunk written by the router, with its own
+// messageId.
+func (s *Session) sayLocked(text string) []byte {
+	s.msgSeq++
+	return s.updateLine(map[string]any{"sessionUpdate": "agent_message_chunk",
+		"messageId": fmt.Sprintf("acp-router-%s-%d", s.ID, s.msgSeq),
+		"content":   map[string]string{"type": "text", "text": text}})
+}
+
+// switchTo makes agent name the session's active agent, opening its
+// downstream session if needed, and tells the editor: the old plan is
+// cleared, options and commands re-sent.
+func (r *Router) switchTo(ctx context.Context, s *Session, name string) error {
+	a := r.byName[name]
+	if a == nil {
+		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: no agent %q (agents: %s)", name, strings.Join(r.agentNames(), ", ")), nil)
+	}
+	s.mu.Lock()
+	same, enforced := s.active == name, s.Enforce
+	s.mu.Unlock()
+	if same {
+		return nil
+	}
+	if enforced {
+		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: this session must stay on %q (routing rule with enforce: true in %s)", s.activeName(), r.cfg.File), nil)
+	}
+	if _, err := r.ensureDownstream(ctx, s, a); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active = name
+	s.writeLocked(s.updateLine(map[string]any{"sessionUpdate": "plan", "entries": []any{}}))
+	s.writeLocked(s.optionsLineLocked())
+	s.writeLocked(s.commandsLineLocked())
+	if modes := s.legacyModesLocked(); modes.CurrentModeID != "" && len(modes.AvailableModes) > 0 {
+		s.writeLocked(s.updateLine(map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": modes.CurrentModeID}))
+	}
+	r.log.Info("session switched agent", "session", s.ID, "agent", name)
+	return nil
+}
+
+func (s *Session) activeName() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.active
+}
+
+func (r *Router) agentNames() []string {
+	var names []string
+	for _, a := range r.agents {
+		names = append(names, a.Name())
+	}
+	return names
+}
+
+// setConfigOption handles session/set_config_option: `agent` switches;
+// a synthesized `mode` or `model` is carried out with set_mode / set_model;
+// anything else goes to the active agent. The answer is the whole list.
+func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.Request) {
+	reply := r.replyTo(req)
+	var p struct {
+		ConfigID string          `json:"configId"`
+		Value    json.RawMessage `json:"value"`
+	}
+	json.Unmarshal(params(req), &p)
+	var value string
+	json.Unmarshal(p.Value, &value)
+	d := s.activeDown()
+	synthesized := d != nil && d.view.Options == nil
+	go func() {
+		var err error
+		switch {
+		case p.ConfigID == merge.AgentOptionID:
+			err = r.switchTo(ctx, s, value)
+		case synthesized && p.ConfigID == merge.ModeOptionID && d.view.Modes != nil:
+			err = r.setMode(ctx, s, d, value)
+		case synthesized && p.ConfigID == merge.ModelOptionID && d.view.Models != nil:
+			err = r.setModel(ctx, s, d, params(req), value)
+		default:
+			var res json.RawMessage
+			if res, err = r.callDown(ctx, s, d, acp.MethodSetConfigOption, params(req)); err == nil {
+				var out struct {
+					ConfigOptions json.RawMessage `json:"configOptions"`
+				}
+				if json.Unmarshal(res, &out) == nil && out.ConfigOptions != nil {
+					s.mu.Lock()
+					d.view.Options = out.ConfigOptions
+					s.mu.Unlock()
+				}
+			}
+		}
+		if err != nil {
+			reply(nil, err)
+			return
+		}
+		s.mu.Lock()
+		res, _ := json.Marshal(map[string]any{"configOptions": s.optionsLocked()})
+		s.mu.Unlock()
+		reply(res, nil)
+	}()
+}
+
+// setModeRequest handles session/set_mode: AGENT:MODE switches to AGENT and
+// sets MODE there, answering once the agent acknowledged; a plain mode id
+// goes to the active agent.
+func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.Request) {
+	var p struct {
+		ModeID string `json:"modeId"`
+	}
+	json.Unmarshal(params(req), &p)
+	go func() {
+		agent, mode, qualified := merge.SplitLegacyModeID(p.ModeID)
+		if !qualified || r.byName[agent] == nil {
+			agent, mode = s.activeName(), p.ModeID
+		}
+		err := r.switchTo(ctx, s, agent)
+		if err == nil {
+			s.mu.Lock()
+			d := s.down[agent]
+			s.mu.Unlock()
+			err = r.setMode(ctx, s, d, mode)
+		}
+		if err != nil {
+			r.replyTo(req)(nil, err)
+			return
+		}
+		r.replyTo(req)(json.RawMessage("{}"), nil)
+	}()
+}
+
+// setMode sets an agent's mode in its downstream session and records it.
+func (r *Router) setMode(ctx context.Context, s *Session, d *downstream, mode string) error {
+	p, _ := json.Marshal(map[string]string{"sessionId": d.id, "modeId": mode})
+	if _, err := r.callDown(ctx, s, d, acp.MethodSetMode, p); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.view.Modes != nil {
+		d.view.Modes.CurrentModeID = mode
+	}
+	if d.view.Options == nil {
+		s.writeLocked(s.optionsLineLocked())
+	}
+	return nil
+}
+
+// setModel carries out the synthesized `model` select with the old
+// session/set_model.
+func (r *Router) setModel(ctx context.Context, s *Session, d *downstream, _ json.RawMessage, model string) error {
+	p, _ := json.Marshal(map[string]string{"sessionId": d.id, "modelId": model})
+	if _, err := r.callDown(ctx, s, d, acp.MethodSetModel, p); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.view.Models != nil {
+		d.view.Models.CurrentModelID = model
+	}
+	return nil
+}
+
+// callDown sends a request of the router's own to a downstream session,
+// with the session id translated, and waits.
+func (r *Router) callDown(ctx context.Context, s *Session, d *downstream, method string, p json.RawMessage) (json.RawMessage, error) {
+	if d == nil {
+		return nil, errUnknownSession(s.ID)
+	}
+	inst, err := d.alive()
+	if err != nil {
+		return nil, err
+	}
+	res, err := callWait(ctx, inst, method, rewriteSessionID(p, s.ID, d.id))
+	if err != nil {
+		return nil, inst.Agent.Error(inst, err)
+	}
+	return res, nil
+}
+
+// learnModes caches an agent's modes from a real session in the state dir,
+// for the legacy mode union of later sessions (never from throwaway
+// sessions: DESIGN §5).
+func (r *Router) learnModes(agent string, sessionResult json.RawMessage) {
+	var res struct {
+		Modes *merge.ModeState `json:"modes"`
+	}
+	if json.Unmarshal(sessionResult, &res) != nil || res.Modes == nil {
+		return
+	}
+	r.mu.Lock()
+	r.modeCache[agent] = res.Modes.AvailableModes
+	r.mu.Unlock()
+	if r.cfg.StateDir == "" {
+		return
+	}
+	b, _ := json.Marshal(res.Modes.AvailableModes)
+	if err := upstream.WriteFileAtomic(r.modesFile(agent), b); err != nil {
+		r.log.Warn("cannot cache the agent's modes", "agent", agent, "error", err)
+	}
+}
+
+func (r *Router) modesFile(agent string) string {
+	return filepath.Join(r.cfg.StateDir, "agents", agent+".modes.json")
+}
+
+// cachedModes are an agent's modes learned from an earlier session.
+func (r *Router) cachedModes(agent string) []merge.Mode {
+	r.mu.Lock()
+	modes, ok := r.modeCache[agent]
+	r.mu.Unlock()
+	if ok || r.cfg.StateDir == "" {
+		return modes
+	}
+	if b, err := os.ReadFile(r.modesFile(agent)); err == nil {
+		json.Unmarshal(b, &modes)
+	}
+	r.mu.Lock()
+	r.modeCache[agent] = modes
+	r.mu.Unlock()
+	return modes
+}

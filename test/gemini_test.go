@@ -1,0 +1,485 @@
+package test
+
+// Gemini CLI, a real coding agent nobody here wrote, end to end: the
+// scripted editor in front of the router binary, Gemini CLI 0.61.0
+// (`gemini --acp`, from npm) behind it, and the fake Gemini API
+// (fakegemini_test.go) behind that, on loopback with a dummy key.
+//
+// .ci/run installs Gemini CLI into .peers/gemini and sets ACP_E2E_GEMINI; CI
+// never skips these tests. A developer without Node can set
+// ACP_E2E_NO_GEMINI=1 to skip them.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	// envGemini names the gemini executable (default: the one .ci/run
+	// installs under .peers/gemini).
+	envGemini = "ACP_E2E_GEMINI"
+	// envNoGemini=1 skips the Gemini CLI tests (never set in CI).
+	envNoGemini = "ACP_E2E_NO_GEMINI"
+	// geminiVersion is the version the tests, the README and .ci/run pin.
+	geminiVersion = "0.61.0"
+)
+
+// geminiSettings is ~/.gemini/settings.json of every Gemini process: API-key
+// auth (the key only ever reaches the fake), no telemetry, no update checks.
+const geminiSettings = `{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false},` +
+	`"telemetry":{"enabled":false},"general":{"disableAutoUpdate":true,"disableUpdateNag":true}}`
+
+// needGemini returns the Gemini CLI executable. It fails the test, with how
+// to install it, when it is missing or not version geminiVersion, unless
+// ACP_E2E_NO_GEMINI=1 asks to skip.
+func needGemini(t testing.TB) string {
+	t.Helper()
+	if os.Getenv(envNoGemini) == "1" {
+		t.Skipf("%s=1: Gemini CLI tests skipped on request (CI never sets it)", envNoGemini)
+	}
+	bin := os.Getenv(envGemini)
+	if bin == "" {
+		bin = filepath.Join(moduleRoot, ".peers", "gemini", "node_modules", ".bin", "gemini")
+	}
+	if err := checkGemini(bin); err != nil {
+		t.Fatalf("Gemini CLI %s is required: %v\n"+
+			"Install it as CI does, with .ci/run, or from the repository root:\n"+
+			"  npm install --no-audit --no-fund --ignore-scripts --prefix .peers/gemini @google/gemini-cli@%s\n"+
+			"(%s names another gemini executable; %s=1 skips these tests on a machine without Node.)",
+			geminiVersion, err, geminiVersion, envGemini, envNoGemini)
+	}
+	return bin
+}
+
+// checkGemini checks that bin is Gemini CLI geminiVersion (the npm bin link
+// into @google/gemini-cli/bundle) and that node, which runs it, is on PATH.
+func checkGemini(bin string) error {
+	real, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return err
+	}
+	pkgFile := filepath.Join(filepath.Dir(filepath.Dir(real)), "package.json")
+	b, err := os.ReadFile(pkgFile)
+	if err != nil {
+		return fmt.Errorf("%s is not the bin of an npm install of @google/gemini-cli: %w", bin, err)
+	}
+	var pkg struct{ Name, Version string }
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		return fmt.Errorf("%s: %w", pkgFile, err)
+	}
+	if pkg.Name != "@google/gemini-cli" || pkg.Version != geminiVersion {
+		return fmt.Errorf("%s is %s@%s, want @google/gemini-cli@%s", bin, pkg.Name, pkg.Version, geminiVersion)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		return fmt.Errorf("gemini is a Node program and node is not on PATH: %w", err)
+	}
+	return nil
+}
+
+// geminiHome makes a temporary HOME with Gemini's settings.
+func geminiHome(t testing.TB) string {
+	t.Helper()
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"), []byte(geminiSettings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
+// geminiEnv is the environment that points Gemini at the fake API.
+func geminiEnv(home string, f *fakeGemini) map[string]string {
+	return map[string]string{
+		"HOME":                   home,
+		"GEMINI_API_KEY":         "test-key", // not a credential: only the fake sees it
+		"GOOGLE_GEMINI_BASE_URL": f.URL(),
+	}
+}
+
+// configValue quotes s for a config value that is ${ENV}-expanded.
+func configValue(s string) string { return yamlQuote(strings.ReplaceAll(s, "$", "$$")) }
+
+// geminiAgentYAML renders the agents: entry for Gemini CLI. env_inherit
+// minimal keeps a developer's GOOGLE_*, GEMINI_* and proxy variables away
+// from it; PATH (for node) is kept.
+func geminiAgentYAML(bin string, env map[string]string) string {
+	var b strings.Builder
+	b.WriteString("  - name: gemini\n    title: Gemini CLI\n")
+	fmt.Fprintf(&b, "    command: %s\n    args: ['--acp']\n", configValue(bin))
+	b.WriteString("    env_inherit: minimal\n    env:\n")
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "      %s: %s\n", k, configValue(env[k]))
+	}
+	// Gemini answers initialize after about 1.7 s, more on a loaded
+	// machine. cancel_timeout is far above what the cancel test allows, so
+	// a "cancelled" it sees is Gemini's own answer, not the router's.
+	b.WriteString("    startup_timeout: 60s\n    cancel_timeout: 30s\n")
+	return b.String()
+}
+
+// geminiRig is one router with Gemini CLI behind it, shared by subtests
+// (each on its own session) because Gemini takes seconds to start.
+type geminiRig struct {
+	fake *fakeGemini
+	e    *Editor
+
+	mu    sync.Mutex
+	perms map[string]string // session → the optionId the editor chose
+}
+
+func startGeminiRouter(t *testing.T) *geminiRig {
+	t.Helper()
+	bin := needGemini(t)
+	r := &geminiRig{fake: startFakeGemini(t), perms: map[string]string{}}
+	cfg := writeConfig(t, routerYAML(t,
+		[]string{geminiAgentYAML(bin, geminiEnv(geminiHome(t), r.fake))},
+		"default: gemini",
+	))
+	start := time.Now()
+	r.e = StartRouter(t, cfg, nil)
+	// The editor answers permission requests itself (allow_once) and
+	// remembers its choice per session.
+	r.e.Handle("session/request_permission", func(params json.RawMessage) (any, *RPCError) {
+		res, rerr := AllowFirst(params)
+		if rerr == nil {
+			r.mu.Lock()
+			r.perms[jsonString(params, "sessionId")] = jsonString(mustJSON(res), "outcome", "optionId")
+			r.mu.Unlock()
+		}
+		return res, rerr
+	})
+	init := r.e.Initialize(t, capsAll)
+	t.Logf("initialize through the router took %v", time.Since(start).Round(time.Millisecond))
+	if v := string(jsonPath(init, "protocolVersion")); v != "1" {
+		t.Fatalf("initialize result %s: protocolVersion %s, want 1", truncate(string(init), 1000), v)
+	}
+	return r
+}
+
+func (r *geminiRig) permChoice(sid string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.perms[sid]
+}
+
+// requireStopReason checks a session/prompt response's stopReason. Unlike
+// requireStop it allows other members: Gemini adds _meta.quota.
+func requireStopReason(t testing.TB, m *Msg, want string) {
+	t.Helper()
+	if m.Error != nil {
+		t.Fatalf("session/prompt failed: %v", m.Error)
+	}
+	if got := jsonString(m.Result, "stopReason"); got != want {
+		t.Fatalf("session/prompt result %s: stopReason %q, want %q", truncate(string(m.Result), 1000), got, want)
+	}
+}
+
+// sessionMsgs returns the recorded requests and notifications of session
+// sid with method (and, for session/update, kind; "" for any).
+func sessionMsgs(e *Editor, sid, method, kind string) []*Msg {
+	return e.Rec.Filter(func(m *Msg) bool {
+		return m.Method == method && m.SessionID() == sid && (kind == "" || m.Update() == kind)
+	})
+}
+
+// requireTexts checks the agent_message_chunk texts of sid, and that they all
+// arrived before the prompt's response resp.
+func requireTexts(t testing.TB, e *Editor, sid string, resp *Msg, want ...string) {
+	t.Helper()
+	if got := e.Texts(sid); !slices.Equal(got, want) {
+		t.Errorf("message chunks of the session: %q, want %q", got, want)
+	}
+	for _, m := range sessionMsgs(e, sid, "session/update", "") {
+		if m.Seq > resp.Seq {
+			t.Errorf("update after the prompt's response (#%d): %s", resp.Seq, m)
+		}
+	}
+}
+
+// TestGemini runs Gemini CLI behind the router: a text turn, a write turn
+// whose permission and file write the editor handles, a cancel mid-stream,
+// and the modes and commands of a new session. One router and one Gemini
+// serve all subtests, each on its own session.
+func TestGemini(t *testing.T) {
+	t.Parallel()
+	rig := startGeminiRouter(t)
+	e := rig.e
+
+	t.Run("text", func(t *testing.T) {
+		t.Parallel()
+		s := rig.fake.Script(geminiScript{Text: []string{"Hello", " from Gemini through the router."}})
+		sid := e.NewSession(t, t.TempDir())
+		start := time.Now()
+		m, err := e.Prompt(waitTimeout, sid, "Say hello "+s.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("text turn took %v", time.Since(start).Round(time.Millisecond))
+		requireStopReason(t, m, "end_turn")
+		// Gemini's extension member reaches the editor unchanged.
+		if q := jsonPath(m.Result, "_meta", "quota", "token_count"); q == nil {
+			t.Errorf("prompt result %s lacks Gemini's _meta.quota.token_count", truncate(string(m.Result), 1000))
+		}
+		requireTexts(t, e, sid, m, "Hello", " from Gemini through the router.")
+		if n := s.Streams(); n != 1 {
+			t.Errorf("the fake API streamed %d replies for the turn, want 1", n)
+		}
+	})
+
+	t.Run("write", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		path := filepath.Join(dir, "notes.txt")
+		const oldText, newText = "old content\n", "hello from the fake Gemini\n"
+		if err := os.WriteFile(path, []byte(oldText), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := rig.fake.Script(geminiScript{
+			WriteFile: &geminiWrite{Path: path, Content: newText},
+			Text:      []string{"Done: ", "file written."},
+		})
+		sid := e.NewSession(t, dir)
+		start := time.Now()
+		m, err := e.Prompt(waitTimeout, sid, "Please write the file "+s.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("write turn took %v", time.Since(start).Round(time.Millisecond))
+		requireStopReason(t, m, "end_turn")
+
+		if b, err := os.ReadFile(path); err != nil || string(b) != newText {
+			t.Errorf("file after the turn: %q (%v), want %q", b, err, newText)
+		}
+
+		// The permission request reached the editor as Gemini sent it.
+		perms := sessionMsgs(e, sid, "session/request_permission", "")
+		if len(perms) != 1 {
+			t.Fatalf("%d session/request_permission requests reached the editor, want 1", len(perms))
+		}
+		perm := perms[0]
+		requireJSON(t, "permission options", jsonPath(perm.Params, "options"),
+			`[{"optionId":"proceed_always","name":"Allow for this session","kind":"allow_always"},`+
+				`{"optionId":"proceed_once","name":"Allow","kind":"allow_once"},`+
+				`{"optionId":"cancel","name":"Reject","kind":"reject_once"}]`)
+		if title := jsonString(perm.Params, "toolCall", "title"); title != "Writing to notes.txt" {
+			t.Errorf("permission toolCall.title %q, want %q", title, "Writing to notes.txt")
+		}
+		var tc struct {
+			Content []struct {
+				Type, Path, OldText, NewText string
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(jsonPath(perm.Params, "toolCall"), &tc); err != nil || len(tc.Content) != 1 ||
+			tc.Content[0].Type != "diff" || tc.Content[0].Path != path ||
+			tc.Content[0].OldText != oldText || tc.Content[0].NewText != newText {
+			t.Errorf("permission toolCall content is not the diff of %s: %s", path, truncate(string(perm.Params), 2000))
+		}
+		if got := rig.permChoice(sid); got != "proceed_once" {
+			t.Errorf("the editor answered the permission with %q, want proceed_once (allow_once)", got)
+		}
+
+		// Then Gemini wrote the file through the editor, and said so.
+		writes := sessionMsgs(e, sid, "fs/write_text_file", "")
+		if len(writes) != 1 {
+			t.Fatalf("%d fs/write_text_file requests reached the editor, want 1", len(writes))
+		}
+		w := writes[0]
+		if jsonString(w.Params, "path") != path || jsonString(w.Params, "content") != newText {
+			t.Errorf("fs/write_text_file params %s, want path %s and the new content", truncate(string(w.Params), 1000), path)
+		}
+		var done *Msg
+		for _, u := range sessionMsgs(e, sid, "session/update", "tool_call_update") {
+			if jsonString(u.Params, "update", "status") == "completed" {
+				done = u
+			}
+		}
+		if done == nil {
+			t.Fatalf("no completed tool_call_update for the write")
+		}
+		if !(perm.Seq < w.Seq && w.Seq < done.Seq && done.Seq < m.Seq) {
+			t.Errorf("order: permission #%d, write #%d, completed #%d, response #%d; want them in that order",
+				perm.Seq, w.Seq, done.Seq, m.Seq)
+		}
+		requireTexts(t, e, sid, m, "Done: ", "file written.")
+
+		// The model got the tool's success back.
+		fr := s.FunctionResponses()
+		if len(fr) != 1 || jsonString([]byte(fr[0]), "name") != "write_file" ||
+			jsonPath([]byte(fr[0]), "response", "output") == nil || jsonPath([]byte(fr[0]), "response", "error") != nil {
+			t.Errorf("functionResponses sent to the model: %q, want one write_file output", fr)
+		}
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		t.Parallel()
+		// A model that sends its first words, then stalls for a minute.
+		s := rig.fake.Script(geminiScript{Text: []string{"Hello", " (late)"}, Delay: time.Minute})
+		sid := e.NewSession(t, t.TempDir())
+		_, wait, err := e.Go("session/prompt", promptReq(sid, "Say hello slowly "+s.token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.WaitText(t, sid, "Hello")
+		tCancel := time.Now()
+		if err := e.Notify("session/cancel", map[string]any{"sessionId": sid}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		m, err := wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireStopReason(t, m, "cancelled")
+		// The router would answer by itself only after cancel_timeout (30 s).
+		d := m.At.Sub(tCancel)
+		t.Logf("cancelled answer %v after session/cancel", d.Round(time.Millisecond))
+		if d > 5*time.Second {
+			t.Errorf("cancelled answer %v after session/cancel, want Gemini's own prompt answer", d)
+		}
+		select {
+		case <-s.aborted:
+		case <-time.After(5 * time.Second):
+			t.Errorf("Gemini did not drop the model's stream after the cancel")
+		}
+		for _, txt := range e.Texts(sid) {
+			if txt == " (late)" {
+				t.Errorf("text after the cancel reached the editor")
+			}
+		}
+
+		// The session takes the next prompt.
+		s2 := rig.fake.Script(geminiScript{Text: []string{"Still here."}})
+		m2, err := e.Prompt(waitTimeout, sid, "Are you there? "+s2.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireStopReason(t, m2, "end_turn")
+		if got := e.Texts(sid); !slices.Equal(got, []string{"Hello", "Still here."}) {
+			t.Errorf("message chunks of the session: %q, want %q", got, []string{"Hello", "Still here."})
+		}
+	})
+
+	t.Run("commands", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		resp, err := e.Request(ctx, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Error != nil {
+			t.Fatalf("session/new: %v", resp.Error)
+		}
+		sid := jsonString(resp.Result, "sessionId")
+		if sid == "" {
+			t.Fatalf("session/new result %s: no sessionId", truncate(string(resp.Result), 1000))
+		}
+		// Gemini's modes and models, in the response.
+		var res struct {
+			Modes struct {
+				CurrentModeID  string `json:"currentModeId"`
+				AvailableModes []struct {
+					ID string `json:"id"`
+				} `json:"availableModes"`
+			} `json:"modes"`
+			Models struct {
+				CurrentModelID string `json:"currentModelId"`
+			} `json:"models"`
+		}
+		if err := json.Unmarshal(resp.Result, &res); err != nil {
+			t.Fatal(err)
+		}
+		var modes []string
+		for _, m := range res.Modes.AvailableModes {
+			modes = append(modes, m.ID)
+		}
+		if want := []string{"default", "autoEdit", "yolo", "plan"}; !slices.Equal(modes, want) || res.Modes.CurrentModeID != "default" {
+			t.Errorf("modes %q, current %q; want %q, current default", modes, res.Modes.CurrentModeID, want)
+		}
+		if res.Models.CurrentModelID != "auto" {
+			t.Errorf("models.currentModelId %q, want auto", res.Models.CurrentModelID)
+		}
+
+		// Gemini sends the commands on the line after the response
+		// (setTimeout 0): the router must have bound the session by then,
+		// and keep the order.
+		cmds := e.Rec.WaitFor(t, waitTimeout, "available_commands_update for the new session", func(m *Msg) bool {
+			return m.Update() == "available_commands_update" && m.SessionID() == sid
+		})
+		if cmds.Seq < resp.Seq {
+			t.Errorf("available_commands_update #%d reached the editor before the session/new response #%d", cmds.Seq, resp.Seq)
+		}
+		var upd struct {
+			Update struct {
+				AvailableCommands []struct {
+					Name string `json:"name"`
+				} `json:"availableCommands"`
+			} `json:"update"`
+		}
+		if err := json.Unmarshal(cmds.Params, &upd); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, c := range upd.Update.AvailableCommands {
+			names = append(names, c.Name)
+		}
+		for _, want := range []string{"memory", "extensions", "init", "restore", "about", "help"} {
+			if !slices.Contains(names, want) {
+				t.Errorf("available commands %q lack %q", names, want)
+			}
+		}
+
+		// Switching modes goes to Gemini, which checks the mode id.
+		if res, rerr := e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "autoEdit"}); rerr != nil {
+			t.Errorf("session/set_mode autoEdit: %v", rerr)
+		} else if !jsonEqual(res, []byte(`{}`)) {
+			t.Errorf("session/set_mode autoEdit result %s, want {}", res)
+		}
+		if _, rerr := e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "no-such-mode"}); rerr == nil ||
+			!strings.Contains(rerr.Error(), "no-such-mode") {
+			t.Errorf("session/set_mode no-such-mode: %v, want Gemini's error naming the mode", rerr)
+		}
+	})
+}
+
+// TestGeminiDirect runs a text turn with Gemini CLI and the fake API and no
+// router, so that a failure of TestGemini can be told apart from a broken
+// setup.
+func TestGeminiDirect(t *testing.T) {
+	t.Parallel()
+	bin := needGemini(t)
+	fake := startFakeGemini(t)
+	var env []string
+	for k, v := range geminiEnv(geminiHome(t), fake) {
+		env = append(env, k+"="+v)
+	}
+	e := StartEditor(t, []string{bin, "--acp"}, withEnv(env...))
+	init := e.Initialize(t, capsAll)
+	if name := jsonString(init, "agentInfo", "name"); name != "gemini-cli" || jsonString(init, "agentInfo", "version") != geminiVersion {
+		t.Fatalf("initialize agentInfo %s, want gemini-cli %s", jsonPath(init, "agentInfo"), geminiVersion)
+	}
+	sid := e.NewSession(t, t.TempDir())
+	m, err := e.Prompt(waitTimeout, sid, "Say hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireStopReason(t, m, "end_turn")
+	requireTexts(t, e, sid, m, fakeGeminiText...)
+}
