@@ -54,6 +54,9 @@ type fakeOpts struct {
 	LogFile string `json:"logFile,omitempty"`
 	// FailSessionNew answers session/new with this JSON-RPC error object.
 	FailSessionNew json.RawMessage `json:"failSessionNew,omitempty"`
+	// SessionResult is merged into every session/new result (modes,
+	// models, configOptions, _meta).
+	SessionResult json.RawMessage `json:"sessionResult,omitempty"`
 	// CrashOnSessionNew prints the secret-bearing fatal line to stderr and
 	// exits 3 on every session/new (a crash loop).
 	CrashOnSessionNew bool `json:"crashOnSessionNew,omitempty"`
@@ -111,6 +114,7 @@ type fakeSession struct {
 
 type fakeTurn struct {
 	reqID     json.RawMessage // the session/prompt request's id, as received
+	texts     []string        // the prompt's text blocks
 	aborted   bool            // $/cancel_request named the prompt: answer -32800
 	cancelled chan struct{}
 	once      sync.Once
@@ -485,7 +489,10 @@ func (a *fakeAgent) sessionNew(m wireMsg) {
 	sid := a.prefix + strconv.Itoa(a.nSess)
 	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd}
 	a.mu.Unlock()
-	resp := mustLine(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": map[string]any{"sessionId": sid}})
+	result := map[string]any{}
+	_ = json.Unmarshal(a.opts.SessionResult, &result)
+	result["sessionId"] = sid
+	resp := mustLine(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
 	if a.opts.UpdateWithNew {
 		// Real agents send the first update for a new session on the very
 		// next line, often in the same write as the response.
@@ -557,9 +564,12 @@ func (a *fakeAgent) prompt(m wireMsg) {
 	script := ""
 	for _, b := range p.Prompt {
 		if b.Type == "text" {
-			script = b.Text
-			break
+			tr.texts = append(tr.texts, b.Text)
 		}
+	}
+	// The script is the last text block: a router brief may come first.
+	if len(tr.texts) > 0 {
+		script = tr.texts[len(tr.texts)-1]
 	}
 	size := len(m.Params)
 	go func() {
@@ -596,6 +606,8 @@ func (a *fakeAgent) prompt(m wireMsg) {
 //	nocancel                 ignore session/cancel for the rest of the turn
 //	echo-size                say "size: N", N = byte length of the prompt's params
 //	stop REASON              end the turn with that stopReason
+//	update JSON              a session/update with that update object
+//	prompt-text              say the prompt's text blocks, joined by " | "
 //	ext-request              request _fake/ask {sessionId}; say "ext: RESULT" or the error
 //	ext-notify               notification _fake/note {sessionId, n: 1}
 //	elicit-url ID            URL elicitation ID (session scope); say "elicit: RESULT" or the error
@@ -712,6 +724,14 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			a.say(s.id, fmt.Sprintf("size: %d", paramsSize))
 		case "stop":
 			stop = rest
+		case "update":
+			var u map[string]any
+			if err := json.Unmarshal([]byte(rest), &u); err != nil {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: bad update command: " + line}
+			}
+			a.update(s.id, u)
+		case "prompt-text":
+			a.say(s.id, strings.Join(tr.texts, " | "))
 		case "ext-request":
 			res, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "q": "?"})
 			if rerr != nil {

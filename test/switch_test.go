@@ -1,0 +1,310 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// lastText is the last message chunk text the editor got for sid.
+func lastText(e *Editor, sid string) string {
+	texts := e.Texts(sid)
+	if len(texts) == 0 {
+		return ""
+	}
+	return texts[len(texts)-1]
+}
+
+// updatesOf returns the session/update notifications of kind for sid.
+func updatesOf(e *Editor, sid, kind string) []*Msg {
+	return e.Rec.Filter(func(m *Msg) bool {
+		return m.Method == "session/update" && m.SessionID() == sid && m.Update() == kind
+	})
+}
+
+// availableCommandNames lists the names in an available_commands_update.
+func availableCommandNames(m *Msg) []string {
+	var p struct {
+		Update struct {
+			AvailableCommands []struct {
+				Name string `json:"name"`
+			} `json:"availableCommands"`
+		} `json:"update"`
+	}
+	json.Unmarshal(m.Params, &p)
+	var names []string
+	for _, c := range p.Update.AvailableCommands {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// option returns the option with id from a configOptions list.
+func option(t testing.TB, list json.RawMessage, id string) json.RawMessage {
+	t.Helper()
+	var opts []json.RawMessage
+	json.Unmarshal(list, &opts)
+	for _, o := range opts {
+		if jsonString(o, "id") == id {
+			return o
+		}
+	}
+	t.Fatalf("no option %q in %s", id, truncate(string(list), 1000))
+	return nil
+}
+
+// TestSwitchWithSlashCommands pins DESIGN §5 slash commands: the merged
+// command list (router's and the active agent's) arrives after the
+// session/new response and again after a switch; /NAME TEXT runs one turn on
+// NAME and the next prompt is on the active agent again; /agent NAME
+// switches (plan cleared, options and commands re-sent); /agent lists; a
+// downstream session is opened once per agent and kept.
+func TestSwitchWithSlashCommands(t *testing.T) {
+	t.Parallel()
+	logA, logB := filepath.Join(t.TempDir(), "a.log"), filepath.Join(t.TempDir(), "b.log")
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{LogFile: logA, SessionPrefix: "a-", UpdateWithNew: true}, "title: Alpha"),
+		fakeAgentYAML("beta", fakeOpts{LogFile: logB, SessionPrefix: "b-"}, "title: Beta"),
+	}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+
+	resp := e.Rec.WaitFor(t, waitTimeout, "the session/new response", func(m *Msg) bool { return m.IsResponse() && jsonString(m.Result, "sessionId") == sid })
+	cmds := e.Rec.WaitFor(t, waitTimeout, "the merged commands", func(m *Msg) bool {
+		return m.Update() == "available_commands_update" && m.SessionID() == sid && slices.Contains(availableCommandNames(m), "fake-cmd")
+	})
+	if cmds.At.Before(resp.At) || slices.Index(e.Rec.All(), cmds) < slices.Index(e.Rec.All(), resp) {
+		t.Errorf("commands update before the session/new response")
+	}
+	if got := availableCommandNames(cmds); !slices.Equal(got[:3], []string{"agent", "alpha", "beta"}) {
+		t.Errorf("commands %q: want the router's first (agent, alpha, beta), then the agent's", got)
+	}
+
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	if got := lastText(e, sid); got != "alpha" {
+		t.Fatalf("first prompt answered by %q", got)
+	}
+	e.MustPrompt(t, sid, "/beta whoami", "end_turn")
+	if got := lastText(e, sid); got != "beta" {
+		t.Fatalf("/beta TEXT answered by %q, want beta", got)
+	}
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	if got := lastText(e, sid); got != "alpha" {
+		t.Fatalf("after a one-turn command the prompt went to %q, want the active alpha", got)
+	}
+
+	nCmds := len(updatesOf(e, sid, "available_commands_update"))
+	e.MustPrompt(t, sid, "/agent beta", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, "Switched this session to Beta") {
+		t.Errorf("/agent beta said %q", got)
+	}
+	if n := len(updatesOf(e, sid, "available_commands_update")); n <= nCmds {
+		t.Errorf("commands not re-sent after the switch")
+	}
+	plans := updatesOf(e, sid, "plan")
+	if len(plans) == 0 {
+		t.Fatalf("no plan update clearing the old plan on the switch")
+	}
+	requireJSON(t, "plan entries after the switch", jsonPath(plans[len(plans)-1].Params, "update", "entries"), `[]`)
+	opts := updatesOf(e, sid, "config_option_update")
+	if len(opts) == 0 {
+		t.Fatal("no config_option_update after the switch")
+	}
+	agentOpt := option(t, jsonPath(opts[len(opts)-1].Params, "update", "configOptions"), "agent")
+	if jsonString(agentOpt, "currentValue") != "beta" {
+		t.Errorf("agent option after the switch: %s", agentOpt)
+	}
+
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	if got := lastText(e, sid); got != "beta" {
+		t.Fatalf("after /agent beta the prompt went to %q", got)
+	}
+	e.MustPrompt(t, sid, "/agent", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, "* beta (Beta)") || !strings.Contains(got, "  alpha (Alpha)") {
+		t.Errorf("/agent listing %q does not mark beta active", got)
+	}
+	e.MustPrompt(t, sid, "/agent nope", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, `no agent "nope"`) {
+		t.Errorf("/agent nope said %q", got)
+	}
+	if n := countLines(logB, "session/new"); n != 1 {
+		t.Errorf("beta got %d session/new, want 1: the downstream session is kept", n)
+	}
+	for _, l := range append(agentLog(logA), agentLog(logB)...) {
+		if strings.HasPrefix(l, "/") {
+			t.Errorf("a router command reached an agent: %q", l)
+		}
+	}
+}
+
+// TestSwitchWithOptionsAndModes pins DESIGN §5 options and modes: the agent
+// select first, then the active agent's own options or a synthesized mode
+// select; a Zed-like client cycling `mode` never switches agent; picking
+// `agent` switches; set_mode AGENT:MODE switches and sets the mode; the
+// legacy mode union includes agents learned from earlier sessions; boolean
+// options only for editors that advertised them; enforce refuses a switch.
+func TestSwitchWithOptionsAndModes(t *testing.T) {
+	t.Parallel()
+	logA, logB := filepath.Join(t.TempDir(), "a.log"), filepath.Join(t.TempDir(), "b.log")
+	alphaModes := json.RawMessage(`{"modes":{"currentModeId":"default","availableModes":[{"id":"default","name":"Default"},{"id":"plan","name":"Plan"}]}}`)
+	betaOpts := json.RawMessage(`{"modes":{"currentModeId":"ask","availableModes":[{"id":"ask","name":"Ask"},{"id":"yolo","name":"YOLO"}]},
+		"configOptions":[{"id":"mode","name":"Mode","category":"mode","type":"select","currentValue":"ask","options":[{"value":"ask","name":"Ask"},{"value":"yolo","name":"YOLO"}]},
+		{"id":"fast","name":"Fast","type":"boolean","currentValue":false}]}`)
+	enforced := t.TempDir()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{LogFile: logA, SessionPrefix: "a-", SessionResult: alphaModes}, "title: Alpha"),
+		fakeAgentYAML("beta", fakeOpts{LogFile: logB, SessionPrefix: "b-", SessionResult: betaOpts}, "title: Beta"),
+	}, "default: alpha", "rules:", "  - {when: {cwd: ["+yamlQuote(enforced)+"]}, agent: alpha, enforce: true}"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll) // no boolean config options
+	ctx := context.Background()
+
+	res := e.MustCall(t, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}})
+	sid := jsonString(res, "sessionId")
+	requireJSON(t, "initial options", jsonPath(res, "configOptions"), `[
+		{"id":"agent","name":"Agent","description":"The agent that runs this session","category":"_acp-router","type":"select","currentValue":"alpha",
+		 "options":[{"value":"alpha","name":"Alpha","description":"Run this session on Alpha"},{"value":"beta","name":"Beta","description":"Run this session on Beta"}]},
+		{"id":"mode","name":"Mode","category":"mode","type":"select","currentValue":"default","options":[{"value":"default","name":"Default"},{"value":"plan","name":"Plan"}]}]`)
+	requireJSON(t, "legacy modes before beta was ever used", jsonPath(res, "modes"),
+		`{"currentModeId":"alpha:default","availableModes":[{"id":"alpha:default","name":"Alpha: Default"},{"id":"alpha:plan","name":"Alpha: Plan"}]}`)
+
+	// Zed cycles the mode chip: alpha's mode changes, the agent does not.
+	res = e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "mode", "value": "plan"})
+	if v := jsonString(option(t, jsonPath(res, "configOptions"), "agent"), "currentValue"); v != "alpha" {
+		t.Errorf("cycling mode switched the agent to %q", v)
+	}
+	if v := jsonString(option(t, jsonPath(res, "configOptions"), "mode"), "currentValue"); v != "plan" {
+		t.Errorf("mode after set_config_option: %q", v)
+	}
+	waitAgentLog(t, logA, waitTimeout, "set_mode on alpha", func(l string) bool { return l == "session/set_mode" })
+
+	// Picking the agent switches; beta's own options follow, without the
+	// boolean the editor did not advertise.
+	res = e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "agent", "value": "beta"})
+	requireJSON(t, "options on beta", jsonPath(res, "configOptions"), `[
+		{"id":"agent","name":"Agent","description":"The agent that runs this session","category":"_acp-router","type":"select","currentValue":"beta",
+		 "options":[{"value":"alpha","name":"Alpha","description":"Run this session on Alpha"},{"value":"beta","name":"Beta","description":"Run this session on Beta"}]},
+		{"id":"mode","name":"Mode","category":"mode","type":"select","currentValue":"ask","options":[{"value":"ask","name":"Ask"},{"value":"yolo","name":"YOLO"}]}]`)
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	if got := lastText(e, sid); got != "beta" {
+		t.Fatalf("after picking beta the prompt went to %q", got)
+	}
+	// beta's own mode option goes to beta as set_config_option.
+	e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "mode", "value": "yolo"})
+	waitAgentLog(t, logB, waitTimeout, "set_config_option on beta", func(l string) bool { return l == "session/set_config_option" })
+
+	// Legacy: set_mode alpha:default switches back and sets the mode.
+	if _, rerr := e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "alpha:default"}); rerr != nil {
+		t.Fatalf("set_mode alpha:default: %v", rerr)
+	}
+	if n := countLines(logA, "session/set_mode"); n != 2 {
+		t.Errorf("alpha got %d set_mode, want 2", n)
+	}
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	if got := lastText(e, sid); got != "alpha" {
+		t.Fatalf("after set_mode alpha:default the prompt went to %q", got)
+	}
+
+	// A new session knows beta's modes from the first one.
+	res = e.MustCall(t, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}})
+	var modes struct {
+		AvailableModes []struct {
+			ID string `json:"id"`
+		} `json:"availableModes"`
+	}
+	json.Unmarshal(jsonPath(res, "modes"), &modes)
+	var ids []string
+	for _, m := range modes.AvailableModes {
+		ids = append(ids, m.ID)
+	}
+	if want := []string{"alpha:default", "alpha:plan", "beta:ask", "beta:yolo"}; !slices.Equal(ids, want) {
+		t.Errorf("legacy modes of a second session %q, want %q", ids, want)
+	}
+	if n := countLines(logB, "session/new"); n != 1 {
+		t.Errorf("the second session opened beta (%d session/new): modes must come from the cache, not throwaway sessions", n)
+	}
+
+	// enforce: true refuses a switch.
+	res = e.MustCall(t, "session/new", map[string]any{"cwd": enforced, "mcpServers": []any{}})
+	_, rerr := e.Call(ctx, "session/set_config_option", map[string]any{"sessionId": jsonString(res, "sessionId"), "configId": "agent", "value": "beta"})
+	if rerr == nil || !strings.Contains(rerr.Message, "enforce") {
+		t.Errorf("switching an enforced session: %v, want an error naming enforce", rerr)
+	}
+}
+
+// TestCrossAgentState pins DESIGN §5 cross-agent state: usage used/size of
+// the agent running the turn with the cost summed over agents; the first
+// title is kept; the commands of an agent that is not active never reach
+// the editor; an update for a tool call never forwarded is dropped; cancel
+// during a one-turn command reaches that command's agent.
+func TestCrossAgentState(t *testing.T) {
+	t.Parallel()
+	logA, logB := filepath.Join(t.TempDir(), "a.log"), filepath.Join(t.TempDir(), "b.log")
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{LogFile: logA, SessionPrefix: "a-"}),
+		fakeAgentYAML("beta", fakeOpts{LogFile: logB, SessionPrefix: "b-"}),
+	}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+
+	e.MustPrompt(t, sid, strings.Join([]string{
+		`update {"sessionUpdate":"usage_update","used":10,"size":100,"cost":{"amount":1.5,"currency":"USD"}}`,
+		`update {"sessionUpdate":"session_info_update","title":"First"}`,
+		`update {"sessionUpdate":"tool_call_update","toolCallId":"ghost","status":"completed"}`,
+		`update {"sessionUpdate":"tool_call","toolCallId":"t1","title":"Read","kind":"read","status":"pending"}`,
+		`update {"sessionUpdate":"tool_call_update","toolCallId":"t1","status":"completed"}`,
+	}, "\n"), "end_turn")
+	e.MustPrompt(t, sid, "/beta "+strings.Join([]string{
+		`update {"sessionUpdate":"usage_update","used":20,"size":200,"cost":{"amount":2,"currency":"USD"}}`,
+		`update {"sessionUpdate":"session_info_update","title":"Second"}`,
+		`update {"sessionUpdate":"available_commands_update","availableCommands":[{"name":"beta-only","description":"x"}]}`,
+		`say done`,
+	}, "\n"), "end_turn")
+
+	usage := updatesOf(e, sid, "usage_update")
+	if len(usage) != 2 {
+		t.Fatalf("%d usage updates, want 2", len(usage))
+	}
+	requireJSON(t, "usage in alpha's turn", jsonPath(usage[0].Params, "update"), `{"sessionUpdate":"usage_update","used":10,"size":100,"cost":{"amount":1.5,"currency":"USD"}}`)
+	requireJSON(t, "usage in beta's turn", jsonPath(usage[1].Params, "update"), `{"sessionUpdate":"usage_update","used":20,"size":200,"cost":{"amount":3.5,"currency":"USD"}}`)
+	titles := updatesOf(e, sid, "session_info_update")
+	if len(titles) != 1 || jsonString(titles[0].Params, "update", "title") != "First" {
+		t.Errorf("title updates %v, want only the first title", titles)
+	}
+	for _, m := range updatesOf(e, sid, "available_commands_update") {
+		if slices.Contains(availableCommandNames(m), "beta-only") {
+			t.Errorf("the commands of beta, not active, reached the editor: %s", m)
+		}
+	}
+	var toolUpdates []string
+	for _, m := range updatesOf(e, sid, "tool_call_update") {
+		toolUpdates = append(toolUpdates, jsonString(m.Params, "update", "toolCallId"))
+	}
+	if !slices.Equal(toolUpdates, []string{"t1"}) {
+		t.Errorf("tool call updates %q, want only t1 (ghost's tool call was never sent)", toolUpdates)
+	}
+	if got := lastText(e, sid); got != "done" {
+		t.Errorf("the one-turn command's stream did not reach the editor: %q", got)
+	}
+
+	// Cancel during a one-turn command goes to its agent.
+	_, wait, err := e.Go("session/prompt", promptReq(sid, "/beta sleep 10s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAgentLog(t, logB, waitTimeout, "beta's second prompt", func(l string) bool { return countLines(logB, "session/prompt") == 2 })
+	e.Notify("session/cancel", map[string]any{"sessionId": sid})
+	m, err := wait(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireStop(t, m, "cancelled")
+	if countLines(logB, "session/cancel") != 1 || countLines(logA, "session/cancel") != 0 {
+		t.Errorf("session/cancel went to alpha %d times, beta %d times; want beta once", countLines(logA, "session/cancel"), countLines(logB, "session/cancel"))
+	}
+}
