@@ -87,11 +87,13 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 		Update struct {
 			Kind              string            `json:"sessionUpdate"`
 			ToolCallID        string            `json:"toolCallId"`
+			MessageID         string            `json:"messageId"`
 			Title             *string           `json:"title"`
 			AvailableCommands []json.RawMessage `json:"availableCommands"`
 			ConfigOptions     json.RawMessage   `json:"configOptions"`
 			CurrentModeID     string            `json:"currentModeId"`
 			Cost              *merge.Cost       `json:"cost"`
+			Meta              json.RawMessage   `json:"_meta"`
 		} `json:"update"`
 	}
 	if json.Unmarshal(m.Params, &u) != nil {
@@ -99,6 +101,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 		return
 	}
 	up := u.Update
+	name := d.agent.Name()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.turn
@@ -106,7 +109,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 		r.log.Debug("update of a cancelled turn dropped", "session", s.ID)
 		return
 	}
-	active := s.active == d.agent.Name()
+	active := s.active == name
 	content := (t != nil && t.d == d) || (active && t == nil)
 	var line []byte
 	switch up.Kind {
@@ -125,7 +128,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 			d.view.Modes.CurrentModeID = up.CurrentModeID
 		}
 		if active {
-			line = s.updateLine(map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": merge.LegacyModeID(d.agent.Name(), up.CurrentModeID)})
+			line = s.updateLine(map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": merge.LegacyModeID(name, up.CurrentModeID)})
 			if d.view.Options == nil { // the synthesized mode select changed too
 				s.writeLocked(line)
 				line = s.optionsLineLocked()
@@ -139,34 +142,114 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 	case "session_info_update":
 		if up.Title != nil && *up.Title != "" && s.title == "" {
 			s.title = *up.Title
-			line = s.agentLine(d, m)
+			line = s.agentLine(d, m, nil)
 		}
-	case "tool_call":
-		if content {
-			s.toolCalls[up.ToolCallID] = true
-			line = s.agentLine(d, m)
+	case "tool_call", "tool_call_update":
+		// A tool call is forwarded only with its turn's content; an update
+		// only for a tool call the editor has seen (Zed draws a red "Tool
+		// call not found" card otherwise).
+		if !content {
+			break
 		}
-	case "tool_call_update":
-		if content && s.toolCalls[up.ToolCallID] {
-			line = s.agentLine(d, m)
+		id, seen := s.toolIDs.Lookup(name, up.ToolCallID)
+		if up.Kind == "tool_call" {
+			id, seen = s.toolIDs.Out(name, up.ToolCallID), true
+		}
+		if seen {
+			line = s.agentLine(d, m, s.idEdits(name, up.ToolCallID, id, up.MessageID, up.Meta))
 		}
 	default: // message chunks, plans, kinds the router does not know
 		if content {
-			line = s.agentLine(d, m)
+			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
 		}
 	}
 	s.writeLocked(line)
 }
 
+// idEdit replaces the id at path (inside params) on the way to the editor.
+type idEdit struct {
+	path []string
+	id   string
+}
+
+// metaToolCallIDs are the id-bearing _meta keys editors read that hold a
+// tool call id of the same session (DESIGN §5: keep the table in one
+// place). Terminal ids need none: the editor makes them.
+var metaToolCallIDs = [][]string{
+	{"claudeCode", "parentToolUseId"},
+}
+
+// idEdits lists the ids of an update from agent that collide with another
+// agent's in this session and are rewritten: the tool call id (already
+// translated to editorToolID), the messageId, and the _meta table.
+func (s *Session) idEdits(agent, toolID, editorToolID, messageID string, meta json.RawMessage) []idEdit {
+	var edits []idEdit
+	if toolID != editorToolID {
+		edits = append(edits, idEdit{[]string{"update", "toolCallId"}, editorToolID})
+	}
+	if messageID != "" {
+		if id := s.msgIDs.Out(agent, messageID); id != messageID {
+			edits = append(edits, idEdit{[]string{"update", "messageId"}, id})
+		}
+	}
+	for _, path := range metaToolCallIDs {
+		var id string
+		if meta != nil && pathString(meta, path, &id) && id != "" {
+			if out, ok := s.toolIDs.Lookup(agent, id); ok && out != id {
+				edits = append(edits, idEdit{append([]string{"update", "_meta"}, path...), out})
+			}
+		}
+	}
+	return edits
+}
+
+// pathString reads the string at path in obj.
+func pathString(obj json.RawMessage, path []string, out *string) bool {
+	for _, k := range path {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(obj, &fields) != nil {
+			return false
+		}
+		if obj = fields[k]; obj == nil {
+			return false
+		}
+	}
+	return json.Unmarshal(obj, out) == nil
+}
+
+// setPath returns obj with the value at path replaced, every other byte of
+// meaning kept.
+func setPath(obj json.RawMessage, path []string, value any) (json.RawMessage, error) {
+	if len(path) == 1 {
+		return acp.SetField(obj, path[0], value)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &fields); err != nil {
+		return nil, err
+	}
+	inner, err := setPath(fields[path[0]], path[1:], value)
+	if err != nil {
+		return nil, err
+	}
+	fields[path[0]] = inner
+	return json.Marshal(fields)
+}
+
 // agentLine is an agent's update as the editor gets it: the agent's own
-// bytes, with the session id translated when it differs.
-func (s *Session) agentLine(d *downstream, m *acp.Message) []byte {
-	if s.ID == d.id {
+// bytes, unless the session id or another id must be translated.
+func (s *Session) agentLine(d *downstream, m *acp.Message, edits []idEdit) []byte {
+	if s.ID == d.id && len(edits) == 0 {
 		return m.Raw
 	}
-	p, err := acp.SetField(m.Params, "sessionId", s.ID)
-	if err != nil {
-		return m.Raw
+	if s.ID != d.id {
+		edits = append(edits, idEdit{[]string{"sessionId"}, s.ID})
+	}
+	p := m.Params
+	for _, e := range edits {
+		var err error
+		if p, err = setPath(p, e.path, e.id); err != nil {
+			return m.Raw
+		}
 	}
 	line, err := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
@@ -345,21 +428,38 @@ func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.
 		}
 		return "", nil, errUnknownSession(ref.SessionID)
 	}
-	if method == acp.MethodRequestPermission {
-		// The request shows (creates) its tool call in the editor: later
-		// updates for it may be forwarded.
-		var pr struct {
-			ToolCall struct {
-				ToolCallID string `json:"toolCallId"`
-			} `json:"toolCall"`
+	p = rewriteSessionID(p, ref.SessionID, s.ID)
+	// A tool call id in the request is translated like the updates'; a
+	// permission request shows (creates) its tool call in the editor, so
+	// later updates for it may be forwarded.
+	var tc struct {
+		ToolCall struct {
+			ToolCallID string `json:"toolCallId"`
+		} `json:"toolCall"`
+		ToolCallID string `json:"toolCallId"` // elicitation scope
+	}
+	json.Unmarshal(p, &tc)
+	agent := inst.Agent.Name()
+	var edit *idEdit
+	s.mu.Lock()
+	switch {
+	case method == acp.MethodRequestPermission && tc.ToolCall.ToolCallID != "":
+		if id := s.toolIDs.Out(agent, tc.ToolCall.ToolCallID); id != tc.ToolCall.ToolCallID {
+			edit = &idEdit{[]string{"toolCall", "toolCallId"}, id}
 		}
-		if json.Unmarshal(p, &pr) == nil && pr.ToolCall.ToolCallID != "" {
-			s.mu.Lock()
-			s.toolCalls[pr.ToolCall.ToolCallID] = true
-			s.mu.Unlock()
+	case tc.ToolCallID != "":
+		if id, ok := s.toolIDs.Lookup(agent, tc.ToolCallID); ok && id != tc.ToolCallID {
+			edit = &idEdit{[]string{"toolCallId"}, id}
 		}
 	}
-	return s.ID, rewriteSessionID(p, ref.SessionID, s.ID), nil
+	s.mu.Unlock()
+	if edit != nil {
+		if out, err := setPath(p, edit.path, edit.id); err == nil {
+			p = out
+		}
+	}
+	return s.ID, p, nil
+
 }
 
 // translateElicitation maps a request-scoped elicitation onto the editor's

@@ -27,18 +27,19 @@ type Session struct {
 	// more agents with the same cwd, MCP servers and directories.
 	newParams json.RawMessage
 
-	mu        sync.Mutex
-	active    string                 // the active agent's name
-	down      map[string]*downstream // by agent name
-	open      bool                   // updates may be written to the editor
-	held      [][]byte               // updates waiting for open
-	timer     *time.Timer
-	turn      *turn   // the running (or draining) prompt turn
-	queue     []*turn // prompts waiting for the turn to end
-	closed    bool
-	title     string          // the first title an agent sent: the session's
-	toolCalls map[string]bool // tool call ids forwarded to the editor
-	msgSeq    int             // for the router's own messageIds
+	mu      sync.Mutex
+	active  string                 // the active agent's name
+	down    map[string]*downstream // by agent name
+	open    bool                   // updates may be written to the editor
+	held    [][]byte               // updates waiting for open
+	timer   *time.Timer
+	turn    *turn   // the running (or draining) prompt turn
+	queue   []*turn // prompts waiting for the turn to end
+	closed  bool
+	title   string         // the first title an agent sent: the session's
+	toolIDs *merge.IDTable // tool call ids forwarded to the editor, by agent
+	msgIDs  *merge.IDTable // message ids, by agent
+	msgSeq  int            // for the router's own messageIds
 }
 
 // downstream is the session of one agent behind a router session, and what
@@ -132,7 +133,8 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			reply(nil, r.startError(a, err))
 			return
 		}
-		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{}, toolCalls: map[string]bool{}}
+		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{},
+			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable()}
 		res, err := r.openDownstream(ctx, s, inst, acp.RawID(req.ID))
 		if err != nil {
 			reply(nil, err)

@@ -308,3 +308,49 @@ func TestCrossAgentState(t *testing.T) {
 		t.Errorf("session/cancel went to alpha %d times, beta %d times; want beta once", countLines(logA, "session/cancel"), countLines(logB, "session/cancel"))
 	}
 }
+
+// TestIDsAcrossAgents pins DESIGN §5 ids: two agents in one session both
+// using tool call id call-1 and message id m1 stay distinct for the editor
+// (the first agent's pass unchanged, the second's are rewritten), and the
+// permission request of each resolves to the agent that asked.
+func TestIDsAcrossAgents(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-"}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+	}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	const chunk = `update {"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":"hi"}}`
+	e.MustPrompt(t, sid, "permission\n"+chunk, "end_turn")
+	e.MustPrompt(t, sid, "/beta permission\n"+chunk, "end_turn")
+
+	var calls, asks, msgs []string
+	for _, m := range updatesOf(e, sid, "tool_call") {
+		calls = append(calls, jsonString(m.Params, "update", "toolCallId"))
+	}
+	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Method == "session/request_permission" }) {
+		asks = append(asks, jsonString(m.Params, "toolCall", "toolCallId"))
+	}
+	for _, m := range updatesOf(e, sid, "agent_message_chunk") {
+		if id := jsonString(m.Params, "update", "messageId"); id != "" {
+			msgs = append(msgs, id)
+		}
+	}
+	if !slices.Equal(calls, []string{"call-1", "call-1~beta"}) || !slices.Equal(asks, calls) {
+		t.Errorf("tool call ids %q and permission tool calls %q; want call-1 then a distinct id for beta's, in both", calls, asks)
+	}
+	if !slices.Equal(msgs, []string{"m1", "m1~beta"}) {
+		t.Errorf("message ids %q, want m1 then a distinct id for beta's", msgs)
+	}
+	var outcomes []string
+	for _, text := range e.Texts(sid) {
+		if strings.HasPrefix(text, "permission: ") {
+			outcomes = append(outcomes, text)
+		}
+	}
+	if len(outcomes) != 2 || !strings.Contains(outcomes[0], `"allow"`) || !strings.Contains(outcomes[1], `"allow"`) {
+		t.Errorf("each agent's permission outcome: %q", outcomes)
+	}
+}
