@@ -32,6 +32,9 @@ type Config struct {
 	Version int
 	Agents  []Agent
 	Routing Routing
+	// Commands are the slash commands of `commands:`.
+	Commands []Command
+	Handoff  Handoff
 	// StateDir holds caches (initialize results, login markers). Absolute,
 	// with ~ expanded. Default: $XDG_STATE_HOME/acp-router, else
 	// ~/.local/state/acp-router.

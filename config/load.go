@@ -152,11 +152,11 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 }
 
 var (
-	topKeys = []string{"version", "agents", "routing", "state_dir"}
+	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff"}
 	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
 	// this build does not implement yet. They are rejected rather than
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
-	unsupportedKeys = []string{"commands", "handoff", "permissions", "audit", "history"}
+	unsupportedKeys = []string{"permissions", "audit", "history"}
 	agentKeys       = []string{"name", "title", "command", "args", "env", "env_inherit", "cwd", "lazy",
 		"startup_timeout", "stall_timeout", "cancel_timeout", "auth"}
 	routingKeys = []string{"default", "fallback", "rules"}
@@ -197,6 +197,13 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if v := f["routing"]; v != nil {
 		p.routing(&cfg.Routing, v, names)
+	}
+	cfg.Handoff = Handoff{MaxBytes: DefaultHandoffBytes}
+	if v := f["handoff"]; v != nil {
+		cfg.Handoff = p.handoff(v)
+	}
+	if v := f["commands"]; v != nil {
+		cfg.Commands = p.commands(v, names)
 	}
 	if v := f["state_dir"]; v != nil {
 		cfg.StateDir = p.path("state_dir", v, false)

@@ -143,6 +143,12 @@ func TestParseFull(t *testing.T) {
 				{Cwd: []string{"/home/u"}, Agent: "claude", Pos: Pos{file, 40, 7}},
 			},
 		},
+		Commands: []Command{
+			{Name: "review", Description: "Ask Codex to review the current changes", Agent: "codex",
+				Prompt: "Review the uncommitted changes in this repository. {{input}}", Pos: Pos{file, 46, 5}},
+			{Name: "infra", Description: "Switch to Codex", Agent: "codex", Switch: true, Pos: Pos{file, 50, 5}},
+		},
+		Handoff:  Handoff{MaxBytes: 4096},
 		StateDir: "/home/u/state",
 	}
 	if !reflect.DeepEqual(got, want) {

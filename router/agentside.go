@@ -94,6 +94,8 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 			CurrentModeID     string            `json:"currentModeId"`
 			Cost              *merge.Cost       `json:"cost"`
 			Meta              json.RawMessage   `json:"_meta"`
+			Content           json.RawMessage   `json:"content"`
+			Status            string            `json:"status"`
 		} `json:"update"`
 	}
 	if json.Unmarshal(m.Params, &u) != nil {
@@ -158,10 +160,20 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 		if seen {
 			line = s.agentLine(d, m, s.idEdits(name, up.ToolCallID, id, up.MessageID, up.Meta))
 		}
+	case "user_message_chunk":
+		// An agent echoing its prompt must not show the router's brief as
+		// if the user had typed it.
+		var c struct{ Text string }
+		if content && !(json.Unmarshal(up.Content, &c) == nil && strings.HasPrefix(c.Text, merge.BriefHeader)) {
+			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
+		}
 	default: // message chunks, plans, kinds the router does not know
 		if content {
 			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
 		}
+	}
+	if line != nil && t != nil && t.d == d {
+		t.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
 	}
 	s.writeLocked(line)
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -30,8 +32,10 @@ type turn struct {
 	d           *downstream        // the downstream session running it
 	inst        *upstream.Instance // and its agent instance
 	cancelTimer *time.Timer
-	cancelled   bool // cancelled before it reached an agent
-	synthetic   bool // the router answered "cancelled"; the agent is draining
+	cancelled   bool              // cancelled before it reached an agent
+	rec         *merge.TurnRecord // what the handoff brief will tell of it
+	reply       merge.Capped      // its reply text, bounded
+	synthetic   bool              // the router answered "cancelled"; the agent is draining
 	done        bool
 }
 
@@ -83,6 +87,24 @@ func (r *Router) parseTurn(s *Session, req *jsonrpc2.Request) *turn {
 	}
 	name, rest, _ := strings.Cut(first.Text[1:], " ")
 	name, rest = strings.TrimSpace(name), strings.TrimSpace(rest)
+	oneTurn := func(agent, text string) {
+		block, _ := acp.SetField(p.Prompt[0], "text", text)
+		t.agent = agent
+		t.prompt, _ = json.Marshal(append([]json.RawMessage{block}, p.Prompt[1:]...))
+	}
+	if c := r.command(name); c != nil {
+		switch {
+		case c.Switch:
+			t.command = func(ctx context.Context) string { return r.agentCommand(ctx, s, c.Agent) }
+		case c.Prompt != "":
+			oneTurn(c.Agent, strings.ReplaceAll(c.Prompt, "{{input}}", rest))
+		case rest == "":
+			t.command = func(context.Context) string { return fmt.Sprintf("Usage: /%s TEXT (%s)", c.Name, c.Description) }
+		default:
+			oneTurn(c.Agent, rest)
+		}
+		return t
+	}
 	switch {
 	case name == "agent":
 		t.command = func(ctx context.Context) string { return r.agentCommand(ctx, s, rest) }
@@ -91,12 +113,19 @@ func (r *Router) parseTurn(s *Session, req *jsonrpc2.Request) *turn {
 			return fmt.Sprintf("Usage: /%s TEXT asks %s for this turn only; /agent %s switches the session to it.", name, r.byName[name].Title(), name)
 		}
 	case r.byName[name] != nil:
-		block, _ := acp.SetField(p.Prompt[0], "text", rest)
-		blocks := append([]json.RawMessage{block}, p.Prompt[1:]...)
-		t.agent = name
-		t.prompt, _ = json.Marshal(blocks)
+		oneTurn(name, rest)
 	}
 	return t
+}
+
+// command returns the `commands:` entry called name, or nil.
+func (r *Router) command(name string) *config.Command {
+	for i := range r.cfg.Commands {
+		if r.cfg.Commands[i].Name == name {
+			return &r.cfg.Commands[i]
+		}
+	}
+	return nil
 }
 
 // agentCommand is /agent: with no argument it lists the agents, marks the
@@ -209,6 +238,7 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 	if t.prompt != nil {
 		p, _ = acp.SetField(p, "prompt", t.prompt)
 	}
+	p = r.briefAndRecord(s, t, d, p)
 	p = rewriteSessionID(p, s.ID, d.id)
 	p = adaptPrompt(p, agentCaps(inst), inst.Agent.Title())
 	editorID := acp.RawID(t.req.ID)
@@ -255,6 +285,9 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 	s.turn = next
 	s.mu.Unlock()
 
+	if t.rec != nil {
+		s.record(t, r.cfg.Handoff.MaxBytes)
+	}
 	if synthetic {
 		r.log.Info("cancelled turn ended", "session", s.ID, "agent", t.agent)
 	} else {

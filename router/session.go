@@ -36,10 +36,12 @@ type Session struct {
 	turn    *turn   // the running (or draining) prompt turn
 	queue   []*turn // prompts waiting for the turn to end
 	closed  bool
-	title   string         // the first title an agent sent: the session's
-	toolIDs *merge.IDTable // tool call ids forwarded to the editor, by agent
-	msgIDs  *merge.IDTable // message ids, by agent
-	msgSeq  int            // for the router's own messageIds
+	title   string             // the first title an agent sent: the session's
+	toolIDs *merge.IDTable     // tool call ids forwarded to the editor, by agent
+	msgIDs  *merge.IDTable     // message ids, by agent
+	msgSeq  int                // for the router's own messageIds
+	history []merge.TurnRecord // finished turns, for handoff briefs
+	nextSeq int                // Seq of the next recorded turn
 }
 
 // downstream is the session of one agent behind a router session, and what
@@ -51,6 +53,7 @@ type downstream struct {
 	view     merge.AgentView
 	commands []json.RawMessage // the agent's last available_commands_update
 	cost     *merge.Cost       // its last cumulative cost
+	seen     int               // turns before this Seq are known to the agent
 }
 
 // tableKey names an agent instance: a restarted agent may hand out the same

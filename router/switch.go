@@ -76,6 +76,13 @@ func (r *Router) routerCommands() []json.RawMessage {
 	for _, a := range r.agents {
 		out = append(out, mustJSON(command{Name: a.Name(), Description: "Ask " + a.Title() + " for this turn only", Input: &input{Hint: "prompt"}}))
 	}
+	for _, c := range r.cfg.Commands {
+		cmd := command{Name: c.Name, Description: c.Description}
+		if !c.Switch && (c.Prompt == "" || strings.Contains(c.Prompt, "{{input}}")) {
+			cmd.Input = &input{Hint: "text"}
+		}
+		out = append(out, mustJSON(cmd))
+	}
 	return out
 }
 

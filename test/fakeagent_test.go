@@ -567,9 +567,12 @@ func (a *fakeAgent) prompt(m wireMsg) {
 			tr.texts = append(tr.texts, b.Text)
 		}
 	}
-	// The script is the last text block: a router brief may come first.
-	if len(tr.texts) > 0 {
-		script = tr.texts[len(tr.texts)-1]
+	// The script is the first text block that is not the router's brief.
+	for _, text := range tr.texts {
+		if !strings.HasPrefix(text, "[acp-router handoff]") {
+			script = text
+			break
+		}
 	}
 	size := len(m.Params)
 	go func() {

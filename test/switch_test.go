@@ -354,3 +354,78 @@ func TestIDsAcrossAgents(t *testing.T) {
 		t.Errorf("each agent's permission outcome: %q", outcomes)
 	}
 }
+
+// TestHandoffAndCommands pins the handoff brief (DESIGN §5): the agent that
+// takes over gets one text block first with the turns it has not seen
+// (A→B→A tells A only what happened on B), also for one-turn commands,
+// never echoed to the editor; and `commands:` from the config: a prompt
+// template with {{input}} runs once on its agent, a switch command
+// switches; both are advertised.
+func TestHandoffAndCommands(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-"}, "title: Alpha"),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}, "title: Beta"),
+	}, "default: alpha")+`commands:
+  - {name: review, description: Ask Beta to review, agent: beta, prompt: "prompt-text {{input}}"}
+  - {name: go-beta, description: Switch to Beta, agent: beta, switch: true}
+`)
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	cmds := e.Rec.WaitFor(t, waitTimeout, "commands", func(m *Msg) bool { return m.Update() == "available_commands_update" && m.SessionID() == sid })
+	if got := availableCommandNames(cmds); !slices.Contains(got, "review") || !slices.Contains(got, "go-beta") {
+		t.Errorf("config commands not advertised: %q", got)
+	}
+
+	e.MustPrompt(t, sid, "say alpha-one", "end_turn")
+	// review: a one-turn prompt on beta from the template, with a brief of
+	// alpha's turn as its first block.
+	e.MustPrompt(t, sid, "/review the diff", "end_turn")
+	got := lastText(e, sid)
+	brief, rest, ok := strings.Cut(got, " | ")
+	if !ok || !strings.HasPrefix(brief, "[acp-router handoff]") || !strings.Contains(brief, "User: say alpha-one") || !strings.Contains(brief, "Alpha: alpha-one") {
+		t.Fatalf("beta's prompt %q: want the brief of alpha's turn first", got)
+	}
+	if rest != "prompt-text the diff" {
+		t.Errorf("template expanded to %q", rest)
+	}
+
+	// A→B→A in a new session: beta hears alpha's turn, alpha then hears
+	// only beta's; an agent that saw every turn gets no brief.
+	sid = e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "say a1", "end_turn")
+	e.MustPrompt(t, sid, "/go-beta", "end_turn")
+	e.MustPrompt(t, sid, "say b1", "end_turn")
+	e.MustPrompt(t, sid, "prompt-text", "end_turn")
+	if got := lastText(e, sid); got != "prompt-text" {
+		t.Errorf("beta got a brief though it saw every turn: %q", got)
+	}
+	e.MustPrompt(t, sid, "/agent alpha", "end_turn")
+	e.MustPrompt(t, sid, "prompt-text", "end_turn")
+	got = lastText(e, sid)
+	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(got, "a1") || !strings.Contains(got, "User: say b1\nBeta: b1") {
+		t.Errorf("alpha's brief %q: want beta's turns only", got)
+	}
+	for _, m := range updatesOf(e, sid, "user_message_chunk") {
+		t.Errorf("the brief reached the editor as user text: %s", m)
+	}
+}
+
+// TestHandoffNone pins `handoff: none`: a switched-to agent gets the
+// prompt alone.
+func TestHandoffNone(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-"}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+	}, "default: alpha")+"handoff: none\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "say a1", "end_turn")
+	e.MustPrompt(t, sid, "/beta prompt-text", "end_turn")
+	if got := lastText(e, sid); got != "prompt-text" {
+		t.Errorf("with handoff: none beta got %q", got)
+	}
+}

@@ -1,0 +1,106 @@
+package merge
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// BriefHeader starts every handoff brief; the router recognizes an agent's
+// echo of it by this prefix.
+const BriefHeader = "[acp-router handoff] You are taking over a conversation the user had with other agents in this session. What happened since you last took part, oldest first:"
+
+// TurnRecord is one finished turn of a session, as the brief tells it: the
+// user's prompt and the agent's replies as text, tool call titles and
+// outcomes.
+type TurnRecord struct {
+	Seq   int    // position in the session, from 0
+	Agent string // the agent's name
+	Title string // the agent's display name
+	User  string
+	Reply string
+	Tools []ToolRecord
+}
+
+// ToolRecord is a tool call of a turn.
+type ToolRecord struct {
+	ID, Title, Status string
+}
+
+func (t TurnRecord) render() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n\n--- %s ---\nUser: %s", t.Title, t.User)
+	for _, tool := range t.Tools {
+		status := tool.Status
+		if status == "" {
+			status = "pending"
+		}
+		fmt.Fprintf(&b, "\nTool: %s (%s)", tool.Title, status)
+	}
+	if t.Reply != "" {
+		fmt.Fprintf(&b, "\n%s: %s", t.Title, t.Reply)
+	}
+	return b.String()
+}
+
+// Brief is what agent is told when it handles a turn of a session it has
+// not followed (DESIGN §5): the turns from seq `since` on that other agents
+// ran, at most max bytes, whole turns dropped oldest first; a newest turn
+// alone over the bound is cut at a UTF-8 boundary. "" when there is nothing
+// to tell.
+func Brief(turns []TurnRecord, agent string, since, max int) string {
+	var parts []string
+	for _, t := range turns {
+		if t.Seq >= since && t.Agent != agent {
+			parts = append(parts, t.render())
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	size := len(BriefHeader)
+	first := len(parts)
+	for first > 0 && size+len(parts[first-1]) <= max {
+		first--
+		size += len(parts[first])
+	}
+	if first == len(parts) { // the newest turn alone is too long
+		return BriefHeader + cutUTF8(parts[len(parts)-1], max-len(BriefHeader)-len("…")) + "…"
+	}
+	return BriefHeader + strings.Join(parts[first:], "")
+}
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not
+// split a character.
+func cutUTF8(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// Capped appends to a string builder up to a bound, UTF-8 safe: what a turn
+// record keeps of a long reply.
+type Capped struct {
+	b    strings.Builder
+	Max  int
+	full bool
+}
+
+// WriteString keeps what fits; once something was cut, nothing more.
+func (c *Capped) WriteString(s string) {
+	if c.full {
+		return
+	}
+	kept := cutUTF8(s, c.Max-c.b.Len())
+	c.b.WriteString(kept)
+	c.full = len(kept) < len(s)
+}
+
+func (c *Capped) String() string { return c.b.String() }

@@ -1,0 +1,109 @@
+package router
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/acp-router/acp-router/merge"
+)
+
+// The handoff brief (DESIGN §5): an agent that handles a turn of a session
+// gets, as one text block at the start of its prompt, what happened on the
+// other agents since it last took part.
+
+// briefAndRecord starts t's record and returns the prompt params for d,
+// with the brief prepended when d has missed turns.
+func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMessage) json.RawMessage {
+	h := r.cfg.Handoff
+	if h.Disabled {
+		return p
+	}
+	var fields struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	json.Unmarshal(p, &fields)
+	var user []string
+	for _, b := range fields.Prompt {
+		var blk struct {
+			Type, Text, Name, URI string
+		}
+		json.Unmarshal(b, &blk)
+		switch blk.Type {
+		case "text":
+			user = append(user, blk.Text)
+		case "resource_link":
+			user = append(user, "["+blk.Name+" "+blk.URI+"]")
+		}
+	}
+	text := merge.Capped{Max: h.MaxBytes}
+	text.WriteString(strings.Join(user, "\n"))
+
+	s.mu.Lock()
+	brief := merge.Brief(s.history, d.agent.Name(), d.seen, h.MaxBytes)
+	t.rec = &merge.TurnRecord{Seq: s.nextSeq, Agent: d.agent.Name(), Title: d.agent.Title(), User: text.String()}
+	t.reply = merge.Capped{Max: h.MaxBytes}
+	s.nextSeq++
+	d.seen = s.nextSeq
+	s.mu.Unlock()
+	if brief == "" {
+		return p
+	}
+	block, _ := json.Marshal(map[string]string{"type": "text", "text": brief})
+	prompt, _ := json.Marshal(append([]json.RawMessage{block}, fields.Prompt...))
+	out, err := setPath(p, []string{"prompt"}, json.RawMessage(prompt))
+	if err != nil {
+		return p
+	}
+	r.log.Debug("handoff brief", "session", s.ID, "agent", d.agent.Name(), "bytes", len(brief))
+	return out
+}
+
+// recordLocked notes what a turn's update tells the brief: reply text and
+// tool calls with their outcome.
+func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title *string, status string) {
+	if t.rec == nil {
+		return
+	}
+	switch kind {
+	case "agent_message_chunk":
+		var c struct{ Type, Text string }
+		if json.Unmarshal(content, &c) == nil && c.Type == "text" {
+			t.reply.WriteString(c.Text)
+		}
+	case "tool_call":
+		tool := merge.ToolRecord{ID: toolID, Status: status}
+		if title != nil {
+			tool.Title = *title
+		}
+		t.rec.Tools = append(t.rec.Tools, tool)
+	case "tool_call_update":
+		for i := range t.rec.Tools {
+			if tool := &t.rec.Tools[i]; tool.ID == toolID {
+				if title != nil && *title != "" {
+					tool.Title = *title
+				}
+				if status != "" {
+					tool.Status = status
+				}
+			}
+		}
+	}
+}
+
+// record keeps t's record in the session's history, which holds at most
+// about twice the brief bound: a brief never tells more.
+func (s *Session) record(t *turn, max int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.rec.Reply = t.reply.String()
+	s.history = append(s.history, *t.rec)
+	size := 0
+	for i := len(s.history) - 1; i >= 0; i-- {
+		h := s.history[i]
+		size += len(h.User) + len(h.Reply) + 64*len(h.Tools)
+		if size > 2*max {
+			s.history = append([]merge.TurnRecord{}, s.history[i+1:]...)
+			return
+		}
+	}
+}
