@@ -1,0 +1,133 @@
+package merge
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// fixtureSession returns the session/new result in a real agent's
+// transcript.
+func fixtureSession(t *testing.T, name string) AgentView {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "testdata", "real-agents", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg struct {
+				Result *struct {
+					SessionID     string          `json:"sessionId"`
+					Modes         *ModeState      `json:"modes"`
+					Models        *ModelState     `json:"models"`
+					ConfigOptions json.RawMessage `json:"configOptions"`
+				} `json:"result"`
+			} `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg.Result != nil && line.Msg.Result.SessionID != "" {
+			r := line.Msg.Result
+			return AgentView{Options: r.ConfigOptions, Modes: r.Modes, Models: r.Models}
+		}
+	}
+	t.Fatalf("%s: no session/new result", name)
+	return AgentView{}
+}
+
+var realAgents = []struct {
+	name, title, fixture string
+}{
+	{"claude", "Claude Code", "agentclientprotocol-claude-agent-acp-0.100.0.jsonl"},
+	{"codex", "Codex", "codex-acp-0.16.0-mock.jsonl"},
+	{"gemini", "Gemini CLI", "gemini-cli-0.61.0-mock.jsonl"},
+}
+
+// TestOptionsFromRealAgents pins the option list the editor gets for each
+// active agent of a Claude + Codex + Gemini router (golden file; -update
+// rewrites it): the agent select first, then Claude's and Codex's own
+// options (Claude's booleans only for editors that advertise them), and a
+// mode and a model select synthesized from Gemini's modes and models.
+func TestOptionsFromRealAgents(t *testing.T) {
+	var choices []AgentChoice
+	for _, a := range realAgents {
+		choices = append(choices, AgentChoice{Name: a.name, Title: a.title, Description: "Run this session on " + a.title})
+	}
+	got := map[string]any{}
+	for _, a := range realAgents {
+		view := fixtureSession(t, a.fixture)
+		got[a.name] = Options(choices, a.name, view, false)
+		got[a.name+" (boolean options advertised)"] = Options(choices, a.name, view, true)
+	}
+	var gemini []json.RawMessage
+	json.Unmarshal(mustJSON(got["gemini"]), &gemini)
+	if len(gemini) != 3 {
+		t.Fatalf("gemini: %d options, want agent + synthesized mode + model", len(gemini))
+	}
+	checkGolden(t, filepath.Join("testdata", "options.golden.json"), got)
+}
+
+// TestLegacyModesFromRealAgents pins the legacy mode union: AGENT:MODE ids,
+// "Title: Mode" names, the active agent's current mode, denied modes left
+// out.
+func TestLegacyModesFromRealAgents(t *testing.T) {
+	var agents []AgentModes
+	for _, a := range realAgents {
+		view := fixtureSession(t, a.fixture)
+		agents = append(agents, AgentModes{Agent: a.name, Title: a.title, Modes: view.Modes.AvailableModes})
+	}
+	denied := func(agent, mode string) bool {
+		return (agent == "claude" && mode == "bypassPermissions") || (agent == "gemini" && mode == "yolo")
+	}
+	got := LegacyModes(agents, "codex", "read-only", denied)
+	if got.CurrentModeID != "codex:read-only" {
+		t.Errorf("current mode %q", got.CurrentModeID)
+	}
+	for _, m := range got.AvailableModes {
+		if m.ID == "claude:bypassPermissions" || m.ID == "gemini:yolo" {
+			t.Errorf("denied mode offered: %+v", m)
+		}
+	}
+	checkGolden(t, filepath.Join("testdata", "legacy-modes.golden.json"), got)
+}
+
+func TestCommands(t *testing.T) {
+	router := []json.RawMessage{json.RawMessage(`{"name":"agent","description":"a"}`), json.RawMessage(`{"name":"review","description":"r"}`)}
+	agent := []json.RawMessage{json.RawMessage(`{"name":"review","description":"agent's"}`), json.RawMessage(`{"name":"init","description":"i"}`)}
+	got := Commands(router, agent)
+	var names []string
+	for _, c := range got {
+		names = append(names, commandName(c))
+	}
+	if want := "agent review init"; strings.Join(names, " ") != want {
+		t.Errorf("commands %q, want %q (the router's review hides the agent's)", names, want)
+	}
+}
+
+func checkGolden(t *testing.T, path string, got any) {
+	t.Helper()
+	b, err := json.MarshalIndent(got, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, '\n')
+	if *update {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	assertJSONEqual(t, b, want)
+}
