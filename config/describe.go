@@ -9,13 +9,13 @@ import (
 	"strings"
 )
 
-// Describe prints what `acp-router check` shows: agents, routes and the
-// state directory, then warnings. Environment values are never printed.
-func Describe(w io.Writer, c *Config) {
+// Describe prints what `acp-router check` shows: agents, routes, commands
+// and the state directory, then warnings (more may be passed in).
+// Environment values are never printed.
+func Describe(w io.Writer, c *Config, warnings ...string) {
 	fmt.Fprintf(w, "config: %s (version %d)\n", c.File, c.Version)
 	fmt.Fprintf(w, "state dir: %s\n", c.StateDir)
 	fmt.Fprintln(w, "agents:")
-	var warnings []string
 	for _, a := range c.Agents {
 		cmd := a.Command
 		if path, err := exec.LookPath(a.Command); err == nil {
@@ -54,6 +54,21 @@ func Describe(w io.Writer, c *Config) {
 			enforce = " (enforced)"
 		}
 		fmt.Fprintf(w, "  %d. cwd %s -> %s%s   (%s)\n", i+1, strings.Join(r.Cwd, ", "), r.Agent, enforce, r.Pos)
+	}
+	if len(c.Commands) > 0 {
+		fmt.Fprintln(w, "commands:")
+		for _, cmd := range c.Commands {
+			what := "one turn on " + cmd.Agent
+			if cmd.Switch {
+				what = "switches to " + cmd.Agent
+			}
+			fmt.Fprintf(w, "  /%s: %s (%s)   (%s)\n", cmd.Name, cmd.Description, what, cmd.Pos)
+		}
+	}
+	if c.Handoff.Disabled {
+		fmt.Fprintln(w, "handoff: none")
+	} else {
+		fmt.Fprintf(w, "handoff: at most %d bytes\n", c.Handoff.MaxBytes)
 	}
 	if err := writable(c.StateDir); err != nil {
 		warnings = append(warnings, fmt.Sprintf("state dir %s is not writable (%v): initialize results cannot be cached", c.StateDir, err))

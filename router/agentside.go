@@ -31,6 +31,7 @@ type agentHandler struct {
 }
 
 func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	defer h.r.survive(h.inst.Agent.Name(), nil)
 	ctx = context.WithoutCancel(ctx)
 	switch {
 	case req.Method == acp.MethodCancelRequest:
@@ -49,6 +50,7 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	if m.Kind != acp.KindNotification || m.Method != acp.MethodSessionUpdate {
 		return false
 	}
+	defer r.survive(inst.Agent.Name(), nil)
 	var ref acp.SessionRef
 	if json.Unmarshal(m.Params, &ref) != nil || ref.SessionID == "" {
 		r.log.Warn("session/update without a sessionId dropped", "agent", inst.Agent.Name())
@@ -117,6 +119,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
 	switch up.Kind {
 	case "available_commands_update":
 		d.commands = up.AvailableCommands
+		r.learnCommands(name, up.AvailableCommands)
 		if active {
 			line = s.commandsLineLocked()
 		}

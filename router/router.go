@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -63,6 +64,7 @@ type Router struct {
 	sessions   map[string]*Session // by router session id
 	downs      map[string]*Session // by downKey of each downstream session
 	modeCache  map[string][]merge.Mode
+	cmdCache   map[string][]string         // agents' own command names, as last seen
 	auth       map[string]merge.AuthMethod // advertised auth method id → owner
 	forwards   map[string]*forward         // editor request id → its forward to an agent
 	held       map[string]func()
@@ -115,6 +117,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		sessions:  map[string]*Session{},
 		downs:     map[string]*Session{},
 		modeCache: map[string][]merge.Mode{},
+		cmdCache:  map[string][]string{},
 		auth:      map[string]merge.AuthMethod{},
 		forwards:  map[string]*forward{},
 		held:      map[string]func(){},
@@ -182,6 +185,7 @@ type editorHandler struct{ r *Router }
 
 func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	r := h.r
+	defer r.survive("editor", req)
 	ctx = context.WithoutCancel(ctx)
 	switch req.Method {
 	case acp.MethodInitialize:
@@ -429,4 +433,18 @@ func rewriteSessionID(p json.RawMessage, from, to string) json.RawMessage {
 // errUnknownSession answers requests naming a session the router does not have.
 func errUnknownSession(id string) error {
 	return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown session %q", id), map[string]string{"sessionId": id})
+}
+
+// survive keeps a bug in handling one message from taking the router down
+// (editors do not restart it, DESIGN §7): the panic is logged with its
+// stack and the request, if any, answered with an internal error.
+func (r *Router) survive(from string, req *jsonrpc2.Request) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	r.log.Error("internal error handling a message", "from", from, "panic", p, "stack", string(debug.Stack()))
+	if req != nil && !req.Notif && from == "editor" {
+		r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: internal error: %v", p), nil))
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/upstream"
 )
@@ -331,4 +333,63 @@ func (r *Router) cachedModes(agent string) []merge.Mode {
 	r.modeCache[agent] = modes
 	r.mu.Unlock()
 	return modes
+}
+
+// learnCommands caches the names of an agent's own slash commands in the
+// state dir, for `acp-router check` (a router command hides an agent's).
+func (r *Router) learnCommands(agent string, commands []json.RawMessage) {
+	var names []string
+	for _, c := range commands {
+		var head struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(c, &head) == nil && head.Name != "" {
+			names = append(names, head.Name)
+		}
+	}
+	r.mu.Lock()
+	same := slices.Equal(r.cmdCache[agent], names)
+	r.cmdCache[agent] = names
+	r.mu.Unlock()
+	if same || r.cfg.StateDir == "" {
+		return
+	}
+	b, _ := json.Marshal(names)
+	go func() { // off the relay path
+		if err := upstream.WriteFileAtomic(commandsFile(r.cfg.StateDir, agent), b); err != nil {
+			r.log.Warn("cannot cache the agent's commands", "agent", agent, "error", err)
+		}
+	}()
+}
+
+func commandsFile(stateDir, agent string) string {
+	return filepath.Join(stateDir, "agents", agent+".commands.json")
+}
+
+// Warnings are what `acp-router check` adds about routing and switching:
+// router commands that hide an agent's own command (as learned from the
+// agent's earlier sessions).
+func Warnings(cfg *config.Config) []string {
+	router := map[string]bool{"agent": true}
+	for _, a := range cfg.Agents {
+		router[a.Name] = true
+	}
+	for _, c := range cfg.Commands {
+		router[c.Name] = true
+	}
+	var out []string
+	for _, a := range cfg.Agents {
+		b, err := os.ReadFile(commandsFile(cfg.StateDir, a.Name))
+		if err != nil {
+			continue
+		}
+		var names []string
+		json.Unmarshal(b, &names)
+		for _, n := range names {
+			if router[n] {
+				out = append(out, fmt.Sprintf("the router's /%s hides %s's own /%s; type `/%s /%s` to reach it", n, a.Name, n, a.Name, n))
+			}
+		}
+	}
+	return out
 }

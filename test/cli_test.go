@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // runRouterCmd runs the router binary with args and env, returning its exit
@@ -71,5 +72,23 @@ func TestCheckCommand(t *testing.T) {
 	}
 	if code, out, _ := runRouterCmd(t, nil, "version"); code != 0 || !strings.HasPrefix(out, "acp-router ") {
 		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+// TestCheckWarnsHiddenCommands pins that `check` warns when a router
+// command hides an agent's own command, learned from the agent's sessions.
+func TestCheckWarnsHiddenCommands(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{UpdateWithNew: true})})+
+		"commands:\n  - {name: fake-cmd, description: hides the agent's, agent: alpha}\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "say hi", "end_turn")
+	e.CloseStdin()
+	e.Wait(10 * time.Second)
+	code, out, errOut := runRouterCmd(t, nil, "check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "/fake-cmd hides alpha's own /fake-cmd") {
+		t.Errorf("check: exit %d, output:\n%s%s\nwant a warning that /fake-cmd hides alpha's", code, out, errOut)
 	}
 }

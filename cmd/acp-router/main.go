@@ -203,7 +203,7 @@ func check(g *globals, args []string) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	config.Describe(os.Stdout, cfg)
+	config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
 	return 0, nil
 }
 
