@@ -429,3 +429,38 @@ func TestHandoffNone(t *testing.T) {
 		t.Errorf("with handoff: none beta got %q", got)
 	}
 }
+
+// TestPromptsSerialized pins DESIGN §5: a second prompt sent while a turn
+// runs waits for it, also when it goes to another agent (/beta).
+func TestPromptsSerialized(t *testing.T) {
+	t.Parallel()
+	logA := filepath.Join(t.TempDir(), "a.log")
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{LogFile: logA, SessionPrefix: "a-"}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+	}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	_, wait1, err := e.Go("session/prompt", promptReq(sid, "sleep 300ms\nsay one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, wait2, err := e.Go("session/prompt", promptReq(sid, "/beta say two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, err1 := wait1(context.Background())
+	m2, err2 := wait2(context.Background())
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	two := e.WaitText(t, sid, "two")
+	all := e.Rec.All()
+	if slices.Index(all, m1) > slices.Index(all, two) || m2.At.Before(m1.At) {
+		t.Errorf("the second prompt ran before the first ended")
+	}
+	if got := e.Texts(sid); !slices.Equal(got, []string{"one", "two"}) {
+		t.Errorf("texts %q, want one then two", got)
+	}
+}
