@@ -74,12 +74,25 @@ func (m *Msg) IsResponse() bool     { return m.Method == "" }
 type updateInfo struct {
 	SessionID string `json:"sessionId"`
 	Update    struct {
-		Kind    string `json:"sessionUpdate"`
-		Content struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
+		Kind    string       `json:"sessionUpdate"`
+		Content chunkContent `json:"content"`
 	} `json:"update"`
+}
+
+// chunkContent is the content of a message chunk. Other updates carry other
+// shapes there (tool_call and tool_call_update: an array of ToolCallContent),
+// which are left empty.
+type chunkContent struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func (c *chunkContent) UnmarshalJSON(b []byte) error {
+	if b = bytes.TrimSpace(b); len(b) == 0 || b[0] != '{' {
+		return nil
+	}
+	type plain chunkContent
+	return json.Unmarshal(b, (*plain)(c))
 }
 
 // SessionID is params.sessionId of a request or notification.

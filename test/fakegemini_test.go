@@ -225,11 +225,11 @@ func (f *fakeGemini) serve(w http.ResponseWriter, r *http.Request) {
 
 	switch kind {
 	case "countTokens":
-		writeJSON(w, map[string]any{"totalTokens": 8})
+		writeGeminiJSON(w, map[string]any{"totalTokens": 8})
 	case "generateContent":
 		// Side calls (model routing, next speaker) parse the text as JSON;
 		// these fields satisfy all of them (gemini.mjs).
-		writeJSON(w, geminiCandidate([]any{map[string]any{"text": `{"reasoning":"fake","model_choice":"flash",` +
+		writeGeminiJSON(w, geminiCandidate([]any{map[string]any{"text": `{"reasoning":"fake","model_choice":"flash",` +
 			`"complexity_reasoning":"fake","complexity_score":1,"next_speaker":"user"}`}}, true))
 	case "streamGenerateContent":
 		f.stream(w, r, script, fnResp)
@@ -293,7 +293,7 @@ func geminiCandidate(parts []any, last bool) map[string]any {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+func writeGeminiJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(mustJSON(v))
 }

@@ -107,8 +107,8 @@ func geminiEnv(home string, f *fakeGemini) map[string]string {
 	}
 }
 
-// configValue quotes s for a config value that is ${ENV}-expanded.
-func configValue(s string) string { return yamlQuote(strings.ReplaceAll(s, "$", "$$")) }
+// geminiConfigValue quotes s for a config value that is ${ENV}-expanded.
+func geminiConfigValue(s string) string { return yamlQuote(strings.ReplaceAll(s, "$", "$$")) }
 
 // geminiAgentYAML renders the agents: entry for Gemini CLI. env_inherit
 // minimal keeps a developer's GOOGLE_*, GEMINI_* and proxy variables away
@@ -116,7 +116,7 @@ func configValue(s string) string { return yamlQuote(strings.ReplaceAll(s, "$", 
 func geminiAgentYAML(bin string, env map[string]string) string {
 	var b strings.Builder
 	b.WriteString("  - name: gemini\n    title: Gemini CLI\n")
-	fmt.Fprintf(&b, "    command: %s\n    args: ['--acp']\n", configValue(bin))
+	fmt.Fprintf(&b, "    command: %s\n    args: ['--acp']\n", geminiConfigValue(bin))
 	b.WriteString("    env_inherit: minimal\n    env:\n")
 	keys := make([]string, 0, len(env))
 	for k := range env {
@@ -124,7 +124,7 @@ func geminiAgentYAML(bin string, env map[string]string) string {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		fmt.Fprintf(&b, "      %s: %s\n", k, configValue(env[k]))
+		fmt.Fprintf(&b, "      %s: %s\n", k, geminiConfigValue(env[k]))
 	}
 	// Gemini answers initialize after about 1.7 s, more on a loaded
 	// machine. cancel_timeout is far above what the cancel test allows, so
@@ -178,9 +178,9 @@ func (r *geminiRig) permChoice(sid string) string {
 	return r.perms[sid]
 }
 
-// requireStopReason checks a session/prompt response's stopReason. Unlike
+// requireGeminiStop checks a session/prompt response's stopReason. Unlike
 // requireStop it allows other members: Gemini adds _meta.quota.
-func requireStopReason(t testing.TB, m *Msg, want string) {
+func requireGeminiStop(t testing.TB, m *Msg, want string) {
 	t.Helper()
 	if m.Error != nil {
 		t.Fatalf("session/prompt failed: %v", m.Error)
@@ -190,24 +190,28 @@ func requireStopReason(t testing.TB, m *Msg, want string) {
 	}
 }
 
-// sessionMsgs returns the recorded requests and notifications of session
-// sid with method (and, for session/update, kind; "" for any).
-func sessionMsgs(e *Editor, sid, method, kind string) []*Msg {
+// geminiSessionMsgs returns the recorded requests and notifications of
+// session sid with method (and, for session/update, kind; "" for any).
+func geminiSessionMsgs(e *Editor, sid, method, kind string) []*Msg {
 	return e.Rec.Filter(func(m *Msg) bool {
 		return m.Method == method && m.SessionID() == sid && (kind == "" || m.Update() == kind)
 	})
 }
 
-// requireTexts checks the agent_message_chunk texts of sid, and that they all
-// arrived before the prompt's response resp.
-func requireTexts(t testing.TB, e *Editor, sid string, resp *Msg, want ...string) {
+// turnContent are the update kinds that belong to a prompt turn; commands,
+// options and modes may come at any time.
+var turnContent = []string{"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan"}
+
+// requireGeminiTexts checks the agent_message_chunk texts of sid, and that
+// the turn's content all arrived before the prompt's response resp.
+func requireGeminiTexts(t testing.TB, e *Editor, sid string, resp *Msg, want ...string) {
 	t.Helper()
 	if got := e.Texts(sid); !slices.Equal(got, want) {
 		t.Errorf("message chunks of the session: %q, want %q", got, want)
 	}
-	for _, m := range sessionMsgs(e, sid, "session/update", "") {
-		if m.Seq > resp.Seq {
-			t.Errorf("update after the prompt's response (#%d): %s", resp.Seq, m)
+	for _, m := range geminiSessionMsgs(e, sid, "session/update", "") {
+		if m.Seq > resp.Seq && slices.Contains(turnContent, m.Update()) {
+			t.Errorf("turn content after the prompt's response (#%d): %s", resp.Seq, m)
 		}
 	}
 }
@@ -231,12 +235,12 @@ func TestGemini(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("text turn took %v", time.Since(start).Round(time.Millisecond))
-		requireStopReason(t, m, "end_turn")
+		requireGeminiStop(t, m, "end_turn")
 		// Gemini's extension member reaches the editor unchanged.
 		if q := jsonPath(m.Result, "_meta", "quota", "token_count"); q == nil {
 			t.Errorf("prompt result %s lacks Gemini's _meta.quota.token_count", truncate(string(m.Result), 1000))
 		}
-		requireTexts(t, e, sid, m, "Hello", " from Gemini through the router.")
+		requireGeminiTexts(t, e, sid, m, "Hello", " from Gemini through the router.")
 		if n := s.Streams(); n != 1 {
 			t.Errorf("the fake API streamed %d replies for the turn, want 1", n)
 		}
@@ -261,14 +265,14 @@ func TestGemini(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("write turn took %v", time.Since(start).Round(time.Millisecond))
-		requireStopReason(t, m, "end_turn")
+		requireGeminiStop(t, m, "end_turn")
 
 		if b, err := os.ReadFile(path); err != nil || string(b) != newText {
 			t.Errorf("file after the turn: %q (%v), want %q", b, err, newText)
 		}
 
 		// The permission request reached the editor as Gemini sent it.
-		perms := sessionMsgs(e, sid, "session/request_permission", "")
+		perms := geminiSessionMsgs(e, sid, "session/request_permission", "")
 		if len(perms) != 1 {
 			t.Fatalf("%d session/request_permission requests reached the editor, want 1", len(perms))
 		}
@@ -295,7 +299,7 @@ func TestGemini(t *testing.T) {
 		}
 
 		// Then Gemini wrote the file through the editor, and said so.
-		writes := sessionMsgs(e, sid, "fs/write_text_file", "")
+		writes := geminiSessionMsgs(e, sid, "fs/write_text_file", "")
 		if len(writes) != 1 {
 			t.Fatalf("%d fs/write_text_file requests reached the editor, want 1", len(writes))
 		}
@@ -304,7 +308,7 @@ func TestGemini(t *testing.T) {
 			t.Errorf("fs/write_text_file params %s, want path %s and the new content", truncate(string(w.Params), 1000), path)
 		}
 		var done *Msg
-		for _, u := range sessionMsgs(e, sid, "session/update", "tool_call_update") {
+		for _, u := range geminiSessionMsgs(e, sid, "session/update", "tool_call_update") {
 			if jsonString(u.Params, "update", "status") == "completed" {
 				done = u
 			}
@@ -316,7 +320,7 @@ func TestGemini(t *testing.T) {
 			t.Errorf("order: permission #%d, write #%d, completed #%d, response #%d; want them in that order",
 				perm.Seq, w.Seq, done.Seq, m.Seq)
 		}
-		requireTexts(t, e, sid, m, "Done: ", "file written.")
+		requireGeminiTexts(t, e, sid, m, "Done: ", "file written.")
 
 		// The model got the tool's success back.
 		fr := s.FunctionResponses()
@@ -346,7 +350,7 @@ func TestGemini(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		requireStopReason(t, m, "cancelled")
+		requireGeminiStop(t, m, "cancelled")
 		// The router would answer by itself only after cancel_timeout (30 s).
 		d := m.At.Sub(tCancel)
 		t.Logf("cancelled answer %v after session/cancel", d.Round(time.Millisecond))
@@ -370,7 +374,7 @@ func TestGemini(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		requireStopReason(t, m2, "end_turn")
+		requireGeminiStop(t, m2, "end_turn")
 		if got := e.Texts(sid); !slices.Equal(got, []string{"Hello", "Still here."}) {
 			t.Errorf("message chunks of the session: %q, want %q", got, []string{"Hello", "Still here."})
 		}
@@ -391,72 +395,137 @@ func TestGemini(t *testing.T) {
 		if sid == "" {
 			t.Fatalf("session/new result %s: no sessionId", truncate(string(resp.Result), 1000))
 		}
-		// Gemini's modes and models, in the response.
-		var res struct {
-			Modes struct {
-				CurrentModeID  string `json:"currentModeId"`
-				AvailableModes []struct {
-					ID string `json:"id"`
-				} `json:"availableModes"`
-			} `json:"modes"`
-			Models struct {
-				CurrentModelID string `json:"currentModelId"`
-			} `json:"models"`
+
+		// Gemini's modes as the router shows them (DESIGN §5): legacy
+		// modes AGENT:MODE, and a mode select of Gemini's own mode ids
+		// after the router's agent select.
+		var modes struct {
+			CurrentModeID  string `json:"currentModeId"`
+			AvailableModes []struct {
+				ID string `json:"id"`
+			} `json:"availableModes"`
 		}
-		if err := json.Unmarshal(resp.Result, &res); err != nil {
-			t.Fatal(err)
+		if err := json.Unmarshal(jsonPath(resp.Result, "modes"), &modes); err != nil {
+			t.Fatalf("session/new result %s: modes: %v", truncate(string(resp.Result), 3000), err)
 		}
-		var modes []string
-		for _, m := range res.Modes.AvailableModes {
-			modes = append(modes, m.ID)
+		var modeIDs []string
+		for _, m := range modes.AvailableModes {
+			modeIDs = append(modeIDs, m.ID)
 		}
-		if want := []string{"default", "autoEdit", "yolo", "plan"}; !slices.Equal(modes, want) || res.Modes.CurrentModeID != "default" {
-			t.Errorf("modes %q, current %q; want %q, current default", modes, res.Modes.CurrentModeID, want)
+		if want := []string{"gemini:default", "gemini:autoEdit", "gemini:yolo", "gemini:plan"}; !slices.Equal(modeIDs, want) ||
+			modes.CurrentModeID != "gemini:default" {
+			t.Errorf("modes %q, current %q; want %q, current gemini:default", modeIDs, modes.CurrentModeID, want)
 		}
-		if res.Models.CurrentModelID != "auto" {
-			t.Errorf("models.currentModelId %q, want auto", res.Models.CurrentModelID)
+		requireGeminiOptions(t, "session/new configOptions", jsonPath(resp.Result, "configOptions"), "default")
+		if m := jsonString(resp.Result, "models", "currentModelId"); m != "auto" {
+			t.Errorf("models.currentModelId %q, want Gemini's auto", m)
 		}
 
-		// Gemini sends the commands on the line after the response
+		// Gemini sends its commands on the line after the response
 		// (setTimeout 0): the router must have bound the session by then,
-		// and keep the order.
-		cmds := e.Rec.WaitFor(t, waitTimeout, "available_commands_update for the new session", func(m *Msg) bool {
-			return m.Update() == "available_commands_update" && m.SessionID() == sid
+		// and hold every update of the session until after the response.
+		cmds := e.Rec.WaitFor(t, waitTimeout, "available_commands_update with Gemini's commands", func(m *Msg) bool {
+			return m.Update() == "available_commands_update" && m.SessionID() == sid &&
+				slices.Contains(geminiCommandNames(m), "help")
 		})
-		if cmds.Seq < resp.Seq {
-			t.Errorf("available_commands_update #%d reached the editor before the session/new response #%d", cmds.Seq, resp.Seq)
-		}
-		var upd struct {
-			Update struct {
-				AvailableCommands []struct {
-					Name string `json:"name"`
-				} `json:"availableCommands"`
-			} `json:"update"`
-		}
-		if err := json.Unmarshal(cmds.Params, &upd); err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, c := range upd.Update.AvailableCommands {
-			names = append(names, c.Name)
-		}
-		for _, want := range []string{"memory", "extensions", "init", "restore", "about", "help"} {
-			if !slices.Contains(names, want) {
-				t.Errorf("available commands %q lack %q", names, want)
+		t.Logf("Gemini's commands reached the editor %v after the session/new response", cmds.At.Sub(resp.At).Round(time.Millisecond))
+		for _, m := range geminiSessionMsgs(e, sid, "session/update", "") {
+			if m.Seq < resp.Seq {
+				t.Errorf("update reached the editor before the session/new response #%d: %s", resp.Seq, m)
 			}
 		}
-
-		// Switching modes goes to Gemini, which checks the mode id.
-		if res, rerr := e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "autoEdit"}); rerr != nil {
-			t.Errorf("session/set_mode autoEdit: %v", rerr)
-		} else if !jsonEqual(res, []byte(`{}`)) {
-			t.Errorf("session/set_mode autoEdit result %s, want {}", res)
+		names := geminiCommandNames(cmds)
+		// The router's commands first, then all of Gemini's.
+		want := []string{"agent", "gemini", "memory", "memory show", "memory refresh", "memory list", "memory inbox",
+			"extensions", "extensions list", "extensions explore", "extensions enable", "extensions disable",
+			"extensions install", "extensions link", "extensions uninstall", "extensions restart", "extensions update",
+			"init", "restore", "restore list", "about", "help"}
+		if !slices.Equal(names, want) {
+			t.Errorf("available commands %q, want %q", names, want)
 		}
-		if _, rerr := e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "no-such-mode"}); rerr == nil ||
-			!strings.Contains(rerr.Error(), "no-such-mode") {
-			t.Errorf("session/set_mode no-such-mode: %v, want Gemini's error naming the mode", rerr)
+
+		// A legacy mode id goes to Gemini as its own mode id; the mode
+		// select follows.
+		seen := len(e.Rec.All())
+		if res, rerr := e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "gemini:plan"}); rerr != nil {
+			t.Errorf("session/set_mode gemini:plan: %v", rerr)
+		} else if !jsonEqual(res, []byte(`{}`)) {
+			t.Errorf("session/set_mode gemini:plan result %s, want {}", res)
+		}
+		upd := e.Rec.WaitFor(t, waitTimeout, "config_option_update after set_mode", func(m *Msg) bool {
+			return m.Seq >= seen && m.Update() == "config_option_update" && m.SessionID() == sid
+		})
+		requireGeminiOptions(t, "config_option_update after set_mode", jsonPath(upd.Params, "update", "configOptions"), "plan")
+		// The synthesized mode select is carried out with set_mode.
+		res, rerr := e.Call(ctx, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "mode", "value": "default"})
+		if rerr != nil {
+			t.Fatalf("session/set_config_option mode default: %v", rerr)
+		}
+		requireGeminiOptions(t, "session/set_config_option result", jsonPath(res, "configOptions"), "default")
+		// Gemini's own refusals reach the editor.
+		if _, rerr := e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "gemini:no-such-mode"}); rerr == nil ||
+			!strings.Contains(rerr.Error(), "Invalid or unavailable mode: no-such-mode") {
+			t.Errorf("session/set_mode gemini:no-such-mode: %v, want Gemini's error", rerr)
 		}
 	})
+}
+
+// geminiCommandNames returns the command names of an
+// available_commands_update.
+func geminiCommandNames(m *Msg) []string {
+	var upd struct {
+		Update struct {
+			AvailableCommands []struct {
+				Name string `json:"name"`
+			} `json:"availableCommands"`
+		} `json:"update"`
+	}
+	_ = json.Unmarshal(m.Params, &upd)
+	var names []string
+	for _, c := range upd.Update.AvailableCommands {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// requireGeminiOptions checks a session's config options with Gemini as the
+// only agent (DESIGN §5): the router's agent select, then the mode select
+// synthesized from Gemini's modes (current: mode), then the model select
+// synthesized from its old-style models.
+func requireGeminiOptions(t testing.TB, what string, raw json.RawMessage, mode string) {
+	t.Helper()
+	var opts []struct {
+		ID           string `json:"id"`
+		Category     string `json:"category"`
+		Type         string `json:"type"`
+		CurrentValue string `json:"currentValue"`
+		Options      []struct {
+			Value string `json:"value"`
+		} `json:"options"`
+	}
+	if err := json.Unmarshal(raw, &opts); err != nil {
+		t.Fatalf("%s %s: %v", what, truncate(string(raw), 2000), err)
+	}
+	type opt struct{ id, category, current, values string }
+	var got []opt
+	for _, o := range opts {
+		var values []string
+		for _, v := range o.Options {
+			values = append(values, v.Value)
+		}
+		if o.ID == "model" && len(values) > 0 {
+			values = values[:1] // which models Gemini lists is not the router's business
+		}
+		got = append(got, opt{o.ID, o.Category, o.CurrentValue, strings.Join(values, ",")})
+	}
+	want := []opt{
+		{"agent", "_acp-router", "gemini", "gemini"},
+		{"mode", "mode", mode, "default,autoEdit,yolo,plan"},
+		{"model", "model", "auto", "auto"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: %+v, want %+v", what, got, want)
+	}
 }
 
 // TestGeminiDirect runs a text turn with Gemini CLI and the fake API and no
@@ -480,6 +549,6 @@ func TestGeminiDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requireStopReason(t, m, "end_turn")
-	requireTexts(t, e, sid, m, fakeGeminiText...)
+	requireGeminiStop(t, m, "end_turn")
+	requireGeminiTexts(t, e, sid, m, fakeGeminiText...)
 }
