@@ -55,6 +55,7 @@ type geminiScriptState struct {
 	mu          sync.Mutex
 	streams     int      // :streamGenerateContent calls
 	fnResponses []string // functionResponse parts received, as JSON
+	userTexts   []string // the latest user content's text, per stream call
 	// firstSent is closed when a delayed stream wrote its first event;
 	// aborted when the client dropped it before the delay ran out.
 	firstSent, aborted   chan struct{}
@@ -232,8 +233,34 @@ func (f *fakeGemini) serve(w http.ResponseWriter, r *http.Request) {
 		writeGeminiJSON(w, geminiCandidate([]any{map[string]any{"text": `{"reasoning":"fake","model_choice":"flash",` +
 			`"complexity_reasoning":"fake","complexity_score":1,"next_speaker":"user"}`}}, true))
 	case "streamGenerateContent":
+		if script != nil {
+			script.mu.Lock()
+			script.userTexts = append(script.userTexts, latestUserText(&req))
+			script.mu.Unlock()
+		}
 		f.stream(w, r, script, fnResp)
 	}
+}
+
+// latestUserText joins the text parts of the last user content.
+func latestUserText(req *geminiRequest) string {
+	for i := len(req.Contents) - 1; i >= 0; i-- {
+		if c := req.Contents[i]; c.Role == "user" {
+			var texts []string
+			for _, p := range c.Parts {
+				texts = append(texts, p.Text)
+			}
+			return strings.Join(texts, "\n")
+		}
+	}
+	return ""
+}
+
+// UserTexts are the user texts the model got for the script's turns.
+func (s *geminiScriptState) UserTexts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string{}, s.userTexts...)
 }
 
 func (f *fakeGemini) stream(w http.ResponseWriter, r *http.Request, s *geminiScriptState, fnResp []json.RawMessage) {

@@ -552,3 +552,49 @@ func TestGeminiDirect(t *testing.T) {
 	requireGeminiStop(t, m, "end_turn")
 	requireGeminiTexts(t, e, sid, m, fakeGeminiText...)
 }
+
+// TestSwitchRealPeers pins switching agents in one session with agents
+// nobody here wrote (issue: switching): Gemini CLI answers, the Go SDK's
+// example agent runs one turn (/goexample TEXT, with its permission
+// question) and then becomes the session's agent (/agent goexample), and
+// back on Gemini the model is told what happened on the other agent.
+func TestSwitchRealPeers(t *testing.T) {
+	t.Parallel()
+	bin := needGemini(t)
+	sdkAgent, _ := goSDKPeers(t)
+	fake := startFakeGemini(t)
+	cfg := writeConfig(t, routerYAML(t, []string{
+		geminiAgentYAML(bin, geminiEnv(geminiHome(t), fake)),
+		"  - name: goexample\n    title: Go SDK example\n    command: " + yamlQuote(sdkAgent) + "\n",
+	}, "default: gemini"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+
+	first := fake.Script(geminiScript{Text: []string{"Gemini here."}})
+	m, err := e.Prompt(waitTimeout, sid, "Who are you? "+first.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "end_turn")
+	e.MustPrompt(t, sid, "/goexample Hello", "end_turn")
+	texts := strings.Join(e.Texts(sid), "")
+	if !strings.Contains(texts, sdkAgentDisclaimer) || !strings.Contains(texts, sdkAgentAllowText) {
+		t.Fatalf("the SDK agent's one turn did not reach the editor: %q", texts)
+	}
+	e.MustPrompt(t, sid, "/agent goexample", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, "Switched this session to Go SDK example") {
+		t.Fatalf("/agent goexample: %q", got)
+	}
+	e.MustPrompt(t, sid, "/agent gemini", "end_turn")
+	second := fake.Script(geminiScript{Text: []string{"Back."}})
+	if m, err = e.Prompt(waitTimeout, sid, "And now? "+second.token); err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "end_turn")
+	users := second.UserTexts()
+	if len(users) != 1 || !strings.Contains(users[0], "[acp-router handoff]") || !strings.Contains(users[0], "User: Hello") ||
+		!strings.Contains(users[0], sdkAgentAllowText) || strings.Contains(users[0], "Who are you?") {
+		t.Errorf("Gemini's model got %q; want a brief of the SDK agent's turn only, then the prompt", users)
+	}
+}
