@@ -1,0 +1,847 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// argv analyses one simple command given as its arguments: opaque
+// builtins, known wrappers (unwrapped, wrapper and payload both checked),
+// shells running a script, and ordinary programs with the paths and
+// domains in their arguments.
+func (x *extractor) argv(args []arg, cx cmdCtx) {
+	if cx.depth > maxDepth {
+		x.opaque(cx.origin, "commands nested too deeply", KindExecute)
+		return
+	}
+	prog := args[0]
+	if prog.opaque != "" || prog.glob {
+		why := "the program " + prog.opaque
+		if prog.opaque == "" {
+			why = "the program is a glob, expanded at run time"
+		}
+		it := x.commandItem(args, cx)
+		it.Program, it.Opaque = "", why
+		x.add(it, KindExecute)
+		x.operands(progSpec{}, "a computed program", args[1:], cx)
+		return
+	}
+	name := programName(prog.s)
+	if why, ok := opaqueBuiltins[name]; ok {
+		it := x.commandItem(args, cx)
+		it.Opaque = why
+		x.add(it, KindExecute)
+		x.operands(progSpec{}, name, args[1:], cx)
+		return
+	}
+	if spec, ok := wrappers[name]; ok && x.wrapper(name, spec, args, cx) {
+		return
+	}
+	if shells[name] && x.shell(args, cx) {
+		return
+	}
+	if foreignShells[name] && slices.ContainsFunc(args[1:], func(a arg) bool { return a.s == "-c" || a.s == "--command" }) {
+		it := x.commandItem(args, cx)
+		it.Opaque = name + " -c runs a script the router cannot parse"
+		x.add(it, KindExecute)
+		return
+	}
+	x.add(x.commandItem(args, cx), KindExecute)
+	x.operands(programs[name], name, args[1:], cx)
+}
+
+// programName is the basename a program is matched by.
+func programName(s string) string {
+	s = strings.TrimRight(s, "/")
+	if s == "" {
+		return "/"
+	}
+	return path.Base(s)
+}
+
+// commandItem builds the command item of args.
+func (x *extractor) commandItem(args []arg, cx cmdCtx) Item {
+	it := Item{Type: ItemCommand, Origin: cx.origin, Env: slices.Clone(cx.env)}
+	it.Argv = make([]string, len(args))
+	var known []string
+	for i, a := range args {
+		it.Argv[i] = a.s
+		if a.opaque == "" && i > 0 {
+			known = append(known, a.s)
+		}
+	}
+	it.ProgramPath = args[0].s
+	if strings.Contains(it.ProgramPath, "/") {
+		// Cleaned, but ./git stays a path: it is not the git of PATH.
+		if it.ProgramPath = path.Clean(it.ProgramPath); !strings.Contains(it.ProgramPath, "/") {
+			it.ProgramPath = "./" + it.ProgramPath
+		}
+	}
+	it.Program = programName(args[0].s)
+	it.Flags = flagsOf(known)
+	return it
+}
+
+// opaqueBuiltins run code the router cannot see at the time it decides.
+var opaqueBuiltins = map[string]string{
+	"eval":     "eval runs a string as shell code",
+	"source":   "source runs the commands of a file",
+	".":        ". runs the commands of a file",
+	"alias":    "an alias changes what a later command runs",
+	"trap":     "trap runs a string as shell code later",
+	"bind":     "bind -x runs a string as shell code",
+	"complete": "complete -C runs a command",
+	"compgen":  "compgen -C runs a command",
+	"enable":   "enable loads builtins from a file",
+	"fc":       "fc re-runs commands from the history",
+}
+
+// shells are POSIX-like shells whose -c script and here-document are
+// parsed like the command line itself.
+var shells = map[string]bool{"sh": true, "bash": true, "zsh": true, "dash": true, "ksh": true, "mksh": true,
+	"ash": true, "yash": true, "posh": true, "rbash": true}
+
+// foreignShells take -c scripts in a language the router does not parse.
+var foreignShells = map[string]bool{"fish": true, "csh": true, "tcsh": true, "nu": true, "elvish": true,
+	"xonsh": true, "pwsh": true, "powershell": true, "rc": true}
+
+// shell handles sh/bash/zsh/... : -c SCRIPT and a script on stdin are
+// parsed (the shell itself is a transparent wrapper); a script file is an
+// ordinary program run. It returns false for an ordinary run.
+func (x *extractor) shell(args []arg, cx cmdCtx) bool {
+	hasC, stdinFlag := false, false
+	i := 1
+	for i < len(args) {
+		a := args[i]
+		if a.opaque != "" {
+			break
+		}
+		s := a.s
+		if s == "--" || s == "-" {
+			i++
+			break
+		}
+		if strings.HasPrefix(s, "--") {
+			if s == "--rcfile" || s == "--init-file" {
+				i++
+			}
+			i++
+			continue
+		}
+		if len(s) > 1 && (s[0] == '-' || s[0] == '+') {
+			for _, c := range s[1:] {
+				switch c {
+				case 'c':
+					hasC = true
+				case 's':
+					stdinFlag = true
+				case 'o', 'O':
+					i++ // -o OPTION
+				}
+			}
+			i++
+			continue
+		}
+		break
+	}
+	operands := args[min(i, len(args)):]
+	wrapperItem := func() {
+		it := x.commandItem(args, cx)
+		it.Aux = true
+		x.add(it, KindExecute)
+	}
+	inner := cx
+	inner.depth++
+	inner.stdin, inner.piped = nil, false
+	inner.origin = cx.origin + " (" + programName(args[0].s) + " script)"
+	switch {
+	case hasC:
+		if len(operands) == 0 || operands[0].opaque != "" {
+			it := x.commandItem(args, cx)
+			it.Opaque = "the shell script is computed at run time"
+			x.add(it, KindExecute)
+			return true
+		}
+		wrapperItem()
+		x.script(operands[0].s, inner)
+		return true
+	case len(operands) > 0 && !stdinFlag:
+		return false // sh FILE: an ordinary program with a path argument
+	case cx.stdin != nil:
+		wrapperItem()
+		x.script(*cx.stdin, inner)
+		return true
+	default:
+		it := x.commandItem(args, cx)
+		it.Opaque = "the shell reads its script from stdin"
+		if cx.piped {
+			it.Opaque = "the shell runs whatever is piped into it"
+		}
+		x.add(it, KindExecute)
+		return true
+	}
+}
+
+// wrapSpec describes a wrapper command and its options.
+type wrapSpec struct {
+	short   string   // short options that take a value
+	long    []string // long options that take a value
+	skip    int      // operands before the payload (timeout DURATION)
+	assigns bool     // NAME=VALUE operands before the payload (env, sudo)
+	primary bool     // the wrapper changes who or where the payload runs: it needs an allow of its own
+	digits  bool     // numeric options (nice -5)
+	note    string   // the payload gets an opaque item saying this
+}
+
+// wrappers are the commands that run another command given as their
+// arguments (DESIGN §6 plus a few more). Transparent wrappers only make a
+// decision stricter; sudo, doas, su and chroot need an allow themselves.
+var wrappers = map[string]wrapSpec{
+	"env":     {short: "uCS", long: []string{"--unset", "--chdir", "--split-string"}, assigns: true},
+	"timeout": {short: "sk", long: []string{"--signal", "--kill-after"}, skip: 1},
+	"nice":    {short: "n", long: []string{"--adjustment"}, digits: true},
+	"nohup":   {},
+	"time":    {short: "fo", long: []string{"--format", "--output"}},
+	"xargs": {short: "aEdILnPs", long: []string{"--arg-file", "--delimiter", "--max-args", "--max-procs",
+		"--max-chars", "--process-slot-var"}, note: "xargs adds arguments read from stdin"},
+	"sudo": {short: "ugCDhpRrtTU", long: []string{"--user", "--group", "--close-from", "--chdir", "--host",
+		"--prompt", "--chroot", "--role", "--type", "--command-timeout", "--other-user"}, assigns: true, primary: true},
+	"doas":      {short: "uC", primary: true},
+	"command":   {},
+	"builtin":   {},
+	"exec":      {short: "a"},
+	"stdbuf":    {short: "ioe", long: []string{"--input", "--output", "--error"}},
+	"ionice":    {short: "cnpPu", long: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}},
+	"setsid":    {},
+	"nocorrect": {},
+	"noglob":    {},
+	"watch":     {short: "nq", long: []string{"--interval", "--equexit"}},
+	"flock":     {short: "wEc", long: []string{"--timeout", "--conflict-exit-code", "--command"}, skip: 1},
+	"chroot":    {long: []string{"--userspec", "--groups"}, skip: 1, primary: true, note: "paths inside a chroot are relative to its new root"},
+	"busybox":   {},
+	"toybox":    {},
+	"su":        {short: "cgGsw", long: []string{"--command", "--group", "--supp-group", "--shell", "--whitelist-environment"}, primary: true},
+}
+
+// wrapper unwraps a wrapper command; false means it runs no payload (the
+// caller treats it as an ordinary program).
+func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) bool {
+	opts := map[string]arg{}
+	env := slices.Clone(cx.env)
+	i := 1
+	for i < len(args) {
+		a := args[i]
+		if a.opaque != "" {
+			break
+		}
+		s := a.s
+		if s == "--" {
+			i++
+			break
+		}
+		if strings.HasPrefix(s, "--") && len(s) > 2 {
+			key, val, has := strings.Cut(s, "=")
+			if !has && slices.Contains(spec.long, key) && i+1 < len(args) {
+				i++
+				opts[key] = args[i]
+			} else {
+				opts[key] = arg{s: val}
+			}
+			i++
+			continue
+		}
+		if len(s) > 1 && s[0] == '-' && !(name == "su" && s == "-") {
+			if spec.digits && isDigits(s[1:]) {
+				i++
+				continue
+			}
+			for j := 1; j < len(s); j++ {
+				c := s[j]
+				key := "-" + string(c)
+				if strings.IndexByte(spec.short, c) >= 0 {
+					switch {
+					case j+1 < len(s):
+						opts[key] = arg{s: s[j+1:]}
+					case i+1 < len(args):
+						i++
+						opts[key] = args[i]
+					default:
+						opts[key] = arg{}
+					}
+					break
+				}
+				opts[key] = arg{}
+			}
+			i++
+			continue
+		}
+		if spec.assigns && isAssignment(s) {
+			n, _, _ := strings.Cut(s, "=")
+			env = append(env, n)
+			if why := dangerousEnv(n); why != "" {
+				x.opaque(cx.origin, why, KindExecute)
+			}
+			i++
+			continue
+		}
+		break
+	}
+	wcwds := x.cwdsFor(cx)
+	// Files the wrapper itself reads or writes.
+	for key, role := range map[string]Kind{"-o": KindEdit, "--output": KindEdit, "-a": KindRead, "--arg-file": KindRead} {
+		if v, ok := opts[key]; ok && (name == "time" && role == KindEdit || name == "xargs" && role == KindRead) {
+			x.optionPath(name, key, v, role, wcwds)
+		}
+	}
+	if name == "flock" && i < len(args) && !isDigits(args[i].s) {
+		x.optionPath(name, "lock file", args[i], KindEdit, wcwds)
+	}
+	payload := args[min(i+spec.skip, len(args)):]
+	inner := cx
+	inner.depth++
+	inner.env = env
+	inner.origin = cx.origin + " (" + name + " payload)"
+	for _, key := range []string{"-C", "--chdir", "-D"} {
+		if v, ok := opts[key]; ok && (name == "env" && key != "-D" || name == "sudo" && key != "-C") {
+			if v.opaque != "" || v.s == "" {
+				inner.cwdUnknown = true
+				continue
+			}
+			var dirs []string
+			for _, d := range wcwds {
+				dirs = append(dirs, path.Join(d, v.s))
+			}
+			if path.IsAbs(v.s) {
+				dirs = []string{path.Clean(v.s)}
+			}
+			inner.cwds = dirs
+		}
+	}
+	wrapItem := func(aux bool) {
+		it := x.commandItem(args, cx)
+		it.Aux = aux && !spec.primary
+		x.add(it, KindExecute)
+	}
+	// Wrappers whose payload is a string of shell code.
+	script := func(v arg) bool {
+		wrapItem(true)
+		if v.opaque != "" {
+			x.opaque(inner.origin, "the script is computed at run time", KindExecute)
+			return true
+		}
+		x.script(v.s, inner)
+		return true
+	}
+	switch name {
+	case "su":
+		// su [-] [USER] -c CMD: the options may follow the user.
+		for k := 1; k < len(args); k++ {
+			if s := args[k].s; (s == "-c" || s == "--command") && k+1 < len(args) {
+				return script(args[k+1])
+			} else if v, ok := strings.CutPrefix(s, "--command="); ok {
+				return script(arg{s: v, opaque: args[k].opaque})
+			}
+		}
+		for _, key := range []string{"-c", "--command"} {
+			if v, ok := opts[key]; ok {
+				return script(v)
+			}
+		}
+		it := x.commandItem(args, cx)
+		it.Opaque = "su starts an interactive shell"
+		x.add(it, KindExecute)
+		return true
+	case "flock":
+		for _, key := range []string{"-c", "--command"} {
+			if v, ok := opts[key]; ok {
+				return script(v)
+			}
+		}
+	case "watch":
+		if len(payload) == 0 {
+			break
+		}
+		var words []string
+		for _, a := range payload {
+			if a.opaque != "" {
+				return script(a)
+			}
+			words = append(words, a.s)
+		}
+		return script(arg{s: strings.Join(words, " ")})
+	case "env":
+		for _, key := range []string{"-S", "--split-string"} {
+			if v, ok := opts[key]; ok {
+				if v.opaque != "" || strings.ContainsAny(v.s, `'"\$`) {
+					wrapItem(false)
+					x.opaque(inner.origin, "env -S with quoting or variables", KindExecute)
+					return true
+				}
+				var split []arg
+				for _, w := range strings.Fields(v.s) {
+					split = append(split, arg{s: w})
+				}
+				payload = append(split, payload...)
+			}
+		}
+	case "command":
+		if _, ok := opts["-v"]; ok {
+			return false // command -v NAME only prints
+		}
+		if _, ok := opts["-V"]; ok {
+			return false
+		}
+	case "sudo":
+		if _, ok := opts["-e"]; ok {
+			wrapItem(false)
+			for _, a := range payload {
+				x.argPath("sudoedit", a, KindEdit, false, false, wcwds)
+			}
+			return true
+		}
+	}
+	if len(payload) == 0 {
+		return false
+	}
+	wrapItem(true)
+	if spec.note != "" {
+		x.add(Item{Type: ItemCommand, Origin: inner.origin, Argv: argStrings(payload), Program: programName(payload[0].s),
+			ProgramPath: payload[0].s, Opaque: spec.note, Env: slices.Clone(env)}, KindExecute)
+	}
+	x.argv(payload, inner)
+	return true
+}
+
+func argStrings(args []arg) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a.s
+	}
+	return out
+}
+
+var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+func isAssignment(s string) bool { return assignment.MatchString(s) }
+
+// optionPath records the file an option names.
+func (x *extractor) optionPath(prog, opt string, v arg, kind Kind, cwds []string) {
+	if v.opaque != "" {
+		x.opaque(prog+" "+opt, fmt.Sprintf("the file of %s %s %s", prog, opt, v.opaque), kind)
+		return
+	}
+	if v.s != "" && v.s != "-" {
+		x.path(v.s, v.glob, kind, false, prog+" "+opt, cwds)
+	}
+}
+
+// operands records the paths and domains in the arguments of an ordinary
+// program.
+func (x *extractor) operands(spec progSpec, name string, args []arg, cx cmdCtx) {
+	switch {
+	case noPathPrograms[name]:
+		return
+	case name == "find":
+		x.findArgs(args, cx)
+		return
+	case name == "tar":
+		x.tarArgs(args, cx)
+		return
+	}
+	cwds := x.cwdsFor(cx)
+	var flags flagSet
+	type optVal struct {
+		key string
+		v   arg
+	}
+	var vals []optVal
+	var ops []arg
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		s := a.s
+		switch {
+		case a.opaque != "":
+			ops = append(ops, a)
+		case s == "--":
+			ops = append(ops, args[i+1:]...)
+			i = len(args)
+		case strings.HasPrefix(s, "--") && len(s) > 2:
+			key, val, has := strings.Cut(s, "=")
+			flags = append(flags, key)
+			if has {
+				flags = append(flags, s)
+				vals = append(vals, optVal{key, arg{s: val}})
+			} else if slices.Contains(spec.long, key) && i+1 < len(args) {
+				i++
+				vals = append(vals, optVal{key, args[i]})
+			}
+		case len(s) > 1 && s[0] == '-' && !isDigits(s[1:]):
+			for j := 1; j < len(s); j++ {
+				key := "-" + s[j:j+1]
+				flags = append(flags, key)
+				if strings.IndexByte(spec.short, s[j]) >= 0 {
+					if j+1 < len(s) {
+						flags = append(flags, key+"="+s[j+1:])
+						vals = append(vals, optVal{key, arg{s: s[j+1:]}})
+					} else if i+1 < len(args) {
+						i++
+						vals = append(vals, optVal{key, args[i]})
+					}
+					break
+				}
+			}
+		default:
+			ops = append(ops, a)
+		}
+	}
+	for _, o := range spec.opaqueOpts {
+		if flags.any(o) {
+			x.opaque("argument of "+name, spec.opaque, KindExecute)
+		}
+	}
+	if name == "git" {
+		for _, v := range vals {
+			if v.key == "-c" && (v.v.opaque != "" || gitOpaqueConfig.MatchString(v.v.s)) {
+				x.opaque("argument of git", "git -c sets a command git runs", KindExecute)
+			}
+		}
+	}
+	if name == "dd" {
+		for _, a := range ops {
+			if f, ok := strings.CutPrefix(a.s, "if="); ok && a.opaque == "" {
+				x.argPath(name, arg{s: f}, KindRead, false, false, cwds)
+			} else if f, ok := strings.CutPrefix(a.s, "of="); ok && a.opaque == "" {
+				x.argPath(name, arg{s: f}, KindEdit, false, false, cwds)
+			}
+		}
+		return
+	}
+	recursive := spec.recursive != nil && spec.recursive(flags)
+	hidden := spec.readsHidden == nil || spec.readsHidden(flags)
+	for _, v := range vals {
+		r, ok := spec.optRole[v.key]
+		if !ok {
+			r = roleAuto
+		}
+		x.roleArg(name, v.key, v.v, r, false, true, cwds)
+	}
+	if spec.patternFirst != nil && !flags.any(spec.patternFirst...) && len(ops) > 0 {
+		ops = ops[1:] // the pattern or script
+	}
+	paths := 0
+	for i, a := range ops {
+		r := roleAuto
+		if spec.operand != nil {
+			r = spec.operand(i, len(ops), flags)
+		}
+		if x.roleArg(name, "", a, r, recursive, hidden, cwds) {
+			paths++
+		}
+	}
+	if spec.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
+		x.argPath(name, arg{s: "."}, KindRead, true, hidden, cwds)
+	}
+}
+
+// roleArg records one argument by its role; it reports whether it
+// recorded a path.
+func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden bool, cwds []string) bool {
+	origin := "argument of " + prog
+	if opt != "" {
+		origin = prog + " " + opt
+	}
+	dest := r == roleRemoteDest
+	if dest {
+		r = roleRemote
+	}
+	if r == roleSkip {
+		return false
+	}
+	if a.opaque != "" {
+		x.add(Item{Type: ItemTool, Origin: origin, Opaque: fmt.Sprintf("an argument of %s %s", prog, a.opaque)}, KindExecute)
+		return false
+	}
+	s := a.s
+	if s == "" || s == "-" {
+		return false
+	}
+	if f, ok := strings.CutPrefix(s, "@"); ok && prog == "curl" && opt != "" && r != roleURL {
+		// curl -d @file, --data-binary @file: the data is read from a file.
+		return x.argPath(prog, arg{s: f, glob: a.glob}, KindRead, false, true, cwds)
+	}
+	if prog == "curl" && (opt == "-F" || opt == "--form") {
+		if _, v, ok := strings.Cut(s, "="); ok && (strings.HasPrefix(v, "@") || strings.HasPrefix(v, "<")) {
+			f, _, _ := strings.Cut(v[1:], ";")
+			return x.argPath(prog, arg{s: f}, KindRead, false, true, cwds)
+		}
+		return false
+	}
+	if strings.Contains(s, "://") && schemeURL.MatchString(s) {
+		x.url(s, origin)
+		return false
+	}
+	if strings.IndexByte(s, '@') > 0 && strings.IndexByte(s, ':') > 0 {
+		if m := scpLike.FindStringSubmatch(s); m != nil {
+			x.host(m[1], origin)
+			return false
+		}
+	}
+	switch r {
+	case roleURL:
+		host := s
+		if i := strings.IndexAny(host, "/?#"); i >= 0 {
+			host = host[:i]
+		}
+		if at := strings.LastIndexByte(host, '@'); at >= 0 {
+			host = host[at+1:]
+		}
+		if h, _, ok := strings.Cut(host, ":"); ok && !strings.HasPrefix(host, "[") {
+			host = h
+		}
+		x.host(host, origin)
+		return false
+	case roleHost:
+		h := s
+		if at := strings.LastIndexByte(h, '@'); at >= 0 {
+			h = h[at+1:]
+		}
+		if hh, _, ok := strings.Cut(h, ":"); ok && !strings.HasPrefix(h, "[") {
+			h = hh
+		}
+		x.host(h, origin)
+		return false
+	case roleRemote:
+		if i := strings.IndexByte(s, ':'); i > 0 && !strings.Contains(s[:i], "/") {
+			x.host(s[:i], origin)
+			return false
+		}
+		kind := KindRead
+		if dest {
+			kind = KindEdit
+		}
+		return x.argPath(prog, a, kind, recursive && !dest, hidden, cwds)
+	case roleRead:
+		return x.argPath(prog, a, KindRead, recursive, hidden, cwds)
+	case roleEdit:
+		return x.argPath(prog, a, KindEdit, false, hidden, cwds)
+	}
+	// roleAuto: also a value after = in an option (--file=x, make VAR=x).
+	if opt == "" {
+		if _, v, ok := strings.Cut(s, "="); ok && looksLikePath(v) {
+			x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds)
+		}
+	}
+	if looksLikePath(s) || a.glob || x.exists(s, cwds) {
+		return x.argPath(prog, a, KindRead, recursive, hidden, cwds)
+	}
+	return false
+}
+
+// exists reports whether a word names an existing file relative to one of
+// the directories.
+func (x *extractor) exists(s string, cwds []string) bool {
+	if x.fs == nil || s == "" {
+		return false
+	}
+	for _, d := range cwds {
+		if ok, _ := x.fs.Stat(path.Join(d, s)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// argPath records a path argument of a program.
+func (x *extractor) argPath(prog string, a arg, kind Kind, recursive, hidden bool, cwds []string) bool {
+	if recursive && x.fs != nil {
+		// A recursive read of a file is a read of the file.
+		dir := true
+		for _, d := range cwds {
+			p := a.s
+			if !path.IsAbs(p) {
+				p = path.Join(d, p)
+			}
+			if ok, isDir := x.fs.Stat(p); ok && !isDir {
+				dir = false
+			}
+		}
+		recursive = dir
+	}
+	before := len(x.ev.Items)
+	x.path(a.s, a.glob, kind, recursive, "argument of "+prog, cwds)
+	if recursive && !hidden {
+		for i := before; i < len(x.ev.Items); i++ {
+			x.ev.Items[i].SkipsHidden = true
+		}
+	}
+	return true
+}
+
+// findArgs reads find's start points and actions: -exec and friends run
+// a payload (analysed, plus an opaque item for the {} it gets), -delete
+// writes the start points.
+func (x *extractor) findArgs(args []arg, cx cmdCtx) {
+	cwds := x.cwdsFor(cx)
+	var starts []arg
+	i := 0
+	for i < len(args) && (args[i].opaque != "" || !isFindExpr(args[i].s)) {
+		starts = append(starts, args[i])
+		i++
+	}
+	kind := KindRead
+	for j := i; j < len(args); j++ {
+		switch args[j].s {
+		case "-delete":
+			kind = KindEdit
+		case "-fprint", "-fprint0", "-fprintf", "-fls":
+			if j+1 < len(args) {
+				x.optionPath("find", args[j].s, args[j+1], KindEdit, cwds)
+			}
+		case "-exec", "-execdir", "-ok", "-okdir":
+			k := j + 1
+			for k < len(args) && args[k].s != ";" && args[k].s != "+" {
+				k++
+			}
+			if payload := args[j+1 : k]; len(payload) > 0 {
+				inner := cx
+				inner.depth++
+				inner.origin = cx.origin + " (find " + args[j].s + ")"
+				x.add(Item{Type: ItemCommand, Origin: inner.origin, Argv: argStrings(payload),
+					Program: programName(payload[0].s), ProgramPath: payload[0].s,
+					Opaque: "find " + args[j].s + " runs it on every file found"}, KindExecute)
+				for n := range payload {
+					if payload[n].s == "{}" {
+						payload[n] = arg{s: "{}", opaque: "is each file find finds"}
+					}
+				}
+				x.argv(payload, inner)
+			}
+			j = k
+		}
+	}
+	if len(starts) == 0 {
+		starts = []arg{{s: "."}}
+	}
+	for _, s := range starts {
+		x.roleArg("find", "", s, map[Kind]role{KindRead: roleRead, KindEdit: roleEdit}[kind], false, true, cwds)
+	}
+}
+
+func isFindExpr(s string) bool {
+	return strings.HasPrefix(s, "-") || s == "(" || s == "!" || s == ")" || s == ","
+}
+
+// tarArgs reads tar's mode, archive (-f) and operands: creating reads the
+// operands recursively and writes the archive; extracting reads the
+// archive and writes the target directory.
+func (x *extractor) tarArgs(args []arg, cx cmdCtx) {
+	cwds := x.cwdsFor(cx)
+	mode := byte(0)
+	var archive, dir *arg
+	var ops []arg
+	valueOpts := "fCbHKLNTVgX"
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		s := a.s
+		bundled := i == 0 && a.opaque == "" && s != "" && s[0] != '-'
+		switch {
+		case a.opaque != "":
+			ops = append(ops, a)
+		case strings.HasPrefix(s, "--"):
+			key, val, has := strings.Cut(s, "=")
+			switch key {
+			case "--create", "--append", "--update":
+				mode = 'c'
+			case "--extract", "--get":
+				mode = 'x'
+			case "--list":
+				mode = 't'
+			case "--file", "--directory":
+				v := arg{s: val}
+				if !has && i+1 < len(args) {
+					i++
+					v = args[i]
+				}
+				if key == "--file" {
+					archive = &v
+				} else {
+					dir = &v
+				}
+			}
+		case bundled || (len(s) > 1 && s[0] == '-'):
+			letters := s
+			if !bundled {
+				letters = s[1:]
+			}
+			for j := 0; j < len(letters); j++ {
+				c := letters[j]
+				switch c {
+				case 'c', 'r', 'u':
+					mode = 'c'
+				case 'x':
+					mode = 'x'
+				case 't':
+					mode = 't'
+				}
+				if strings.IndexByte(valueOpts, c) >= 0 {
+					var v arg
+					if j+1 < len(letters) && !bundled {
+						v = arg{s: letters[j+1:]}
+						j = len(letters)
+					} else if i+1 < len(args) {
+						i++
+						v = args[i]
+					}
+					switch c {
+					case 'f':
+						archive = &v
+					case 'C':
+						dir = &v
+					}
+					if !bundled {
+						break
+					}
+				}
+			}
+		default:
+			ops = append(ops, a)
+		}
+	}
+	base := cwds
+	if dir != nil {
+		if dir.opaque != "" {
+			x.opaque("tar -C", "tar -C "+dir.opaque, KindExecute)
+		} else {
+			base = nil
+			for _, d := range cwds {
+				base = append(base, path.Join(d, dir.s))
+			}
+			if path.IsAbs(dir.s) {
+				base = []string{path.Clean(dir.s)}
+			}
+		}
+	}
+	switch mode {
+	case 'c':
+		if archive != nil {
+			x.roleArg("tar", "-f", *archive, roleEdit, false, true, cwds)
+		}
+		for _, a := range ops {
+			x.roleArg("tar", "", a, roleRead, true, true, base)
+		}
+	case 'x':
+		if archive != nil {
+			x.roleArg("tar", "-f", *archive, roleRead, false, true, cwds)
+		}
+		for _, d := range base {
+			x.path(d, false, KindEdit, false, "tar extracts into", nil)
+		}
+	default:
+		if archive != nil {
+			x.roleArg("tar", "-f", *archive, roleRead, false, true, cwds)
+		}
+	}
+}

@@ -1,0 +1,402 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Policy is the compiled policy of every layer: immutable, safe for
+// concurrent use. Build it with Compile.
+type Policy struct {
+	layers    []*Layer
+	rules     []*Rule // rules in force, by layer (strongest first) then id
+	dropped   []*Rule
+	dflt      Effect
+	dfltLayer string
+	denyModes []ModeRef
+	warnings  []string
+	hash      string
+	idx       index
+	scratch   sync.Pool
+}
+
+// DefaultEffect is the effective default when no layer sets one.
+const DefaultEffect = Ask
+
+// Compile builds the policy from its layers, strongest first (the org
+// layer, then the user layer); nil layers are skipped. The effective
+// default is the strictest of the layers' defaults (Ask when none sets
+// one); deny_modes of every layer apply; the org layer's lower_layers_may
+// drops the rules of later layers whose decision it does not list (each
+// drop is a warning).
+func Compile(layers ...*Layer) (*Policy, error) {
+	p := &Policy{}
+	var allowed []Effect // nil: everything
+	ids := map[string]*Rule{}
+	for _, l := range layers {
+		if l == nil {
+			continue
+		}
+		p.layers = append(p.layers, l)
+		if l.Default > p.dflt {
+			p.dflt, p.dfltLayer = l.Default, l.Name
+		}
+		p.denyModes = append(p.denyModes, l.DenyModes...)
+		var kept []*Rule
+		for _, r := range l.Rules {
+			if r.When == nil || r.Decision == None {
+				return nil, fmt.Errorf("policy: rule %q at %s is incomplete", r.ID, r.Pos)
+			}
+			if allowed != nil && !slices.Contains(allowed, r.Decision) {
+				p.dropped = append(p.dropped, r)
+				p.warnings = append(p.warnings, fmt.Sprintf("%s: rule %q (%s) is dropped: the org layer allows lower layers only %s",
+					r.Pos, r.ID, r.Decision, effectList(allowed)))
+				continue
+			}
+			if first := ids[r.ID]; first != nil {
+				p.warnings = append(p.warnings, fmt.Sprintf("%s: rule id %q is also used by the %s layer (%s); the decision names the layer",
+					r.Pos, r.ID, first.Layer, first.Pos))
+			} else {
+				ids[r.ID] = r
+			}
+			kept = append(kept, r)
+		}
+		slices.SortStableFunc(kept, func(a, b *Rule) int { return strings.Compare(a.ID, b.ID) })
+		p.rules = append(p.rules, kept...)
+		if l.LowerLayersMay != nil {
+			if allowed == nil {
+				allowed = slices.Clone(l.LowerLayersMay)
+			} else {
+				allowed = slices.DeleteFunc(allowed, func(e Effect) bool { return !slices.Contains(l.LowerLayersMay, e) })
+			}
+		}
+	}
+	if p.dflt == None {
+		p.dflt, p.dfltLayer = DefaultEffect, LayerBuiltin
+	}
+	p.hash = p.computeHash()
+	p.idx = buildIndex(p.rules)
+	return p, nil
+}
+
+func effectList(es []Effect) string {
+	if len(es) == 0 {
+		return "nothing"
+	}
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.String()
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}
+
+// Hash is a stable digest of the normalised compiled policy ("sha256:HEX"),
+// for the audit log: it changes exactly when a decision could change
+// (rules in force, defaults, deny_modes), not with file order, rule order,
+// positions or tests.
+func (p *Policy) Hash() string { return p.hash }
+
+// Hash is the digest of the layer on its own (what `acp-router check`
+// prints per layer), computed like Policy.Hash.
+func (l *Layer) Hash() string {
+	p, err := Compile(l)
+	if err != nil {
+		return ""
+	}
+	return p.hash
+}
+
+// Default returns the effective default and the layer that set it
+// (LayerBuiltin when none did).
+func (p *Policy) Default() (Effect, string) { return p.dflt, p.dfltLayer }
+
+// Layers returns the layers the policy was compiled from, strongest first.
+func (p *Policy) Layers() []*Layer { return p.layers }
+
+// Rules returns the rules in force, strongest layer first, by id.
+func (p *Policy) Rules() []*Rule { return p.rules }
+
+// Dropped returns the rules lower_layers_may removed.
+func (p *Policy) Dropped() []*Rule { return p.dropped }
+
+// DenyModes returns the deny_modes of every layer.
+func (p *Policy) DenyModes() []ModeRef { return p.denyModes }
+
+// ModeDenied reports whether deny_modes forbids the agent's mode.
+func (p *Policy) ModeDenied(agent, mode string) bool {
+	for _, m := range p.denyModes {
+		if (m.Agent == "*" || m.Agent == agent) && m.Mode == mode {
+			return true
+		}
+	}
+	return false
+}
+
+// autoApprove is the built-in table of agent modes that stop asking
+// (DESIGN §6): while an agent is in one, it does what these kinds of tool
+// call do without asking, so the router never sees a request for them.
+var autoApprove = []struct {
+	family, mode string
+	kinds        []Kind
+}{
+	// acceptEdits also runs mkdir, touch, rm, mv, cp and sed inside the
+	// working directory without asking (notes/anchors-policy.md §1).
+	{"claude", "acceptEdits", []Kind{KindEdit, KindDelete, KindMove, KindExecute}},
+	{"claude", "auto", allKinds},
+	{"claude", "bypassPermissions", allKinds},
+	{"gemini", "autoEdit", []Kind{KindEdit, KindDelete, KindMove}},
+	{"gemini", "yolo", allKinds},
+	{"codex", "full-access", allKinds},
+}
+
+// AutoApproved returns the kinds of tool call that the agent's mode
+// approves without asking (nil for a mode that keeps asking). agent is
+// matched by family: a name containing "claude", "gemini" or "codex".
+func AutoApproved(agent, mode string) []Kind {
+	for _, e := range autoApprove {
+		if e.mode == mode && strings.Contains(strings.ToLower(agent), e.family) {
+			return e.kinds
+		}
+	}
+	return nil
+}
+
+// Warnings returns what `acp-router check` should warn about: rules
+// dropped by lower_layers_may, rule ids used in two layers, and, for each
+// of the given agents (the config's agent names; claude, gemini and codex
+// when none are given), each mode of the built-in table that deny_modes
+// does not forbid although deny or ask rules exist for a kind it approves
+// without asking.
+func (p *Policy) Warnings(agents ...string) []string {
+	out := slices.Clone(p.warnings)
+	if len(agents) == 0 {
+		agents = []string{"claude", "gemini", "codex"}
+	}
+	for _, a := range agents {
+		for _, e := range autoApprove {
+			if !strings.Contains(strings.ToLower(a), e.family) || p.ModeDenied(a, e.mode) {
+				continue
+			}
+			var kinds kindSet
+			for _, k := range e.kinds {
+				kinds |= kindBit(k)
+			}
+			var ids []string
+			for _, r := range p.rules {
+				if r.Decision == Allow || r.When.agents != nil && !anyText(r.When.agents, a) {
+					continue
+				}
+				if r.When.modes != nil && !anyText(r.When.modes, e.mode) {
+					continue
+				}
+				if ruleKinds(r.When)&kinds != 0 {
+					ids = append(ids, r.ID)
+				}
+			}
+			if len(ids) > 0 {
+				out = append(out, fmt.Sprintf("agent %q: mode %q approves %s without asking, so deny/ask rules (%s) are not enforced while it is on; add %q to deny_modes",
+					a, e.mode, joinKinds(e.kinds), strings.Join(ids, ", "), a+":"+e.mode))
+			}
+		}
+	}
+	return out
+}
+
+// ruleKinds returns the kinds of the items a cond can match.
+func ruleKinds(c *Cond) kindSet {
+	if c.kinds != 0 {
+		return c.kinds
+	}
+	switch t, _ := c.itemType(); t {
+	case ItemCommand:
+		return kindBit(KindExecute)
+	case ItemDomain:
+		return kindBit(KindFetch)
+	}
+	return ^kindSet(0)
+}
+
+// computeHash digests the normalised policy.
+func (p *Policy) computeHash() string {
+	type ruleDoc struct {
+		ID, Layer, Decision, Message string
+		When, Unless                 map[string][]string
+	}
+	norm := func(c *Cond) map[string][]string {
+		if c == nil {
+			return nil
+		}
+		m := map[string][]string{}
+		for k, v := range c.src {
+			v = slices.Clone(v)
+			slices.Sort(v)
+			m[k] = v
+		}
+		return m
+	}
+	var doc struct {
+		Default   string
+		DenyModes []string
+		Rules     []ruleDoc
+	}
+	doc.Default = p.dflt.String()
+	for _, m := range p.denyModes {
+		doc.DenyModes = append(doc.DenyModes, m.String())
+	}
+	slices.Sort(doc.DenyModes)
+	doc.DenyModes = slices.Compact(doc.DenyModes)
+	for _, r := range p.rules {
+		doc.Rules = append(doc.Rules, ruleDoc{r.ID, r.Layer, r.Decision.String(), r.Message, norm(r.When), norm(r.Unless)})
+	}
+	b, _ := json.Marshal(doc) // maps marshal with sorted keys
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// index finds the rules that may match an item without trying all of
+// them. A rule is filed under a key every item it matches must have (a
+// literal path segment, a program name, a domain); rules without such a
+// key are tried on every item of their type.
+type index struct {
+	generic   []int32     // no item-specific key and no kind: every item
+	byKind    [16][]int32 // no item-specific key, filed under each of their kinds
+	pathAll   []int32     // every rule with paths (recursive items)
+	pathAny   []int32
+	pathSeg   map[string][]int32
+	pathExt   map[string][]int32
+	pathVar   map[anchor][]int32
+	cmdAny    []int32
+	cmdProg   map[string][]int32
+	domAny    []int32
+	domExact  map[string][]int32
+	domSuffix map[string][]int32
+}
+
+func buildIndex(rules []*Rule) index {
+	ix := index{pathSeg: map[string][]int32{}, pathExt: map[string][]int32{}, pathVar: map[anchor][]int32{},
+		cmdProg: map[string][]int32{}, domExact: map[string][]int32{}, domSuffix: map[string][]int32{}}
+	for n, r := range rules {
+		i := int32(n)
+		c := r.When
+		t, _ := c.itemType()
+		switch t {
+		case ItemPath:
+			ix.pathAll = append(ix.pathAll, i)
+			for _, pp := range c.paths {
+				addKey := func(m map[string][]int32, k string) {
+					if l := m[k]; len(l) == 0 || l[len(l)-1] != i {
+						m[k] = append(l, i)
+					}
+				}
+				if seg := literalSegment(pp.rest); seg != "" {
+					addKey(ix.pathSeg, seg)
+				} else if pp.anchor == anchorCwd || pp.anchor == anchorRoots || pp.anchor == anchorHome {
+					if l := ix.pathVar[pp.anchor]; len(l) == 0 || l[len(l)-1] != i {
+						ix.pathVar[pp.anchor] = append(l, i)
+					}
+				} else if ext := globExt(pp.rest); ext != "" {
+					addKey(ix.pathExt, ext)
+				} else {
+					ix.pathAny = appendOnce(ix.pathAny, i)
+				}
+			}
+		case ItemCommand:
+			keys, ok := programKeys(c)
+			if !ok {
+				ix.cmdAny = append(ix.cmdAny, i)
+				continue
+			}
+			for _, k := range keys {
+				if l := ix.cmdProg[k]; len(l) == 0 || l[len(l)-1] != i {
+					ix.cmdProg[k] = append(l, i)
+				}
+			}
+		case ItemDomain:
+			for _, d := range c.domains {
+				switch {
+				case d.any:
+					ix.domAny = appendOnce(ix.domAny, i)
+				case d.exact != "":
+					ix.domExact[d.exact] = appendOnce(ix.domExact[d.exact], i)
+				default:
+					ix.domSuffix[d.suffix[1:]] = appendOnce(ix.domSuffix[d.suffix[1:]], i)
+				}
+			}
+		default:
+			if c.kinds == 0 {
+				ix.generic = append(ix.generic, i)
+				continue
+			}
+			for k := range allKinds {
+				if c.kinds&(1<<k) != 0 {
+					ix.byKind[k] = append(ix.byKind[k], i)
+				}
+			}
+		}
+	}
+	return ix
+}
+
+func appendOnce(l []int32, i int32) []int32 {
+	if len(l) > 0 && l[len(l)-1] == i {
+		return l
+	}
+	return append(l, i)
+}
+
+// literalSegment returns the last segment of a glob without meta
+// characters (every matching path has that segment), or "".
+func literalSegment(rest string) string {
+	segs := strings.Split(rest, "/")
+	for i := len(segs) - 1; i >= 0; i-- {
+		if s := segs[i]; s != "" && !strings.ContainsAny(s, `*?[{\`) {
+			return s
+		}
+	}
+	return ""
+}
+
+// globExt returns ".ext" when the glob's last segment is *.ext.
+func globExt(rest string) string {
+	last := rest[strings.LastIndexByte(rest, '/')+1:]
+	tail, ok := strings.CutPrefix(last, "*")
+	if !ok || strings.ContainsAny(tail, `*?[{\`) {
+		return ""
+	}
+	if ext := path.Ext(tail); ext != "" && ext == tail[strings.LastIndexByte(tail, '.'):] && ext != "." {
+		return ext
+	}
+	return ""
+}
+
+// programKeys returns the program names a command rule can match, when
+// all of them are literal.
+func programKeys(c *Cond) ([]string, bool) {
+	var keys []string
+	if c.programs != nil {
+		for _, t := range c.programs {
+			if !t.p.exact {
+				return nil, false
+			}
+			keys = append(keys, programName(t.p.lit))
+		}
+		return keys, true
+	}
+	if c.commands != nil {
+		for _, cp := range c.commands {
+			t := cp.toks[0]
+			if t.kind != tokLit || !t.p.exact {
+				return nil, false
+			}
+			keys = append(keys, programName(t.p.lit))
+		}
+		return keys, true
+	}
+	return nil, false
+}

@@ -1,0 +1,260 @@
+package policy
+
+import (
+	"path"
+	"strings"
+)
+
+// Decision is the outcome of Decide: what to do, who decided, and the
+// evidence with a decision for each piece (for the audit log and
+// `policy explain`).
+type Decision struct {
+	// Effect is the decision: Allow, Ask or Deny.
+	Effect Effect `json:"decision"`
+	// Rule is the id of the deciding rule (a Rule* constant for a built-in
+	// safeguard), "" when the default decided.
+	Rule string `json:"rule,omitempty"`
+	// Layer is the layer of the deciding rule or default.
+	Layer string `json:"layer"`
+	// Source is SourceRule, SourceDefault or SourceBuiltin.
+	Source Source `json:"source"`
+	// Message is the deciding rule's message (or the safeguard's reason).
+	Message string `json:"message,omitempty"`
+	// Method is the request's method.
+	Method string `json:"method"`
+	// Findings are the evidence items, each with its own decision.
+	Findings []Finding `json:"evidence"`
+	// PolicyHash is Policy.Hash of the policy that decided.
+	PolicyHash string `json:"policyHash"`
+	// Evidence is the extracted evidence (request-level facts included).
+	Evidence *Evidence `json:"-"`
+}
+
+// Finding is one evidence item and how it was decided.
+type Finding struct {
+	// Item points into Decision.Evidence.Items.
+	Item    *Item  `json:"item"`
+	Effect  Effect `json:"decision"`
+	Rule    string `json:"rule,omitempty"`
+	Layer   string `json:"layer,omitempty"`
+	Source  Source `json:"source,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Matches are every rule that fired on the item.
+	Matches []Match `json:"matches,omitempty"`
+	// Excepted are the rules that matched but whose unless spared the item.
+	Excepted []string `json:"excepted,omitempty"`
+}
+
+// Match is one rule that fired on an item.
+type Match struct {
+	Rule   string `json:"rule"`
+	Layer  string `json:"layer"`
+	Effect Effect `json:"decision"`
+	// Possible: the rule matches something below a recursively read
+	// directory, not the directory itself, so a deny only asks.
+	Possible bool `json:"possible,omitempty"`
+}
+
+// ErrorMessage is the message of the JSON-RPC error a denied direct call
+// gets (DESIGN §6): "acp-router: denied by RULE: MESSAGE".
+func (d *Decision) ErrorMessage() string {
+	by := d.Rule
+	if by == "" {
+		by = "the default policy (" + d.Layer + " layer)"
+	}
+	if d.Message == "" {
+		return "acp-router: denied by " + by
+	}
+	return "acp-router: denied by " + by + ": " + d.Message
+}
+
+// scratch is per-decision working memory, pooled.
+type scratch struct {
+	stamp  []uint32 // stamp[i] == gen: rule i already tried on this item
+	gen    uint32
+	reqW   []int8 // request-level keys of When: 0 unknown, 1 match, -1 no
+	reqU   []int8 // the same for Unless
+	cands  []int32
+	matchs []Match
+}
+
+// Decide extracts the evidence of req and decides it. It never fails:
+// what cannot be read is decided as DESIGN §6 says (refused → deny,
+// opaque → at least ask).
+func (p *Policy) Decide(req *Request) Decision {
+	return p.Evaluate(Extract(req))
+}
+
+// Evaluate decides extracted evidence.
+func (p *Policy) Evaluate(ev *Evidence) Decision {
+	sc, _ := p.scratch.Get().(*scratch)
+	if sc == nil || len(sc.stamp) != len(p.rules) {
+		sc = &scratch{stamp: make([]uint32, len(p.rules)), reqW: make([]int8, len(p.rules)), reqU: make([]int8, len(p.rules))}
+	} else {
+		clear(sc.reqW)
+		clear(sc.reqU)
+	}
+	defer p.scratch.Put(sc)
+
+	d := Decision{Method: ev.Method, PolicyHash: p.hash, Evidence: ev, Findings: make([]Finding, len(ev.Items))}
+	sc.matchs = make([]Match, 0, 2*len(ev.Items)+4) // one backing array for every finding's Matches
+	modeDenied := ev.Mode != "" && p.ModeDenied(ev.Agent, ev.Mode)
+	best := -1
+	for i := range ev.Items {
+		f := p.decideItem(ev, &ev.Items[i], sc)
+		if modeDenied && f.Effect == Allow {
+			f.Effect, f.Rule, f.Layer, f.Source = Ask, RuleDeniedMode, LayerBuiltin, SourceBuiltin
+			f.Message = "the agent is in mode " + ev.Mode + ", which deny_modes forbids"
+		}
+		d.Findings[i] = f
+		if best < 0 || f.Effect > d.Findings[best].Effect {
+			best = i
+		}
+	}
+	if best < 0 || d.Findings[best].Effect == None {
+		d.Effect, d.Layer, d.Source = p.dflt, p.dfltLayer, SourceDefault
+		return d
+	}
+	f := &d.Findings[best]
+	d.Effect, d.Rule, d.Layer, d.Source, d.Message = f.Effect, f.Rule, f.Layer, f.Source, f.Message
+	return d
+}
+
+// decideItem finds every rule that fires on it and picks the most severe.
+func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
+	f := Finding{Item: it}
+	if it.Refused != "" {
+		f.Effect, f.Rule, f.Layer, f.Source, f.Message = Deny, RuleRefused, LayerBuiltin, SourceBuiltin, it.Refused
+		return f
+	}
+	sc.gen++
+	if sc.gen == 0 {
+		clear(sc.stamp)
+		sc.gen = 1
+	}
+	sc.cands = p.candidates(ev, it, sc.cands[:0])
+	nMatch := 0
+	bestRule := -1
+	var bestEff Effect
+	for _, ri := range sc.cands {
+		if sc.stamp[ri] == sc.gen {
+			continue
+		}
+		sc.stamp[ri] = sc.gen
+		r := p.rules[ri]
+		strict := r.Decision == Allow
+		if strict && (it.Opaque != "" || it.Aux) {
+			continue // nothing allows what cannot be seen; aux items need no allow
+		}
+		if !cachedRequest(r.When, ev, strict, &sc.reqW[ri]) {
+			continue
+		}
+		m := r.When.matchItem(ev, it, strict)
+		if m == noMatch {
+			continue
+		}
+		if r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri]) && r.Unless.matchItem(ev, it, !strict) != noMatch {
+			f.Excepted = append(f.Excepted, r.ID)
+			continue
+		}
+		eff := r.Decision
+		if m == possible && eff > Ask {
+			eff = Ask
+		}
+		sc.matchs = append(sc.matchs, Match{Rule: r.ID, Layer: r.Layer, Effect: eff, Possible: m == possible})
+		nMatch++
+		if eff > bestEff || eff == bestEff && int(ri) < bestRule {
+			bestEff, bestRule = eff, int(ri)
+		}
+	}
+	if nMatch > 0 {
+		n := len(sc.matchs)
+		f.Matches = sc.matchs[n-nMatch : n : n]
+	}
+	switch {
+	case bestRule >= 0:
+		r := p.rules[bestRule]
+		f.Effect, f.Rule, f.Layer, f.Source, f.Message = bestEff, r.ID, r.Layer, SourceRule, r.Message
+	case it.Aux:
+		// An auxiliary item only makes a decision stricter.
+	case it.Opaque != "" && p.dflt <= Ask:
+		// Nothing can allow it: at least ask, and say why.
+		f.Effect, f.Rule, f.Layer, f.Source, f.Message = Ask, RuleOpaque, LayerBuiltin, SourceBuiltin, it.Opaque
+	default:
+		f.Effect, f.Layer, f.Source = p.dflt, p.dfltLayer, SourceDefault
+	}
+	return f
+}
+
+// cachedRequest evaluates the request-level keys of c once per decision.
+func cachedRequest(c *Cond, ev *Evidence, strict bool, memo *int8) bool {
+	if *memo == 0 {
+		*memo = -1
+		if c.matchRequest(ev, strict) {
+			*memo = 1
+		}
+	}
+	return *memo > 0
+}
+
+// candidates appends the rules that may match the item.
+func (p *Policy) candidates(ev *Evidence, it *Item, out []int32) []int32 {
+	ix := &p.idx
+	out = append(out, ix.generic...)
+	for k := range allKinds {
+		if it.kinds&(1<<k) != 0 {
+			out = append(out, ix.byKind[k]...)
+		}
+	}
+	switch it.Type {
+	case ItemPath:
+		if it.Recursive {
+			return append(out, ix.pathAll...)
+		}
+		out = append(out, ix.pathAny...)
+		for _, f := range it.Forms {
+			rest := f
+			for rest != "" {
+				var seg string
+				rest = strings.TrimPrefix(rest, "/")
+				seg, rest, _ = strings.Cut(rest, "/")
+				out = append(out, ix.pathSeg[seg]...)
+			}
+			out = append(out, ix.pathExt[path.Ext(f)]...)
+			for a, rules := range ix.pathVar {
+				var bases []string
+				switch a {
+				case anchorCwd:
+					bases = ev.vars.cwd
+				case anchorRoots:
+					bases = ev.vars.roots
+				default:
+					bases = ev.vars.home
+				}
+				for _, b := range bases {
+					if _, ok := below(b, f); ok {
+						out = append(out, rules...)
+						break
+					}
+				}
+			}
+		}
+	case ItemCommand:
+		out = append(out, ix.cmdAny...)
+		if it.Program != "" {
+			out = append(out, ix.cmdProg[it.Program]...)
+		}
+	case ItemDomain:
+		out = append(out, ix.domAny...)
+		out = append(out, ix.domExact[it.Domain]...)
+		for d := it.Domain; ; {
+			i := strings.IndexByte(d, '.')
+			if i < 0 {
+				break
+			}
+			d = d[i+1:]
+			out = append(out, ix.domSuffix[d]...)
+		}
+	}
+	return out
+}

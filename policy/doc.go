@@ -1,0 +1,70 @@
+// Package policy owns the permission policy of acp-router (DESIGN §6):
+// compiling the rules of the org and user layers from YAML, extracting the
+// evidence of an agent's request (session/request_permission, fs/*,
+// terminal/create), deciding allow / ask / deny, explaining a decision, and
+// running a policy's own tests.
+//
+// The package is pure: values in, values out. It does no I/O, starts no
+// goroutines and logs nothing. What needs the filesystem (symlinks, which
+// arguments name existing files, shell globs) comes in through the FS
+// interface the caller provides; MapFS is an in-memory one for tests and
+// `acp-router policy test`.
+//
+// The router uses it as: ParseFile / ParseLayer (+ AddInclude, Merge) at
+// startup and on reload → Compile → Policy.Decide per intercepted request →
+// the Decision's fields for the audit log, the answer to the agent and
+// `acp-router policy explain`.
+//
+// # Semantics
+//
+// A request becomes a list of evidence items: paths, commands, domains, or
+// one bare item for a tool call that carries none of those. Every rule that
+// matches an item is found; on each item the most severe decision wins
+// (deny > ask > allow) and rule order never matters. An item no rule
+// matches gets the effective default (the strictest default of the layers).
+// The request's decision is the most severe decision of its items: deny and
+// ask fire when any item matches, allow needs every item covered.
+//
+// Matching has two quantifiers, so that a second spelling of the same thing
+// can only ever make a request stricter. An item may have several forms: a
+// path is matched as written (cleaned) and with its symlinks resolved, a
+// program by its basename and as written, a long flag also by its
+// abbreviations. A deny or ask rule matches when any form matches; an allow
+// rule only when every form does. `unless` uses the opposite quantifier of
+// its rule: the exception of a deny must hold for every form, the exception
+// of an allow fires on any form.
+//
+// # Schema
+//
+// An org policy file (ParseFile) and the config's permissions: mapping
+// (ParseLayer) share one schema:
+//
+//	default: ask                      # allow | ask | deny (strictest of the layers wins; ask if none)
+//	deny_modes: ["claude:bypassPermissions", "*:yolo"]
+//	lower_layers_may: [deny, ask]     # org files only: decisions user rules may have
+//	include: [more-rules.yaml]        # permissions: only; read by the caller, folded in with AddInclude
+//	rules:
+//	  - id: no-secrets                # required, unique in the layer
+//	    decision: deny                # required
+//	    when: {paths: ["**/.env", "**/.env.*", "~/.ssh/**"]}   # required
+//	    unless: {paths: ["**/.env.example"]}                   # optional exception
+//	    message: Secrets are not available to agents.
+//	tests:
+//	  - {call: "fs/read_text_file ${cwd}/.env", expect: deny, rule: no-secrets}
+//
+// Matchers (every key must match; a list matches when any entry does):
+// agent, mode (text globs), kind (ACP tool kinds), method (the four
+// decided methods), title (text glob or "re:REGEXP"), paths and cwd
+// (doublestar globs over absolute cleaned paths, starting with /, **, ~,
+// ${cwd}, ${roots} or ${home}), command (token patterns: * one token, **
+// any tokens), program (a name matched by basename, or a path), flags_any
+// (-x or --long; -rf is -r and -f), env (names of variables the command
+// line sets), domains (host, *.host for strict subdomains, or *). See
+// TestCase for tests:.
+//
+// Items the router cannot see through (eval, source, a variable or command
+// substitution as a program or an argument, a shell that reads its script
+// from a pipe, a parse error, ...) are opaque: no allow rule ever covers
+// them, so they are at least ask; deny and ask rules still apply to
+// whatever was extracted around them.
+package policy

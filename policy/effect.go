@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"fmt"
+
+	"github.com/acp-router/acp-router/acp"
+)
+
+// Effect is a decision: Allow, Ask or Deny. The zero value None means "no
+// decision" (e.g. no rule matched an auxiliary item). Effects are ordered by
+// severity, so the most severe of two is their max.
+type Effect uint8
+
+const (
+	None Effect = iota
+	Allow
+	Ask
+	Deny
+)
+
+func (e Effect) String() string {
+	switch e {
+	case Allow:
+		return "allow"
+	case Ask:
+		return "ask"
+	case Deny:
+		return "deny"
+	}
+	return "none"
+}
+
+// MarshalText writes the effect as allow, ask, deny or none.
+func (e Effect) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
+
+// ParseEffect reads allow, ask or deny.
+func ParseEffect(s string) (Effect, error) {
+	switch s {
+	case "allow":
+		return Allow, nil
+	case "ask":
+		return Ask, nil
+	case "deny":
+		return Deny, nil
+	}
+	return None, fmt.Errorf("unknown decision %q (want allow, ask or deny)", s)
+}
+
+// Source says what made a decision, as the audit log records it
+// (DESIGN §6): a rule, the layers' default, or a safeguard built into the
+// router (a refused relative path, an opaque command, a denied mode). The
+// router adds grant and user.
+type Source string
+
+const (
+	SourceRule    Source = "rule"
+	SourceDefault Source = "default"
+	SourceBuiltin Source = "builtin"
+)
+
+// Built-in rule ids, reported in Decision.Rule when a safeguard rather than
+// a policy rule decided. They contain ':' so they never collide with a
+// policy rule id.
+const (
+	// RuleRefused: a request the router refuses outright (a relative fs
+	// path, params that do not decode).
+	RuleRefused = "acp-router:refused"
+	// RuleOpaque: something the router cannot see through, which no allow
+	// covers.
+	RuleOpaque = "acp-router:opaque"
+	// RuleDeniedMode: the session's agent is in a mode listed in
+	// deny_modes; nothing is allowed without asking until it is reset.
+	RuleDeniedMode = "acp-router:denied-mode"
+)
+
+// LayerBuiltin is the layer reported for built-in safeguards.
+const LayerBuiltin = "builtin"
+
+// Layer names.
+const (
+	LayerOrg  = "org"
+	LayerUser = "user"
+)
+
+// Kind is an ACP ToolKind (schema ToolKind).
+type Kind string
+
+const (
+	KindRead       Kind = "read"
+	KindEdit       Kind = "edit"
+	KindDelete     Kind = "delete"
+	KindMove       Kind = "move"
+	KindSearch     Kind = "search"
+	KindExecute    Kind = "execute"
+	KindThink      Kind = "think"
+	KindFetch      Kind = "fetch"
+	KindSwitchMode Kind = "switch_mode"
+	KindOther      Kind = "other"
+)
+
+// allKinds lists the ToolKinds in schema order; a kind's bit in a kindSet
+// is its index here.
+var allKinds = []Kind{KindRead, KindEdit, KindDelete, KindMove, KindSearch, KindExecute, KindThink,
+	KindFetch, KindSwitchMode, KindOther}
+
+// kindSet is a set of kinds, one bit per entry of allKinds.
+type kindSet uint16
+
+func kindBit(k Kind) kindSet {
+	for i, x := range allKinds {
+		if x == k {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// Methods the policy decides: the agent → client requests of DESIGN §6.
+var decidedMethods = []string{
+	acp.MethodRequestPermission,
+	acp.MethodReadTextFile,
+	acp.MethodWriteTextFile,
+	acp.MethodTerminalCreate,
+}
+
+// methodBit returns the bit of a decided method, 0 for any other.
+func methodBit(m string) uint8 {
+	for i, x := range decidedMethods {
+		if x == m {
+			return 1 << i
+		}
+	}
+	return 0
+}

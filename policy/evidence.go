@@ -1,0 +1,673 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/acp-router/acp-router/acp"
+)
+
+// Request is one agent → client request to decide.
+type Request struct {
+	// Method is the JSON-RPC method: session/request_permission,
+	// fs/read_text_file, fs/write_text_file or terminal/create. Any other
+	// method gives one opaque item.
+	Method string
+	// Params are the request's params as received.
+	Params json.RawMessage
+	// Updates are, for session/request_permission, the tool_call and
+	// tool_call_update objects (the "update" of session/update) the agent
+	// sent earlier for the same toolCallId, oldest first. Their fields are
+	// merged with the request's toolCall: every kind, title, location and
+	// rawInput any of them names is evidence.
+	Updates []json.RawMessage
+	// Session is the context of the session the request belongs to.
+	Session Session
+	// FS resolves symlinks and answers which paths exist. nil: nothing
+	// exists and there are no symlinks.
+	FS FS
+}
+
+// Session is what a decision needs to know about the session.
+type Session struct {
+	Agent string // the router's name for the agent (config agents[].name)
+	Mode  string // the agent's current mode id, "" if unknown
+	// Cwd is the session's working directory (absolute). ${cwd}.
+	Cwd string
+	// Roots are the directories of ${roots} besides Cwd (additional
+	// directories of the session).
+	Roots []string
+	// Home is the user's home directory: ${home} and ~.
+	Home string
+}
+
+// ItemType says what an evidence item is about.
+type ItemType uint8
+
+const (
+	ItemPath    ItemType = iota + 1 // a file or directory
+	ItemCommand                     // a simple command
+	ItemDomain                      // a host name
+	ItemTool                        // a tool call with no path, command or domain
+)
+
+func (t ItemType) String() string {
+	switch t {
+	case ItemPath:
+		return "path"
+	case ItemCommand:
+		return "command"
+	case ItemDomain:
+		return "domain"
+	case ItemTool:
+		return "tool"
+	}
+	return "unknown"
+}
+
+// MarshalText writes the type's name.
+func (t ItemType) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// Item is one piece of evidence. Decide gives each item its own decision.
+// The exported fields are what the audit log and explain show: paths,
+// commands and domains, never file contents or environment values.
+type Item struct {
+	Type  ItemType `json:"type"`
+	Kinds []Kind   `json:"kinds"`
+	// Origin says where the item comes from ("fs path", "locations",
+	// "argument of cat", "redirect", "wrapper", ...).
+	Origin string `json:"origin,omitempty"`
+
+	// Path is the path as written, made absolute and cleaned.
+	Path string `json:"path,omitempty"`
+	// Forms are every spelling the path is matched in: cleaned and
+	// symlink-resolved, for each directory a relative path may be relative
+	// to.
+	Forms []string `json:"forms,omitempty"`
+	// Unresolved: a form's symlinks could not be resolved; no allow covers
+	// the item.
+	Unresolved bool `json:"unresolved,omitempty"`
+	// Recursive: the path is read or written with everything below it
+	// (grep -r DIR, cp -r DIR). A rule that matches something below it
+	// asks; an allow must cover all of it.
+	Recursive bool `json:"recursive,omitempty"`
+	// SkipsHidden: the recursive read skips dotfiles (rg and ag by
+	// default), so rules that only match below a hidden name do not apply.
+	SkipsHidden bool `json:"skipsHidden,omitempty"`
+
+	// Argv is the command as the program receives it, quotes removed;
+	// an argument the router cannot know is shown as written.
+	Argv []string `json:"argv,omitempty"`
+	// Program is the basename of argv[0] ("" when the program is computed
+	// at run time); ProgramPath is argv[0] as written, cleaned.
+	Program     string   `json:"program,omitempty"`
+	ProgramPath string   `json:"programPath,omitempty"`
+	Flags       []string `json:"flags,omitempty"`
+	// Env are the names of the variables the command line sets for the
+	// command (VAR=x prefixes, env wrappers, terminal/create env).
+	Env []string `json:"env,omitempty"`
+
+	Domain string `json:"domain,omitempty"`
+	// DomainInvalid: the host is not a valid host name; no allow covers it.
+	DomainInvalid bool `json:"domainInvalid,omitempty"`
+
+	// Opaque says why the router cannot see through this item; no allow
+	// covers it, so it is at least ask.
+	Opaque string `json:"opaque,omitempty"`
+	// Refused says why the request is refused outright (deny).
+	Refused string `json:"refused,omitempty"`
+	// Aux marks an item that can only make the decision stricter (a
+	// transparent wrapper such as timeout or bash -c around its payload):
+	// when no rule matches it, it does not fall to the default.
+	Aux bool `json:"aux,omitempty"`
+
+	canon []string // Argv with flag runs normalised, for command patterns
+	kinds kindSet
+}
+
+// String describes the item in one line.
+func (it *Item) String() string {
+	var s string
+	switch it.Type {
+	case ItemPath:
+		s = it.Path
+		if it.Recursive {
+			s += "/**"
+		}
+	case ItemCommand:
+		s = strings.Join(it.Argv, " ")
+	case ItemDomain:
+		s = it.Domain
+	default:
+		s = "(tool call)"
+	}
+	return s
+}
+
+// Evidence is everything a request is about.
+type Evidence struct {
+	Method string `json:"method"`
+	Agent  string `json:"agent,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+	// Titles are the tool call's titles (request_permission; every title
+	// the tool call had).
+	Titles []string `json:"titles,omitempty"`
+	// Cwds are the working directories of the request: the session's and a
+	// command's own (terminal/create cwd, rawInput.cwd), cleaned and
+	// resolved.
+	Cwds  []string `json:"cwds,omitempty"`
+	Items []Item   `json:"items"`
+
+	vars vars
+}
+
+// maxItems bounds the evidence of one request; beyond it the request
+// gets one opaque item instead of the rest.
+const maxItems = 256
+
+// Extract builds the evidence of a request (DESIGN §6). It never fails:
+// what it cannot read becomes an opaque or refused item.
+func Extract(req *Request) *Evidence {
+	x := newExtractor(req)
+	switch req.Method {
+	case acp.MethodReadTextFile:
+		x.fsCall(req.Params, KindRead)
+	case acp.MethodWriteTextFile:
+		x.fsCall(req.Params, KindEdit)
+	case acp.MethodTerminalCreate:
+		x.terminal(req.Params)
+	case acp.MethodRequestPermission:
+		x.permission(req.Params, req.Updates)
+	default:
+		x.add(Item{Type: ItemTool, Origin: "method", Opaque: fmt.Sprintf("the policy does not understand %q", req.Method)}, KindOther)
+	}
+	if len(x.ev.Items) == 0 {
+		// Nothing to see (a command line of assignments only): the request
+		// itself is the evidence.
+		kind := KindOther
+		if req.Method == acp.MethodTerminalCreate {
+			kind = KindExecute
+		}
+		x.add(Item{Type: ItemTool, Origin: "request"}, kind)
+	}
+	return x.ev
+}
+
+// extractor builds one request's evidence.
+type extractor struct {
+	ev   *Evidence
+	fs   FS
+	cwd  string // the session's cwd, cleaned ("" if not absolute)
+	home string
+	full bool // maxItems reached
+}
+
+func newExtractor(req *Request) *extractor {
+	s := req.Session
+	x := &extractor{fs: req.FS}
+	x.ev = &Evidence{Method: req.Method, Agent: s.Agent, Mode: s.Mode, Items: make([]Item, 0, 16)}
+	if path.IsAbs(s.Cwd) {
+		x.cwd = path.Clean(s.Cwd)
+		x.ev.Cwds = x.forms(x.cwd)
+	}
+	if path.IsAbs(s.Home) {
+		x.home = path.Clean(s.Home)
+	}
+	v := &x.ev.vars
+	v.cwd = slices.Clone(x.ev.Cwds)
+	for _, r := range append([]string{s.Cwd}, s.Roots...) {
+		if path.IsAbs(r) {
+			for _, f := range x.forms(path.Clean(r)) {
+				if !slices.Contains(v.roots, f) {
+					v.roots = append(v.roots, f)
+				}
+			}
+		}
+	}
+	if x.home != "" {
+		v.home = x.forms(x.home)
+	}
+	return x
+}
+
+// forms returns p (absolute) cleaned and, if different, resolved.
+func (x *extractor) forms(p string) []string {
+	c := path.Clean(p)
+	if x.fs == nil {
+		return []string{c}
+	}
+	r, err := x.fs.Resolve(p)
+	if err != nil || r == "" {
+		return []string{c}
+	}
+	if r = path.Clean(r); r != c {
+		return []string{c, r}
+	}
+	return []string{c}
+}
+
+// add appends an item with the given kinds.
+func (x *extractor) add(it Item, kinds ...Kind) {
+	if x.full {
+		return
+	}
+	if len(x.ev.Items) >= maxItems {
+		x.full = true
+		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: kindBit(KindOther),
+			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence", maxItems)})
+		return
+	}
+	for _, k := range kinds {
+		if b := kindBit(k); it.kinds&b == 0 {
+			it.kinds |= b
+			it.Kinds = append(it.Kinds, k)
+		}
+	}
+	if it.Type == ItemCommand && it.canon == nil {
+		it.canon = canonArgs(it.Argv, nil)
+	}
+	// The same path, command or domain twice is one item.
+	for i := range x.ev.Items {
+		if sameItem(&x.ev.Items[i], &it) {
+			return
+		}
+	}
+	x.ev.Items = append(x.ev.Items, it)
+}
+
+func sameItem(a, b *Item) bool {
+	return a.Type == b.Type && a.Path == b.Path && len(a.Argv) == len(b.Argv) && a.kinds == b.kinds &&
+		a.Aux == b.Aux && a.Opaque == b.Opaque && a.Refused == b.Refused && a.Recursive == b.Recursive &&
+		a.SkipsHidden == b.SkipsHidden && a.Unresolved == b.Unresolved && a.Domain == b.Domain &&
+		a.DomainInvalid == b.DomainInvalid &&
+		slices.Equal(a.Forms, b.Forms) && slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) &&
+		a.ProgramPath == b.ProgramPath && a.Program == b.Program
+}
+
+// refuse records a request the router refuses outright.
+func (x *extractor) refuse(origin, why string, kind Kind) {
+	x.add(Item{Type: ItemTool, Origin: origin, Refused: why}, kind)
+}
+
+// opaque records something the router cannot see through.
+func (x *extractor) opaque(origin, why string, kind Kind) {
+	x.add(Item{Type: ItemTool, Origin: origin, Opaque: why}, kind)
+}
+
+// fsCall reads fs/read_text_file and fs/write_text_file params.
+func (x *extractor) fsCall(params json.RawMessage, kind Kind) {
+	var p struct {
+		Path *string `json:"path"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil || p.Path == nil || *p.Path == "" {
+		x.refuse("params", "the request has no path", kind)
+		return
+	}
+	if !path.IsAbs(*p.Path) {
+		// ACP requires absolute paths; a relative one would be resolved
+		// against whatever directory the editor chooses.
+		x.refuse("path", fmt.Sprintf("relative path %q (ACP file paths must be absolute)", *p.Path), kind)
+		return
+	}
+	x.path(*p.Path, false, kind, false, "path", nil)
+}
+
+// terminal reads terminal/create params.
+func (x *extractor) terminal(params json.RawMessage) {
+	var p struct {
+		Command *string  `json:"command"`
+		Args    []string `json:"args"`
+		Env     []struct {
+			Name string `json:"name"`
+		} `json:"env"`
+		Cwd *string `json:"cwd"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		x.refuse("params", "the params do not decode: "+err.Error(), KindExecute)
+		return
+	}
+	if p.Command == nil || strings.TrimSpace(*p.Command) == "" {
+		x.refuse("params", "the request has no command", KindExecute)
+		return
+	}
+	cwd := x.cwd
+	if p.Cwd != nil && *p.Cwd != "" {
+		if !path.IsAbs(*p.Cwd) {
+			x.refuse("cwd", fmt.Sprintf("relative cwd %q (ACP requires an absolute path)", *p.Cwd), KindExecute)
+			return
+		}
+		cwd = path.Clean(*p.Cwd)
+		x.addCwd(cwd)
+	}
+	var env []string
+	for _, e := range p.Env {
+		env = append(env, e.Name)
+		if why := dangerousEnv(e.Name); why != "" {
+			x.opaque("env", why, KindExecute)
+		}
+	}
+	cx := cmdCtx{cwds: x.dirs(cwd), origin: "command", env: env}
+	if len(p.Args) == 0 {
+		// Agents such as kimi-cli pass a whole command line as command.
+		x.script(*p.Command, cx)
+		return
+	}
+	argv := make([]arg, 0, 1+len(p.Args))
+	argv = append(argv, arg{s: *p.Command})
+	for _, a := range p.Args {
+		argv = append(argv, arg{s: a})
+	}
+	x.argv(argv, cx)
+}
+
+// addCwd records a command's own working directory as a form of ${cwd}
+// matchers.
+func (x *extractor) addCwd(dir string) {
+	for _, f := range x.forms(dir) {
+		if !slices.Contains(x.ev.Cwds, f) {
+			x.ev.Cwds = append(x.ev.Cwds, f)
+		}
+	}
+}
+
+// dirs returns the working directories a command starts in.
+func (x *extractor) dirs(cwd string) []string {
+	if cwd == "" {
+		return nil
+	}
+	return []string{cwd}
+}
+
+// toolCall is the part of a ToolCall / ToolCallUpdate the policy reads.
+// Every field is optional (ToolCallUpdate).
+type toolCall struct {
+	Kind      json.RawMessage `json:"kind"`
+	Title     json.RawMessage `json:"title"`
+	Locations json.RawMessage `json:"locations"`
+	RawInput  json.RawMessage `json:"rawInput"`
+	Content   json.RawMessage `json:"content"`
+}
+
+// permission reads session/request_permission params merged with the
+// earlier updates of the same tool call.
+func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage) {
+	var p struct {
+		ToolCall json.RawMessage `json:"toolCall"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil || len(p.ToolCall) == 0 || string(p.ToolCall) == "null" {
+		x.refuse("params", "the request has no toolCall", KindOther)
+		return
+	}
+	var calls []toolCall
+	for i, raw := range append(slices.Clone(updates), p.ToolCall) {
+		var tc toolCall
+		if err := json.Unmarshal(raw, &tc); err != nil {
+			origin := "toolCall"
+			if i < len(updates) {
+				origin = "tool_call update"
+			}
+			x.opaque(origin, "the tool call does not decode: "+err.Error(), KindOther)
+			continue
+		}
+		calls = append(calls, tc)
+	}
+	// Kinds and titles first: every item below carries the declared kinds.
+	var kinds []Kind
+	for _, tc := range calls {
+		if k, ok := decodeOptional[string](x, tc.Kind, "toolCall.kind"); ok && k != "" {
+			kind := Kind(k)
+			if kindBit(kind) == 0 {
+				kind = KindOther // ToolKind: unknown values read as other
+			}
+			if !slices.Contains(kinds, kind) {
+				kinds = append(kinds, kind)
+			}
+		}
+		if t, ok := decodeOptional[string](x, tc.Title, "toolCall.title"); ok && t != "" && !slices.Contains(x.ev.Titles, t) {
+			x.ev.Titles = append(x.ev.Titles, t)
+		}
+	}
+	if len(kinds) == 0 {
+		kinds = []Kind{KindOther}
+	}
+	// A search reads everything below its path. Agents search with
+	// rg-like tools that skip dotfiles (Claude Code's Grep and Glob), so
+	// rules that only match hidden names below it do not make it ask.
+	recursive := slices.Contains(kinds, KindSearch)
+	before := len(x.ev.Items)
+	for _, tc := range calls {
+		if locs, ok := decodeOptional[[]struct {
+			Path string `json:"path"`
+		}](x, tc.Locations, "toolCall.locations"); ok {
+			for _, l := range locs {
+				if l.Path != "" {
+					x.toolPath(l.Path, recursive, "locations", nil, kinds)
+				}
+			}
+		}
+		if content, ok := decodeOptional[[]struct {
+			Type string `json:"type"`
+			Path string `json:"path"`
+		}](x, tc.Content, "toolCall.content"); ok {
+			for _, c := range content {
+				if c.Type == "diff" && c.Path != "" {
+					x.path(c.Path, false, KindEdit, false, "diff", nil)
+				}
+			}
+		}
+		x.rawInput(tc.RawInput, kinds, recursive)
+	}
+	if slices.Contains(kinds, KindFetch) {
+		// Fetch tools often carry their URL in the title or in a prompt.
+		texts := slices.Clone(x.ev.Titles)
+		for _, tc := range calls {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(tc.RawInput, &m) == nil {
+				for _, v := range m {
+					var s string
+					if json.Unmarshal(v, &s) == nil {
+						texts = append(texts, s)
+					}
+				}
+			}
+		}
+		for _, t := range texts {
+			for _, u := range urlsIn(t) {
+				x.url(u, "URL in the tool call")
+			}
+		}
+	}
+	if len(x.ev.Items) == before {
+		x.add(Item{Type: ItemTool, Origin: "tool call"}, kinds...)
+	}
+}
+
+// decodeOptional decodes an optional field; null or absent is !ok, a
+// value of the wrong type is recorded as opaque.
+func decodeOptional[T any](x *extractor, raw json.RawMessage, origin string) (T, bool) {
+	var v T
+	if len(raw) == 0 || string(raw) == "null" {
+		return v, false
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		x.opaque(origin, origin+" does not decode: "+err.Error(), KindOther)
+		return v, false
+	}
+	return v, true
+}
+
+// rawInput reads the rawInput fields DESIGN §6 names (and a few aliases
+// real agents use): command (a shell command line, or an argv as Codex
+// sends it), path, file_path, filePath, notebook_path, paths, url, cwd.
+func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return // a string or a list: nothing the policy knows how to read
+	}
+	cwd := x.cwd
+	if c, ok := decodeOptional[string](x, m["cwd"], "rawInput.cwd"); ok && c != "" {
+		if !path.IsAbs(c) && x.cwd != "" {
+			c = path.Join(x.cwd, c)
+		}
+		if path.IsAbs(c) {
+			cwd = path.Clean(c)
+			x.addCwd(cwd)
+		}
+	}
+	for _, key := range []string{"path", "file_path", "filePath", "notebook_path"} {
+		if p, ok := decodeOptional[string](x, m[key], "rawInput."+key); ok && p != "" {
+			x.toolPath(p, recursive, "rawInput."+key, x.dirs(cwd), kinds)
+		}
+	}
+	if ps, ok := decodeOptional[[]string](x, m["paths"], "rawInput.paths"); ok {
+		for _, p := range ps {
+			if p != "" {
+				x.toolPath(p, recursive, "rawInput.paths", x.dirs(cwd), kinds)
+			}
+		}
+	}
+	if u, ok := decodeOptional[string](x, m["url"], "rawInput.url"); ok && u != "" {
+		x.url(u, "rawInput.url")
+	}
+	if c := m["command"]; len(c) > 0 && string(c) != "null" {
+		cx := cmdCtx{cwds: x.dirs(cwd), origin: "rawInput.command"}
+		var line string
+		var argv []string
+		switch {
+		case json.Unmarshal(c, &line) == nil:
+			if extra, ok := decodeOptional[[]string](x, m["args"], "rawInput.args"); ok && len(extra) > 0 {
+				argv = append([]string{line}, extra...)
+			} else if strings.TrimSpace(line) != "" {
+				x.script(line, cx)
+			}
+		case json.Unmarshal(c, &argv) == nil:
+		default:
+			x.opaque("rawInput.command", "rawInput.command is neither a string nor a list of strings", KindExecute)
+		}
+		if len(argv) > 0 {
+			args := make([]arg, len(argv))
+			for i, a := range argv {
+				args[i] = arg{s: a}
+			}
+			x.argv(args, cx)
+		}
+	}
+}
+
+// toolPath records a path of a tool call with its declared kinds.
+func (x *extractor) toolPath(p string, recursive bool, origin string, cwds []string, kinds []Kind) {
+	before := len(x.ev.Items)
+	x.path(p, false, "", recursive, origin, cwds, kinds...)
+	for i := before; recursive && i < len(x.ev.Items); i++ {
+		x.ev.Items[i].SkipsHidden = true
+	}
+}
+
+// path records a path item. p may be relative (to each of cwds, or the
+// session's cwd when cwds is nil); kind "" means the kinds given in more.
+func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin string, cwds []string, more ...Kind) {
+	kinds := more
+	if kind != "" {
+		kinds = []Kind{kind}
+	}
+	if len(kinds) == 0 {
+		kinds = []Kind{KindOther}
+	}
+	var fulls []string
+	if path.IsAbs(p) {
+		fulls = []string{p}
+	} else {
+		if cwds == nil {
+			cwds = x.dirs(x.cwd)
+		}
+		if len(cwds) == 0 {
+			x.add(Item{Type: ItemPath, Path: p, Origin: origin, Opaque: fmt.Sprintf("relative path %q without a working directory", p)}, kinds...)
+			return
+		}
+		for _, b := range cwds {
+			fulls = append(fulls, b+"/"+p)
+		}
+		if (p == "~" || strings.HasPrefix(p, "~/")) && x.home != "" {
+			// An argv without a shell keeps ~ as written, but the editor
+			// may run it through one: both readings are forms.
+			fulls = append(fulls, x.home+p[1:])
+		}
+	}
+	it := Item{Type: ItemPath, Origin: origin, Recursive: recursive}
+	var expansions []string
+	for _, full := range fulls {
+		c := path.Clean(full)
+		if it.Path == "" {
+			it.Path = c
+		}
+		if !slices.Contains(it.Forms, c) {
+			it.Forms = append(it.Forms, c)
+		}
+		if x.fs != nil {
+			r, err := x.fs.Resolve(full)
+			if err != nil {
+				it.Unresolved = true
+			} else if r = path.Clean(r); !slices.Contains(it.Forms, r) {
+				it.Forms = append(it.Forms, r)
+			}
+			if glob {
+				if m, err := x.fs.Glob(c); err == nil {
+					expansions = append(expansions, m...)
+				}
+			}
+		}
+	}
+	if len(it.Forms) == 1 && quietPaths[it.Forms[0]] || strings.HasPrefix(it.Path, "/dev/fd/") {
+		return // writing to /dev/null and the like is not evidence
+	}
+	x.add(it, kinds...)
+	for _, m := range expansions {
+		x.path(m, false, kind, recursive, "glob "+p, nil, more...)
+	}
+}
+
+// quietPaths are device files whose use is never evidence.
+var quietPaths = map[string]bool{"/dev/null": true, "/dev/stdin": true, "/dev/stdout": true,
+	"/dev/stderr": true, "/dev/tty": true, "/dev/zero": true, "/dev/random": true, "/dev/urandom": true}
+
+// Covers reports whether every item of o (a direct fs or terminal call)
+// is also an item of e (the approved tool call's evidence): same path
+// forms, command or domain, with kinds e had. DESIGN §6: an approval
+// covers the direct calls that carry it out when their evidence is a
+// subset of what was approved (deny rules are still re-checked by
+// deciding o). Opaque and refused items are never covered.
+func (e *Evidence) Covers(o *Evidence) bool {
+	for i := range o.Items {
+		it := &o.Items[i]
+		if it.Aux {
+			continue
+		}
+		if it.Opaque != "" || it.Refused != "" || !slices.ContainsFunc(e.Items, func(a Item) bool { return covers(&a, it) }) {
+			return false
+		}
+	}
+	return len(o.Items) > 0
+}
+
+func covers(a, b *Item) bool {
+	if a.Type != b.Type || a.Opaque != "" || a.Refused != "" || b.kinds&^a.kinds != 0 {
+		return false
+	}
+	switch a.Type {
+	case ItemPath:
+		return a.Unresolved == b.Unresolved && (a.Recursive || !b.Recursive) &&
+			!slices.ContainsFunc(b.Forms, func(f string) bool { return !slices.Contains(a.Forms, f) })
+	case ItemCommand:
+		return slices.Equal(a.Argv, b.Argv) && a.ProgramPath == b.ProgramPath &&
+			!slices.ContainsFunc(b.Env, func(n string) bool { return !slices.Contains(a.Env, n) })
+	case ItemDomain:
+		return a.Domain == b.Domain && !b.DomainInvalid
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/acp-router/acp-router/acp"
+)
+
+// Explain writes what `acp-router policy explain` prints for a decision:
+// the decision and who made it, every piece of evidence with its own
+// decision and deciding rule (and the other rules that fired or were
+// spared by unless), and the answer the agent would get.
+func Explain(d *Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "decision: %s   by %s\n", strings.ToUpper(d.Effect.String()), decider(d.Rule, d.Layer, d.Source))
+	if d.Message != "" {
+		fmt.Fprintf(&b, "message:  %s\n", d.Message)
+	}
+	fmt.Fprintf(&b, "policy:   %s\n", d.PolicyHash)
+	if ev := d.Evidence; ev != nil {
+		ctx := []string{d.Method}
+		if ev.Agent != "" {
+			ctx = append(ctx, "agent "+ev.Agent)
+		}
+		if ev.Mode != "" {
+			ctx = append(ctx, "mode "+ev.Mode)
+		}
+		if len(ev.Cwds) > 0 {
+			ctx = append(ctx, "cwd "+strings.Join(ev.Cwds, " = "))
+		}
+		fmt.Fprintf(&b, "request:  %s\n", strings.Join(ctx, "   "))
+		for _, t := range ev.Titles {
+			fmt.Fprintf(&b, "title:    %q\n", t)
+		}
+	}
+	b.WriteString("evidence:\n")
+	for _, f := range d.Findings {
+		it := f.Item
+		var notes []string
+		notes = append(notes, joinKinds(it.Kinds))
+		if it.Origin != "" {
+			notes = append(notes, it.Origin)
+		}
+		if it.Aux {
+			notes = append(notes, "wrapper: only makes the decision stricter")
+		}
+		if it.Recursive {
+			notes = append(notes, "recursive")
+		}
+		eff := f.Effect.String()
+		if f.Effect == None {
+			eff = "-"
+		}
+		fmt.Fprintf(&b, "  %-8s %-40s %-6s %s\n", it.Type, it.String(), eff, decider(f.Rule, f.Layer, f.Source))
+		fmt.Fprintf(&b, "           (%s)\n", strings.Join(notes, "; "))
+		if it.Type == ItemPath && (len(it.Forms) > 1 || len(it.Forms) == 1 && it.Forms[0] != it.Path) {
+			fmt.Fprintf(&b, "           forms: %s\n", strings.Join(it.Forms, ", "))
+		}
+		if it.Unresolved {
+			b.WriteString("           symlinks could not be resolved: no allow covers it\n")
+		}
+		if it.Opaque != "" {
+			fmt.Fprintf(&b, "           opaque: %s\n", it.Opaque)
+		}
+		if it.Refused != "" {
+			fmt.Fprintf(&b, "           refused: %s\n", it.Refused)
+		}
+		if len(it.Env) > 0 {
+			fmt.Fprintf(&b, "           sets: %s\n", strings.Join(it.Env, ", "))
+		}
+		var also []string
+		for _, m := range f.Matches {
+			if m.Rule == f.Rule {
+				if m.Possible {
+					b.WriteString("           the rule matches something below this directory, so it asks\n")
+				}
+				continue
+			}
+			s := fmt.Sprintf("%s (%s, %s)", m.Rule, m.Layer, m.Effect)
+			if m.Possible {
+				s += " below it"
+			}
+			also = append(also, s)
+		}
+		if len(also) > 0 {
+			fmt.Fprintf(&b, "           also matched: %s\n", strings.Join(also, ", "))
+		}
+		if len(f.Excepted) > 0 {
+			fmt.Fprintf(&b, "           spared by unless: %s\n", strings.Join(f.Excepted, ", "))
+		}
+	}
+	fmt.Fprintf(&b, "answer:   %s\n", Answer(d))
+	return b.String()
+}
+
+func decider(rule, layer string, src Source) string {
+	switch {
+	case src == SourceDefault:
+		return fmt.Sprintf("default (%s layer)", layer)
+	case rule == "":
+		return "no rule"
+	}
+	return fmt.Sprintf("%s (%s layer)", rule, layer)
+}
+
+// Answer describes what the agent gets for a decision (DESIGN §6).
+func Answer(d *Decision) string {
+	if d.Method == acp.MethodRequestPermission {
+		switch d.Effect {
+		case Allow:
+			return "the agent gets its first allow_once option (if it offers only allow_always, the editor is asked instead)"
+		case Deny:
+			return fmt.Sprintf("the agent gets its first reject_once option (else reject_always, else outcome cancelled); the editor sees the tool call failed with %q",
+				d.ErrorMessage())
+		}
+		return "forwarded to the editor, which asks the user"
+	}
+	switch d.Effect {
+	case Allow:
+		return "forwarded to the editor"
+	case Deny:
+		return fmt.Sprintf("JSON-RPC error %d %q (data: rule and decision); the editor never sees the request", acp.CodeInternalError, d.ErrorMessage())
+	}
+	return "the router asks the editor first (session/request_permission with allow_once, allow_always, reject_once, reject_always), then forwards or refuses the request"
+}

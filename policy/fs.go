@@ -1,0 +1,160 @@
+package policy
+
+import (
+	"errors"
+	"path"
+	"slices"
+	"strings"
+)
+
+// FS is what the policy needs to know about the filesystem. The router
+// passes one backed by the real filesystem; tests and `policy test` pass a
+// MapFS. A nil FS means: nothing exists and there are no symlinks.
+//
+// Every path given to FS is absolute; it may still contain "." and ".."
+// (Resolve must apply them after resolving the symlinks before them, as the
+// kernel does).
+type FS interface {
+	// Resolve returns path with every symlink resolved. For a path that
+	// does not exist, the deepest existing ancestor is resolved and the
+	// rest appended. An error (a loop, no permission) makes the path
+	// impossible to allow.
+	Resolve(path string) (string, error)
+	// Stat reports whether path exists (following symlinks) and whether it
+	// is a directory.
+	Stat(path string) (exists, dir bool)
+	// Glob returns the existing paths matching the shell glob pattern (an
+	// absolute path with *, ? and [...] in it), sorted; nil when none does.
+	Glob(pattern string) ([]string, error)
+}
+
+// MapFS is an in-memory FS: a set of files and directories and a set of
+// symlinks. The zero value is empty. Build one with NewMapFS.
+type MapFS struct {
+	files    map[string]bool   // path -> is a directory
+	symlinks map[string]string // link -> absolute target
+}
+
+// NewMapFS returns a MapFS holding files (a trailing / makes a directory;
+// every parent is a directory too) and symlinks (link → target; a relative
+// target is relative to the link's directory). Paths must be absolute.
+func NewMapFS(files []string, symlinks map[string]string) *MapFS {
+	m := &MapFS{files: map[string]bool{"/": true}, symlinks: map[string]string{}}
+	add := func(p string, dir bool) {
+		p = path.Clean(p)
+		if !m.files[p] {
+			m.files[p] = dir
+		}
+		for d := path.Dir(p); ; d = path.Dir(d) {
+			m.files[d] = true
+			if d == "/" {
+				break
+			}
+		}
+	}
+	for _, f := range files {
+		add(f, strings.HasSuffix(f, "/"))
+	}
+	for link, target := range symlinks {
+		link = path.Clean(link)
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(link), target)
+		}
+		m.symlinks[link] = path.Clean(target)
+		add(path.Dir(link), true)
+	}
+	return m
+}
+
+var errLoop = errors.New("too many levels of symbolic links")
+
+// Resolve implements FS, walking path one component at a time as the
+// kernel does.
+func (m *MapFS) Resolve(p string) (string, error) {
+	if !path.IsAbs(p) {
+		return "", errors.New("not an absolute path")
+	}
+	cur := make([]byte, 0, len(p))
+	rest := p
+	hops := 0
+	for rest != "" {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if i := bytesLastSlash(cur); i >= 0 {
+				cur = cur[:i]
+			}
+			continue
+		}
+		cur = append(cur, '/')
+		cur = append(cur, c...)
+		if target, ok := m.symlinks[string(cur)]; ok {
+			if hops++; hops > 40 {
+				return "", errLoop
+			}
+			cur = cur[:0]
+			if rest != "" {
+				rest = target + "/" + rest
+			} else {
+				rest = target
+			}
+			continue
+		}
+		if _, ok := m.files[string(cur)]; !ok {
+			// The deepest existing ancestor is resolved; the rest is
+			// appended as written.
+			return path.Clean(string(cur) + "/" + rest), nil
+		}
+	}
+	if len(cur) == 0 {
+		return "/", nil
+	}
+	return string(cur), nil
+}
+
+func bytesLastSlash(b []byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// Stat implements FS.
+func (m *MapFS) Stat(p string) (exists, dir bool) {
+	r, err := m.Resolve(p)
+	if err != nil {
+		return false, false
+	}
+	dir, exists = m.files[r]
+	return exists, dir
+}
+
+// Glob implements FS with path.Match semantics over every known path.
+func (m *MapFS) Glob(pattern string) ([]string, error) {
+	if _, err := path.Match(pattern, ""); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, set := range []map[string]bool{m.files, boolKeys(m.symlinks)} {
+		for p := range set {
+			if ok, _ := path.Match(pattern, p); ok && !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func boolKeys(m map[string]string) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = false
+	}
+	return out
+}

@@ -1,0 +1,202 @@
+package policy
+
+import (
+	"encoding/json"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/bmatcuk/doublestar/v4"
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// permissive allows everything a rule can allow: only what the router
+// cannot see through (or refuses) is not allowed.
+const permissive = `
+default: allow
+rules:
+  - {id: all-kinds, decision: allow, when: {kind: [read, edit, delete, move, search, execute, think, fetch, switch_mode, other]}}
+  - {id: all-commands, decision: allow, when: {command: ["**"]}}
+  - {id: all-paths, decision: allow, when: {paths: ["/**"]}}
+  - {id: all-domains, decision: allow, when: {domains: ["*"]}}
+  - {id: shadow, decision: deny, when: {paths: ["/etc/shadow"]}}
+`
+
+func permissivePolicy(f interface{ Fatal(...any) }) *Policy {
+	l, err := ParseFile("permissive.yaml", []byte(permissive))
+	if err != nil {
+		f.Fatal(err)
+	}
+	p, err := Compile(l)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return p
+}
+
+// caseCommands returns the terminal/create command lines of
+// testdata/cases, to seed the fuzzers.
+func caseCommands(f *testing.F) []string {
+	files, _ := filepath.Glob("testdata/cases/*.yaml")
+	var out []string
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			if _, cmd, ok := strings.Cut(line, "terminal/create "); ok {
+				out = append(out, strings.Trim(strings.TrimSpace(cmd), `"`))
+			}
+		}
+	}
+	return out
+}
+
+// FuzzExtract: any command line, as a terminal/create script, as an argv
+// and as a request_permission rawInput.command: extraction and decision
+// never panic, and under a policy that allows everything, a line that does
+// not parse (or anything opaque) is never allowed.
+func FuzzExtract(f *testing.F) {
+	for _, c := range caseCommands(f) {
+		f.Add(c)
+	}
+	f.Add(`a=$'\u12' "${x[@]:1:2}" {1..3}{a,b} ~+/x ~-/y $((1+$(id))) <(:) >(:) @(x|y) *([a-z])`)
+	p := permissivePolicy(f)
+	fs := NewMapFS([]string{TestCwd + "/.env", TestCwd + "/src/main.go", "/etc/shadow"},
+		map[string]string{TestCwd + "/link": "/etc", TestCwd + "/loop": "loop"})
+	sess := Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}
+	f.Fuzz(func(t *testing.T, line string) {
+		// JSON carries valid UTF-8 only: decide the line the router would
+		// receive.
+		b, _ := json.Marshal(line)
+		_ = json.Unmarshal(b, &line)
+		start := time.Now()
+		defer func() {
+			if el := time.Since(start); el > 2*time.Second {
+				t.Fatalf("%q took %v", line, el)
+			}
+		}()
+		_, parseErr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(line), "")
+		params, _ := json.Marshal(map[string]any{"sessionId": "s", "command": line})
+		d := p.Decide(&Request{Method: acp.MethodTerminalCreate, Params: params, Session: sess, FS: fs})
+		check(t, line, &d, parseErr != nil)
+
+		perm, _ := json.Marshal(map[string]any{"sessionId": "s", "options": []any{},
+			"toolCall": map[string]any{"toolCallId": "t", "kind": "execute", "rawInput": map[string]any{"command": line}}})
+		d = p.Decide(&Request{Method: acp.MethodRequestPermission, Params: perm, Session: sess, FS: fs})
+		check(t, line, &d, parseErr != nil && strings.TrimSpace(line) != "")
+
+		argv, _ := json.Marshal(map[string]any{"sessionId": "s", "command": "bash", "args": []string{"-c", line}})
+		d = p.Decide(&Request{Method: acp.MethodTerminalCreate, Params: argv, Session: sess, FS: fs})
+		check(t, line, &d, parseErr != nil)
+	})
+}
+
+func check(t *testing.T, line string, d *Decision, unparsable bool) {
+	t.Helper()
+	if unparsable && d.Effect == Allow {
+		t.Fatalf("%q does not parse but is allowed:\n%s", line, Explain(d))
+	}
+	for _, f := range d.Findings {
+		if (f.Item.Opaque != "" || f.Item.Refused != "") && f.Effect < Ask {
+			t.Fatalf("%q: an opaque or refused item is %s:\n%s", line, f.Effect, Explain(d))
+		}
+		if f.Item.Type == ItemPath && !f.Item.Unresolved {
+			for _, form := range f.Item.Forms {
+				if form == "/etc/shadow" && f.Effect != Deny {
+					t.Fatalf("%q: /etc/shadow is %s:\n%s", line, f.Effect, Explain(d))
+				}
+			}
+		}
+	}
+	if len(d.Findings) == 0 {
+		t.Fatalf("%q: no evidence", line)
+	}
+}
+
+// FuzzParams: any params for any decided method never panic, and params
+// that do not decode are never allowed.
+func FuzzParams(f *testing.F) {
+	for i, m := range decidedMethods {
+		f.Add(uint8(i), `{"sessionId":"s","path":"/home/user/project/a","command":"ls","toolCall":{"toolCallId":"t","kind":"read","locations":[{"path":"/a"}]}}`)
+		f.Add(uint8(i), `{"toolCall":{"kind":5,"rawInput":{"command":["bash","-lc","rm -rf /"],"url":"http://[::1"}}}`)
+		_ = m
+	}
+	p := permissivePolicy(f)
+	f.Fuzz(func(t *testing.T, method uint8, params string) {
+		m := decidedMethods[int(method)%len(decidedMethods)]
+		d := p.Decide(&Request{Method: m, Params: json.RawMessage(params),
+			Updates: []json.RawMessage{json.RawMessage(params)}, Session: Session{Cwd: TestCwd, Home: TestHome}})
+		var v any
+		if json.Unmarshal([]byte(params), &v) != nil && d.Effect == Allow {
+			t.Fatalf("params %q do not decode but %s is allowed:\n%s", params, m, Explain(&d))
+		}
+		check(t, params, &d, false)
+	})
+}
+
+// FuzzMatch: any pattern against any path or argv never panics; when a
+// path pattern compiles, a strict (allow) match implies a loose one, and
+// a match of a directory implies that something below it may match.
+func FuzzMatch(f *testing.F) {
+	seeds := [][2]string{
+		{"**/.env", "/home/user/project/.env"}, {"${roots}/**", "/home/user/project/src/a.go"},
+		{"~/.ssh/**", "/home/user/.ssh"}, {"/etc/{passwd,shadow}", "/etc/shadow"}, {"/a/[!b]*/**/c", "/a/x/y/c"},
+		{"git push **", "git push -f origin"}, {"*.x.com", "a.x.com"}, {"re:^a(b", "ab"}, {"**/**/x/**/y", "/x/a/y"},
+		{"**/node_modules/**", "/a/node_modules"}, {"**/*.pem", "/k/.pem"}, {"/srv/app/**/*.go", "/srv/app/x.go"},
+		{"**/.env", "/.env"}, {"/etc/**", "/etcx"}, {"**/a/**", "/ba/a"},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1])
+	}
+	v := &vars{cwd: []string{TestCwd}, roots: []string{TestCwd, "/srv"}, home: []string{TestHome}}
+	f.Fuzz(func(t *testing.T, pattern, subject string) {
+		p := "/" + strings.TrimLeft(path.Clean("/"+subject), "/")
+		if pp, err := compilePath(pattern); err == nil {
+			if pp.fast != fastNone {
+				rel := p[1:]
+				want, _ := doublestar.Match(pp.rest, rel)
+				if got := pp.matchRel(rel); got != want {
+					t.Fatalf("%q on %q: fast match %v, doublestar %v", pattern, rel, got, want)
+				}
+			}
+			m := pp.match(p, v)
+			if pp.covers(p, v) && !m {
+				t.Fatalf("%q covers %q but does not match it", pattern, p)
+			}
+			if m && !pp.mayMatchBelow(p, v, false) {
+				t.Fatalf("%q matches %q but mayMatchBelow says no", pattern, p)
+			}
+			pp.mayMatchBelow(p, v, true)
+		}
+		if cp, err := compileCommand(pattern); err == nil {
+			args := strings.Fields(subject)
+			if len(args) > 0 {
+				it := Item{Type: ItemCommand, Argv: args, Program: programName(args[0]), ProgramPath: args[0]}
+				it.canon = canonArgs(args, nil)
+				if cp.match(&it, true) && !cp.match(&it, false) {
+					t.Fatalf("%q matches %q strictly but not loosely", pattern, subject)
+				}
+			}
+		}
+		if tp, err := compileTitle(pattern); err == nil {
+			tp.match(subject)
+		}
+		if dp, err := compileDomain(pattern); err == nil {
+			if d, ok := normDomain(subject); ok {
+				dp.match(d)
+			}
+		}
+		var c Cond
+		c.src = map[string][]string{}
+		for _, key := range matcherKeys {
+			_ = c.add(key, pattern)
+		}
+		_ = c.infeasible()
+	})
+}

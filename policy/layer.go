@@ -1,0 +1,756 @@
+package policy
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Pos is a position in a policy file.
+type Pos struct {
+	File      string
+	Line, Col int
+}
+
+// String formats p as FILE:LINE:COL.
+func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+
+// Error is one problem in a policy file, at the position of the YAML node
+// that caused it. The parse functions return every Error they find, joined
+// with errors.Join in file order.
+type Error struct {
+	Pos Pos
+	Msg string
+}
+
+func (e *Error) Error() string { return e.Pos.String() + ": " + e.Msg }
+
+// Layer is the parsed policy of one layer: the org layer (every file of
+// the policy directory, folded together with Merge) or the user layer (the
+// config's permissions: and its include files, folded with AddInclude).
+type Layer struct {
+	// Name is LayerOrg or LayerUser.
+	Name string
+	// Files are the files the layer was read from, in the order read.
+	Files []string
+	// Default is the layer's default decision; None when no file set one.
+	Default    Effect
+	DefaultPos Pos
+	// DenyModes are the AGENT:MODE pairs the layer forbids.
+	DenyModes []ModeRef
+	// LowerLayersMay (org layer only) lists the decisions rules of lower
+	// layers may have; nil when not set (everything allowed).
+	LowerLayersMay []Effect
+	// Includes (user layer only) are the files `include:` lists, for the
+	// caller to read and fold in with AddInclude. A relative path is
+	// already joined with the directory of the file that lists it; a
+	// leading ~/ is left for the caller to expand.
+	Includes []Include
+	Rules    []*Rule
+	Tests    []*TestCase
+}
+
+// ModeRef is one deny_modes entry.
+type ModeRef struct {
+	Agent string // an agent name, or * for every agent
+	Mode  string
+	Pos   Pos
+}
+
+func (m ModeRef) String() string { return m.Agent + ":" + m.Mode }
+
+// Include is one entry of include:.
+type Include struct {
+	Path string
+	Pos  Pos
+}
+
+// Rule is one compiled rule.
+type Rule struct {
+	ID       string
+	Decision Effect
+	Message  string
+	// Layer is the layer the rule belongs to.
+	Layer string
+	Pos   Pos
+	When  *Cond
+	// Unless is nil when the rule has no exception.
+	Unless *Cond
+}
+
+// Keys of a permissions mapping, a rule and a matcher.
+var (
+	orgKeys     = []string{"default", "deny_modes", "lower_layers_may", "rules", "tests"}
+	userKeys    = []string{"default", "deny_modes", "include", "rules", "tests"}
+	includeKeys = []string{"default", "deny_modes", "rules", "tests"}
+	ruleKeys    = []string{"id", "decision", "when", "unless", "message"}
+	testKeys    = []string{"call", "expect", "rule", "agent", "mode", "cwd", "roots", "files", "symlinks"}
+	matcherKeys = []string{"agent", "kind", "method", "title", "paths", "command", "program", "flags_any",
+		"domains", "mode", "cwd", "env"}
+
+	ruleID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+)
+
+// layerKind is which schema a mapping follows.
+type layerKind uint8
+
+const (
+	kindOrgFile layerKind = iota
+	kindUserConfig
+	kindIncludeFile
+)
+
+// ParseFile parses one org policy file (a *.yaml file of the policy
+// directory): the same schema as the config's permissions: mapping, plus
+// lower_layers_may, without include. Fold the files of the directory
+// together with Merge, in file name order.
+func ParseFile(file string, data []byte) (*Layer, error) {
+	return parseData(file, data, kindOrgFile)
+}
+
+// ParseLayer parses the user layer: the value of the permissions: key of
+// the config file (DESIGN §4). The files its include: lists are in
+// Layer.Includes; read each and fold it in with AddInclude.
+func ParseLayer(file string, node *yaml.Node) (*Layer, error) {
+	p := &parser{file: file}
+	l := p.layer(deref(node), kindUserConfig)
+	return l, p.err()
+}
+
+// AddInclude folds an include file (same schema as permissions:, without
+// include) into the user layer l.
+func (l *Layer) AddInclude(file string, data []byte) error {
+	inc, err := parseData(file, data, kindIncludeFile)
+	if err != nil {
+		return err
+	}
+	return l.Merge(inc)
+}
+
+// Merge folds o, another file of the same layer, into l: the stricter
+// default wins, deny_modes, rules and tests add up, lower_layers_may keeps
+// only what both allow. A rule id already used in l is an error.
+func (l *Layer) Merge(o *Layer) error {
+	p := &parser{file: firstOr(o.Files, "")}
+	seen := map[string]*Rule{}
+	for _, r := range l.Rules {
+		seen[r.ID] = r
+	}
+	for _, r := range o.Rules {
+		if first := seen[r.ID]; first != nil {
+			p.errs = append(p.errs, &Error{r.Pos, fmt.Sprintf("duplicate rule id %q (first at %s)", r.ID, first.Pos)})
+			continue
+		}
+		seen[r.ID] = r
+		r.Layer = l.Name
+		l.Rules = append(l.Rules, r)
+	}
+	if o.Default > l.Default {
+		l.Default, l.DefaultPos = o.Default, o.DefaultPos
+	}
+	l.DenyModes = append(l.DenyModes, o.DenyModes...)
+	switch {
+	case o.LowerLayersMay == nil:
+	case l.LowerLayersMay == nil:
+		l.LowerLayersMay = slices.Clone(o.LowerLayersMay)
+	default:
+		l.LowerLayersMay = slices.DeleteFunc(l.LowerLayersMay, func(e Effect) bool { return !slices.Contains(o.LowerLayersMay, e) })
+	}
+	for _, t := range o.Tests {
+		t.Layer = l.Name
+	}
+	l.Tests = append(l.Tests, o.Tests...)
+	l.Includes = append(l.Includes, o.Includes...)
+	l.Files = append(l.Files, o.Files...)
+	return p.err()
+}
+
+func firstOr(s []string, d string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return d
+}
+
+func parseData(file string, data []byte, kind layerKind) (*Layer, error) {
+	p := &parser{file: file}
+	root, err := p.document(data)
+	if err != nil {
+		return nil, err
+	}
+	l := p.layer(root, kind)
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// parser walks the YAML node tree of one policy file and collects every
+// problem with the position of the node that caused it.
+type parser struct {
+	file string
+	errs []*Error
+}
+
+func (p *parser) err() error {
+	if len(p.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(p.errs, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
+	})
+	errs := make([]error, len(p.errs))
+	for i, e := range p.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// document decodes data into a node tree and returns its root: exactly one
+// non-empty YAML document.
+func (p *parser) document(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, &Error{Pos{p.file, 1, 1}, "policy file is empty"}
+	} else if err != nil {
+		return nil, p.syntaxError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &Error{p.pos(&extra), "only one YAML document is allowed"}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, p.syntaxError(err)
+	}
+	root := doc.Content[0]
+	if root.ShortTag() == "!!null" && root.Value == "" {
+		return nil, &Error{Pos{p.file, 1, 1}, "policy file is empty"}
+	}
+	return root, nil
+}
+
+var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parserProblems are yaml.v3 messages from its parser rather than its
+// scanner; yaml.v3 reports their line 0-based.
+var parserProblems = []string{
+	"did not find expected <stream-start>",
+	"did not find expected <document start>",
+	"found undefined tag handle",
+	"did not find expected node content",
+	"did not find expected '-' indicator",
+	"did not find expected key",
+	"did not find expected ',' or ']'",
+	"did not find expected ',' or '}'",
+	"found duplicate %YAML directive",
+	"found incompatible YAML document",
+	"found duplicate %TAG directive",
+}
+
+// syntaxError turns a yaml.v3 syntax error into an *Error (yaml.v3 does
+// not expose the column, so it is 1).
+func (p *parser) syntaxError(err error) *Error {
+	m := syntaxLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &Error{Pos{p.file, 1, 1}, strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	line, _ := strconv.Atoi(m[1])
+	if slices.Contains(parserProblems, m[2]) {
+		line++
+	}
+	return &Error{Pos{p.file, line, 1}, m[2]}
+}
+
+func (p *parser) pos(n *yaml.Node) Pos { return Pos{p.file, n.Line, n.Column} }
+
+// errorf records an error at n; path names the value ("rules[0].when").
+func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	p.errs = append(p.errs, &Error{p.pos(n), msg})
+}
+
+// layer reads a permissions mapping.
+func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
+	l := &Layer{Name: LayerUser, Files: []string{p.file}}
+	keys := userKeys
+	switch kind {
+	case kindOrgFile:
+		l.Name, keys = LayerOrg, orgKeys
+	case kindIncludeFile:
+		keys = includeKeys
+	}
+	var misplaced []string
+	switch kind {
+	case kindUserConfig, kindIncludeFile:
+		misplaced = append(misplaced, "lower_layers_may")
+	}
+	if kind != kindUserConfig {
+		misplaced = append(misplaced, "include")
+	}
+	f := p.fields("", n, keys, misplaced...)
+	if f == nil {
+		return l
+	}
+	if v := f["default"]; v != nil {
+		l.Default = p.effect("default", v)
+		l.DefaultPos = p.pos(v)
+	}
+	if v := f["deny_modes"]; v != nil {
+		for i, item := range p.list("deny_modes", v, true) {
+			path := fmt.Sprintf("deny_modes[%d]", i)
+			s, ok := p.str(path, item)
+			if !ok {
+				continue
+			}
+			agent, mode, found := strings.Cut(s, ":")
+			if !found || agent == "" || mode == "" || strings.Contains(mode, ":") {
+				p.errorf(item, path, `expected "AGENT:MODE" (AGENT may be *), got %q`, s)
+				continue
+			}
+			l.DenyModes = append(l.DenyModes, ModeRef{agent, mode, p.pos(item)})
+		}
+	}
+	if v := f["lower_layers_may"]; v != nil {
+		l.LowerLayersMay = []Effect{}
+		for i, item := range p.list("lower_layers_may", v, false) {
+			if e := p.effect(fmt.Sprintf("lower_layers_may[%d]", i), item); e != None && !slices.Contains(l.LowerLayersMay, e) {
+				l.LowerLayersMay = append(l.LowerLayersMay, e)
+			}
+		}
+	}
+	if v := f["include"]; v != nil {
+		for i, item := range p.list("include", v, true) {
+			s, ok := p.str(fmt.Sprintf("include[%d]", i), item)
+			if !ok || s == "" {
+				continue
+			}
+			if !filepath.IsAbs(s) && !strings.HasPrefix(s, "~/") {
+				s = filepath.Join(filepath.Dir(p.file), s)
+			}
+			l.Includes = append(l.Includes, Include{s, p.pos(item)})
+		}
+	}
+	if v := f["rules"]; v != nil {
+		seen := map[string]*Rule{}
+		for i, item := range p.list("rules", v, true) {
+			if r := p.rule(fmt.Sprintf("rules[%d]", i), item, seen); r != nil {
+				r.Layer = l.Name
+				l.Rules = append(l.Rules, r)
+			}
+		}
+	}
+	if v := f["tests"]; v != nil {
+		for i, item := range p.list("tests", v, true) {
+			if t := p.test(fmt.Sprintf("tests[%d]", i), item); t != nil {
+				t.Layer = l.Name
+				l.Tests = append(l.Tests, t)
+			}
+		}
+	}
+	return l
+}
+
+// rule reads one rule.
+func (p *parser) rule(path string, n *yaml.Node, seen map[string]*Rule) *Rule {
+	f := p.fields(path, n, ruleKeys)
+	if f == nil {
+		return nil
+	}
+	r := &Rule{Pos: p.pos(n)}
+	before := len(p.errs)
+	p.require(path, n, f, "id", "decision", "when")
+	if v := f["id"]; v != nil {
+		if id, ok := p.str(path+".id", v); ok {
+			switch {
+			case !ruleID.MatchString(id):
+				p.errorf(v, path+".id", "invalid rule id %q: use letters, digits, '.', '_' and '-'", id)
+			case seen[id] != nil:
+				p.errorf(v, path+".id", "duplicate rule id %q (first at line %d)", id, seen[id].Pos.Line)
+			default:
+				r.ID = id
+				seen[id] = r
+			}
+		}
+	}
+	if v := f["decision"]; v != nil {
+		r.Decision = p.effect(path+".decision", v)
+	}
+	if v := f["message"]; v != nil {
+		r.Message, _ = p.str(path+".message", v)
+	}
+	if v := f["when"]; v != nil {
+		r.When = p.cond(path+".when", v)
+		if r.When != nil {
+			if why := r.When.infeasible(); why != "" {
+				p.errorf(v, path+".when", "the rule can never match: %s", why)
+			}
+		}
+	}
+	if v := f["unless"]; v != nil {
+		r.Unless = p.cond(path+".unless", v)
+		if r.Unless != nil && r.When != nil {
+			if why := r.Unless.infeasible(); why != "" {
+				p.errorf(v, path+".unless", "the exception can never match: %s", why)
+			} else if r.Unless.sameAs(r.When) {
+				p.errorf(v, path+".unless", "the exception is the same as when: the rule can never match")
+			}
+		}
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	return r
+}
+
+// cond reads a when or unless mapping.
+func (p *parser) cond(path string, n *yaml.Node) *Cond {
+	f := p.fields(path, n, matcherKeys)
+	if f == nil {
+		return nil
+	}
+	if len(n.Content) == 0 {
+		p.errorf(n, path, "must have at least one matcher (%s)", strings.Join(matcherKeys, ", "))
+		return nil
+	}
+	c := &Cond{src: map[string][]string{}}
+	before := len(p.errs)
+	for _, key := range matcherKeys {
+		v := f[key]
+		if v == nil {
+			continue
+		}
+		kp := path + "." + key
+		items := p.list(kp, v, true)
+		if len(items) == 0 {
+			continue
+		}
+		for i, item := range items {
+			ip := fmt.Sprintf("%s[%d]", kp, i)
+			if v.Kind != yaml.SequenceNode {
+				ip = kp
+			}
+			s, ok := p.str(ip, item)
+			if !ok {
+				continue
+			}
+			if err := c.add(key, s); err != nil {
+				p.errorf(item, ip, "%v", err)
+			}
+		}
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	return c
+}
+
+// test reads one tests entry.
+func (p *parser) test(path string, n *yaml.Node) *TestCase {
+	f := p.fields(path, n, testKeys)
+	if f == nil {
+		return nil
+	}
+	t := &TestCase{Pos: p.pos(n)}
+	before := len(p.errs)
+	p.require(path, n, f, "call", "expect")
+	if v := f["call"]; v != nil {
+		var items []*yaml.Node
+		if v.Kind == yaml.MappingNode {
+			items = []*yaml.Node{v}
+		} else {
+			items = p.list(path+".call", v, true)
+		}
+		for i, item := range items {
+			ip := path + ".call"
+			if v.Kind == yaml.SequenceNode {
+				ip = fmt.Sprintf("%s[%d]", ip, i)
+			}
+			call, err := p.call(ip, item)
+			if err != nil {
+				p.errorf(item, ip, "%v", err)
+				continue
+			}
+			if call != nil {
+				call.Pos = p.pos(item)
+				t.Calls = append(t.Calls, call)
+			}
+		}
+	}
+	if v := f["expect"]; v != nil {
+		t.Expect = p.effect(path+".expect", v)
+	}
+	if v := f["rule"]; v != nil {
+		t.Rule, _ = p.str(path+".rule", v)
+	}
+	if v := f["agent"]; v != nil {
+		t.Agent, _ = p.str(path+".agent", v)
+	}
+	if v := f["mode"]; v != nil {
+		t.Mode, _ = p.str(path+".mode", v)
+	}
+	if v := f["cwd"]; v != nil {
+		if t.Cwd, _ = p.str(path+".cwd", v); t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
+			p.errorf(v, path+".cwd", "must be an absolute path, got %q", t.Cwd)
+		}
+	}
+	for key, dst := range map[string]*[]string{"roots": &t.Roots, "files": &t.Files} {
+		if v := f[key]; v != nil {
+			for i, item := range p.list(path+"."+key, v, false) {
+				ip := fmt.Sprintf("%s.%s[%d]", path, key, i)
+				if s, ok := p.str(ip, item); ok {
+					if !filepath.IsAbs(s) {
+						p.errorf(item, ip, "must be an absolute path, got %q", s)
+					}
+					*dst = append(*dst, s)
+				}
+			}
+		}
+	}
+	if v := f["symlinks"]; v != nil {
+		pairs, ok := p.mapping(path+".symlinks", v)
+		if ok {
+			t.Symlinks = map[string]string{}
+			for _, kv := range pairs {
+				target, ok := p.str(path+".symlinks."+kv.key.Value, kv.val)
+				if !filepath.IsAbs(kv.key.Value) {
+					p.errorf(kv.key, path+".symlinks", "link %q must be an absolute path", kv.key.Value)
+				}
+				if ok {
+					t.Symlinks[kv.key.Value] = target
+				}
+			}
+		}
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	return t
+}
+
+// call reads one test call: a string "METHOD ARGS..." or a mapping
+// {method: ..., params: {...}}.
+func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
+	if n.Kind == yaml.MappingNode {
+		f := p.fields(path, n, []string{"method", "params", "updates"})
+		if f == nil {
+			return nil, nil
+		}
+		var updates []json.RawMessage
+		if u := f["updates"]; u != nil {
+			for i, item := range p.list(path+".updates", u, true) {
+				var v any
+				if err := item.Decode(&v); err != nil {
+					return nil, fmt.Errorf("updates[%d]: %v", i, err)
+				}
+				raw, err := jsonValue(v)
+				if err != nil {
+					return nil, fmt.Errorf("updates[%d]: %v", i, err)
+				}
+				updates = append(updates, raw)
+			}
+		}
+		p.require(path, n, f, "method", "params")
+		if f["method"] == nil || f["params"] == nil {
+			return nil, nil
+		}
+		method, ok := p.str(path+".method", f["method"])
+		if !ok {
+			return nil, nil
+		}
+		var v any
+		if err := f["params"].Decode(&v); err != nil {
+			return nil, fmt.Errorf("params: %v", err)
+		}
+		params, err := jsonValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("params: %v", err)
+		}
+		return &TestCall{Method: method, Params: params, Updates: updates}, checkMethod(method)
+	}
+	s, ok := p.str(path, n)
+	if !ok {
+		return nil, nil
+	}
+	return ParseCall(s)
+}
+
+func (p *parser) effect(path string, n *yaml.Node) Effect {
+	s, ok := p.str(path, n)
+	if !ok {
+		return None
+	}
+	e, err := ParseEffect(s)
+	if err != nil {
+		p.errorf(n, path, "must be allow, ask or deny, got %q", s)
+	}
+	return e
+}
+
+// list reads a list, or one scalar as a list of one. nonEmpty reports an
+// empty list.
+func (p *parser) list(path string, n *yaml.Node, nonEmpty bool) []*yaml.Node {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		if len(n.Content) == 0 && nonEmpty {
+			p.errorf(n, path, "must not be an empty list")
+		}
+		out := make([]*yaml.Node, len(n.Content))
+		for i, c := range n.Content {
+			out[i] = deref(c)
+		}
+		return out
+	case yaml.MappingNode:
+		p.errorf(n, path, "expected a list, got a mapping")
+		return nil
+	}
+	if n.ShortTag() == "!!null" && n.Value != "~" {
+		p.errorf(n, path, "expected a list, got an empty value")
+		return nil
+	}
+	return []*yaml.Node{n}
+}
+
+func (p *parser) str(path string, n *yaml.Node) (string, bool) {
+	if n.Kind == yaml.ScalarNode && n.Value == "~" && n.Style == 0 {
+		// YAML reads a plain ~ as null; here it means the home directory.
+		return "~", true
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
+		p.errorf(n, path, "expected a string, got %s", describe(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+// pair is one key and its value in a YAML mapping, aliases resolved.
+type pair struct{ key, val *yaml.Node }
+
+func (p *parser) mapping(path string, n *yaml.Node) ([]pair, bool) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "expected a mapping, got %s", describe(n))
+		return nil, false
+	}
+	pairs := make([]pair, 0, len(n.Content)/2)
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			p.errorf(k, path, "expected a key, got %s", describe(k))
+		case seen[k.Value] != nil:
+			p.errorf(k, "", "duplicate key %q (first at line %d)", k.Value, seen[k.Value].Line)
+		default:
+			seen[k.Value] = k
+			pairs = append(pairs, pair{k, v})
+		}
+	}
+	return pairs, true
+}
+
+// fields reads mapping n whose keys must be among known; misplaced keys
+// are valid elsewhere and say so.
+func (p *parser) fields(path string, n *yaml.Node, known []string, misplaced ...string) map[string]*yaml.Node {
+	pairs, ok := p.mapping(path, n)
+	if !ok {
+		return nil
+	}
+	f := make(map[string]*yaml.Node, len(pairs))
+	for _, kv := range pairs {
+		switch key := kv.key.Value; {
+		case slices.Contains(known, key):
+			f[key] = kv.val
+		case slices.Contains(misplaced, key) && key == "lower_layers_may":
+			p.errorf(kv.key, "", "lower_layers_may is only valid in the org layer (%s)", "policy directory files")
+		case slices.Contains(misplaced, key) && key == "include":
+			p.errorf(kv.key, "", "include is only valid in the config's permissions")
+		default:
+			p.errorf(kv.key, "", "unknown key %q%s", key, suggest(key, known))
+		}
+	}
+	return f
+}
+
+func (p *parser) require(path string, n *yaml.Node, f map[string]*yaml.Node, keys ...string) {
+	for _, k := range keys {
+		if f[k] == nil {
+			p.errorf(n, path, "missing required key %q", k)
+		}
+	}
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		return deref(n.Content[0])
+	}
+	return n
+}
+
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return "an empty value"
+	case "!!bool":
+		return "a boolean"
+	case "!!int", "!!float":
+		return "a number"
+	}
+	return fmt.Sprintf("the string %q", n.Value)
+}
+
+// suggest returns ` (did you mean "x"?)` for the candidate closest to key
+// within an edit distance of 2, else "".
+func suggest(key string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if d := editDistance(key, c); d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}

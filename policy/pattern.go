@@ -1,0 +1,720 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+	"golang.org/x/net/idna"
+)
+
+// textPattern is a glob over a whole string (agent, mode, program, title,
+// command token, environment variable name): * is any run of characters
+// (including /), ? one character, [...] a class ([!...] negated), {a,b}
+// alternatives, \x a literal x. A title may instead be "re:REGEXP" (RE2,
+// unanchored).
+type textPattern struct {
+	src   string
+	exact bool   // no meta: compare with lit
+	lit   string // the literal, unescaped
+	re    *regexp.Regexp
+}
+
+func compileText(s string) (textPattern, error) {
+	if !strings.ContainsAny(s, `*?[{\`) {
+		return textPattern{src: s, exact: true, lit: s}, nil
+	}
+	expr, err := globRegexp(s)
+	if err != nil {
+		return textPattern{}, err
+	}
+	re, err := regexp.Compile("^(?:" + expr + ")$")
+	if err != nil {
+		return textPattern{}, fmt.Errorf("invalid glob %q", s)
+	}
+	if lit, ok := unescapeGlob(s); ok {
+		return textPattern{src: s, exact: true, lit: lit}, nil
+	}
+	return textPattern{src: s, re: re}, nil
+}
+
+// compileTitle reads a title matcher: a glob, or "re:" and a regexp.
+func compileTitle(s string) (textPattern, error) {
+	if expr, ok := strings.CutPrefix(s, "re:"); ok {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return textPattern{}, fmt.Errorf("invalid regexp %q: %s", expr, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+		}
+		return textPattern{src: s, re: re}, nil
+	}
+	return compileText(s)
+}
+
+func (t *textPattern) match(s string) bool {
+	if t.exact {
+		return s == t.lit
+	}
+	return t.re.MatchString(s)
+}
+
+// unescapeGlob returns the literal a glob stands for when its only meta
+// characters are escapes.
+func unescapeGlob(s string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', '{':
+			return "", false
+		case '\\':
+			if i+1 < len(s) {
+				i++
+				b.WriteByte(s[i])
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
+
+// globRegexp translates a text glob into a regexp body.
+func globRegexp(s string) (string, error) {
+	var b strings.Builder
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*':
+			b.WriteString(".*")
+		case '?':
+			b.WriteString(".")
+		case '\\':
+			if i+1 == len(s) {
+				return "", fmt.Errorf("invalid glob %q: trailing \\", s)
+			}
+			i++
+			b.WriteString(regexp.QuoteMeta(s[i : i+1]))
+		case '[':
+			j := i + 1
+			if j < len(s) && (s[j] == '!' || s[j] == '^') {
+				j++
+			}
+			if j < len(s) && s[j] == ']' {
+				j++
+			}
+			for j < len(s) && s[j] != ']' {
+				j++
+			}
+			if j >= len(s) {
+				return "", fmt.Errorf("invalid glob %q: unclosed [", s)
+			}
+			class := s[i+1 : j]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			class = strings.ReplaceAll(class, `\`, `\\`)
+			if _, err := regexp.Compile("[" + class + "]"); err != nil || class == "" || class == "^" {
+				return "", fmt.Errorf("invalid glob %q: bad character class", s)
+			}
+			b.WriteString("[" + class + "]")
+			i = j
+		case '{':
+			depth++
+			b.WriteString("(?:")
+		case '}':
+			if depth == 0 {
+				b.WriteString(`\}`)
+				continue
+			}
+			depth--
+			b.WriteString(")")
+		case ',':
+			if depth > 0 {
+				b.WriteString("|")
+			} else {
+				b.WriteString(",")
+			}
+		default:
+			b.WriteString(regexp.QuoteMeta(s[i : i+1]))
+		}
+	}
+	if depth != 0 {
+		return "", fmt.Errorf("invalid glob %q: unclosed {", s)
+	}
+	return b.String(), nil
+}
+
+// anchor is where a path pattern starts.
+type anchor uint8
+
+const (
+	anchorRoot  anchor = iota // /...
+	anchorAny                 // **/... (also relative to /)
+	anchorCwd                 // ${cwd}
+	anchorRoots               // ${roots}
+	anchorHome                // ${home}, ~
+)
+
+var anchorNames = map[string]anchor{"${cwd}": anchorCwd, "${roots}": anchorRoots, "${home}": anchorHome, "~": anchorHome}
+
+// pathPattern is a doublestar glob over absolute, cleaned paths, with an
+// optional variable at its start. "DIR/**" also matches DIR (doublestar
+// does this itself).
+type pathPattern struct {
+	src    string
+	anchor anchor
+	rest   string // the pattern below the anchor, without the leading /; "" = the anchor itself
+	lit    bool   // rest has no meta characters
+	all    bool   // rest == "**"
+	fast   fastKind
+	a, b   string // the literal parts of a fast shape
+}
+
+// compilePath reads a path glob.
+func compilePath(s string) (pathPattern, error) {
+	pp := pathPattern{src: s}
+	rest := ""
+	switch {
+	case strings.HasPrefix(s, "/"):
+		pp.anchor, rest = anchorRoot, s[1:]
+	case strings.HasPrefix(s, "**"):
+		pp.anchor, rest = anchorAny, s
+	default:
+		found := false
+		for name, a := range anchorNames {
+			if r, ok := strings.CutPrefix(s, name); ok && (r == "" || r[0] == '/') {
+				pp.anchor, rest, found = a, strings.TrimPrefix(r, "/"), true
+				break
+			}
+		}
+		if !found {
+			if strings.HasPrefix(s, "${") {
+				return pp, fmt.Errorf("unknown variable in %q (use ${cwd}, ${roots}, ${home} or ~)", s)
+			}
+			return pp, fmt.Errorf("path glob %q must be absolute: start with /, ~, ${cwd}, ${roots}, ${home} or **", s)
+		}
+	}
+	if strings.Contains(rest, "${") {
+		return pp, fmt.Errorf("path glob %q: a variable may only start a glob", s)
+	}
+	if rest != "" {
+		for seg := range strings.SplitSeq(rest, "/") {
+			if seg == "" || seg == "." || seg == ".." {
+				return pp, fmt.Errorf("path glob %q is not clean (empty, . or .. segment)", s)
+			}
+		}
+	}
+	if !doublestar.ValidatePattern(rest) {
+		return pp, fmt.Errorf("invalid glob %q", s)
+	}
+	// Consecutive ** segments mean the same as one; collapsing them keeps
+	// the subtree check below linear.
+	for strings.Contains(rest, "**/**") {
+		rest = strings.ReplaceAll(rest, "**/**", "**")
+	}
+	pp.rest = rest
+	pp.lit = !strings.ContainsAny(rest, `*?[{\`)
+	pp.all = rest == "**"
+	pp.fast, pp.a, pp.b = fastShape(rest)
+	return pp, nil
+}
+
+// fastShape recognises the glob shapes policies use most and that can be
+// matched with string operations, exactly as doublestar would match them.
+func fastShape(rest string) (fastKind, string, string) {
+	plain := func(s string) bool { return s != "" && !strings.ContainsAny(s, `*?[{\`) }
+	if lit, ok := strings.CutPrefix(rest, "**/"); ok {
+		if plain(lit) && !strings.Contains(lit, "/") {
+			return fastBase, lit, "" // **/LIT
+		}
+		if seg, ok := strings.CutSuffix(lit, "/**"); ok && plain(seg) && !strings.Contains(seg, "/") {
+			return fastSeg, seg, "" // **/LIT/**
+		}
+		if ext, ok := strings.CutPrefix(lit, "*"); ok && plain(ext) && !strings.Contains(ext, "/") {
+			return fastExt, ext, "" // **/*.EXT
+		}
+		return fastNone, "", ""
+	}
+	if pre, ok := strings.CutSuffix(rest, "/**"); ok && plain(pre) {
+		return fastPrefix, pre, "" // PREFIX/**
+	}
+	if pre, ext, ok := strings.Cut(rest, "/**/*"); ok && plain(pre) && plain(ext) && !strings.Contains(ext, "/") {
+		return fastPrefixExt, pre, ext // PREFIX/**/*.EXT
+	}
+	return fastNone, "", ""
+}
+
+// fastKind is a glob shape matched without doublestar.
+type fastKind uint8
+
+const (
+	fastNone fastKind = iota
+	fastBase
+	fastSeg
+	fastExt
+	fastPrefix
+	fastPrefixExt
+)
+
+// bases returns the directories the pattern is relative to.
+func (pp *pathPattern) bases(v *vars) []string {
+	switch pp.anchor {
+	case anchorCwd:
+		return v.cwd
+	case anchorRoots:
+		return v.roots
+	case anchorHome:
+		return v.home
+	}
+	return rootBase
+}
+
+var rootBase = []string{"/"}
+
+// below returns p relative to base ("" for base itself).
+func below(base, p string) (string, bool) {
+	switch {
+	case p == base:
+		return "", true
+	case base == "/":
+		return p[1:], true
+	case len(p) > len(base) && p[len(base)] == '/' && p[:len(base)] == base:
+		return p[len(base)+1:], true
+	}
+	return "", false
+}
+
+// match reports whether the absolute, cleaned path p matches.
+func (pp *pathPattern) match(p string, v *vars) bool {
+	for _, base := range pp.bases(v) {
+		rel, ok := below(base, p)
+		if ok && pp.matchRel(rel) {
+			return true
+		}
+	}
+	return false
+}
+
+func (pp *pathPattern) matchRel(rel string) bool {
+	switch {
+	case pp.all:
+		return true
+	case pp.lit:
+		return rel == pp.rest
+	case pp.rest == "":
+		return rel == ""
+	}
+	switch pp.fast {
+	case fastBase:
+		return rel == pp.a || strings.HasSuffix(rel, pp.a) && rel[len(rel)-len(pp.a)-1] == '/'
+	case fastSeg:
+		return hasSegment(rel, pp.a)
+	case fastExt:
+		return strings.HasSuffix(rel[strings.LastIndexByte(rel, '/')+1:], pp.a)
+	case fastPrefix:
+		return rel == pp.a || len(rel) > len(pp.a) && rel[len(pp.a)] == '/' && strings.HasPrefix(rel, pp.a)
+	case fastPrefixExt:
+		return len(rel) > len(pp.a) && rel[len(pp.a)] == '/' && strings.HasPrefix(rel, pp.a) &&
+			strings.HasSuffix(rel[strings.LastIndexByte(rel, '/')+1:], pp.b)
+	}
+	ok, _ := doublestar.Match(pp.rest, rel)
+	return ok
+}
+
+// hasSegment reports whether seg is one of the /-separated segments of rel.
+func hasSegment(rel, seg string) bool {
+	for i := 0; ; {
+		j := strings.Index(rel[i:], seg)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(seg)
+		if (j == 0 || rel[j-1] == '/') && (end == len(rel) || rel[end] == '/') {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+// probe is a name no real path contains: a pattern that matches DIR/probe/probe
+// matches everything below DIR.
+const probe = "\x00probe"
+
+// covers reports whether the pattern matches the directory p and
+// everything below it.
+func (pp *pathPattern) covers(p string, v *vars) bool {
+	return pp.match(p, v) && pp.match(path.Join(p, probe, probe), v)
+}
+
+// mayMatchBelow reports whether the pattern can match p or some path below
+// p (a recursive read of p would touch it). With skipHidden, only paths
+// whose names below p do not start with a dot count.
+func (pp *pathPattern) mayMatchBelow(p string, v *vars, skipHidden bool) bool {
+	if pp.match(p, v) {
+		return true
+	}
+	patSegs := strings.Split(pp.rest, "/")
+	if pp.rest == "" {
+		patSegs = nil
+	}
+	if strings.Contains(pp.rest, "{") {
+		// Alternatives may span segments: assume they can match.
+		patSegs = []string{"**"}
+	}
+	for _, base := range pp.bases(v) {
+		if rel, ok := below(base, p); ok {
+			var dir []string
+			if rel != "" {
+				dir = strings.Split(rel, "/")
+			}
+			if prefixMatch(patSegs, dir, skipHidden) {
+				return true
+			}
+		} else if rest, ok := below(p, base); ok {
+			// The pattern's base is itself below p.
+			if !skipHidden || !hasHiddenSegment(rest) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasHiddenSegment(rel string) bool {
+	for seg := range strings.SplitSeq(rel, "/") {
+		if strings.HasPrefix(seg, ".") {
+			return true
+		}
+	}
+	return false
+}
+
+// prefixMatch reports whether the pattern segments can match dir followed
+// by one or more further segments (not starting with a dot when
+// skipHidden).
+func prefixMatch(pat, dir []string, skipHidden bool) bool {
+	// seen[i][j]: pat[i:] against dir[j:] already tried (and failed).
+	seen := make([]bool, (len(pat)+1)*(len(dir)+1))
+	var rec func(i, j int) bool
+	rec = func(i, j int) bool {
+		if j == len(dir) {
+			if !skipHidden {
+				return true
+			}
+			for _, s := range pat[i:] {
+				if strings.HasPrefix(s, ".") {
+					return false
+				}
+			}
+			return true
+		}
+		if i == len(pat) {
+			return false
+		}
+		k := i*(len(dir)+1) + j
+		if seen[k] {
+			return false
+		}
+		seen[k] = true
+		if pat[i] == "**" {
+			return rec(i+1, j) || rec(i, j+1)
+		}
+		ok, _ := doublestar.Match(pat[i], dir[j])
+		return ok && rec(i+1, j+1)
+	}
+	return rec(0, 0)
+}
+
+// vars are the values of the path variables for one request, each
+// directory cleaned and also symlink-resolved (a project reached through a
+// symlink is the same project).
+type vars struct {
+	cwd   []string
+	roots []string
+	home  []string
+}
+
+// tokKind is the kind of a command pattern token.
+type tokKind uint8
+
+const (
+	tokLit tokKind = iota // a glob over one token
+	tokOne                // * alone: exactly one token
+	tokAny                // ** alone: any number of tokens
+)
+
+type cmdToken struct {
+	kind  tokKind
+	p     textPattern
+	slash bool // a program token with a /: matched against the path as written
+}
+
+// commandPattern is a whitespace-separated list of tokens matched against
+// a simple command's argv: * is one token, ** any number of tokens, other
+// tokens are text globs. The first token matches the program (see
+// matchProgram). Runs of literal flags are compared after the same
+// normalisation as the argv (short clusters split, each run sorted), so
+// "rm -rf *" and "rm -f -r *" are the same pattern and match "rm -fr x".
+type commandPattern struct {
+	src  string
+	toks []cmdToken
+}
+
+func compileCommand(s string) (commandPattern, error) {
+	words := strings.Fields(s)
+	if len(words) == 0 {
+		return commandPattern{}, errors.New("empty command pattern")
+	}
+	fixed := func(i int) bool { return !strings.ContainsAny(words[i], `*?[{\`) }
+	words = canonArgs(words, fixed)
+	cp := commandPattern{src: s}
+	for i, w := range words {
+		switch w {
+		case "*":
+			cp.toks = append(cp.toks, cmdToken{kind: tokOne})
+		case "**":
+			if n := len(cp.toks); n > 0 && cp.toks[n-1].kind == tokAny {
+				continue
+			}
+			cp.toks = append(cp.toks, cmdToken{kind: tokAny})
+		default:
+			p, err := compileText(w)
+			if err != nil {
+				return cp, err
+			}
+			cp.toks = append(cp.toks, cmdToken{p: p, slash: i == 0 && strings.Contains(w, "/")})
+		}
+	}
+	return cp, nil
+}
+
+// match reports whether the command item's argv matches.
+func (cp *commandPattern) match(it *Item, strict bool) bool {
+	argv := it.canon
+	n, m := len(cp.toks), len(argv)
+	// dp[j]: toks[i:] matches argv[j:], computed for i from n down to 0.
+	var buf [32]bool
+	var dp, next []bool
+	if 2*(m+1) <= len(buf) {
+		dp, next = buf[:m+1], buf[m+1:2*(m+1)]
+	} else {
+		dp, next = make([]bool, m+1), make([]bool, m+1)
+	}
+	clear(next)
+	next[m] = true // empty pattern matches empty argv
+	for i := n - 1; i >= 0; i-- {
+		t := &cp.toks[i]
+		for j := m; j >= 0; j-- {
+			switch {
+			case t.kind == tokAny:
+				dp[j] = next[j] || (j < m && dp[j+1])
+			case j == m:
+				dp[j] = false
+			default:
+				dp[j] = next[j+1] && tokenMatch(t, argv[j], j == 0, it, strict)
+			}
+		}
+		dp, next = next, dp
+	}
+	return next[0]
+}
+
+func tokenMatch(t *cmdToken, arg string, first bool, it *Item, strict bool) bool {
+	if t.kind == tokOne {
+		return !first || it.Program != "" || !strict
+	}
+	if first {
+		return matchProgram(&t.p, t.slash, it, strict)
+	}
+	return t.p.match(arg)
+}
+
+// matchProgram matches a program pattern against the item's argv[0]. A
+// pattern with a / is compared with the program as written (cleaned). A
+// pattern without one matches the basename, so /tmp/git and \git are git;
+// for an allow (strict) the program must also be written without a path,
+// so that allowing "git" never allows some other file named git.
+func matchProgram(p *textPattern, slash bool, it *Item, strict bool) bool {
+	if it.Program == "" {
+		return false // unknown program
+	}
+	if slash {
+		return p.match(it.ProgramPath)
+	}
+	if strict && strings.Contains(it.ProgramPath, "/") {
+		return false
+	}
+	return p.match(it.Program)
+}
+
+// canonArgs returns args with each run of flags normalised: short clusters
+// split (-rf → -r -f) and the run sorted. fixed(i) reports whether args[i]
+// may be moved (patterns keep glob tokens in place). args[0] (the program)
+// and everything after "--" are kept as they are.
+func canonArgs(args []string, fixed func(int) bool) []string {
+	out := make([]string, 0, len(args)+2)
+	runStart := -1
+	flush := func() {
+		if runStart >= 0 {
+			slices.Sort(out[runStart:])
+			runStart = -1
+		}
+	}
+	for i, a := range args {
+		if i == 0 || a == "--" {
+			flush()
+			out = append(out, a)
+			if a == "--" && i > 0 {
+				out = append(out, args[i+1:]...)
+				return out
+			}
+			continue
+		}
+		if !isFlag(a) || (fixed != nil && !fixed(i)) {
+			flush()
+			out = append(out, a)
+			continue
+		}
+		if runStart < 0 {
+			runStart = len(out)
+		}
+		if isShortCluster(a) {
+			for _, c := range a[1:] {
+				out = append(out, "-"+string(c))
+			}
+		} else {
+			out = append(out, a)
+		}
+	}
+	flush()
+	return out
+}
+
+func isFlag(a string) bool { return len(a) > 1 && a[0] == '-' && a != "--" }
+
+// isShortCluster reports whether a is -abc: two or more letters.
+func isShortCluster(a string) bool {
+	if len(a) < 3 || a[0] != '-' || a[1] == '-' {
+		return false
+	}
+	for i := 1; i < len(a); i++ {
+		c := a[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// flagsOf returns the flags of an argv (after argv[0], up to "--"): short
+// clusters split into their letters (-rf → -r -f; -n5 → -n), long flags
+// without their =value.
+func flagsOf(args []string) []string {
+	var flags []string
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if !isFlag(a) {
+			continue
+		}
+		if a[1] == '-' {
+			name, _, _ := strings.Cut(a, "=")
+			flags = append(flags, name)
+			continue
+		}
+		for i := 1; i < len(a); i++ {
+			c := a[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i == 1) {
+				break
+			}
+			flags = append(flags, "-"+string(c))
+		}
+	}
+	return flags
+}
+
+// flagMatch reports whether the evidence flag f is the rule flag want. In
+// loose matching a long flag also matches when it is an abbreviation
+// (getopt_long and git accept unambiguous prefixes: --forc is --force).
+func flagMatch(want, f string, strict bool) bool {
+	if f == want {
+		return true
+	}
+	return !strict && len(f) >= 4 && f[1] == '-' && strings.HasPrefix(want, f)
+}
+
+// domainPattern matches an IDNA-normalised, lower-case host name: exact,
+// "*.x.com" (strict subdomains of x.com) or "*" (any host).
+type domainPattern struct {
+	src    string
+	any    bool
+	exact  string
+	suffix string // ".x.com"
+}
+
+func compileDomain(s string) (domainPattern, error) {
+	dp := domainPattern{src: s}
+	if s == "*" {
+		dp.any = true
+		return dp, nil
+	}
+	host, sub := strings.CutPrefix(s, "*.")
+	if strings.ContainsAny(host, "*?[]{}/:@ ") {
+		return dp, fmt.Errorf("invalid domain %q: write a host name, *.host or *", s)
+	}
+	norm, ok := normDomain(host)
+	if !ok || norm == "" {
+		return dp, fmt.Errorf("invalid domain %q", s)
+	}
+	if sub {
+		dp.suffix = "." + norm
+	} else {
+		dp.exact = norm
+	}
+	return dp, nil
+}
+
+func (dp *domainPattern) match(d string) bool {
+	switch {
+	case dp.any:
+		return true
+	case dp.exact != "":
+		return d == dp.exact
+	}
+	return len(d) > len(dp.suffix) && strings.HasSuffix(d, dp.suffix)
+}
+
+var idnaProfile = idna.New(idna.MapForLookup(), idna.StrictDomainName(false), idna.Transitional(false))
+
+// normDomain returns the IDNA (UTS #46, non-transitional) ASCII form of a
+// host in lower case, and whether it is a valid host name or IP address.
+// An invalid one comes back lower-cased as written.
+func normDomain(h string) (string, bool) {
+	h = strings.TrimSuffix(h, ".")
+	if addr, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+		return addr.String(), true
+	}
+	a, err := idnaProfile.ToASCII(h)
+	if err != nil || a == "" {
+		return strings.ToLower(h), false
+	}
+	a = strings.ToLower(a)
+	for label := range strings.SplitSeq(a, ".") {
+		if label == "" {
+			return a, false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return a, false
+			}
+		}
+	}
+	return a, true
+}

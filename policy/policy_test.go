@@ -1,0 +1,332 @@
+package policy
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/acp-router/acp-router/acp"
+	"go.yaml.in/yaml/v3"
+)
+
+func mustParse(t *testing.T, file, src string) *Layer {
+	t.Helper()
+	l, err := ParseFile(file, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustUser(t *testing.T, src string) *Layer {
+	t.Helper()
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ParseLayer("config.yaml", &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func mustCompile(t *testing.T, layers ...*Layer) *Policy {
+	t.Helper()
+	p, err := Compile(layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func terminal(cmd string) *Request {
+	params, _ := json.Marshal(map[string]any{"sessionId": "s", "command": cmd})
+	return &Request{Method: acp.MethodTerminalCreate, Params: params,
+		Session: Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
+}
+
+// TestExtract pins the evidence of representative command lines: the
+// items a line becomes, in order (type, what, kinds, and aux/opaque).
+func TestExtract(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{`\rm -rf x`, []string{"command rm -rf x [execute]", "path /home/user/project/x [edit]"}},
+		{`r\m x`, []string{"command rm x [execute]", "path /home/user/project/x [edit]"}},
+		// expand.Literal panics on "$d"; the router never calls it.
+		{`rm -rf "$d"`, []string{"command rm -rf \"$d\" [execute]", "tool (tool call) [execute] opaque"}},
+		{`FOO=1 BAR=2 /tmp/git push`, []string{"command /tmp/git push [execute]"}},
+		{`timeout 5 nice -n 5 cat a/b`, []string{"command timeout 5 nice -n 5 cat a/b [execute] aux",
+			"command nice -n 5 cat a/b [execute] aux", "command cat a/b [execute]", "path /home/user/project/a/b [read]"}},
+		{`bash -lc 'ls > out'`, []string{"command bash -lc ls > out [execute] aux", "path /home/user/project/out [edit]",
+			"command ls [execute]"}},
+		{`curl -so x.html https://Bücher.example/a`, []string{"command curl -so x.html https://Bücher.example/a [execute]",
+			"path /home/user/project/x.html [edit]", "domain xn--bcher-kva.example [fetch]"}},
+		{`eval "$X"`, []string{"command eval \"$X\" [execute] opaque", "tool (tool call) [execute] opaque"}},
+		{`X=1`, []string{"tool (tool call) [execute]"}},
+		{`cat <<< "a b" >> log`, []string{"path /home/user/project/log [edit]", "command cat [execute]"}},
+	} {
+		ev := Extract(terminal(tc.line))
+		var got []string
+		for _, it := range ev.Items {
+			s := it.Type.String() + " " + it.String() + " " + "[" + joinKinds(it.Kinds) + "]"
+			if it.Aux {
+				s += " aux"
+			}
+			if it.Opaque != "" {
+				s += " opaque"
+			}
+			got = append(got, s)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s:\n got %q\nwant %q", tc.line, got, tc.want)
+		}
+	}
+	// The env names of a command are kept as evidence.
+	ev := Extract(terminal("FOO=1 env BAR=2 go test"))
+	last := ev.Items[len(ev.Items)-1]
+	if !slices.Equal(last.Env, []string{"FOO", "BAR"}) || last.Program != "go" {
+		t.Errorf("payload %+v: want env FOO, BAR and program go", last)
+	}
+}
+
+// TestLayers: merging files of a layer, includes, the effective default,
+// deny_modes of every layer, lower_layers_may and the hash.
+func TestLayers(t *testing.T) {
+	a := mustParse(t, "10-a.yaml", "default: ask\ndeny_modes: ['claude:auto']\nlower_layers_may: [deny, ask]\n"+
+		"rules:\n  - {id: a, decision: deny, when: {program: rm}}\n")
+	b := mustParse(t, "20-b.yaml", "default: deny\nlower_layers_may: [ask]\n"+
+		"rules:\n  - {id: b, decision: ask, when: {program: git}}\n")
+	if err := a.Merge(b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Default != Deny || !slices.Equal(a.LowerLayersMay, []Effect{Ask}) || len(a.Rules) != 2 || len(a.Files) != 2 {
+		t.Fatalf("merged: default %s, lower_layers_may %v, %d rules, files %v", a.Default, a.LowerLayersMay, len(a.Rules), a.Files)
+	}
+	dup := mustParse(t, "30-c.yaml", "rules:\n  - {id: a, decision: ask, when: {program: ls}}\n")
+	if err := a.Merge(dup); err == nil || !strings.Contains(err.Error(), `30-c.yaml:2:5: duplicate rule id "a" (first at 10-a.yaml:5:5)`) {
+		t.Errorf("duplicate id across files: %v", err)
+	}
+
+	u := mustUser(t, "default: allow\ndeny_modes: ['*:yolo']\ninclude: [more.yaml, /abs/x.yaml]\n"+
+		"rules:\n  - {id: u1, decision: allow, when: {program: ls}}\n  - {id: u2, decision: ask, when: {program: cat}}\n")
+	if got := []string{u.Includes[0].Path, u.Includes[1].Path}; !slices.Equal(got, []string{"more.yaml", "/abs/x.yaml"}) {
+		t.Errorf("includes %q", got)
+	}
+	if err := u.AddInclude("more.yaml", []byte("rules:\n  - {id: u3, decision: deny, when: {program: dd}}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.AddInclude("bad.yaml", []byte("include: [x]\n")); err == nil {
+		t.Error("an include file with include: loaded")
+	}
+	p := mustCompile(t, a, u)
+	if d, l := p.Default(); d != Deny || l != LayerOrg {
+		t.Errorf("default %s from %s, want deny from org", d, l)
+	}
+	var ids []string
+	for _, r := range p.Rules() {
+		ids = append(ids, r.Layer+":"+r.ID)
+	}
+	if !slices.Equal(ids, []string{"org:a", "org:b", "user:u2"}) {
+		t.Errorf("rules in force %q: u1 (allow) and u3 (deny) are dropped by lower_layers_may [ask]", ids)
+	}
+	if len(p.Dropped()) != 2 {
+		t.Errorf("dropped %d rules, want 2", len(p.Dropped()))
+	}
+	if !p.ModeDenied("claude", "auto") || !p.ModeDenied("gemini", "yolo") || p.ModeDenied("claude", "default") {
+		t.Error("deny_modes of both layers must apply, and only them")
+	}
+	if !strings.HasPrefix(p.Hash(), "sha256:") || p.Hash() != mustCompile(t, a, u).Hash() {
+		t.Error("hash not stable")
+	}
+	if p.Hash() == mustCompile(t, a).Hash() {
+		t.Error("hash ignores the user layer")
+	}
+	if kinds := AutoApproved("my-claude", "acceptEdits"); !slices.Contains(kinds, KindEdit) || AutoApproved("codex", "auto") != nil {
+		t.Errorf("AutoApproved table: %v", kinds)
+	}
+}
+
+// TestShadowedUntested: the static shadow check and test coverage.
+func TestShadowedUntested(t *testing.T) {
+	l := mustParse(t, "p.yaml", `
+rules:
+  - {id: push, decision: ask, when: {command: ["git push **"]}}
+  - {id: push-feature, decision: allow, when: {command: ["git push origin feature/**"]}}
+  - {id: secrets, decision: deny, when: {paths: ["**/.env", "~/.ssh/**"]}}
+  - {id: env-read, decision: allow, when: {kind: [read], paths: ["${cwd}/.env"]}}
+  - {id: ssh-config, decision: ask, when: {paths: ["~/.ssh/config"]}}
+  - {id: src, decision: allow, when: {paths: ["${roots}/src/**"]}}
+  - {id: roots, decision: ask, when: {paths: ["${roots}/**"]}, unless: {paths: ["**/*.go"]}}
+  - {id: sub, decision: allow, when: {domains: [a.corp.com]}}
+  - {id: corp, decision: deny, when: {domains: ["*.corp.com"]}}
+tests:
+  - {call: "terminal/create git push origin main", expect: ask, rule: push}
+  - {call: "fs/read_text_file ${cwd}/.env", expect: deny, rule: secrets}
+`)
+	p := mustCompile(t, l)
+	var got []string
+	for _, s := range p.Shadowed() {
+		got = append(got, s.Rule.ID+" by "+s.By.ID)
+	}
+	// src is not reported: roots has an unless, so it may not cover src.
+	want := []string{"env-read by secrets", "push-feature by push", "ssh-config by secrets", "sub by corp"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("shadowed %q, want %q", got, want)
+	}
+	results := p.RunTests(TestOptions{})
+	for _, r := range results {
+		if !r.Pass {
+			t.Errorf("%s: %s", r.Call.Text, r.Problem)
+		}
+	}
+	var untested []string
+	for _, r := range p.Untested(results) {
+		untested = append(untested, r.ID)
+	}
+	// env-read matched the .env read (shadowed, but exercised).
+	if !slices.Equal(untested, []string{"corp", "push-feature", "src", "ssh-config", "sub"}) {
+		t.Errorf("untested %q", untested)
+	}
+}
+
+// TestExplain: the text names the decision, every item with its rule, and
+// the answer for each kind of request.
+func TestExplain(t *testing.T) {
+	p := mustCompile(t, mustParse(t, "p.yaml", `
+default: ask
+rules:
+  - {id: no-env, decision: deny, when: {paths: ["**/.env"]}, message: "No secrets."}
+  - {id: cat-ok, decision: allow, when: {program: cat}}
+  - {id: reads, decision: allow, when: {kind: [read], paths: ["${roots}/**"]}, unless: {paths: ["**/.env.local"]}}
+`))
+	d := p.Decide(terminal("timeout 5 cat .env README.md"))
+	text := Explain(&d)
+	for _, want := range []string{
+		"decision: DENY   by no-env (org layer)",
+		"message:  No secrets.",
+		"policy:   " + p.Hash(),
+		"command  timeout 5 cat .env README.md",
+		"wrapper: only makes the decision stricter",
+		"path     /home/user/project/.env                  deny   no-env (org layer)",
+		"also matched: reads (org, allow)",
+		"path     /home/user/project/README.md             allow  reads (org layer)",
+		`answer:   JSON-RPC error -32603 "acp-router: denied by no-env: No secrets."`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("explain lacks %q:\n%s", want, text)
+		}
+	}
+	if d.ErrorMessage() != "acp-router: denied by no-env: No secrets." {
+		t.Errorf("ErrorMessage %q", d.ErrorMessage())
+	}
+	for _, tc := range []struct {
+		method string
+		effect Effect
+		want   string
+	}{
+		{acp.MethodRequestPermission, Allow, "first allow_once option"},
+		{acp.MethodRequestPermission, Deny, "reject_once option (else reject_always, else outcome cancelled)"},
+		{acp.MethodRequestPermission, Ask, "forwarded to the editor"},
+		{acp.MethodReadTextFile, Allow, "forwarded to the editor"},
+		{acp.MethodWriteTextFile, Deny, "JSON-RPC error -32603"},
+		{acp.MethodTerminalCreate, Ask, "the router asks the editor first"},
+	} {
+		if got := Answer(&Decision{Method: tc.method, Effect: tc.effect, Rule: "r", Layer: "org"}); !strings.Contains(got, tc.want) {
+			t.Errorf("%s %s: %q lacks %q", tc.method, tc.effect, got, tc.want)
+		}
+	}
+	d = p.Decide(terminal("cat ../x.txt"))
+	if d.Effect != Ask || d.Source != SourceDefault || d.Rule != "" {
+		t.Errorf("../x.txt outside the rules: %s %s %q", d.Effect, d.Source, d.Rule)
+	}
+	if !strings.Contains(d.ErrorMessage(), "denied by the default policy (org layer)") {
+		t.Errorf("default ErrorMessage %q", d.ErrorMessage())
+	}
+}
+
+// TestWarnings: modes that stop asking are reported unless denied.
+func TestWarnings(t *testing.T) {
+	p := mustCompile(t, mustParse(t, "p.yaml", `
+deny_modes: ["claude:bypassPermissions", "claude:auto"]
+rules:
+  - {id: no-env, decision: deny, when: {kind: [edit], paths: ["**/.env"]}}
+  - {id: fetch-asks, decision: ask, when: {kind: [fetch]}}
+  - {id: pastebin, decision: deny, when: {domains: [pastebin.com]}}
+`))
+	w := strings.Join(p.Warnings("claude", "codex-work"), "\n")
+	for _, want := range []string{
+		`agent "claude": mode "acceptEdits" approves edit, delete, move, execute without asking, so deny/ask rules (no-env) are not enforced`,
+		`add "claude:acceptEdits" to deny_modes`,
+		`agent "codex-work": mode "full-access"`,
+	} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q:\n%s", want, w)
+		}
+	}
+	if strings.Contains(w, "acceptEdits\" approves edit, delete, move, execute without asking, so deny/ask rules (no-env, pastebin)") {
+		t.Errorf("a domain rule is not about edits:\n%s", w)
+	}
+	if strings.Contains(w, "bypassPermissions") || strings.Contains(w, `"auto"`) {
+		t.Errorf("a denied mode is warned about:\n%s", w)
+	}
+}
+
+// TestConcurrentDecide: a Policy is shared by every session of the router.
+func TestConcurrentDecide(t *testing.T) {
+	p := benchPolicy(t)
+	req := benchRequest()
+	want := p.Decide(req)
+	done := make(chan Decision)
+	for range 8 {
+		go func() {
+			var d Decision
+			for range 50 {
+				d = p.Decide(req)
+			}
+			done <- d
+		}()
+	}
+	for range 8 {
+		if d := <-done; !sameDecision(d, want) {
+			t.Errorf("concurrent decision differs:\n%s", Explain(&d))
+		}
+	}
+}
+
+// TestCovers: an approved tool call covers the direct calls that carry it
+// out, and nothing more.
+func TestCovers(t *testing.T) {
+	perm := func(kind, raw string) *Evidence {
+		params := `{"sessionId":"s","options":[],"toolCall":{"toolCallId":"t","kind":"` + kind + `","rawInput":` + raw + `}}`
+		return Extract(&Request{Method: acp.MethodRequestPermission, Params: json.RawMessage(params),
+			Session: Session{Cwd: TestCwd, Home: TestHome}})
+	}
+	direct := func(method, params string) *Evidence {
+		return Extract(&Request{Method: method, Params: json.RawMessage(params), Session: Session{Cwd: TestCwd, Home: TestHome}})
+	}
+	write := perm("edit", `{"file_path":"`+TestCwd+`/a.go","content":"x"}`)
+	run := perm("execute", `{"command":"go test ./... > out.txt"}`)
+	for _, tc := range []struct {
+		name     string
+		approved *Evidence
+		call     *Evidence
+		want     bool
+	}{
+		{"the approved write", write, direct(acp.MethodWriteTextFile, `{"path":"`+TestCwd+`/./a.go","content":"x"}`), true},
+		{"another file", write, direct(acp.MethodWriteTextFile, `{"path":"`+TestCwd+`/b.go","content":"x"}`), false},
+		{"a read is not an edit", perm("read", `{"path":"`+TestCwd+`/a.go"}`), direct(acp.MethodWriteTextFile, `{"path":"`+TestCwd+`/a.go"}`), false},
+		{"the approved command", run, direct(acp.MethodTerminalCreate, `{"command":"go test ./... > out.txt"}`), true},
+		{"the same command in bash -c", run, direct(acp.MethodTerminalCreate, `{"command":"bash","args":["-c","go test ./... > out.txt"]}`), true},
+		{"a command more", run, direct(acp.MethodTerminalCreate, `{"command":"go test ./... > out.txt; rm -rf /"}`), false},
+		{"a relative fs path", write, direct(acp.MethodWriteTextFile, `{"path":"a.go"}`), false},
+	} {
+		if got := tc.approved.Covers(tc.call); got != tc.want {
+			t.Errorf("%s: Covers = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,857 @@
+package policy
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// arg is one argument of a command as the program would receive it.
+type arg struct {
+	s      string // the value, quotes removed (the source text when opaque)
+	glob   bool   // unquoted glob characters: the shell expands it to existing paths
+	opaque string // why the value cannot be known before the command runs
+}
+
+// cmdCtx is the context of a command line being analysed.
+type cmdCtx struct {
+	cwds       []string // the directories the command may run in
+	cwdUnknown bool     // a cd to a directory only known at run time
+	origin     string
+	env        []string // variables set for the command
+	depth      int      // nesting of shell -c scripts and wrappers
+	stdin      *string  // a literal here-document or here-string on stdin
+	piped      bool     // stdin is a pipe
+	// homeUnknown: HOME may be reassigned, so ~ and $HOME are not the
+	// user's home directory.
+	homeUnknown bool
+}
+
+// maxDepth bounds nested scripts (bash -c "bash -c ...") and wrappers.
+const maxDepth = 12
+
+// script analyses a shell command line.
+func (x *extractor) script(src string, cx cmdCtx) {
+	if cx.depth > maxDepth {
+		x.opaque(cx.origin, "commands nested too deeply", KindExecute)
+		return
+	}
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(src), "")
+	if err != nil {
+		x.unparsable(src, err, cx)
+		return
+	}
+	// HOME set anywhere (HOME=x, read HOME, export HOME, GNUPGHOME=...: any
+	// HOME that is not $HOME or ${HOME}) makes ~ and $HOME unknowable.
+	if strings.Count(src, "HOME") != strings.Count(src, "$HOME")+strings.Count(src, "${HOME}") ||
+		slices.Contains(cx.env, "HOME") {
+		cx.homeUnknown = true
+	}
+	cx.cwds, cx.cwdUnknown = x.cdClosure(f, cx)
+	piped := map[*syntax.Stmt]bool{}
+	calls, seen := 0, 0
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.BinaryCmd:
+			if n.Op == syntax.Pipe || n.Op == syntax.PipeAll {
+				piped[n.Y] = true
+			}
+		case *syntax.Stmt:
+			x.redirects(n.Redirs, cx)
+			if c, ok := n.Cmd.(*syntax.CallExpr); ok {
+				seen++
+				ccx := cx
+				ccx.piped = piped[n]
+				ccx.stdin = literalStdin(n.Redirs)
+				x.call(c, ccx)
+			}
+		case *syntax.CallExpr:
+			calls++
+		case *syntax.DeclClause:
+			for _, a := range n.Args {
+				x.assign(a, cx)
+			}
+		case *syntax.ForClause:
+			if it, ok := n.Loop.(*syntax.WordIter); ok && it.Name != nil {
+				if why := dangerousEnv(it.Name.Value); why != "" {
+					x.opaque(cx.origin, why, KindExecute)
+				}
+			}
+		case *syntax.TestClause:
+			x.testOperands(n.X, cx)
+		}
+		return true
+	})
+	if calls != seen {
+		// A simple command outside a statement: a construct this code
+		// does not know. Never allow what was not analysed.
+		x.opaque(cx.origin, "a shell construct the router does not analyse", KindExecute)
+	}
+}
+
+// unparsable records a command line that does not parse: opaque, plus a
+// best-effort split so that deny rules still see its programs and paths.
+func (x *extractor) unparsable(src string, err error, cx cmdCtx) {
+	why := "the command line does not parse: " + err.Error()
+	x.opaque(cx.origin, why, KindExecute)
+	for seg := range strings.FieldsFuncSeq(src, func(r rune) bool { return strings.ContainsRune(";&|()`\n{}<>", r) }) {
+		var args []arg
+		for _, w := range strings.Fields(seg) {
+			w = strings.Trim(w, `'"\$`)
+			if w != "" {
+				args = append(args, arg{s: w})
+			}
+		}
+		if len(args) == 0 {
+			continue
+		}
+		before := len(x.ev.Items)
+		ccx := cx
+		ccx.depth = maxDepth // no recursion into a line we could not read
+		x.argv(args, ccx)
+		for i := before; i < len(x.ev.Items); i++ {
+			it := &x.ev.Items[i]
+			if it.Opaque == "" && it.Refused == "" {
+				it.Opaque = why
+				it.Aux = false
+			}
+		}
+	}
+}
+
+// call analyses one simple command.
+func (x *extractor) call(c *syntax.CallExpr, cx cmdCtx) {
+	env := cx.env
+	if len(c.Assigns) > 0 {
+		env = slices.Clone(cx.env)
+	}
+	for _, a := range c.Assigns {
+		x.assign(a, cx)
+		if a.Name != nil {
+			env = append(env, a.Name.Value)
+		}
+	}
+	if len(c.Args) == 0 {
+		return // assignments only
+	}
+	args := make([]arg, 0, len(c.Args))
+	for _, w := range c.Args {
+		args = x.appendWords(args, w, cx)
+	}
+	if len(args) == 0 {
+		return
+	}
+	cx.env = env
+	x.argv(args, cx)
+}
+
+// assign records a variable assignment: a variable that changes which code
+// runs makes the line opaque; a value that looks like a path is read.
+func (x *extractor) assign(a *syntax.Assign, cx cmdCtx) {
+	if a.Name != nil {
+		if why := dangerousEnv(a.Name.Value); why != "" {
+			x.opaque(cx.origin, why, KindExecute)
+		}
+	}
+	if a.Value == nil {
+		return
+	}
+	for _, v := range x.words(a.Value, cx) {
+		if v.opaque == "" && looksLikePath(v.s) {
+			x.path(v.s, v.glob, KindRead, false, "assignment", x.cwdsFor(cx))
+		}
+	}
+}
+
+// dangerousEnv says why setting a variable changes which code a command
+// runs ("" for an ordinary variable): PATH picks the program, LD_PRELOAD
+// and friends inject code into any program, others name commands that
+// programs run (GIT_SSH_COMMAND, PAGER, ...).
+func dangerousEnv(name string) string {
+	switch {
+	case name == "PATH", name == "CDPATH", name == "IFS", name == "BASH_ENV", name == "ENV",
+		name == "SHELLOPTS", name == "BASHOPTS", name == "PS4", name == "PROMPT_COMMAND",
+		name == "NODE_OPTIONS", name == "PERL5OPT", name == "RUBYOPT", name == "PYTHONSTARTUP",
+		name == "GIT_SSH", name == "GIT_SSH_COMMAND", name == "GIT_EXTERNAL_DIFF", name == "GIT_PAGER",
+		name == "GIT_EDITOR", name == "GIT_ASKPASS", name == "SSH_ASKPASS", name == "GIT_EXEC_PATH",
+		name == "PAGER", name == "EDITOR", name == "VISUAL",
+		strings.HasPrefix(name, "LD_"), strings.HasPrefix(name, "DYLD_"), strings.HasPrefix(name, "GIT_CONFIG"):
+		return fmt.Sprintf("setting %s changes which code runs", name)
+	}
+	return ""
+}
+
+// redirects records the files a statement's redirections read or write.
+func (x *extractor) redirects(rs []*syntax.Redirect, cx cmdCtx) {
+	for _, r := range rs {
+		var kind Kind
+		switch r.Op {
+		case syntax.RdrIn:
+			kind = KindRead
+		case syntax.RdrOut, syntax.AppOut, syntax.RdrInOut, syntax.RdrClob, syntax.AppClob,
+			syntax.RdrAll, syntax.RdrAllClob, syntax.AppAll, syntax.AppAllClob:
+			kind = KindEdit
+		case syntax.DplIn, syntax.DplOut:
+			if lit := r.Word.Lit(); lit == "-" || isDigits(lit) {
+				continue // duplicating or closing a descriptor
+			}
+			kind = KindEdit // >&file is &>file
+		default:
+			continue // here-documents and here-strings are not files
+		}
+		for _, a := range x.words(r.Word, cx) {
+			if a.opaque != "" {
+				x.opaque("redirect", "redirect target "+a.opaque, kind)
+				continue
+			}
+			x.path(a.s, a.glob, kind, false, "redirect", x.cwdsFor(cx))
+			// bash opens a network connection for /dev/tcp/HOST/PORT.
+			for _, dev := range []string{"/dev/tcp/", "/dev/udp/"} {
+				if rest, ok := strings.CutPrefix(path.Clean(a.s), dev); ok {
+					host, _, _ := strings.Cut(rest, "/")
+					x.host(host, "redirect to "+dev)
+				}
+			}
+		}
+	}
+}
+
+// literalStdin returns the text of a here-document or here-string on stdin
+// when it has no expansions.
+func literalStdin(rs []*syntax.Redirect) *string {
+	var text *string
+	for _, r := range rs {
+		if r.N != nil && r.N.Value != "0" {
+			continue
+		}
+		switch r.Op {
+		case syntax.Hdoc, syntax.DashHdoc:
+			if r.Hdoc == nil {
+				s := ""
+				text = &s
+				continue
+			}
+			if s, ok := plainText(r.Hdoc); ok {
+				text = &s
+			} else {
+				text = nil
+			}
+		case syntax.WordHdoc:
+			if s, ok := plainText(r.Word); ok {
+				s += "\n"
+				text = &s
+			} else {
+				text = nil
+			}
+		case syntax.RdrIn, syntax.DplIn, syntax.RdrInOut:
+			text = nil
+		}
+	}
+	return text
+}
+
+// plainText returns a word's text when it has no expansions.
+func plainText(w *syntax.Word) (string, bool) {
+	var b strings.Builder
+	for _, p := range w.Parts {
+		switch p := p.(type) {
+		case *syntax.Lit:
+			b.WriteString(p.Value)
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				return "", false
+			}
+			b.WriteString(p.Value)
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				l, ok := q.(*syntax.Lit)
+				if !ok {
+					return "", false
+				}
+				b.WriteString(unescapeDouble(l.Value))
+			}
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// testOperands records the words of a [[ ... ]] test that look like paths.
+func (x *extractor) testOperands(e syntax.TestExpr, cx cmdCtx) {
+	switch e := e.(type) {
+	case *syntax.BinaryTest:
+		x.testOperands(e.X, cx)
+		x.testOperands(e.Y, cx)
+	case *syntax.UnaryTest:
+		x.testOperands(e.X, cx)
+	case *syntax.ParenTest:
+		x.testOperands(e.X, cx)
+	case *syntax.Word:
+		for _, a := range x.words(e, cx) {
+			if a.opaque == "" && looksLikePath(a.s) {
+				x.path(a.s, a.glob, KindRead, false, "test", x.cwdsFor(cx))
+			}
+		}
+	}
+}
+
+// cwdsFor returns the directories relative paths of a command are
+// relative to; nil with an opaque item when a cd made them unknowable.
+func (x *extractor) cwdsFor(cx cmdCtx) []string {
+	if cx.cwdUnknown {
+		x.opaque(cx.origin, "a cd to a directory known only at run time: relative paths cannot be resolved", KindExecute)
+	}
+	if len(cx.cwds) == 0 {
+		return []string{}
+	}
+	return cx.cwds
+}
+
+// cdClosure returns every directory commands of f may run in: the
+// starting ones and every sequence of the cd and pushd targets in f, each
+// applied at most once (order-free, so the order of statements cannot hide
+// a cd), and whether some directory is only known at run time (a target
+// computed at run time, cd -, or a relative cd inside a loop or function,
+// which may repeat).
+func (x *extractor) cdClosure(f *syntax.File, cx cmdCtx) ([]string, bool) {
+	type target struct {
+		dir      string
+		repeated bool
+	}
+	var targets []target
+	unknown := cx.cwdUnknown
+	repeats := map[*syntax.CallExpr]bool{}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.ForClause, *syntax.WhileClause, *syntax.FuncDecl:
+			syntax.Walk(n, func(m syntax.Node) bool {
+				if c, ok := m.(*syntax.CallExpr); ok {
+					repeats[c] = true
+				}
+				return true
+			})
+		case *syntax.CallExpr:
+			if len(n.Args) == 0 || !mayChangeDir(n.Args[0]) {
+				return true
+			}
+			var args []arg
+			for _, w := range n.Args {
+				args = x.appendWords(args, w, cx)
+			}
+			for len(args) > 0 && (args[0].s == "builtin" || args[0].s == "command") {
+				args = args[1:]
+			}
+			if len(args) == 0 || args[0].opaque != "" || (args[0].s != "cd" && args[0].s != "pushd") {
+				return true
+			}
+			var t *arg
+			for i := 1; i < len(args); i++ {
+				if a := args[i]; a.opaque != "" || !strings.HasPrefix(a.s, "-") || a.s == "-" {
+					t = &args[i]
+					break
+				}
+			}
+			switch {
+			case t == nil && (x.home == "" || cx.homeUnknown):
+				unknown = true
+			case t == nil:
+				targets = append(targets, target{x.home, false})
+			case t.opaque != "", t.s == "-", t.glob, strings.HasPrefix(t.s, "+"):
+				unknown = true
+			default:
+				targets = append(targets, target{t.s, repeats[n]})
+			}
+		}
+		return true
+	})
+	if len(targets) == 0 {
+		return cx.cwds, unknown
+	}
+	if len(targets) > 8 {
+		return cx.cwds, true
+	}
+	type state struct {
+		dir  string
+		used uint16
+	}
+	dirs := slices.Clone(cx.cwds)
+	queue := make([]state, 0, len(dirs))
+	for _, d := range dirs {
+		queue = append(queue, state{d, 0})
+	}
+	for len(queue) > 0 {
+		st := queue[0]
+		queue = queue[1:]
+		for i, t := range targets {
+			if st.used&(1<<i) != 0 {
+				continue
+			}
+			if t.repeated && !path.IsAbs(t.dir) {
+				unknown = true // cd .. in a loop: any depth
+				continue
+			}
+			n := t.dir
+			if !path.IsAbs(n) {
+				n = st.dir + "/" + n
+			}
+			n = path.Clean(n)
+			if !slices.Contains(dirs, n) {
+				if len(dirs) >= 16 {
+					return dirs, true
+				}
+				dirs = append(dirs, n)
+			}
+			queue = append(queue, state{n, st.used | 1<<i})
+		}
+	}
+	return dirs, unknown
+}
+
+// mayChangeDir is a cheap test of a command's first word: can it be cd,
+// pushd or a builtin/command prefix before them?
+func mayChangeDir(w *syntax.Word) bool {
+	if len(w.Parts) != 1 {
+		return true // quoted or escaped: look closer
+	}
+	l, ok := w.Parts[0].(*syntax.Lit)
+	if !ok {
+		return false
+	}
+	switch l.Value {
+	case "cd", "pushd", "builtin", "command":
+		return true
+	}
+	return false
+}
+
+// words returns the arguments a word becomes: brace expansion, quote
+// removal, tilde expansion. Expansions the router cannot evaluate give an
+// opaque argument; unquoted glob characters are flagged.
+func (x *extractor) words(w *syntax.Word, cx cmdCtx) []arg {
+	return x.appendWords(nil, w, cx)
+}
+
+// appendWords appends the arguments of w to dst.
+func (x *extractor) appendWords(dst []arg, w *syntax.Word, cx cmdCtx) []arg {
+	if len(w.Parts) == 1 {
+		if l, ok := w.Parts[0].(*syntax.Lit); ok && !strings.ContainsAny(l.Value, "\\*?[~{") {
+			return append(dst, arg{s: l.Value}) // the common case: a plain word
+		}
+	}
+	// SplitBraces rewrites the word it is given; the tree must stay as
+	// parsed (syntax.Walk panics on a BraceExp), so it gets a copy.
+	if w2 := (&syntax.Word{Parts: w.Parts}); syntax.SplitBraces(w2) {
+		for _, parts := range braceExpand(w2.Parts, 64) {
+			if parts == nil {
+				return append(dst, arg{s: wordSource(w), opaque: "a brace expansion too large to check"})
+			}
+			dst = append(dst, x.lit(parts, cx))
+		}
+		return dst
+	}
+	return append(dst, x.lit(w.Parts, cx))
+}
+
+// braceExpand expands the brace expressions in parts into at most limit
+// part lists; a nil list means the limit was exceeded.
+func braceExpand(parts []syntax.WordPart, limit int) [][]syntax.WordPart {
+	out := [][]syntax.WordPart{nil}
+	for _, p := range parts {
+		be, ok := p.(*syntax.BraceExp)
+		if !ok {
+			for i := range out {
+				out[i] = append(out[i], p)
+			}
+			continue
+		}
+		var alts [][]syntax.WordPart
+		if be.Sequence {
+			seq, ok := braceSequence(be, limit)
+			if !ok {
+				return [][]syntax.WordPart{nil}
+			}
+			for _, s := range seq {
+				alts = append(alts, []syntax.WordPart{&syntax.Lit{Value: s}})
+			}
+		} else {
+			for _, e := range be.Elems {
+				alts = append(alts, braceExpand(e.Parts, limit)...)
+			}
+		}
+		if len(out)*len(alts) > limit {
+			return [][]syntax.WordPart{nil}
+		}
+		var next [][]syntax.WordPart
+		for _, o := range out {
+			for _, a := range alts {
+				if a == nil {
+					return [][]syntax.WordPart{nil}
+				}
+				next = append(next, append(slices.Clip(o), a...))
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+// braceSequence expands {x..y[..incr]} of numbers or single letters.
+func braceSequence(be *syntax.BraceExp, limit int) ([]string, bool) {
+	if len(be.Elems) < 2 {
+		return nil, false
+	}
+	from, to := be.Elems[0].Lit(), be.Elems[1].Lit()
+	incr := 1
+	if len(be.Elems) > 2 {
+		n, err := strconv.Atoi(be.Elems[2].Lit())
+		if err != nil {
+			return nil, false
+		}
+		incr = max(n, -n, 1)
+	}
+	a, errA := strconv.Atoi(from)
+	b, errB := strconv.Atoi(to)
+	letters := false
+	if errA != nil || errB != nil {
+		if len(from) != 1 || len(to) != 1 {
+			return nil, false
+		}
+		a, b, letters = int(from[0]), int(to[0]), true
+	}
+	if (b-a)/incr > limit || (a-b)/incr > limit {
+		return nil, false
+	}
+	var out []string
+	step := incr
+	if b < a {
+		step = -incr
+	}
+	for i := a; (step > 0 && i <= b) || (step < 0 && i >= b); i += step {
+		if letters {
+			out = append(out, string(rune(i)))
+		} else {
+			out = append(out, strconv.Itoa(i))
+		}
+	}
+	return out, true
+}
+
+// lit turns word parts into the argument the program would receive.
+func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
+	var a arg
+	var b strings.Builder
+	for i, part := range parts {
+		switch p := part.(type) {
+		case *syntax.Lit:
+			v := p.Value
+			if i == 0 && strings.HasPrefix(v, "~") {
+				user, rest, _ := strings.Cut(v, "/")
+				if len(parts) > 1 && !strings.Contains(v, "/") {
+					// ~"/x": a quoted character in the tilde-prefix
+					// leaves it unexpanded.
+					b.WriteString(v)
+					continue
+				}
+				switch user {
+				case "~":
+					if x.home == "" || cx.homeUnknown {
+						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~ without a home directory"}
+					}
+					b.WriteString(x.home)
+				case "~+":
+					if len(cx.cwds) != 1 || cx.cwdUnknown {
+						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~+ after a cd"}
+					}
+					b.WriteString(cx.cwds[0])
+				default:
+					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: fmt.Sprintf("%s is another user's home directory", user)}
+				}
+				if strings.Contains(v, "/") {
+					b.WriteString("/")
+				}
+				v = rest
+			}
+			s, glob := unescapeUnquoted(v)
+			b.WriteString(s)
+			a.glob = a.glob || glob
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				s, ok := ansiC(p.Value)
+				if !ok {
+					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "an escape sequence the router does not decode"}
+				}
+				b.WriteString(s)
+			} else {
+				b.WriteString(p.Value)
+			}
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				switch q := q.(type) {
+				case *syntax.Lit:
+					b.WriteString(unescapeDouble(q.Value))
+				case *syntax.ParamExp:
+					v, ok := x.param(q, cx)
+					if !ok {
+						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
+					}
+					b.WriteString(v)
+				case *syntax.ArithmExp:
+					if len(parts) > 1 || len(p.Parts) > 1 {
+						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
+					}
+					b.WriteString("0")
+				default:
+					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
+				}
+			}
+		case *syntax.ParamExp:
+			v, ok := x.param(p, cx)
+			if !ok {
+				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
+			}
+			b.WriteString(v)
+		case *syntax.ArithmExp:
+			if len(parts) > 1 {
+				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
+			}
+			b.WriteString("0")
+		case *syntax.CmdSubst:
+			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
+		case *syntax.ProcSubst:
+			// <(cmd) passes a pipe (/dev/fd/N); cmd itself is analysed
+			// where the walk reaches it.
+			b.WriteString("/dev/fd/63")
+		case *syntax.ExtGlob:
+			// Extended globs (@(a|b), !(x)) need shopt extglob; their
+			// matches are not worth guessing.
+			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "is an extended glob"}
+		default:
+			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "a word the router does not analyse"}
+		}
+	}
+	a.s = b.String()
+	return a
+}
+
+// param returns the value of the few parameter expansions the router can
+// know: $HOME (unless the command line may set HOME) and the special
+// parameters that expand to a number ($?, $#, $$, $!; their value does not
+// matter to a policy).
+func (x *extractor) param(p *syntax.ParamExp, cx cmdCtx) (string, bool) {
+	if p.Param == nil || p.Excl || p.Length || p.Width || p.IsSet || p.Index != nil || p.Slice != nil ||
+		p.Repl != nil || p.Names != 0 || p.Exp != nil || p.NestedParam != nil || p.Flags != nil {
+		return "", false
+	}
+	switch p.Param.Value {
+	case "?", "#", "$", "!":
+		return "0", true
+	case "HOME":
+		if x.home != "" && !cx.homeUnknown {
+			return x.home, true
+		}
+	}
+	return "", false
+}
+
+// wordSource prints a word back as shell source (for display).
+func wordSource(w *syntax.Word) string {
+	var b strings.Builder
+	if err := syntax.NewPrinter().Print(&b, w); err != nil {
+		return "?"
+	}
+	return b.String()
+}
+
+// unescapeUnquoted removes the backslashes of an unquoted literal (\rm is
+// rm) and reports unescaped glob characters.
+func unescapeUnquoted(v string) (string, bool) {
+	if !strings.ContainsAny(v, `\*?[`) {
+		return v, false
+	}
+	var b strings.Builder
+	glob := false
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c == '\\' && i+1 < len(v):
+			i++
+			if v[i] != '\n' {
+				b.WriteByte(v[i])
+			}
+			continue
+		case c == '*' || c == '?':
+			glob = true
+		case c == '[' && strings.IndexByte(v[i+1:], ']') >= 0:
+			glob = true
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), glob
+}
+
+// unescapeDouble removes the backslashes that are special inside double
+// quotes (before $ ` " \ and newline).
+func unescapeDouble(v string) string {
+	if !strings.Contains(v, `\`) {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' && i+1 < len(v) && strings.IndexByte("$`\"\\\n", v[i+1]) >= 0 {
+			i++
+			if v[i] == '\n' {
+				continue
+			}
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
+}
+
+// ansiC decodes the body of a $'...' string.
+func ansiC(v string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c != '\\' || i+1 == len(v) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch e := v[i]; e {
+		case 'a':
+			b.WriteByte('\a')
+		case 'b':
+			b.WriteByte('\b')
+		case 'e', 'E':
+			b.WriteByte(0x1b)
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'v':
+			b.WriteByte('\v')
+		case '\\', '\'', '"', '?':
+			b.WriteByte(e)
+		case 'x', 'u', 'U', '0', '1', '2', '3', '4', '5', '6', '7':
+			base, maxLen := 16, map[byte]int{'x': 2, 'u': 4, 'U': 8}[e]
+			start := i + 1
+			if maxLen == 0 {
+				base, maxLen, start = 8, 3, i
+			}
+			j := start
+			for j < len(v) && j-start < maxLen && isDigitIn(v[j], base) {
+				j++
+			}
+			if j == start {
+				return "", false
+			}
+			n, err := strconv.ParseUint(v[start:j], base, 32)
+			if err != nil {
+				return "", false
+			}
+			if e == 'u' || e == 'U' {
+				if !utf8.ValidRune(rune(n)) {
+					return "", false
+				}
+				b.WriteRune(rune(n))
+			} else {
+				b.WriteByte(byte(n))
+			}
+			i = j - 1
+		case 'c':
+			if i+1 == len(v) {
+				return "", false
+			}
+			i++
+			b.WriteByte(v[i] & 0x1f)
+		default:
+			b.WriteByte('\\')
+			b.WriteByte(e)
+		}
+	}
+	return b.String(), true
+}
+
+func isDigitIn(c byte, base int) bool {
+	switch {
+	case '0' <= c && c <= '7':
+		return true
+	case c == '8' || c == '9':
+		return base == 16
+	case 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+		return base == 16
+	}
+	return false
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// looksLikePath reports whether an argument is a path by its shape: it
+// contains a /, or starts with . or ~.
+func looksLikePath(s string) bool {
+	return s != "" && (strings.Contains(s, "/") || s[0] == '.' || s[0] == '~')
+}
+
+var urlPattern = regexp.MustCompile(`(?i)\b(?:https?|ftps?|wss?)://[^\s"'<>` + "`" + `]+`)
+
+// urlsIn returns the http(s), ftp(s) and ws(s) URLs in a text.
+func urlsIn(s string) []string {
+	if !strings.Contains(s, "://") {
+		return nil
+	}
+	return urlPattern.FindAllString(s, 16)
+}
+
+// schemeURL matches an argument that is a URL.
+var schemeURL = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// scpLike matches user@host:path (ssh, scp, rsync and git remotes).
+var scpLike = regexp.MustCompile(`^[A-Za-z0-9._-]+@([A-Za-z0-9.\-\[\]:]+?):`)
+
+// url records the host of a URL as a domain item (a file: URL is a path).
+func (x *extractor) url(raw, origin string) {
+	u, err := url.Parse(raw)
+	if err != nil || strings.ContainsAny(raw, `\`) {
+		x.add(Item{Type: ItemDomain, Domain: strings.ToLower(raw), DomainInvalid: true, Origin: origin}, KindFetch)
+		return
+	}
+	if strings.EqualFold(u.Scheme, "file") {
+		if path.IsAbs(u.Path) {
+			x.path(u.Path, false, KindRead, false, origin, nil)
+		}
+		return
+	}
+	x.host(u.Hostname(), origin)
+}
+
+// host records a host name as a domain item.
+func (x *extractor) host(h, origin string) {
+	if h == "" {
+		return
+	}
+	d, ok := normDomain(h)
+	x.add(Item{Type: ItemDomain, Domain: d, DomainInvalid: !ok, Origin: origin}, KindFetch)
+}

@@ -1,0 +1,568 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/bmatcuk/doublestar/v4"
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// TestCase is one entry of a layer's tests:
+//
+//	tests:
+//	  - call: "fs/read_text_file ${cwd}/.env"  # or a list of calls, or {method: M, params: {...}}
+//	    expect: deny                            # allow | ask | deny
+//	    rule: no-secrets                        # optional: the rule that must decide
+//	    agent: claude                           # optional session context
+//	    mode: default
+//	    cwd: /home/user/project                 # default /home/user/project
+//	    roots: [/home/user/lib]                 # additional directories
+//	    files: [/home/user/project/.env]        # paths that exist (a trailing / makes a directory)
+//	    symlinks: {/home/user/project/link: /home/user/.ssh}
+//
+// A list of calls states that every call gets the same decision (useful
+// for spellings of one request).
+type TestCase struct {
+	Pos      Pos
+	Layer    string
+	Calls    []*TestCall
+	Expect   Effect
+	Rule     string
+	Agent    string
+	Mode     string
+	Cwd      string
+	Roots    []string
+	Files    []string
+	Symlinks map[string]string
+}
+
+// TestCall is one call of a test. The string form is "METHOD ARGS...":
+//
+//	fs/read_text_file PATH
+//	fs/write_text_file PATH
+//	terminal/create COMMAND LINE...          (parsed as a shell command line)
+//	session/request_permission KIND [ARG...]
+//
+// The mapping form is {method: METHOD, params: {...}, updates: [...]}:
+// params as sent, and for session/request_permission the tool_call and
+// tool_call_update objects the agent sent before (Request.Updates).
+//
+// For session/request_permission, KIND is a tool kind and each ARG is a
+// shell word: key=value sets title=, command=, path= (repeatable; becomes
+// a location), url= or cwd= (rawInput.cwd); a bare word is the command
+// line for execute, a URL for fetch, a path (location) for read, edit,
+// delete, move and search, and the title otherwise. The title defaults to
+// the command, "KIND PATH" or the URL. Example:
+//
+//	session/request_permission execute "git push --force origin main"
+//
+// In every form, ${cwd}, ${roots} (the first root) and ${home} are
+// replaced by the test's values, and paths (not command lines) may start
+// with ~/. Relative paths are relative to the test's cwd, except for the
+// fs methods, where they are kept (and refused by the policy).
+type TestCall struct {
+	Pos    Pos
+	Text   string          // the string form, "" for a mapping
+	Method string          // the method
+	Params json.RawMessage // the mapping form's params
+	// Updates (mapping form) are the tool_call / tool_call_update objects
+	// the agent sent before a session/request_permission (Request.Updates).
+	Updates []json.RawMessage
+	rest    string
+}
+
+// Default test context.
+const (
+	TestHome = "/home/user"
+	TestCwd  = "/home/user/project"
+)
+
+func checkMethod(m string) error {
+	if methodBit(m) == 0 {
+		return fmt.Errorf("unknown method %q (the policy decides %s)", m, strings.Join(decidedMethods, ", "))
+	}
+	return nil
+}
+
+// ParseCall reads the string form of a call, "METHOD ARGS..." (see
+// TestCall), as tests: and `acp-router policy explain` write it.
+func ParseCall(s string) (*TestCall, error) {
+	s = strings.TrimSpace(s)
+	method, rest, _ := strings.Cut(s, " ")
+	if err := checkMethod(method); err != nil {
+		return nil, err
+	}
+	c := &TestCall{Text: s, Method: method, rest: strings.TrimSpace(rest)}
+	switch method {
+	case acp.MethodReadTextFile, acp.MethodWriteTextFile, acp.MethodTerminalCreate:
+		if c.rest == "" {
+			return nil, fmt.Errorf("%s needs an argument", method)
+		}
+	case acp.MethodRequestPermission:
+		words, err := shellWords(c.rest)
+		if err != nil {
+			return nil, err
+		}
+		if len(words) == 0 || kindBit(Kind(words[0])) == 0 {
+			return nil, fmt.Errorf("%s needs a tool kind first (%s)", method, joinKinds(allKinds))
+		}
+		for _, w := range words[1:] {
+			if k, _, ok := strings.Cut(w, "="); ok && !slices.Contains([]string{"title", "command", "path", "url", "cwd"}, k) && isAssignment(w) {
+				return nil, fmt.Errorf("unknown key %q (title, command, path, url, cwd)", k)
+			}
+		}
+	}
+	return c, nil
+}
+
+// shellWords splits a line into words with shell quoting; expansions are
+// kept as written.
+func shellWords(s string) ([]string, error) {
+	f, err := syntax.NewParser().Parse(strings.NewReader(s), "")
+	if err != nil {
+		return nil, fmt.Errorf("cannot split %q into words: %v", s, err)
+	}
+	if len(f.Stmts) != 1 {
+		return nil, fmt.Errorf("cannot split %q into words", s)
+	}
+	call, ok := f.Stmts[0].Cmd.(*syntax.CallExpr)
+	if !ok || len(call.Assigns) > 0 || len(f.Stmts[0].Redirs) > 0 {
+		return nil, fmt.Errorf("cannot split %q into words", s)
+	}
+	var out []string
+	for _, w := range call.Args {
+		if s, ok := plainText(w); ok {
+			out = append(out, s)
+		} else {
+			out = append(out, wordSource(w))
+		}
+	}
+	return out, nil
+}
+
+// Session returns the session context of a test: its agent, mode, cwd
+// (TestCwd by default) and roots, and home (TestHome when "").
+func (t *TestCase) Session(home string) Session {
+	if home == "" {
+		home = TestHome
+	}
+	sess := Session{Agent: t.Agent, Mode: t.Mode, Cwd: t.Cwd, Roots: t.Roots, Home: home}
+	if sess.Cwd == "" {
+		sess.Cwd = TestCwd
+	}
+	return sess
+}
+
+// FS returns the test's filesystem: its files and symlinks.
+func (t *TestCase) FS() *MapFS { return NewMapFS(t.Files, t.Symlinks) }
+
+// Request builds the request the call stands for in the session
+// (${cwd}, ${roots} and ${home} are the session's), resolved through fs.
+func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
+	home := sess.Home
+	req := &Request{Method: c.Method, Session: sess, FS: fs}
+	vars := strings.NewReplacer("${cwd}", sess.Cwd, "${roots}", sess.Cwd, "${home}", home)
+	if c.Text == "" {
+		req.Params = json.RawMessage(vars.Replace(string(c.Params)))
+		for _, u := range c.Updates {
+			req.Updates = append(req.Updates, json.RawMessage(vars.Replace(string(u))))
+		}
+		return req, nil
+	}
+	rest := vars.Replace(c.rest)
+	tilde := func(p string) string {
+		if p == "~" {
+			return home
+		}
+		if r, ok := strings.CutPrefix(p, "~/"); ok {
+			return path.Join(home, r)
+		}
+		return p
+	}
+	abs := func(p string) string {
+		p = tilde(p)
+		if !path.IsAbs(p) {
+			p = path.Join(sess.Cwd, p)
+		}
+		return p
+	}
+	var params any
+	switch c.Method {
+	case acp.MethodReadTextFile:
+		params = map[string]any{"sessionId": "test", "path": tilde(rest)}
+	case acp.MethodWriteTextFile:
+		params = map[string]any{"sessionId": "test", "path": tilde(rest), "content": ""}
+	case acp.MethodTerminalCreate:
+		params = map[string]any{"sessionId": "test", "command": rest}
+	case acp.MethodRequestPermission:
+		words, err := shellWords(rest)
+		if err != nil {
+			return nil, err
+		}
+		kind := words[0]
+		var title, command, url, cwd string
+		var paths []string
+		var bare []string
+		for _, w := range words[1:] {
+			k, v, ok := strings.Cut(w, "=")
+			switch {
+			case ok && k == "title":
+				title = v
+			case ok && k == "command":
+				command = v
+			case ok && k == "path":
+				paths = append(paths, abs(v))
+			case ok && k == "url":
+				url = v
+			case ok && k == "cwd":
+				cwd = abs(v)
+			default:
+				bare = append(bare, w)
+			}
+		}
+		switch Kind(kind) {
+		case KindExecute:
+			if len(bare) > 0 {
+				command = strings.Join(bare, " ")
+			}
+			title = cmpOr(title, command)
+		case KindFetch:
+			if len(bare) > 0 {
+				url = bare[0]
+			}
+			title = cmpOr(title, "fetch "+url)
+		case KindRead, KindEdit, KindDelete, KindMove, KindSearch:
+			for _, b := range bare {
+				paths = append(paths, abs(b))
+			}
+			if len(paths) > 0 {
+				title = cmpOr(title, kind+" "+paths[0])
+			}
+		default:
+			title = cmpOr(title, strings.Join(bare, " "))
+		}
+		raw := map[string]any{}
+		if command != "" {
+			raw["command"] = command
+		}
+		if url != "" {
+			raw["url"] = url
+		}
+		if cwd != "" {
+			raw["cwd"] = cwd
+		}
+		var locs []map[string]any
+		for _, p := range paths {
+			locs = append(locs, map[string]any{"path": p})
+		}
+		tc := map[string]any{"toolCallId": "test", "kind": kind, "rawInput": raw}
+		if title != "" {
+			tc["title"] = title
+		}
+		if locs != nil {
+			tc["locations"] = locs
+		}
+		params = map[string]any{"sessionId": "test", "toolCall": tc, "options": []map[string]any{
+			{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+			{"optionId": "reject", "name": "Reject", "kind": "reject_once"}}}
+	}
+	b, err := json.Marshal(params)
+	if err != nil {
+		return nil, err
+	}
+	req.Params = b
+	return req, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// jsonValue converts a YAML-decoded value into JSON.
+func jsonValue(v any) (json.RawMessage, error) {
+	var conv func(any) (any, error)
+	conv = func(v any) (any, error) {
+		switch v := v.(type) {
+		case map[string]any:
+			m := map[string]any{}
+			for k, x := range v {
+				c, err := conv(x)
+				if err != nil {
+					return nil, err
+				}
+				m[k] = c
+			}
+			return m, nil
+		case map[any]any:
+			return nil, errors.New("mapping keys must be strings")
+		case []any:
+			out := make([]any, len(v))
+			for i, x := range v {
+				c, err := conv(x)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = c
+			}
+			return out, nil
+		}
+		return v, nil
+	}
+	c, err := conv(v)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(c)
+}
+
+// TestResult is the outcome of one call of a test.
+type TestResult struct {
+	Case     *TestCase
+	Call     *TestCall
+	Decision Decision
+	Pass     bool
+	// Problem says why it failed.
+	Problem string
+}
+
+// TestOptions sets the context of RunTests.
+type TestOptions struct {
+	Home string // ${home} and ~ (default TestHome)
+}
+
+// RunTests runs the tests of every layer, each against its own layer and
+// the layers above it (the org's tests cannot be broken by a user's
+// rules), and returns one result per call.
+func (p *Policy) RunTests(opts TestOptions) []TestResult {
+	var out []TestResult
+	for k, l := range p.layers {
+		if len(l.Tests) == 0 {
+			continue
+		}
+		sub := p
+		if k < len(p.layers)-1 {
+			var err error
+			if sub, err = Compile(p.layers[:k+1]...); err != nil {
+				for _, t := range l.Tests {
+					out = append(out, TestResult{Case: t, Problem: err.Error()})
+				}
+				continue
+			}
+		}
+		for _, t := range l.Tests {
+			for _, c := range t.Calls {
+				out = append(out, sub.runCall(t, c, opts))
+			}
+		}
+	}
+	return out
+}
+
+func (p *Policy) runCall(t *TestCase, c *TestCall, opts TestOptions) TestResult {
+	res := TestResult{Case: t, Call: c}
+	req, err := c.Request(t.Session(opts.Home), t.FS())
+	if err != nil {
+		res.Problem = err.Error()
+		return res
+	}
+	res.Decision = p.Decide(req)
+	d := &res.Decision
+	switch {
+	case d.Effect != t.Expect:
+		res.Problem = fmt.Sprintf("expected %s, got %s", t.Expect, describeDecision(d))
+	case t.Rule != "" && !decidedBy(d, t.Rule):
+		res.Problem = fmt.Sprintf("expected %s by rule %s, got %s", t.Expect, t.Rule, describeDecision(d))
+	default:
+		res.Pass = true
+	}
+	return res
+}
+
+func describeDecision(d *Decision) string {
+	if d.Rule == "" {
+		return fmt.Sprintf("%s by the default (%s layer)", d.Effect, d.Layer)
+	}
+	return fmt.Sprintf("%s by %s (%s layer)", d.Effect, d.Rule, d.Layer)
+}
+
+// decidedBy reports whether rule decided d or one of the items that got
+// d's decision.
+func decidedBy(d *Decision, rule string) bool {
+	if d.Rule == rule {
+		return true
+	}
+	for _, f := range d.Findings {
+		if f.Effect == d.Effect && f.Rule == rule {
+			return true
+		}
+	}
+	return false
+}
+
+// Untested returns the rules in force that no test result exercised: no
+// call matched them (an unless that spared a call counts as exercised).
+func (p *Policy) Untested(results []TestResult) []*Rule {
+	hit := map[string]bool{}
+	for _, r := range results {
+		for _, f := range r.Decision.Findings {
+			for _, m := range f.Matches {
+				hit[m.Layer+"\x00"+m.Rule] = true
+			}
+			for _, id := range f.Excepted {
+				hit["\x00"+id] = true
+			}
+		}
+	}
+	var out []*Rule
+	for _, r := range p.rules {
+		if !hit[r.Layer+"\x00"+r.ID] && !hit["\x00"+r.ID] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Shadow is a rule that can never take effect and the stricter rule that
+// matches everything it matches.
+type Shadow struct {
+	Rule, By *Rule
+}
+
+// Shadowed returns the rules that can never take effect because a
+// stricter rule without unless matches everything they match. The check
+// is static and conservative: it only reports what it can prove from the
+// patterns as written (the same or a wider list on every key of the
+// stricter rule: a prefix/** glob over a longer path, ** over more
+// command tokens, *.x over a subdomain, ...), so a rule it does not report
+// may still be shadowed in practice.
+func (p *Policy) Shadowed() []Shadow {
+	var out []Shadow
+	for _, r := range p.rules {
+		for _, s := range p.rules {
+			if s == r || s.Decision <= r.Decision || s.Unless != nil {
+				continue
+			}
+			if condSubsumes(s.When, r.When) {
+				out = append(out, Shadow{r, s})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// condSubsumes reports whether every item (and request) r matches, s
+// matches too.
+func condSubsumes(s, r *Cond) bool {
+	for key, sv := range s.src {
+		rv, ok := r.src[key]
+		if !ok {
+			return false
+		}
+		for _, re := range rv {
+			if !slices.ContainsFunc(sv, func(se string) bool { return entrySubsumes(key, se, re) }) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// entrySubsumes reports whether entry se of a matcher key matches all that
+// entry re matches.
+func entrySubsumes(key, se, re string) bool {
+	if se == re {
+		return true
+	}
+	switch key {
+	case "agent", "mode", "env", "program", "title":
+		if strings.HasPrefix(se, "re:") || strings.HasPrefix(re, "re:") {
+			return false
+		}
+		sp, err1 := compileText(se)
+		rp, err2 := compileText(re)
+		return err1 == nil && err2 == nil && rp.exact && sp.match(rp.lit)
+	case "paths", "cwd":
+		sp, err1 := compilePath(se)
+		rp, err2 := compilePath(re)
+		return err1 == nil && err2 == nil && pathSubsumes(&sp, &rp)
+	case "command":
+		sp, err1 := compileCommand(se)
+		rp, err2 := compileCommand(re)
+		return err1 == nil && err2 == nil && commandSubsumes(sp.toks, rp.toks)
+	case "domains":
+		sp, err1 := compileDomain(se)
+		rp, err2 := compileDomain(re)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		switch {
+		case sp.any:
+			return true
+		case sp.suffix != "" && rp.exact != "":
+			return sp.match(rp.exact)
+		case sp.suffix != "" && rp.suffix != "":
+			return strings.HasSuffix(rp.suffix, sp.suffix)
+		}
+	}
+	return false
+}
+
+func pathSubsumes(s, r *pathPattern) bool {
+	if s.all && (s.anchor == r.anchor || s.anchor == anchorRoot || s.anchor == anchorAny) {
+		return true
+	}
+	if s.anchor == r.anchor {
+		if pre, ok := strings.CutSuffix(s.rest, "/**"); ok && !strings.ContainsAny(pre, `*?[{\`) {
+			if r.rest == pre || strings.HasPrefix(r.rest, pre+"/") {
+				return true
+			}
+		}
+		if r.lit {
+			ok, _ := doublestar.Match(s.rest, r.rest)
+			return ok
+		}
+	}
+	if s.anchor == anchorAny && r.lit {
+		ok, _ := doublestar.Match(s.rest, path.Join(probe, r.rest))
+		return ok
+	}
+	return false
+}
+
+// commandSubsumes reports whether the token pattern s matches every argv
+// r matches.
+func commandSubsumes(s, r []cmdToken) bool {
+	if len(s) == 0 {
+		return len(r) == 0
+	}
+	switch s[0].kind {
+	case tokAny:
+		for k := 0; k <= len(r); k++ {
+			if commandSubsumes(s[1:], r[k:]) {
+				return true
+			}
+		}
+		return false
+	case tokOne:
+		return len(r) > 0 && r[0].kind != tokAny && commandSubsumes(s[1:], r[1:])
+	}
+	if len(r) == 0 || r[0].kind != tokLit {
+		return false
+	}
+	if s[0].p.src != r[0].p.src && !(r[0].p.exact && s[0].p.match(r[0].p.lit)) {
+		if !(r[0].slash && !s[0].slash && r[0].p.exact && s[0].p.match(programName(r[0].p.lit))) {
+			return false
+		}
+	}
+	return commandSubsumes(s[1:], r[1:])
+}
