@@ -43,15 +43,16 @@ func (t TurnRecord) render() string {
 	return b.String()
 }
 
-// Brief is what agent is told when it handles a turn of a session it has
-// not followed (DESIGN §5): the turns from seq `since` on that other agents
-// ran, at most max bytes, whole turns dropped oldest first; a newest turn
-// alone over the bound is cut at a UTF-8 boundary. "" when there is nothing
-// to tell.
-func Brief(turns []TurnRecord, agent string, since, max int) string {
+// Brief is what an agent's downstream session is told when it handles a
+// turn of a session it has not followed (DESIGN §5): the turns from seq
+// `since` on (the caller tracks, per downstream session, the first turn it
+// has not seen: its own turns are always before that), at most max bytes,
+// whole turns dropped oldest first; a newest turn alone over the bound is
+// cut at a UTF-8 boundary. "" when there is nothing to tell.
+func Brief(turns []TurnRecord, since, max int) string {
 	var parts []string
 	for _, t := range turns {
-		if t.Seq >= since && t.Agent != agent {
+		if t.Seq >= since {
 			parts = append(parts, t.render())
 		}
 	}

@@ -13,15 +13,15 @@ func TestBrief(t *testing.T) {
 		{Seq: 2, Agent: "a", Title: "Alpha", User: "third", Reply: "three"},
 		{Seq: 3, Agent: "b", Title: "Beta", User: "fourth", Reply: "four"},
 	}
-	t.Run("only turns of other agents since the agent last took part", func(t *testing.T) {
-		got := Brief(turns, "a", 3, 1<<20)
+	t.Run("only turns since the agent last took part", func(t *testing.T) {
+		got := Brief(turns, 3, 1<<20)
 		want := BriefHeader + "\n\n--- Beta ---\nUser: fourth\nBeta: four"
 		if got != want {
 			t.Errorf("A→B→A brief:\n%q\nwant\n%q", got, want)
 		}
 	})
 	t.Run("a new agent hears everything", func(t *testing.T) {
-		got := Brief(turns, "c", 0, 1<<20)
+		got := Brief(turns, 0, 1<<20)
 		for _, s := range []string{"User: first", "Tool: Read x (completed)", "Alpha: one", "User: fourth"} {
 			if !strings.Contains(got, s) {
 				t.Errorf("brief lacks %q:\n%s", s, got)
@@ -32,17 +32,14 @@ func TestBrief(t *testing.T) {
 		}
 	})
 	t.Run("nothing new", func(t *testing.T) {
-		if got := Brief(turns, "b", 4, 1<<20); got != "" {
+		if got := Brief(turns, 4, 1<<20); got != "" {
 			t.Errorf("brief %q, want none", got)
-		}
-		if got := Brief(turns[:1], "a", 0, 1<<20); got != "" {
-			t.Errorf("an agent is not told its own turns: %q", got)
 		}
 	})
 	t.Run("bounded: oldest whole turns dropped", func(t *testing.T) {
-		full := Brief(turns, "c", 0, 1<<20)
+		full := Brief(turns, 0, 1<<20)
 		max := len(full) - 5
-		got := Brief(turns, "c", 0, max)
+		got := Brief(turns, 0, max)
 		if len(got) > max {
 			t.Fatalf("brief of %d bytes over the bound %d", len(got), max)
 		}
@@ -53,7 +50,7 @@ func TestBrief(t *testing.T) {
 	t.Run("one huge turn is cut UTF-8 safely", func(t *testing.T) {
 		huge := []TurnRecord{{Seq: 0, Agent: "a", Title: "Alpha", User: "q", Reply: strings.Repeat("é", 5000)}}
 		for max := len(BriefHeader) + 20; max < len(BriefHeader)+40; max++ {
-			got := Brief(huge, "b", 0, max)
+			got := Brief(huge, 0, max)
 			if len(got) > max || !utf8.ValidString(got) || !strings.HasPrefix(got, BriefHeader) {
 				t.Fatalf("max %d: brief of %d bytes, valid UTF-8 %v", max, len(got), utf8.ValidString(got))
 			}

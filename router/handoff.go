@@ -39,7 +39,7 @@ func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMe
 	text.WriteString(strings.Join(user, "\n"))
 
 	s.mu.Lock()
-	brief := merge.Brief(s.history, d.agent.Name(), d.seen, h.MaxBytes)
+	brief := merge.Brief(s.history, d.seen, h.MaxBytes)
 	t.rec = &merge.TurnRecord{Seq: s.nextSeq, Agent: d.agent.Name(), Title: d.agent.Title(), User: text.String()}
 	t.reply = merge.Capped{Max: h.MaxBytes}
 	s.nextSeq++

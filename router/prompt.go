@@ -206,8 +206,11 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 	d := s.down[t.agent]
 	s.mu.Unlock()
 	if d != nil {
-		r.dispatch(ctx, s, t, d)
-		return
+		if _, err := d.alive(); err == nil {
+			r.dispatch(ctx, s, t, d)
+			return
+		}
+		r.log.Info("agent restarted; opening a new session on it", "session", s.ID, "agent", t.agent)
 	}
 	go func() {
 		d, err := r.ensureDownstream(ctx, s, r.byName[t.agent])

@@ -28,10 +28,11 @@ type Session struct {
 	newParams json.RawMessage
 
 	mu      sync.Mutex
-	active  string                 // the active agent's name
-	down    map[string]*downstream // by agent name
-	open    bool                   // updates may be written to the editor
-	held    [][]byte               // updates waiting for open
+	active  string                   // the active agent's name
+	down    map[string]*downstream   // by agent name
+	opening map[string]chan struct{} // agents a downstream session is being opened on
+	open    bool                     // updates may be written to the editor
+	held    [][]byte                 // updates waiting for open
 	timer   *time.Timer
 	turn    *turn   // the running (or draining) prompt turn
 	queue   []*turn // prompts waiting for the turn to end
@@ -136,7 +137,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			reply(nil, r.startError(a, err))
 			return
 		}
-		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{},
+		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{}, opening: map[string]chan struct{}{},
 			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable()}
 		res, err := r.openDownstream(ctx, s, inst, acp.RawID(req.ID))
 		if err != nil {
@@ -247,17 +248,43 @@ func (s *Session) newSessionResult(agentResult json.RawMessage) json.RawMessage 
 }
 
 // ensureDownstream returns s's downstream session on agent a, opening it
-// first if the session has not used a yet (DESIGN §5: created on demand).
+// first if the session has not used a yet (DESIGN §5: created on demand),
+// or if the process it lived on is gone: the restarted agent gets a new
+// downstream session, and its first prompt a brief of the history.
+// Concurrent callers share one opening.
 func (r *Router) ensureDownstream(ctx context.Context, s *Session, a *upstream.Agent) (*downstream, error) {
-	s.mu.Lock()
-	d := s.down[a.Name()]
-	s.mu.Unlock()
-	if d != nil {
-		if _, err := d.alive(); err != nil {
-			return nil, err
+	name := a.Name()
+	for {
+		s.mu.Lock()
+		if d := s.down[name]; d != nil {
+			if _, err := d.alive(); err == nil {
+				s.mu.Unlock()
+				return d, nil
+			}
 		}
-		return d, nil
+		if opening := s.opening[name]; opening != nil {
+			s.mu.Unlock()
+			select {
+			case <-opening:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		opening := make(chan struct{})
+		s.opening[name] = opening
+		s.mu.Unlock()
+
+		d, err := r.openDownstreamOn(ctx, s, a)
+		s.mu.Lock()
+		delete(s.opening, name)
+		close(opening)
+		s.mu.Unlock()
+		return d, err
 	}
+}
+
+func (r *Router) openDownstreamOn(ctx context.Context, s *Session, a *upstream.Agent) (*downstream, error) {
 	inst, err := a.Ready(ctx)
 	if err != nil {
 		return nil, r.startError(a, err)

@@ -240,3 +240,32 @@ func TestInitializeBudgetAndCache(t *testing.T) {
 		}
 	}
 }
+
+// TestCrashThreadContinues pins that after an agent crash the user just
+// continues the thread: the next prompt in the same session restarts the
+// agent, opens a new session on it, and gives it a brief of the turns its
+// previous process had seen.
+func TestCrashThreadContinues(t *testing.T) {
+	t.Parallel()
+	logA := filepath.Join(t.TempDir(), "a.log")
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: logA})}))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "say before the crash", "end_turn")
+	if _, err := e.Prompt(waitTimeout, sid, "crash"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Prompt(waitTimeout, sid, "prompt-text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireStop(t, m, "end_turn")
+	got := lastText(e, sid)
+	if !strings.HasPrefix(got, "[acp-router handoff]") || !strings.Contains(got, "User: say before the crash") {
+		t.Errorf("the restarted agent got %q; want a brief of the thread so far", got)
+	}
+	if n := countLines(logA, "initialize"); n != 2 {
+		t.Errorf("alpha initialized %d times, want 2", n)
+	}
+}
