@@ -238,7 +238,7 @@ func TestStreamHugeLine(t *testing.T) {
 	h := newConnHarness(t, StreamOptions{AnswerInvalid: true})
 	big := paddedRequest(t, "1", 20<<20)
 	write(t, h.In, big+"\n")
-	f := decodeFields(t, recv(t, h.Out))
+	f := decodeFields(t, recvWithin(t, h.Out, 90*time.Second))
 	assertJSON(t, "id", f["id"], `1`)
 	var res echoResult
 	if err := json.Unmarshal(f["result"], &res); err != nil {
