@@ -420,7 +420,11 @@ func (p progressWriter) Write(b []byte) (int, error) {
 	// One page: a pipe frees room a page at a time and a write returns only
 	// when all of it is in, so with 64 KiB slices a peer reading 4 KiB every
 	// StallTimeout/10 would be declared hung.
-	const slice = 4 << 10
+	// Without a stall timeout nobody watches progress: one write.
+	slice := len(b)
+	if p.s.opts.StallTimeout > 0 {
+		slice = 4 << 10
+	}
 	written := 0
 	for len(b) > 0 {
 		n := min(len(b), slice)

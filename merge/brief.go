@@ -105,3 +105,6 @@ func (c *Capped) WriteString(s string) {
 }
 
 func (c *Capped) String() string { return c.b.String() }
+
+// Full reports whether nothing more will be kept.
+func (c *Capped) Full() bool { return c.full || c.b.Len() >= c.Max }

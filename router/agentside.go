@@ -51,17 +51,17 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		return false
 	}
 	defer r.survive(inst.Agent.Name(), nil)
-	var ref acp.SessionRef
-	if json.Unmarshal(m.Params, &ref) != nil || ref.SessionID == "" {
-		r.log.Warn("session/update without a sessionId dropped", "agent", inst.Agent.Name())
+	u, err := decodeUpdate(m)
+	if err != nil || u.SessionID == "" {
+		r.log.Warn("malformed session/update dropped", "agent", inst.Agent.Name(), "error", err)
 		return true
 	}
-	key := downKey(inst, ref.SessionID)
+	key := downKey(inst, u.SessionID)
 	r.mu.Lock()
 	s := r.downs[key]
 	if s == nil {
 		if len(r.unbound[key]) >= maxUnbound {
-			r.log.Warn("update for an unknown session dropped", "agent", inst.Agent.Name(), "session", ref.SessionID)
+			r.log.Warn("update for an unknown session dropped", "agent", inst.Agent.Name(), "session", u.SessionID)
 			r.unbound[key] = r.unbound[key][1:]
 		}
 		r.unbound[key] = append(r.unbound[key], m)
@@ -73,9 +73,32 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	d := s.down[inst.Agent.Name()]
 	s.mu.Unlock()
 	if d != nil && d.inst == inst {
-		r.relayUpdate(s, d, m)
+		r.relayUpdate(s, d, m, u)
 	}
 	return true
+}
+
+// updateParams is what the relay reads of a session/update, decoded once.
+type updateParams struct {
+	SessionID string `json:"sessionId"`
+	Update    struct {
+		Kind              string            `json:"sessionUpdate"`
+		ToolCallID        string            `json:"toolCallId"`
+		MessageID         string            `json:"messageId"`
+		Title             *string           `json:"title"`
+		AvailableCommands []json.RawMessage `json:"availableCommands"`
+		ConfigOptions     json.RawMessage   `json:"configOptions"`
+		CurrentModeID     string            `json:"currentModeId"`
+		Cost              *merge.Cost       `json:"cost"`
+		Meta              json.RawMessage   `json:"_meta"`
+		Content           json.RawMessage   `json:"content"`
+		Status            string            `json:"status"`
+	} `json:"update"`
+}
+
+func decodeUpdate(m *acp.Message) (*updateParams, error) {
+	u := new(updateParams)
+	return u, json.Unmarshal(m.Params, u)
 }
 
 // relayUpdate applies DESIGN §5 "cross-agent state" to one update of
@@ -84,27 +107,8 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 // and modes of the active agent are merged with the router's and re-sent,
 // those of other agents only remembered; usage is merged; the session keeps
 // the first title; a tool call update is forwarded only after its tool call.
-func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message) {
-	var u struct {
-		Update struct {
-			Kind              string            `json:"sessionUpdate"`
-			ToolCallID        string            `json:"toolCallId"`
-			MessageID         string            `json:"messageId"`
-			Title             *string           `json:"title"`
-			AvailableCommands []json.RawMessage `json:"availableCommands"`
-			ConfigOptions     json.RawMessage   `json:"configOptions"`
-			CurrentModeID     string            `json:"currentModeId"`
-			Cost              *merge.Cost       `json:"cost"`
-			Meta              json.RawMessage   `json:"_meta"`
-			Content           json.RawMessage   `json:"content"`
-			Status            string            `json:"status"`
-		} `json:"update"`
-	}
-	if json.Unmarshal(m.Params, &u) != nil {
-		r.log.Warn("malformed session/update dropped", "agent", d.agent.Name())
-		return
-	}
-	up := u.Update
+func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updateParams) {
+	up := &u.Update
 	name := d.agent.Name()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -67,7 +67,7 @@ func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title 
 	switch kind {
 	case "agent_message_chunk":
 		var c struct{ Type, Text string }
-		if json.Unmarshal(content, &c) == nil && c.Type == "text" {
+		if !t.reply.Full() && json.Unmarshal(content, &c) == nil && c.Type == "text" {
 			t.reply.WriteString(c.Text)
 		}
 	case "tool_call":
@@ -90,20 +90,25 @@ func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title 
 	}
 }
 
-// record keeps t's record in the session's history, which holds at most
-// about twice the brief bound: a brief never tells more.
+// record keeps t's record in the session's history. The history holds at
+// most about twice the brief bound (a brief never tells more): past it,
+// the oldest turns go until it is back under the bound, so trimming costs
+// O(1) per turn on average.
 func (s *Session) record(t *turn, max int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.rec.Reply = t.reply.String()
 	s.history = append(s.history, *t.rec)
-	size := 0
-	for i := len(s.history) - 1; i >= 0; i-- {
-		h := s.history[i]
-		size += len(h.User) + len(h.Reply) + 64*len(h.Tools)
-		if size > 2*max {
-			s.history = append([]merge.TurnRecord{}, s.history[i+1:]...)
-			return
-		}
+	s.histBytes += recordSize(t.rec)
+	if s.histBytes <= 2*max {
+		return
 	}
+	drop := 0
+	for drop < len(s.history)-1 && s.histBytes > max {
+		s.histBytes -= recordSize(&s.history[drop])
+		drop++
+	}
+	s.history = append(s.history[:0], s.history[drop:]...)
 }
+
+func recordSize(r *merge.TurnRecord) int { return len(r.User) + len(r.Reply) + 64*len(r.Tools) }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,22 +28,23 @@ type Session struct {
 	// more agents with the same cwd, MCP servers and directories.
 	newParams json.RawMessage
 
-	mu      sync.Mutex
-	active  string                   // the active agent's name
-	down    map[string]*downstream   // by agent name
-	opening map[string]chan struct{} // agents a downstream session is being opened on
-	open    bool                     // updates may be written to the editor
-	held    [][]byte                 // updates waiting for open
-	timer   *time.Timer
-	turn    *turn   // the running (or draining) prompt turn
-	queue   []*turn // prompts waiting for the turn to end
-	closed  bool
-	title   string             // the first title an agent sent: the session's
-	toolIDs *merge.IDTable     // tool call ids forwarded to the editor, by agent
-	msgIDs  *merge.IDTable     // message ids, by agent
-	msgSeq  int                // for the router's own messageIds
-	history []merge.TurnRecord // finished turns, for handoff briefs
-	nextSeq int                // Seq of the next recorded turn
+	mu        sync.Mutex
+	active    string                   // the active agent's name
+	down      map[string]*downstream   // by agent name
+	opening   map[string]chan struct{} // agents a downstream session is being opened on
+	open      bool                     // updates may be written to the editor
+	held      [][]byte                 // updates waiting for open
+	timer     *time.Timer
+	turn      *turn   // the running (or draining) prompt turn
+	queue     []*turn // prompts waiting for the turn to end
+	closed    bool
+	title     string             // the first title an agent sent: the session's
+	toolIDs   *merge.IDTable     // tool call ids forwarded to the editor, by agent
+	msgIDs    *merge.IDTable     // message ids, by agent
+	msgSeq    int                // for the router's own messageIds
+	history   []merge.TurnRecord // finished turns, for handoff briefs
+	histBytes int                // their size, as record counts it
+	nextSeq   int                // Seq of the next recorded turn
 }
 
 // downstream is the session of one agent behind a router session, and what
@@ -60,7 +62,7 @@ type downstream struct {
 // tableKey names an agent instance: a restarted agent may hand out the same
 // session ids again, and they must not alias its previous process's.
 func tableKey(inst *upstream.Instance) string {
-	return fmt.Sprintf("%s#%d", inst.Agent.Name(), inst.Gen)
+	return inst.Agent.Name() + "#" + strconv.Itoa(inst.Gen)
 }
 
 func downKey(inst *upstream.Instance, id string) string { return tableKey(inst) + " " + id }
@@ -221,8 +223,10 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 	s.mu.Lock()
 	s.down[inst.Agent.Name()] = d
 	s.mu.Unlock()
-	for _, u := range early {
-		r.relayUpdate(s, d, u)
+	for _, m := range early {
+		if u, err := decodeUpdate(m); err == nil {
+			r.relayUpdate(s, d, m, u)
+		}
 	}
 	return true
 }
