@@ -426,7 +426,7 @@ func TestGemini(t *testing.T) {
 		// and hold every update of the session until after the response.
 		cmds := e.Rec.WaitFor(t, waitTimeout, "available_commands_update with Gemini's commands", func(m *Msg) bool {
 			return m.Update() == "available_commands_update" && m.SessionID() == sid &&
-				slices.Contains(geminiCommandNames(m), "help")
+				slices.Contains(commandNames(m), "help")
 		})
 		t.Logf("Gemini's commands reached the editor %v after the session/new response", cmds.At.Sub(resp.At).Round(time.Millisecond))
 		for _, m := range geminiSessionMsgs(e, sid, "session/update", "") {
@@ -434,7 +434,7 @@ func TestGemini(t *testing.T) {
 				t.Errorf("update reached the editor before the session/new response #%d: %s", resp.Seq, m)
 			}
 		}
-		names := geminiCommandNames(cmds)
+		names := commandNames(cmds)
 		// The router's commands first, then all of Gemini's.
 		want := []string{"agent", "gemini", "memory", "memory show", "memory refresh", "memory list", "memory inbox",
 			"extensions", "extensions list", "extensions explore", "extensions enable", "extensions disable",
@@ -470,9 +470,9 @@ func TestGemini(t *testing.T) {
 	})
 }
 
-// geminiCommandNames returns the command names of an
+// commandNames returns the command names of an
 // available_commands_update.
-func geminiCommandNames(m *Msg) []string {
+func commandNames(m *Msg) []string {
 	var upd struct {
 		Update struct {
 			AvailableCommands []struct {

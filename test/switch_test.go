@@ -25,23 +25,6 @@ func updatesOf(e *Editor, sid, kind string) []*Msg {
 	})
 }
 
-// availableCommandNames lists the names in an available_commands_update.
-func availableCommandNames(m *Msg) []string {
-	var p struct {
-		Update struct {
-			AvailableCommands []struct {
-				Name string `json:"name"`
-			} `json:"availableCommands"`
-		} `json:"update"`
-	}
-	json.Unmarshal(m.Params, &p)
-	var names []string
-	for _, c := range p.Update.AvailableCommands {
-		names = append(names, c.Name)
-	}
-	return names
-}
-
 // option returns the option with id from a configOptions list.
 func option(t testing.TB, list json.RawMessage, id string) json.RawMessage {
 	t.Helper()
@@ -75,12 +58,12 @@ func TestSwitchWithSlashCommands(t *testing.T) {
 
 	resp := e.Rec.WaitFor(t, waitTimeout, "the session/new response", func(m *Msg) bool { return m.IsResponse() && jsonString(m.Result, "sessionId") == sid })
 	cmds := e.Rec.WaitFor(t, waitTimeout, "the merged commands", func(m *Msg) bool {
-		return m.Update() == "available_commands_update" && m.SessionID() == sid && slices.Contains(availableCommandNames(m), "fake-cmd")
+		return m.Update() == "available_commands_update" && m.SessionID() == sid && slices.Contains(commandNames(m), "fake-cmd")
 	})
 	if cmds.At.Before(resp.At) || slices.Index(e.Rec.All(), cmds) < slices.Index(e.Rec.All(), resp) {
 		t.Errorf("commands update before the session/new response")
 	}
-	if got := availableCommandNames(cmds); !slices.Equal(got[:3], []string{"agent", "alpha", "beta"}) {
+	if got := commandNames(cmds); !slices.Equal(got[:3], []string{"agent", "alpha", "beta"}) {
 		t.Errorf("commands %q: want the router's first (agent, alpha, beta), then the agent's", got)
 	}
 
@@ -277,7 +260,7 @@ func TestCrossAgentState(t *testing.T) {
 		t.Errorf("title updates %v, want only the first title", titles)
 	}
 	for _, m := range updatesOf(e, sid, "available_commands_update") {
-		if slices.Contains(availableCommandNames(m), "beta-only") {
+		if slices.Contains(commandNames(m), "beta-only") {
 			t.Errorf("the commands of beta, not active, reached the editor: %s", m)
 		}
 	}
@@ -374,7 +357,7 @@ func TestHandoffAndCommands(t *testing.T) {
 	e.Initialize(t, capsAll)
 	sid := e.NewSession(t, t.TempDir())
 	cmds := e.Rec.WaitFor(t, waitTimeout, "commands", func(m *Msg) bool { return m.Update() == "available_commands_update" && m.SessionID() == sid })
-	if got := availableCommandNames(cmds); !slices.Contains(got, "review") || !slices.Contains(got, "go-beta") {
+	if got := commandNames(cmds); !slices.Contains(got, "review") || !slices.Contains(got, "go-beta") {
 		t.Errorf("config commands not advertised: %q", got)
 	}
 
