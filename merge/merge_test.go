@@ -12,15 +12,17 @@ import (
 	"github.com/acp-router/acp-router/acp"
 )
 
-// fixtureInit returns the initialize result recorded in a real agent's wire
-// transcript (testdata/real-agents, copied from shared/fixtures).
-func fixtureInit(t *testing.T, name string) acp.InitializeResult {
+// fixtureResults returns the results of the responses recorded in a real
+// agent's wire transcript (testdata/real-agents, copied from
+// shared/fixtures), in order.
+func fixtureResults(t *testing.T, name string) []json.RawMessage {
 	t.Helper()
 	f, err := os.Open(filepath.Join("..", "testdata", "real-agents", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	var out []json.RawMessage
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -29,11 +31,19 @@ func fixtureInit(t *testing.T, name string) acp.InitializeResult {
 				Result json.RawMessage `json:"result"`
 			} `json:"msg"`
 		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg.Result == nil {
-			continue
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg.Result != nil {
+			out = append(out, line.Msg.Result)
 		}
+	}
+	return out
+}
+
+// fixtureInit returns the initialize result in a real agent's transcript.
+func fixtureInit(t *testing.T, name string) acp.InitializeResult {
+	t.Helper()
+	for _, r := range fixtureResults(t, name) {
 		var res acp.InitializeResult
-		if json.Unmarshal(line.Msg.Result, &res) == nil && res.ProtocolVersion == 1 {
+		if json.Unmarshal(r, &res) == nil && res.ProtocolVersion == 1 {
 			return res
 		}
 	}

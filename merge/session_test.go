@@ -1,7 +1,6 @@
 package merge
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"os"
@@ -16,26 +15,14 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // transcript.
 func fixtureSession(t *testing.T, name string) AgentView {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "testdata", "real-agents", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var line struct {
-			Msg struct {
-				Result *struct {
-					SessionID     string          `json:"sessionId"`
-					Modes         *ModeState      `json:"modes"`
-					Models        *ModelState     `json:"models"`
-					ConfigOptions json.RawMessage `json:"configOptions"`
-				} `json:"result"`
-			} `json:"msg"`
+	for _, raw := range fixtureResults(t, name) {
+		var r struct {
+			SessionID     string          `json:"sessionId"`
+			Modes         *ModeState      `json:"modes"`
+			Models        *ModelState     `json:"models"`
+			ConfigOptions json.RawMessage `json:"configOptions"`
 		}
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg.Result != nil && line.Msg.Result.SessionID != "" {
-			r := line.Msg.Result
+		if json.Unmarshal(raw, &r) == nil && r.SessionID != "" {
 			return AgentView{Options: r.ConfigOptions, Modes: r.Modes, Models: r.Models}
 		}
 	}
