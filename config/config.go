@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
+
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // Version is the only config format version this build understands.
@@ -109,11 +111,7 @@ type Rule struct {
 }
 
 // Pos is a position in a config file.
-type Pos struct {
-	File string
-	Line int
-	Col  int
-}
+type Pos = yamlpos.Pos
 
 // ReservedNames are names an agent may not take because they are built-in
 // slash commands or subcommands.

@@ -1,11 +1,9 @@
 package config
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,20 +14,14 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // Error is one problem in a config file, at the position of the YAML node
 // that caused it. Load and Parse return every Error they find, joined with
 // errors.Join in file order.
-type Error struct {
-	Pos Pos
-	Msg string
-}
-
-func (e *Error) Error() string { return e.Pos.String() + ": " + e.Msg }
-
-// String formats p as FILE:LINE:COL.
-func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+type Error = yamlpos.Error
 
 // Load reads and validates the config file at path, with the process
 // environment for ${NAME}, ~ and the PATH lookup of agent commands.
@@ -55,7 +47,7 @@ func Load(path string) (*Config, error) {
 func Parse(name string, data []byte, env func(string) (string, bool)) (*Config, error) {
 	p := &parser{file: name, env: env}
 	p.home, _ = env("HOME")
-	root, err := p.document(data)
+	root, err := yamlpos.Document(p.file, data, "config file")
 	if err != nil {
 		return nil, err
 	}
@@ -82,64 +74,7 @@ type parser struct {
 	errs []*Error
 }
 
-// document decodes data into a node tree and returns its root: exactly one
-// non-empty YAML document.
-func (p *parser) document(data []byte) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return nil, &Error{Pos{p.file, 1, 1}, "config file is empty"}
-	} else if err != nil {
-		return nil, p.syntaxError(err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, &Error{p.pos(&extra), "only one YAML document is allowed"}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, p.syntaxError(err)
-	}
-	root := doc.Content[0]
-	if root.ShortTag() == "!!null" && root.Value == "" { // "---" alone
-		return nil, &Error{Pos{p.file, 1, 1}, "config file is empty"}
-	}
-	return root, nil
-}
-
-var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// parserProblems are the yaml.v3 messages that come from its parser rather
-// than its scanner. yaml.v3 prints the 0-based line for these (it adds 1
-// only for scanner errors), so we add the 1 it forgot.
-var parserProblems = []string{
-	"did not find expected <stream-start>",
-	"did not find expected <document start>",
-	"found undefined tag handle",
-	"did not find expected node content",
-	"did not find expected '-' indicator",
-	"did not find expected key",
-	"did not find expected ',' or ']'",
-	"did not find expected ',' or '}'",
-	"found duplicate %YAML directive",
-	"found incompatible YAML document",
-	"found duplicate %TAG directive",
-}
-
-// syntaxError turns a yaml.v3 syntax error ("yaml: line N: msg") into an
-// *Error. yaml.v3 does not expose the column, so it is always 1.
-func (p *parser) syntaxError(err error) *Error {
-	m := syntaxLine.FindStringSubmatch(err.Error())
-	if m == nil {
-		// yaml.v3 leaves out the line when the problem is on the first one.
-		return &Error{Pos{p.file, 1, 1}, strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	line, _ := strconv.Atoi(m[1])
-	if slices.Contains(parserProblems, m[2]) {
-		line++
-	}
-	return &Error{Pos{p.file, line, 1}, m[2]}
-}
-
-func (p *parser) pos(n *yaml.Node) Pos { return Pos{p.file, n.Line, n.Column} }
+func (p *parser) pos(n *yaml.Node) Pos { return yamlpos.At(p.file, n) }
 
 // errorf records an error at n. path (e.g. "agents[0].command") names the
 // value in the message; "" for messages that name it themselves.
@@ -148,7 +83,7 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	p.errs = append(p.errs, &Error{p.pos(n), msg})
+	p.errs = append(p.errs, &Error{Pos: p.pos(n), Msg: msg})
 }
 
 var (
@@ -227,7 +162,7 @@ func (p *parser) defaultStateDir(root *yaml.Node) string {
 
 func (p *parser) agents(n *yaml.Node) []Agent {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "agents", "expected a list of agents, got %s", describe(n))
+		p.errorf(n, "agents", "expected a list of agents, got %s", yamlpos.Describe(n))
 		return nil
 	}
 	if len(n.Content) == 0 {
@@ -236,7 +171,7 @@ func (p *parser) agents(n *yaml.Node) []Agent {
 	agents := make([]Agent, 0, len(n.Content))
 	seen := map[string]*yaml.Node{}
 	for i, item := range n.Content {
-		agents = append(agents, p.agent(fmt.Sprintf("agents[%d]", i), deref(item), seen))
+		agents = append(agents, p.agent(fmt.Sprintf("agents[%d]", i), yamlpos.Deref(item), seen))
 	}
 	return agents
 }
@@ -332,12 +267,12 @@ func (p *parser) command(path string, n *yaml.Node, cwd string) string {
 
 func (p *parser) args(path string, n *yaml.Node) []string {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, path, "expected a list of strings, got %s", describe(n))
+		p.errorf(n, path, "expected a list of strings, got %s", yamlpos.Describe(n))
 		return nil
 	}
 	args := make([]string, len(n.Content))
 	for i, item := range n.Content {
-		args[i], _ = p.expanded(fmt.Sprintf("%s[%d]", path, i), deref(item))
+		args[i], _ = p.expanded(fmt.Sprintf("%s[%d]", path, i), yamlpos.Deref(item))
 	}
 	return args
 }
@@ -374,11 +309,11 @@ func (p *parser) routing(r *Routing, n *yaml.Node, agents []string) {
 		return
 	}
 	if v.Kind != yaml.SequenceNode {
-		p.errorf(v, "routing.rules", "expected a list of rules, got %s", describe(v))
+		p.errorf(v, "routing.rules", "expected a list of rules, got %s", yamlpos.Describe(v))
 		return
 	}
 	for i, item := range v.Content {
-		r.Rules = append(r.Rules, p.rule(fmt.Sprintf("routing.rules[%d]", i), deref(item), agents))
+		r.Rules = append(r.Rules, p.rule(fmt.Sprintf("routing.rules[%d]", i), yamlpos.Deref(item), agents))
 	}
 }
 
@@ -426,12 +361,12 @@ func (p *parser) globs(path string, n *yaml.Node) []string {
 		}
 		items = n.Content
 	case yaml.MappingNode:
-		p.errorf(n, path, "expected a glob or a list of globs, got %s", describe(n))
+		p.errorf(n, path, "expected a glob or a list of globs, got %s", yamlpos.Describe(n))
 		return nil
 	}
 	var globs []string
 	for i, item := range items {
-		item, itemPath := deref(item), path
+		item, itemPath := yamlpos.Deref(item), path
 		if n.Kind == yaml.SequenceNode {
 			itemPath = fmt.Sprintf("%s[%d]", path, i)
 		}
@@ -501,7 +436,7 @@ func (p *parser) str(path string, n *yaml.Node) (string, bool) {
 		return "~", true
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
-		p.errorf(n, path, "expected a string, got %s", describe(n))
+		p.errorf(n, path, "expected a string, got %s", yamlpos.Describe(n))
 		return "", false
 	}
 	return n.Value, true
@@ -518,7 +453,7 @@ func (p *parser) enum(path string, n *yaml.Node, allowed ...string) string {
 func (p *parser) boolean(path string, n *yaml.Node) bool {
 	var b bool
 	if n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
-		p.errorf(n, path, "expected true or false, got %s", describe(n))
+		p.errorf(n, path, "expected true or false, got %s", yamlpos.Describe(n))
 	}
 	return b
 }
@@ -526,7 +461,7 @@ func (p *parser) boolean(path string, n *yaml.Node) bool {
 func (p *parser) integer(path string, n *yaml.Node) (int, bool) {
 	var i int
 	if n.ShortTag() != "!!int" || n.Decode(&i) != nil {
-		p.errorf(n, path, "expected an integer, got %s", describe(n))
+		p.errorf(n, path, "expected an integer, got %s", yamlpos.Describe(n))
 		return 0, false
 	}
 	return i, true
@@ -554,16 +489,16 @@ type pair struct{ key, val *yaml.Node }
 // keys that are not scalars and duplicate keys.
 func (p *parser) mapping(path string, n *yaml.Node) ([]pair, bool) {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "expected a mapping, got %s", describe(n))
+		p.errorf(n, path, "expected a mapping, got %s", yamlpos.Describe(n))
 		return nil, false
 	}
 	pairs := make([]pair, 0, len(n.Content)/2)
 	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		k, v := yamlpos.Deref(n.Content[i]), yamlpos.Deref(n.Content[i+1])
 		switch {
 		case k.Kind != yaml.ScalarNode:
-			p.errorf(k, path, "expected a key, got %s", describe(k))
+			p.errorf(k, path, "expected a key, got %s", yamlpos.Describe(k))
 		case seen[k.Value] != nil:
 			p.errorf(k, "", "duplicate key %q (first at line %d)", k.Value, seen[k.Value].Line)
 		default:
@@ -590,7 +525,7 @@ func (p *parser) fields(path string, n *yaml.Node, known []string, unsupported .
 		case slices.Contains(unsupported, key):
 			p.errorf(kv.key, "", "%q is not supported yet by this build of acp-router", key)
 		default:
-			p.errorf(kv.key, "", "unknown key %q%s", key, suggest(key, slices.Concat(known, unsupported)))
+			p.errorf(kv.key, "", "unknown key %q%s", key, yamlpos.Suggest(key, slices.Concat(known, unsupported)))
 		}
 	}
 	return f
@@ -605,74 +540,10 @@ func (p *parser) require(path string, n *yaml.Node, f map[string]*yaml.Node, key
 	}
 }
 
-// deref resolves a YAML alias (*name) to the node it names.
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-// describe names the kind of n for "expected X, got Y" messages.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	switch n.ShortTag() {
-	case "!!null":
-		return "an empty value"
-	case "!!bool":
-		return "a boolean"
-	case "!!int", "!!float":
-		return "a number"
-	}
-	return fmt.Sprintf("the string %q", n.Value)
-}
-
 func quote(ss []string) []string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
 		q[i] = strconv.Quote(s)
 	}
 	return q
-}
-
-// suggest returns ` (did you mean "x"?)` for the candidate closest to key,
-// if one is within an edit distance of 2, else "".
-func suggest(key string, candidates []string) string {
-	best, bestDist := "", 3
-	for _, c := range candidates {
-		if d := editDistance(key, c); d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }

@@ -110,7 +110,7 @@ func TestParseFull(t *testing.T) {
 			StallTimeout:   5 * time.Second,
 			CancelTimeout:  2500 * time.Millisecond,
 			Auth:           AuthHide,
-			Pos:            Pos{file, 6, 5},
+			Pos:            Pos{File: file, Line: 6, Col: 5},
 		}, {
 			Name:           "codex",
 			Title:          "codex",
@@ -123,7 +123,7 @@ func TestParseFull(t *testing.T) {
 			StallTimeout:   DefaultStallTimeout,
 			CancelTimeout:  DefaultCancelTimeout,
 			Auth:           AuthAdvertise,
-			Pos:            Pos{file, 21, 5},
+			Pos:            Pos{File: file, Line: 21, Col: 5},
 		}, {
 			Name:           "gemini-2",
 			Title:          "gemini-2",
@@ -133,20 +133,20 @@ func TestParseFull(t *testing.T) {
 			StallTimeout:   DefaultStallTimeout,
 			CancelTimeout:  DefaultCancelTimeout,
 			Auth:           AuthAdvertise,
-			Pos:            Pos{file, 30, 5},
+			Pos:            Pos{File: file, Line: 30, Col: 5},
 		}},
 		Routing: Routing{
 			Default:  "codex",
 			Fallback: "gemini-2",
 			Rules: []Rule{
-				{Cwd: []string{"/home/u/work/infra/**", "/srv/**"}, Agent: "codex", Enforce: true, Pos: Pos{file, 37, 7}},
-				{Cwd: []string{"/home/u"}, Agent: "claude", Pos: Pos{file, 40, 7}},
+				{Cwd: []string{"/home/u/work/infra/**", "/srv/**"}, Agent: "codex", Enforce: true, Pos: Pos{File: file, Line: 37, Col: 7}},
+				{Cwd: []string{"/home/u"}, Agent: "claude", Pos: Pos{File: file, Line: 40, Col: 7}},
 			},
 		},
 		Commands: []Command{
 			{Name: "review", Description: "Ask Codex to review the current changes", Agent: "codex",
-				Prompt: "Review the uncommitted changes in this repository. {{input}}", Pos: Pos{file, 46, 5}},
-			{Name: "infra", Description: "Switch to Codex", Agent: "codex", Switch: true, Pos: Pos{file, 50, 5}},
+				Prompt: "Review the uncommitted changes in this repository. {{input}}", Pos: Pos{File: file, Line: 46, Col: 5}},
+			{Name: "infra", Description: "Switch to Codex", Agent: "codex", Switch: true, Pos: Pos{File: file, Line: 50, Col: 5}},
 		},
 		Handoff:  Handoff{MaxBytes: 4096},
 		StateDir: "/home/u/state",
@@ -179,7 +179,7 @@ func TestParseDefaults(t *testing.T) {
 		StallTimeout:   DefaultStallTimeout,
 		CancelTimeout:  DefaultCancelTimeout,
 		Auth:           AuthAdvertise,
-		Pos:            Pos{"c.yaml", 5, 5},
+		Pos:            Pos{File: "c.yaml", Line: 5, Col: 5},
 	}
 	if !reflect.DeepEqual(cfg.Agents[1], want) {
 		t.Errorf("agent:\ngot  %+v\nwant %+v", cfg.Agents[1], want)
@@ -406,7 +406,7 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("got %v, want an *Error", err)
 	}
 	col := len("  - {name: a, command: "+self+", ") + 1
-	want := &Error{Pos{"bad.yaml", 3, col}, `unknown key "lazzy" (did you mean "lazy"?)`}
+	want := &Error{Pos: Pos{File: "bad.yaml", Line: 3, Col: col}, Msg: `unknown key "lazzy" (did you mean "lazy"?)`}
 	if *e != *want {
 		t.Errorf("got %v, want %v", e, want)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // DefaultHandoffBytes bounds the brief an agent gets when it takes over a
@@ -44,7 +46,7 @@ func (p *parser) handoff(n *yaml.Node) Handoff {
 		return Handoff{Disabled: true}
 	}
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "handoff", `expected "none" or a mapping with max_bytes, got %s`, describe(n))
+		p.errorf(n, "handoff", `expected "none" or a mapping with max_bytes, got %s`, yamlpos.Describe(n))
 		return h
 	}
 	f := p.fields("handoff", n, handoffKeys)
@@ -63,14 +65,14 @@ func (p *parser) handoff(n *yaml.Node) Handoff {
 // commands or each other.
 func (p *parser) commands(n *yaml.Node, agents []string) []Command {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "commands", "expected a list of commands, got %s", describe(n))
+		p.errorf(n, "commands", "expected a list of commands, got %s", yamlpos.Describe(n))
 		return nil
 	}
 	var out []Command
 	seen := map[string]*yaml.Node{}
 	for i, item := range n.Content {
 		path := fmt.Sprintf("commands[%d]", i)
-		item = deref(item)
+		item = yamlpos.Deref(item)
 		c := Command{Pos: p.pos(item)}
 		f := p.fields(path, item, commandKeys)
 		if f == nil {

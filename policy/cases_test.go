@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // caseFile is a file of testdata/cases: an org policy file and a user
@@ -31,7 +33,7 @@ func loadCases(t *testing.T, file string) *caseFile {
 		t.Fatal(err)
 	}
 	cf := &caseFile{}
-	top := deref(&root)
+	top := yamlpos.Deref(&root)
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		key, val := top.Content[i].Value, top.Content[i+1]
 		switch key {

@@ -1,39 +1,27 @@
 package policy
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // Pos is a position in a policy file.
-type Pos struct {
-	File      string
-	Line, Col int
-}
-
-// String formats p as FILE:LINE:COL.
-func (p Pos) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+type Pos = yamlpos.Pos
 
 // Error is one problem in a policy file, at the position of the YAML node
 // that caused it. The parse functions return every Error they find, joined
 // with errors.Join in file order.
-type Error struct {
-	Pos Pos
-	Msg string
-}
-
-func (e *Error) Error() string { return e.Pos.String() + ": " + e.Msg }
+type Error = yamlpos.Error
 
 // Layer is the parsed policy of one layer: the org layer (every file of
 // the policy directory, folded together with Merge) or the user layer (the
@@ -123,7 +111,7 @@ func ParseFile(file string, data []byte) (*Layer, error) {
 // Layer.Includes; read each and fold it in with AddInclude.
 func ParseLayer(file string, node *yaml.Node) (*Layer, error) {
 	p := &parser{file: file}
-	l := p.layer(deref(node), kindUserConfig)
+	l := p.layer(yamlpos.Deref(node), kindUserConfig)
 	return l, p.err()
 }
 
@@ -148,7 +136,7 @@ func (l *Layer) Merge(o *Layer) error {
 	}
 	for _, r := range o.Rules {
 		if first := seen[r.ID]; first != nil {
-			p.errs = append(p.errs, &Error{r.Pos, fmt.Sprintf("duplicate rule id %q (first at %s)", r.ID, first.Pos)})
+			p.errs = append(p.errs, &Error{Pos: r.Pos, Msg: fmt.Sprintf("duplicate rule id %q (first at %s)", r.ID, first.Pos)})
 			continue
 		}
 		seen[r.ID] = r
@@ -184,7 +172,7 @@ func firstOr(s []string, d string) string {
 
 func parseData(file string, data []byte, kind layerKind) (*Layer, error) {
 	p := &parser{file: file}
-	root, err := p.document(data)
+	root, err := yamlpos.Document(p.file, data, "policy file")
 	if err != nil {
 		return nil, err
 	}
@@ -216,62 +204,7 @@ func (p *parser) err() error {
 	return errors.Join(errs...)
 }
 
-// document decodes data into a node tree and returns its root: exactly one
-// non-empty YAML document.
-func (p *parser) document(data []byte) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return nil, &Error{Pos{p.file, 1, 1}, "policy file is empty"}
-	} else if err != nil {
-		return nil, p.syntaxError(err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, &Error{p.pos(&extra), "only one YAML document is allowed"}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, p.syntaxError(err)
-	}
-	root := doc.Content[0]
-	if root.ShortTag() == "!!null" && root.Value == "" {
-		return nil, &Error{Pos{p.file, 1, 1}, "policy file is empty"}
-	}
-	return root, nil
-}
-
-var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// parserProblems are yaml.v3 messages from its parser rather than its
-// scanner; yaml.v3 reports their line 0-based.
-var parserProblems = []string{
-	"did not find expected <stream-start>",
-	"did not find expected <document start>",
-	"found undefined tag handle",
-	"did not find expected node content",
-	"did not find expected '-' indicator",
-	"did not find expected key",
-	"did not find expected ',' or ']'",
-	"did not find expected ',' or '}'",
-	"found duplicate %YAML directive",
-	"found incompatible YAML document",
-	"found duplicate %TAG directive",
-}
-
-// syntaxError turns a yaml.v3 syntax error into an *Error (yaml.v3 does
-// not expose the column, so it is 1).
-func (p *parser) syntaxError(err error) *Error {
-	m := syntaxLine.FindStringSubmatch(err.Error())
-	if m == nil {
-		return &Error{Pos{p.file, 1, 1}, strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	line, _ := strconv.Atoi(m[1])
-	if slices.Contains(parserProblems, m[2]) {
-		line++
-	}
-	return &Error{Pos{p.file, line, 1}, m[2]}
-}
-
-func (p *parser) pos(n *yaml.Node) Pos { return Pos{p.file, n.Line, n.Column} }
+func (p *parser) pos(n *yaml.Node) Pos { return yamlpos.At(p.file, n) }
 
 // errorf records an error at n; path names the value ("rules[0].when").
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -279,7 +212,7 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	p.errs = append(p.errs, &Error{p.pos(n), msg})
+	p.errs = append(p.errs, &Error{Pos: p.pos(n), Msg: msg})
 }
 
 // layer reads a permissions mapping.
@@ -609,7 +542,7 @@ func (p *parser) list(path string, n *yaml.Node, nonEmpty bool) []*yaml.Node {
 		}
 		out := make([]*yaml.Node, len(n.Content))
 		for i, c := range n.Content {
-			out[i] = deref(c)
+			out[i] = yamlpos.Deref(c)
 		}
 		return out
 	case yaml.MappingNode:
@@ -629,7 +562,7 @@ func (p *parser) str(path string, n *yaml.Node) (string, bool) {
 		return "~", true
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
-		p.errorf(n, path, "expected a string, got %s", describe(n))
+		p.errorf(n, path, "expected a string, got %s", yamlpos.Describe(n))
 		return "", false
 	}
 	return n.Value, true
@@ -640,16 +573,16 @@ type pair struct{ key, val *yaml.Node }
 
 func (p *parser) mapping(path string, n *yaml.Node) ([]pair, bool) {
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "expected a mapping, got %s", describe(n))
+		p.errorf(n, path, "expected a mapping, got %s", yamlpos.Describe(n))
 		return nil, false
 	}
 	pairs := make([]pair, 0, len(n.Content)/2)
 	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		k, v := yamlpos.Deref(n.Content[i]), yamlpos.Deref(n.Content[i+1])
 		switch {
 		case k.Kind != yaml.ScalarNode:
-			p.errorf(k, path, "expected a key, got %s", describe(k))
+			p.errorf(k, path, "expected a key, got %s", yamlpos.Describe(k))
 		case seen[k.Value] != nil:
 			p.errorf(k, "", "duplicate key %q (first at line %d)", k.Value, seen[k.Value].Line)
 		default:
@@ -677,7 +610,7 @@ func (p *parser) fields(path string, n *yaml.Node, known []string, misplaced ...
 		case slices.Contains(misplaced, key) && key == "include":
 			p.errorf(kv.key, "", "include is only valid in the config's permissions")
 		default:
-			p.errorf(kv.key, "", "unknown key %q%s", key, suggest(key, known))
+			p.errorf(kv.key, "", "unknown key %q%s", key, yamlpos.Suggest(key, known))
 		}
 	}
 	return f
@@ -689,68 +622,4 @@ func (p *parser) require(path string, n *yaml.Node, f map[string]*yaml.Node, key
 			p.errorf(n, path, "missing required key %q", k)
 		}
 	}
-}
-
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		return deref(n.Content[0])
-	}
-	return n
-}
-
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	switch n.ShortTag() {
-	case "!!null":
-		return "an empty value"
-	case "!!bool":
-		return "a boolean"
-	case "!!int", "!!float":
-		return "a number"
-	}
-	return fmt.Sprintf("the string %q", n.Value)
-}
-
-// suggest returns ` (did you mean "x"?)` for the candidate closest to key
-// within an edit distance of 2, else "".
-func suggest(key string, candidates []string) string {
-	best, bestDist := "", 3
-	for _, c := range candidates {
-		if d := editDistance(key, c); d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }
