@@ -3,8 +3,8 @@
 // file:line:col), defaults, ${ENV} expansion and validation.
 //
 // Only the sections whose behaviour is implemented are accepted; the others
-// (commands, handoff, permissions, audit, history) are rejected with a
-// "not supported yet" error instead of being silently ignored.
+// (history) are rejected with a "not supported yet" error instead of being
+// silently ignored.
 package config
 
 import (
@@ -41,6 +41,11 @@ type Config struct {
 	// with ~ expanded. Default: $XDG_STATE_HOME/acp-router, else
 	// ~/.local/state/acp-router.
 	StateDir string
+	// Permissions is the user layer of the policy; nil without permissions:.
+	Permissions *Permissions
+	// Audit is where decisions are logged (always set: File has its
+	// default).
+	Audit Audit
 }
 
 // EnvInherit selects which of the router's environment variables an agent

@@ -87,11 +87,11 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 }
 
 var (
-	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff"}
+	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit"}
 	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
 	// this build does not implement yet. They are rejected rather than
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
-	unsupportedKeys = []string{"permissions", "audit", "history"}
+	unsupportedKeys = []string{"history"}
 	agentKeys       = []string{"name", "title", "command", "args", "env", "env_inherit", "cwd", "lazy",
 		"startup_timeout", "stall_timeout", "cancel_timeout", "auth"}
 	routingKeys = []string{"default", "fallback", "rules"}
@@ -145,6 +145,15 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = p.defaultStateDir(root)
+	}
+	if v := f["permissions"]; v != nil {
+		cfg.Permissions = p.permissions(v)
+	}
+	if v := f["audit"]; v != nil {
+		cfg.Audit = p.audit(v)
+	}
+	if cfg.Audit.File == "" {
+		cfg.Audit.File = p.defaultAuditFile()
 	}
 	return cfg
 }

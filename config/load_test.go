@@ -150,6 +150,7 @@ func TestParseFull(t *testing.T) {
 		},
 		Handoff:  Handoff{MaxBytes: 4096},
 		StateDir: "/home/u/state",
+		Audit:    Audit{File: "/home/u/audit/decisions.jsonl", MaxBytes: 1 << 20, Pos: Pos{File: file, Line: 59, Col: 3}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", got, want)
@@ -475,5 +476,19 @@ func TestLookup(t *testing.T) {
 				t.Errorf("Lookup = %q, %v\nwant %q, %q", got, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestParsePermissionsKeptAsYAML(t *testing.T) {
+	bin := fakeBin(t, fakeAgents...)
+	cfg, err := Parse("c.yaml", []byte(minimal+"permissions:\n  default: deny\n"), testEnv(bin, map[string]string{"XDG_STATE_HOME": "/state"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Permissions == nil || cfg.Permissions.Node.Line != strings.Count(minimal, "\n")+2 || cfg.Permissions.File != "c.yaml" || cfg.Permissions.Home != "/home/u" {
+		t.Fatalf("permissions = %+v", cfg.Permissions)
+	}
+	if cfg.Audit.File != "/state/acp-router/audit.jsonl" {
+		t.Errorf("default audit file = %q", cfg.Audit.File)
 	}
 }
