@@ -10,9 +10,10 @@ import (
 )
 
 // Describe prints what `acp-router check` shows: agents, routes, commands
-// and the state directory, then warnings (more may be passed in).
+// and the state directory. It returns the warnings passed in and its own,
+// for Warn to print after whatever else check describes.
 // Environment values are never printed.
-func Describe(w io.Writer, c *Config, warnings ...string) {
+func Describe(w io.Writer, c *Config, warnings ...string) []string {
 	fmt.Fprintf(w, "config: %s (version %d)\n", c.File, c.Version)
 	fmt.Fprintf(w, "state dir: %s\n", c.StateDir)
 	fmt.Fprintln(w, "agents:")
@@ -73,6 +74,11 @@ func Describe(w io.Writer, c *Config, warnings ...string) {
 	if err := writable(c.StateDir); err != nil {
 		warnings = append(warnings, fmt.Sprintf("state dir %s is not writable (%v): initialize results cannot be cached", c.StateDir, err))
 	}
+	return warnings
+}
+
+// Warn writes the warnings check found, if any.
+func Warn(w io.Writer, warnings []string) {
 	if len(warnings) > 0 {
 		fmt.Fprintln(w, "warnings:")
 		for _, m := range warnings {

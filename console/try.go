@@ -81,6 +81,8 @@ func Ask(c *Client, title string, options []Option) int {
 type Options struct {
 	Prompt string
 	Agent  string // "" = routed as usual
+	// Guard enforces the permission policy, as for an editor.
+	Guard  *router.Guard
 	Answer Answer
 	Logger hclog.Logger
 	Out    io.Writer
@@ -104,7 +106,7 @@ func Try(ctx context.Context, cfg *config.Config, opts Options) (int, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	r := router.New(cfg, router.Options{Logger: opts.Logger, Version: router.Version(), ForceAgent: opts.Agent})
+	r := router.New(cfg, router.Options{Logger: opts.Logger, Version: router.Version(), ForceAgent: opts.Agent, Guard: opts.Guard})
 	toRouterR, toRouterW := io.Pipe()
 	fromRouterR, fromRouterW := io.Pipe()
 	served := make(chan error, 1)

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 )
 
@@ -73,8 +74,9 @@ type selectOption struct {
 // router's `agent` select first, then the active agent's own options, or a
 // synthesized `mode` / `model` select for an agent that has only `modes` /
 // old-style `models`. Boolean options are left out unless the editor
-// advertised them.
-func Options(agents []AgentChoice, active string, v AgentView, booleans bool) []json.RawMessage {
+// advertised them; modes denied (deny_modes; denied may be nil) are never
+// offered, except the current one, so that the list stays truthful.
+func Options(agents []AgentChoice, active string, v AgentView, booleans bool, denied func(mode string) bool) []json.RawMessage {
 	agent := selectOption{
 		ID: AgentOptionID, Name: "Agent", Description: "The agent that runs this session",
 		Category: RouterCategory, Type: "select", CurrentValue: active,
@@ -94,15 +96,124 @@ func Options(agents []AgentChoice, active string, v AgentView, booleans bool) []
 			if json.Unmarshal(o, &head) != nil || head.ID == AgentOptionID || (head.Type == "boolean" && !booleans) {
 				continue
 			}
+			if denied != nil && isModeOption(o) {
+				o = withoutDenied(o, denied)
+			}
 			out = append(out, o)
 		}
 		return out
 	}
 	if v.Modes != nil && len(v.Modes.AvailableModes) > 0 {
-		out = append(out, mustJSON(modeSelect(v.Modes)))
+		sel := modeSelect(v.Modes)
+		if denied != nil {
+			sel.Options = slices.DeleteFunc(sel.Options, func(m selectValue) bool { return m.Value != sel.CurrentValue && denied(m.Value) })
+		}
+		out = append(out, mustJSON(sel))
 	}
 	if v.Models != nil && len(v.Models.AvailableModels) > 0 {
 		out = append(out, mustJSON(modelSelect(v.Models)))
+	}
+	return out
+}
+
+// isModeOption: a select option of category "mode".
+func isModeOption(o json.RawMessage) bool {
+	var head struct {
+		Type     string `json:"type"`
+		Category string `json:"category"`
+	}
+	return json.Unmarshal(o, &head) == nil && head.Type == "select" && head.Category == "mode"
+}
+
+// withoutDenied removes the denied values (other than the current one)
+// from a select option, flat or grouped, keeping every other field as the
+// agent sent it.
+func withoutDenied(o json.RawMessage, denied func(string) bool) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(o, &fields) != nil {
+		return o
+	}
+	var current string
+	json.Unmarshal(fields["currentValue"], &current)
+	var filter func(raw json.RawMessage) json.RawMessage
+	filter = func(raw json.RawMessage) json.RawMessage {
+		var entries []json.RawMessage
+		if json.Unmarshal(raw, &entries) != nil {
+			return raw
+		}
+		kept := entries[:0]
+		for _, e := range entries {
+			var ent map[string]json.RawMessage
+			if json.Unmarshal(e, &ent) != nil {
+				kept = append(kept, e)
+				continue
+			}
+			if group, ok := ent["options"]; ok { // a group of values
+				ent["options"] = filter(group)
+				kept = append(kept, mustJSON(ent))
+				continue
+			}
+			var value string
+			if json.Unmarshal(ent["value"], &value) == nil && value != current && denied(value) {
+				continue
+			}
+			kept = append(kept, e)
+		}
+		return mustJSON(kept)
+	}
+	if opts, ok := fields["options"]; ok {
+		fields["options"] = filter(opts)
+	}
+	return mustJSON(fields)
+}
+
+// CurrentMode reads an agent's mode from what a session knows of it: the
+// current value of its select option of category "mode" (optionID is that
+// option's id), else its legacy modes. values are the modes it offers, in
+// its order. ok is false when the agent reports no mode.
+func CurrentMode(v AgentView) (mode string, values []string, optionID string, ok bool) {
+	if v.Options != nil {
+		var own []json.RawMessage
+		json.Unmarshal(v.Options, &own)
+		for _, o := range own {
+			if !isModeOption(o) {
+				continue
+			}
+			var sel struct {
+				ID           string          `json:"id"`
+				CurrentValue string          `json:"currentValue"`
+				Options      json.RawMessage `json:"options"`
+			}
+			if json.Unmarshal(o, &sel) != nil || sel.ID == AgentOptionID {
+				continue
+			}
+			return sel.CurrentValue, selectValues(sel.Options), sel.ID, true
+		}
+	}
+	if v.Modes != nil {
+		for _, m := range v.Modes.AvailableModes {
+			values = append(values, m.ID)
+		}
+		return v.Modes.CurrentModeID, values, "", true
+	}
+	return "", nil, "", false
+}
+
+// selectValues lists the values of a select's options, groups flattened.
+func selectValues(raw json.RawMessage) []string {
+	var entries []struct {
+		Value   *string         `json:"value"`
+		Options json.RawMessage `json:"options"`
+	}
+	json.Unmarshal(raw, &entries)
+	var out []string
+	for _, e := range entries {
+		switch {
+		case e.Value != nil:
+			out = append(out, *e.Value)
+		case e.Options != nil:
+			out = append(out, selectValues(e.Options)...)
+		}
 	}
 	return out
 }
@@ -209,4 +320,25 @@ func mustJSON(v any) json.RawMessage {
 		panic(err) // only plain structs are marshalled here
 	}
 	return b
+}
+
+// SetCurrentValue returns options (an agent's configOptions) with the
+// currentValue of option id set to value, every other field kept.
+func SetCurrentValue(options json.RawMessage, id, value string) json.RawMessage {
+	var list []json.RawMessage
+	if json.Unmarshal(options, &list) != nil {
+		return options
+	}
+	for i, o := range list {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(o, &fields) != nil {
+			continue
+		}
+		var oid string
+		if json.Unmarshal(fields["id"], &oid) == nil && oid == id {
+			fields["currentValue"] = mustJSON(value)
+			list[i] = mustJSON(fields)
+		}
+	}
+	return mustJSON(list)
 }

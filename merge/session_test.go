@@ -51,8 +51,8 @@ func TestOptionsFromRealAgents(t *testing.T) {
 	got := map[string]any{}
 	for _, a := range realAgents {
 		view := fixtureSession(t, a.fixture)
-		got[a.name] = Options(choices, a.name, view, false)
-		got[a.name+" (boolean options advertised)"] = Options(choices, a.name, view, true)
+		got[a.name] = Options(choices, a.name, view, false, nil)
+		got[a.name+" (boolean options advertised)"] = Options(choices, a.name, view, true, nil)
 	}
 	var gemini []json.RawMessage
 	json.Unmarshal(mustJSON(got["gemini"]), &gemini)
@@ -117,4 +117,52 @@ func checkGolden(t *testing.T, path string, got any) {
 		t.Fatalf("%v (run with -update to create it)", err)
 	}
 	assertJSONEqual(t, b, want)
+}
+
+// TestModesDeniedAndCurrent: denied modes leave the agents' own mode
+// selects and the synthesized one (the current mode stays listed), and
+// CurrentMode reads the mode from either place.
+func TestModesDeniedAndCurrent(t *testing.T) {
+	denied := map[string]bool{"bypassPermissions": true, "full-access": true, "yolo": true, "default": true}
+	for _, a := range realAgents {
+		view := fixtureSession(t, a.fixture)
+		mode, values, optionID, ok := CurrentMode(view)
+		if !ok || mode == "" || len(values) < 2 {
+			t.Fatalf("%s: CurrentMode = %q %q %q %v", a.name, mode, values, optionID, ok)
+		}
+		if (a.name == "gemini") != (optionID == "") {
+			t.Errorf("%s: mode option id %q (gemini has legacy modes only)", a.name, optionID)
+		}
+		opts := Options(nil, a.name, view, true, func(m string) bool { return denied[m] })
+		var offered []string
+		for _, o := range opts {
+			if isModeOption(o) {
+				var sel struct{ Options json.RawMessage }
+				json.Unmarshal(o, &sel)
+				offered = selectValues(sel.Options)
+			}
+		}
+		if len(offered) == 0 {
+			t.Fatalf("%s: no mode select in %s", a.name, mustJSON(opts))
+		}
+		for _, v := range offered {
+			if denied[v] && v != mode {
+				t.Errorf("%s: denied mode %q offered", a.name, v)
+			}
+		}
+		if !strings.Contains(strings.Join(offered, " "), mode) || len(offered) >= len(values) {
+			t.Errorf("%s: offered %q of %q (current %q)", a.name, offered, values, mode)
+		}
+	}
+}
+
+func TestWithoutDeniedGroups(t *testing.T) {
+	o := json.RawMessage(`{"id":"m","type":"select","category":"mode","currentValue":"a","x":1,"options":[{"group":"g","name":"G","options":[{"value":"a","name":"A"},{"value":"b","name":"B"}]},{"value":"c","name":"C"}]}`)
+	got := withoutDenied(o, func(m string) bool { return m != "c" })
+	assertJSONEqual(t, got, []byte(`{"id":"m","type":"select","category":"mode","currentValue":"a","x":1,"options":[{"group":"g","name":"G","options":[{"value":"a","name":"A"}]},{"value":"c","name":"C"}]}`))
+}
+
+func TestSetCurrentValue(t *testing.T) {
+	got := SetCurrentValue(json.RawMessage(`[{"id":"a","currentValue":"x","k":[1]},{"id":"mode","currentValue":"default","category":"mode"}]`), "mode", "plan")
+	assertJSONEqual(t, got, []byte(`[{"id":"a","currentValue":"x","k":[1]},{"id":"mode","currentValue":"plan","category":"mode"}]`))
 }

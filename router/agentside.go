@@ -80,20 +80,26 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 
 // updateParams is what the relay reads of a session/update, decoded once.
 type updateParams struct {
-	SessionID string `json:"sessionId"`
-	Update    struct {
-		Kind              string            `json:"sessionUpdate"`
-		ToolCallID        string            `json:"toolCallId"`
-		MessageID         string            `json:"messageId"`
-		Title             *string           `json:"title"`
-		AvailableCommands []json.RawMessage `json:"availableCommands"`
-		ConfigOptions     json.RawMessage   `json:"configOptions"`
-		CurrentModeID     string            `json:"currentModeId"`
-		Cost              *merge.Cost       `json:"cost"`
-		Meta              json.RawMessage   `json:"_meta"`
-		Content           json.RawMessage   `json:"content"`
-		Status            string            `json:"status"`
-	} `json:"update"`
+	SessionID string       `json:"sessionId"`
+	Update    updateFields `json:"update"`
+}
+
+type updateFields struct {
+	Kind              string            `json:"sessionUpdate"`
+	ToolCallID        string            `json:"toolCallId"`
+	MessageID         string            `json:"messageId"`
+	Title             *string           `json:"title"`
+	AvailableCommands []json.RawMessage `json:"availableCommands"`
+	ConfigOptions     json.RawMessage   `json:"configOptions"`
+	CurrentModeID     string            `json:"currentModeId"`
+	Cost              *merge.Cost       `json:"cost"`
+	Meta              json.RawMessage   `json:"_meta"`
+	Content           json.RawMessage   `json:"content"`
+	Status            string            `json:"status"`
+	// What the permission policy reads of a tool call (DESIGN §6).
+	ToolKind  json.RawMessage `json:"kind"`
+	Locations json.RawMessage `json:"locations"`
+	RawInput  json.RawMessage `json:"rawInput"`
 }
 
 func decodeUpdate(m *acp.Message) (*updateParams, error) {
@@ -129,13 +135,22 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		}
 	case "config_option_update":
 		d.view.Options = up.ConfigOptions
+		r.enforceModeLocked(s, d)
 		if active {
 			line = s.optionsLineLocked()
 		}
 	case "current_mode_update":
+		if _, _, id, _ := merge.CurrentMode(d.view); id != "" {
+			d.view.Options = merge.SetCurrentValue(d.view.Options, id, up.CurrentModeID)
+		}
 		if d.view.Modes != nil {
 			d.view.Modes.CurrentModeID = up.CurrentModeID
+		} else if d.view.Options == nil {
+			// A mode the session/new result did not announce is still
+			// the agent's mode: deny_modes must see it.
+			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
 		}
+		r.enforceModeLocked(s, d)
 		if active {
 			line = s.updateLine(map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": merge.LegacyModeID(name, up.CurrentModeID)})
 			if d.view.Options == nil { // the synthesized mode select changed too
@@ -157,6 +172,9 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		// A tool call is forwarded only with its turn's content; an update
 		// only for a tool call the editor has seen (Zed draws a red "Tool
 		// call not found" card otherwise).
+		if r.opts.Guard != nil {
+			s.trackToolLocked(name, up)
+		}
 		if !content {
 			break
 		}
@@ -308,7 +326,8 @@ func (s *Session) usageLineLocked(p json.RawMessage) []byte {
 // agentRequest forwards an agent's request to the editor with its session
 // id translated, unless the editor lacks the capability it needs, it names
 // a terminal the agent did not create, or it breaks ACP's rules on paths.
-// The answer is relayed back with the agent's id.
+// The requests the permission policy decides go through it first
+// (enforce.go). The answer is relayed back with the agent's id.
 func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request) {
 	reply := func(res json.RawMessage, err error) {
 		if err := inst.Peer().Reply(context.Background(), req.ID, res, err); err != nil {
@@ -320,6 +339,17 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 		reply(nil, err)
 		return
 	}
+	if pol := r.policy(); pol != nil && decided(req.Method) {
+		r.enforce(ctx, pol, inst, req, p, reply)
+		return
+	}
+	r.relayRequest(ctx, inst, req, p, reply, nil)
+}
+
+// relayRequest sends an agent's request to the editor and answers the agent
+// with the editor's answer, passed through answer when it is not nil.
+func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage,
+	reply func(json.RawMessage, error), answer func(json.RawMessage, error) (json.RawMessage, error)) {
 	sid, p, err := r.toEditorSession(inst, req.Method, p)
 	if err != nil {
 		reply(nil, err)
@@ -331,39 +361,14 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 			return
 		}
 	}
-	r.mu.Lock()
-	full := r.pending[inst] >= maxPending
-	if !full {
-		r.pending[inst]++
-	}
-	r.mu.Unlock()
-	if full {
-		reply(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d requests waiting for the editor already", inst.Agent.Name(), maxPending), nil))
-		return
-	}
-	done := func() {
-		r.mu.Lock()
-		if r.pending[inst]--; r.pending[inst] == 0 {
-			delete(r.pending, inst)
-		}
-		r.mu.Unlock()
-	}
 	agentID := acp.RawID(req.ID)
-	c, err := r.editor.Call(ctx, req.Method, paramsAny(p), agentID, nil)
+	c, done, err := r.callEditor(ctx, inst, agentID, sid, req.Method, p)
 	if err != nil {
-		done()
-		reply(nil, acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil))
+		reply(nil, err)
 		return
 	}
-	o := &outgoing{inst: inst, agentID: agentID, editorID: c.ID, session: sid}
-	r.mu.Lock()
-	r.toEditor[acp.IDKey(c.ID)] = o
-	r.mu.Unlock()
 	go func() {
 		res, err := c.Wait(ctx)
-		r.mu.Lock()
-		delete(r.toEditor, acp.IDKey(c.ID))
-		r.mu.Unlock()
 		done()
 		if err == jsonrpc2.ErrClosed {
 			err = acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
@@ -371,8 +376,49 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 		if err == nil {
 			r.trackTerminal(inst, req.Method, sid, p, res)
 		}
+		if answer != nil {
+			res, err = answer(res, err)
+		}
 		reply(res, err)
 	}()
+}
+
+// callEditor sends a request on behalf of agent instance inst (its request
+// agentID, in router session sid) to the editor, counted against the
+// agent's bound on pending requests and registered for withdrawal. done
+// must be called once the answer arrived.
+func (r *Router) callEditor(ctx context.Context, inst *upstream.Instance, agentID json.RawMessage, sid, method string, p json.RawMessage) (*acp.Call, func(), error) {
+	r.mu.Lock()
+	full := r.pending[inst] >= maxPending
+	if !full {
+		r.pending[inst]++
+	}
+	r.mu.Unlock()
+	if full {
+		return nil, nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d requests waiting for the editor already", inst.Agent.Name(), maxPending), nil)
+	}
+	c, err := r.editor.Call(ctx, method, paramsAny(p), agentID, nil)
+	if err != nil {
+		r.mu.Lock()
+		if r.pending[inst]--; r.pending[inst] == 0 {
+			delete(r.pending, inst)
+		}
+		r.mu.Unlock()
+		return nil, nil, acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
+	}
+	o := &outgoing{inst: inst, agentID: agentID, editorID: c.ID, session: sid}
+	r.mu.Lock()
+	r.toEditor[acp.IDKey(c.ID)] = o
+	r.mu.Unlock()
+	done := func() {
+		r.mu.Lock()
+		delete(r.toEditor, acp.IDKey(c.ID))
+		if r.pending[inst]--; r.pending[inst] == 0 {
+			delete(r.pending, inst)
+		}
+		r.mu.Unlock()
+	}
+	return c, done, nil
 }
 
 // checkAgentCall refuses what the editor did not advertise (the router

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 
+	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/policy"
 )
 
@@ -119,4 +121,87 @@ func rootOwned(path string, fi fs.FileInfo) error {
 			path, ErrOrgPolicyUnsafe, fi.Mode().Perm(), path, path)
 	}
 	return nil
+}
+
+// LoadedPolicy is a compiled policy with the outcome of its own tests and
+// the files it was read from.
+type LoadedPolicy struct {
+	Policy  *policy.Policy
+	Results []policy.TestResult
+	// Watch are the directories a change in which may change the policy
+	// (editors save by rename, so files are watched through their
+	// directory), and Files the files in them that matter ("" = any
+	// *.yaml, for the org directory).
+	Watch map[string][]string
+}
+
+// Failed are the test results that did not pass.
+func (l *LoadedPolicy) Failed() []policy.TestResult {
+	var out []policy.TestResult
+	for _, r := range l.Results {
+		if !r.Pass {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// LoadPolicy reads the org layer from orgDir and the user layer from the
+// config's permissions: and its include: files, compiles them and runs
+// their tests. A nil Policy with a nil error: no layer exists (the router
+// enforces nothing). Failing tests are reported in Results, not as an
+// error; the caller refuses such a policy (TestsError).
+func LoadPolicy(orgDir string, cfg *config.Config) (*LoadedPolicy, error) {
+	out := &LoadedPolicy{Watch: map[string][]string{}}
+	out.Watch[orgDir] = []string{""}
+	org, err := LoadOrgLayer(orgDir)
+	if err != nil {
+		return nil, err
+	}
+	var user *policy.Layer
+	if cfg.File != "" {
+		dir := filepath.Dir(cfg.File)
+		out.Watch[dir] = append(out.Watch[dir], filepath.Base(cfg.File))
+	}
+	if perm := cfg.Permissions; perm != nil {
+		if user, err = policy.ParseLayer(perm.File, perm.Node); err != nil {
+			return nil, err
+		}
+		for _, inc := range user.Includes {
+			path := inc.Path
+			if rest, ok := strings.CutPrefix(path, "~/"); ok && perm.Home != "" {
+				path = filepath.Join(perm.Home, rest)
+			}
+			out.Watch[filepath.Dir(path)] = append(out.Watch[filepath.Dir(path)], filepath.Base(path))
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("%s: include: %w", inc.Pos, err)
+			}
+			if err := user.AddInclude(path, data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if org == nil && user == nil {
+		return out, nil
+	}
+	if out.Policy, err = policy.Compile(org, user); err != nil {
+		return nil, err
+	}
+	out.Results = out.Policy.RunTests(policy.TestOptions{})
+	return out, nil
+}
+
+// TestsError describes failed policy tests; nil when every test passed.
+func (l *LoadedPolicy) TestsError() error {
+	failed := l.Failed()
+	if len(failed) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of the policy's tests failed:", len(failed))
+	for _, f := range failed {
+		fmt.Fprintf(&b, "\n  %s: %s", f.Case.Pos, f.Problem)
+	}
+	return errors.New(b.String())
 }

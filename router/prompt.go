@@ -204,8 +204,9 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		t.agent = s.active
 	}
 	d := s.down[t.agent]
+	resetting := d != nil && d.modeReset != nil
 	s.mu.Unlock()
-	if d != nil {
+	if d != nil && !resetting {
 		if _, err := d.alive(); err == nil {
 			r.dispatch(ctx, s, t, d)
 			return
@@ -218,6 +219,7 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 			r.endTurn(ctx, s, t, nil, err)
 			return
 		}
+		r.waitMode(ctx, s, d)
 		r.dispatch(ctx, s, t, d)
 	}()
 }
@@ -232,9 +234,16 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 	s.mu.Lock() // the relay reads them in the agent's read loop
 	t.d, t.inst = d, inst
 	cancelled := t.cancelled
+	modeErr := d.modeErr
+	// A new turn: approvals and tool call evidence are per turn.
+	s.approvals, s.tools = nil, nil
 	s.mu.Unlock()
 	if cancelled {
 		r.endTurn(ctx, s, t, cancelledResult, nil)
+		return
+	}
+	if modeErr != nil {
+		r.endTurn(ctx, s, t, nil, modeErr)
 		return
 	}
 	p := params(t.req)
@@ -280,6 +289,7 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 		t.cancelTimer.Stop()
 	}
 	synthetic := t.synthetic
+	s.approvals = nil // an approval covers the direct calls of its own turn only
 	var next *turn
 	if len(s.queue) > 0 {
 		next = s.queue[0]

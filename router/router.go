@@ -45,6 +45,9 @@ type Options struct {
 	ForceAgent string
 	// MaxLine bounds one message from the editor [acp.DefaultMaxLine].
 	MaxLine int
+	// Guard enforces the permission policy on agent requests and modes;
+	// nil: no policy (every request goes to the editor).
+	Guard *Guard
 	// Upstream timings, for tests; see upstream.Options.
 	ShutdownGrace, KillGrace time.Duration
 }

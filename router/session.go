@@ -45,6 +45,13 @@ type Session struct {
 	history   []merge.TurnRecord // finished turns, for handoff briefs
 	histBytes int                // their size, as record counts it
 	nextSeq   int                // Seq of the next recorded turn
+	// The permission policy's state (guard.go): what the agents said about
+	// their tool calls this turn, the approvals of the turn, and the
+	// user's "always" choices.
+	tools     map[string]*toolState
+	approvals []approval
+	grants    []grant
+	roots     []string // the session's additional directories: ${roots}
 }
 
 // downstream is the session of one agent behind a router session, and what
@@ -57,6 +64,10 @@ type downstream struct {
 	commands []json.RawMessage // the agent's last available_commands_update
 	cost     *merge.Cost       // its last cumulative cost
 	seen     int               // turns before this Seq are known to the agent
+	// deny_modes (modes.go): modeReset is closed when a reset of a denied
+	// mode ends; modeErr is why the agent is still in a denied mode.
+	modeReset chan struct{}
+	modeErr   error
 }
 
 // tableKey names an agent instance: a restarted agent may hand out the same
@@ -106,7 +117,8 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 	reply := r.replyTo(req)
 	p := params(req)
 	var np struct {
-		Cwd string `json:"cwd"`
+		Cwd  string   `json:"cwd"`
+		Dirs []string `json:"additionalDirectories"`
 	}
 	if p == nil || json.Unmarshal(p, &np) != nil {
 		reply(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: session/new needs params with cwd", nil))
@@ -117,6 +129,12 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 		return
 	}
 	cwd := filepath.Clean(np.Cwd)
+	var roots []string
+	for _, dir := range np.Dirs {
+		if filepath.IsAbs(dir) {
+			roots = append(roots, filepath.Clean(dir))
+		}
+	}
 	go func() {
 		held, release := r.hold(ctx, req)
 		a, enforce := r.route(cwd)
@@ -140,7 +158,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			return
 		}
 		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{}, opening: map[string]chan struct{}{},
-			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable()}
+			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots}
 		res, err := r.openDownstream(ctx, s, inst, acp.RawID(req.ID))
 		if err != nil {
 			reply(nil, err)
@@ -186,6 +204,10 @@ func (r *Router) openDownstream(ctx context.Context, s *Session, inst *upstream.
 		return nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q answered session/new without a sessionId", inst.Agent.Name()), map[string]string{"agent": inst.Agent.Name()})
 	}
 	r.learnModes(inst.Agent.Name(), res)
+	s.mu.Lock()
+	d := s.down[inst.Agent.Name()]
+	s.mu.Unlock()
+	r.waitMode(ctx, s, d) // the editor's first view of the session shows the mode it will run in
 	return res, nil
 }
 
@@ -222,6 +244,7 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 	r.mu.Unlock()
 	s.mu.Lock()
 	s.down[inst.Agent.Name()] = d
+	r.enforceModeLocked(s, d)
 	s.mu.Unlock()
 	for _, m := range early {
 		if u, err := decodeUpdate(m); err == nil {

@@ -35,7 +35,7 @@ func (s *Session) optionsLocked() []json.RawMessage {
 	if d := s.down[s.active]; d != nil {
 		view = d.view
 	}
-	return merge.Options(s.r.agentChoices(), s.active, view, s.r.caps().Session.ConfigOptions.Boolean != nil)
+	return merge.Options(s.r.agentChoices(), s.active, view, s.r.caps().Session.ConfigOptions.Boolean != nil, s.r.modeDenied(s.active))
 }
 
 // legacyModesLocked is the union of the agents' modes, AGENT:MODE, for
@@ -56,7 +56,11 @@ func (s *Session) legacyModesLocked() *merge.ModeState {
 		}
 		agents = append(agents, merge.AgentModes{Agent: a.Name(), Title: a.Title(), Modes: modes})
 	}
-	return merge.LegacyModes(agents, s.active, current, nil)
+	var denied func(agent, mode string) bool
+	if pol := s.r.policy(); pol != nil {
+		denied = pol.ModeDenied
+	}
+	return merge.LegacyModes(agents, s.active, current, denied)
 }
 
 // optionsLine is a config_option_update with the whole list.
@@ -184,7 +188,11 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 	synthesized := d != nil && d.view.Options == nil
 	go func() {
 		var err error
+		if d != nil && p.ConfigID != merge.AgentOptionID && s.isModeOption(d, p.ConfigID) {
+			err = r.modeRefusal(d.agent.Name(), value)
+		}
 		switch {
+		case err != nil:
 		case p.ConfigID == merge.AgentOptionID:
 			err = r.switchTo(ctx, s, value)
 		case synthesized && p.ConfigID == merge.ModeOptionID && d.view.Modes != nil:
@@ -200,6 +208,7 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 				if json.Unmarshal(res, &out) == nil && out.ConfigOptions != nil {
 					s.mu.Lock()
 					d.view.Options = out.ConfigOptions
+					r.enforceModeLocked(s, d)
 					s.mu.Unlock()
 				}
 			}
@@ -228,7 +237,10 @@ func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.R
 		if !qualified || r.byName[agent] == nil {
 			agent, mode = s.activeName(), p.ModeID
 		}
-		err := r.switchTo(ctx, s, agent)
+		err := r.modeRefusal(agent, mode)
+		if err == nil {
+			err = r.switchTo(ctx, s, agent)
+		}
 		if err == nil {
 			s.mu.Lock()
 			d := s.down[agent]
@@ -241,6 +253,15 @@ func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.R
 		}
 		r.replyTo(req)(json.RawMessage("{}"), nil)
 	}()
+}
+
+// isModeOption: configID is the mode select of d (its own, or the one the
+// router synthesizes from its modes).
+func (s *Session) isModeOption(d *downstream, configID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _, id, ok := merge.CurrentMode(d.view)
+	return ok && (id == configID || (id == "" && configID == merge.ModeOptionID))
 }
 
 // setMode sets an agent's mode in its downstream session and records it.

@@ -617,6 +617,10 @@ func (a *fakeAgent) prompt(m wireMsg) {
 //	elicit-complete ID       notification elicitation/complete ID
 //	elicit-request           form elicitation scoped to this prompt's request id
 //	permission-nowait        session/request_permission without waiting for the answer
+//	permission-tool JSON     tool_call update with the JSON's fields (kind, title, locations,
+//	                         rawInput, content), then session/request_permission naming only its
+//	                         id, with one option of each kind (ids allow, allow-always, reject,
+//	                         reject-always); say "permission: OUTCOME"
 //	ext-flood N              N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603)
 //	terminal-create CMD...   terminal/create only; say "terminal-id: ID" or the error
 //	terminal-output ID       terminal/output for ID; say "terminal-output: OUTPUT" or the error
@@ -770,6 +774,34 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			}
 			wg.Wait()
 			a.say(s.id, fmt.Sprintf("flood: refused=%d", refused.Load()))
+		case "permission-tool":
+			var fields map[string]any
+			if err := json.Unmarshal([]byte(rest), &fields); err != nil {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: bad permission-tool command: " + line}
+			}
+			s.calls++
+			callID := fmt.Sprintf("call-%d", s.calls)
+			fields["sessionUpdate"], fields["toolCallId"], fields["status"] = "tool_call", callID, "pending"
+			a.update(s.id, fields)
+			res, rerr := a.call("session/request_permission", map[string]any{
+				"sessionId": s.id,
+				"toolCall":  map[string]any{"toolCallId": callID},
+				"options": []any{
+					map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"},
+					map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+					map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
+					map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
+				},
+			})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("permission error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			var out struct {
+				Outcome json.RawMessage `json:"outcome"`
+			}
+			_ = json.Unmarshal(res, &out)
+			a.say(s.id, "permission: "+string(out.Outcome))
 		case "permission-nowait":
 			go a.call("session/request_permission", map[string]any{
 				"sessionId": s.id,

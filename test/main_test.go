@@ -89,7 +89,9 @@ func runTests(m *testing.M) int {
 		return m.Run()
 	}
 	bin := filepath.Join(dir, "acp-router")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/acp-router")
+	// The org policy directory is set at build time; this one never exists
+	// (a machine's own /etc/acp-router must not change the tests).
+	cmd := exec.Command("go", "build", "-ldflags", "-X main.orgPolicyDir="+filepath.Join(dir, "no-org-policy"), "-o", bin, "./cmd/acp-router")
 	cmd.Dir = moduleRoot
 	if out, err := cmd.CombinedOutput(); err != nil {
 		// Tests that need the router fail with this error (they do not skip);

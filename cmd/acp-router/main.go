@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/console"
+	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/router"
 	"github.com/acp-router/acp-router/upstream"
 )
@@ -30,11 +32,21 @@ usage:
   acp-router try [--config FILE] [--agent NAME] [--yes|--no] "PROMPT"
       run one prompt through the router and print the stream
   acp-router check [--config FILE]
-      validate the config and print agents and routes
+      validate the config and policy; print agents, routes, commands and policy layers
+  acp-router policy explain [--config FILE] [--agent A] [--cwd DIR] [--mode M] METHOD ARGS...
+      show the decision for one request and every rule that matched
+  acp-router policy test [--config FILE]
+      run the tests: of every policy layer; exit 1 on any failure
   acp-router login AGENT
       run an agent's own login in this terminal
   acp-router version
 `
+
+// orgPolicyDir is the org layer of the permission policy (DESIGN §6). It
+// can be changed only at build time:
+//
+//	go build -ldflags "-X main.orgPolicyDir=/opt/acme/acp-router/policy.d" ./cmd/acp-router
+var orgPolicyDir = "/etc/acp-router/policy.d"
 
 // globals are the flags every subcommand accepts.
 type globals struct {
@@ -85,6 +97,8 @@ func run(args []string) (int, error) {
 		return try(ctx, &g, rest)
 	case "check":
 		return check(&g, rest)
+	case "policy":
+		return policyCmd(&g, rest)
 	case "login":
 		return login(ctx, &g, rest)
 	case "version":
@@ -131,6 +145,39 @@ func loadConfig(g *globals) (*config.Config, error) {
 	return config.Load(path)
 }
 
+// startPolicy loads the permission policy, opens its audit log and
+// reloads it on SIGHUP and file changes until ctx ends. Fail closed: a
+// policy that does not load, or fails its own tests, is an error and the
+// router does not start.
+func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger) (*router.Guard, *router.LoadedPolicy, error) {
+	lp, err := router.LoadPolicy(orgPolicyDir, cfg)
+	if err == nil {
+		err = lp.TestsError()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("permission policy: %w\nthe router does not start without a valid policy; `acp-router check` shows it", err)
+	}
+	home, _ := os.UserHomeDir()
+	guard, err := router.NewGuard(lp.Policy, cfg.Audit.File, cfg.Audit.MaxBytes, router.OSFS{}, home)
+	if err != nil {
+		return nil, nil, fmt.Errorf("permission policy: %w", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := func() (*router.LoadedPolicy, error) {
+		cfg, err := config.Load(cfg.File)
+		if err != nil {
+			return nil, err
+		}
+		return router.LoadPolicy(orgPolicyDir, cfg)
+	}
+	go func() {
+		defer signal.Stop(hup)
+		router.WatchPolicy(ctx, guard, reload, lp.Watch, hup, log.Named("policy"))
+	}()
+	return guard, lp, nil
+}
+
 // serve runs the router for an editor on stdin/stdout.
 func serve(ctx context.Context, g *globals) (int, error) {
 	log, closer, err := newLogger(g)
@@ -142,8 +189,17 @@ func serve(ctx context.Context, g *globals) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	log.Info("starting", "version", router.Version(), "config", cfg.File, "agents", len(cfg.Agents))
-	r := router.New(cfg, router.Options{Logger: log, Version: router.Version()})
+	guard, lp, err := startPolicy(ctx, cfg, log)
+	if err != nil {
+		return 1, err
+	}
+	defer guard.Close()
+	policyHash := "none"
+	if lp.Policy != nil {
+		policyHash = lp.Policy.Hash()
+	}
+	log.Info("starting", "version", router.Version(), "config", cfg.File, "agents", len(cfg.Agents), "policyHash", policyHash)
+	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: guard})
 	if err := r.Serve(ctx, os.Stdin, os.Stdout); err != nil {
 		return 1, err
 	}
@@ -176,6 +232,11 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 			return 2, fmt.Errorf("no agent %q in %s", *agent, cfg.File)
 		}
 	}
+	guard, _, err := startPolicy(ctx, cfg, log)
+	if err != nil {
+		return 1, err
+	}
+	defer guard.Close()
 	answer := console.Ask
 	switch {
 	case *yes:
@@ -186,6 +247,7 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 	return console.Try(ctx, cfg, console.Options{
 		Prompt: strings.Join(fs.Args(), " "),
 		Agent:  *agent,
+		Guard:  guard,
 		Answer: answer,
 		Logger: log,
 		Out:    os.Stdout,
@@ -203,8 +265,77 @@ func check(g *globals, args []string) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
+	lp, err := router.LoadPolicy(orgPolicyDir, cfg)
+	if err != nil {
+		return 1, fmt.Errorf("permission policy: %w", err)
+	}
+	var agents []string
+	for _, a := range cfg.Agents {
+		agents = append(agents, a.Name)
+	}
+	warnings := config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
+	warnings = append(warnings, router.DescribePolicy(os.Stdout, lp, orgPolicyDir, agents)...)
+	config.Warn(os.Stdout, warnings)
+	if lp.TestsError() != nil {
+		return 1, errors.New("the permission policy's tests fail (acp-router policy test)")
+	}
 	return 0, nil
+}
+
+// policyCmd is `acp-router policy explain|test`.
+func policyCmd(g *globals, args []string) (int, error) {
+	const use = "usage: acp-router policy explain [--config FILE] [--agent A] [--cwd DIR] [--mode M] METHOD ARGS... | policy test [--config FILE]"
+	if len(args) == 0 {
+		return 2, errors.New(use)
+	}
+	fs := flag.NewFlagSet("policy "+args[0], flag.ContinueOnError)
+	g.register(fs, "warn")
+	agent := fs.String("agent", "", "the agent making the request (default: routing.default)")
+	cwd := fs.String("cwd", "", "the session's working directory (default: the current directory)")
+	mode := fs.String("mode", "", "the agent's current mode")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2, nil
+	}
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return 1, err
+	}
+	lp, err := router.LoadPolicy(orgPolicyDir, cfg)
+	if err != nil {
+		return 1, fmt.Errorf("permission policy: %w", err)
+	}
+	switch args[0] {
+	case "test":
+		if fs.NArg() > 0 {
+			return 2, errors.New(use)
+		}
+		if !router.PolicyTestReport(os.Stdout, lp) {
+			return 1, nil
+		}
+		return 0, nil
+	case "explain":
+		if fs.NArg() == 0 {
+			return 2, errors.New(use)
+		}
+		if *agent == "" {
+			*agent = cfg.Routing.Default
+		}
+		if *cwd == "" {
+			if *cwd, err = os.Getwd(); err != nil {
+				return 1, err
+			}
+		}
+		if *cwd, err = filepath.Abs(*cwd); err != nil {
+			return 1, err
+		}
+		home, _ := os.UserHomeDir()
+		sess := policy.Session{Agent: *agent, Mode: *mode, Cwd: *cwd, Home: home}
+		if err := router.ExplainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess); err != nil {
+			return 2, err
+		}
+		return 0, nil
+	}
+	return 2, errors.New(use)
 }
 
 // login runs an agent's login. The editor's terminal auth re-launches the
@@ -240,4 +371,21 @@ func login(ctx context.Context, g *globals, args []string) (int, error) {
 		fmt.Fprintf(os.Stderr, "acp-router: %s is logged in; the router restarts it on its next use\n", agent.Title)
 	}
 	return code, err
+}
+
+// callLine writes the arguments of `policy explain` as a test call: a
+// terminal/create command line as typed, other arguments shell-quoted when
+// the shell split them out of quotes.
+func callLine(args []string) string {
+	if args[0] == "terminal/create" {
+		return strings.Join(args, " ")
+	}
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\;&|<>()`*?[]#") {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }
