@@ -306,7 +306,7 @@ func BenchmarkTurnRecord(b *testing.B) {
 			name = "history=bound"
 		}
 		b.Run(name, func(b *testing.B) {
-			s := &Session{}
+			s := &Session{r: &Router{}}
 			for range max(history, 2000) {
 				record(s)
 			}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/policy"
 )
 
 // The handoff brief (DESIGN §5): an agent that handles a turn of a session
@@ -32,7 +34,11 @@ func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMe
 		case "text":
 			user = append(user, blk.Text)
 		case "resource_link":
-			user = append(user, "["+blk.Name+" "+blk.URI+"]")
+			if r.hiddenURI(s, d.agent.Name(), blk.URI) {
+				user = append(user, hiddenNote)
+			} else {
+				user = append(user, "["+blk.Name+" "+blk.URI+"]")
+			}
 		}
 	}
 	text := merge.Capped{Max: h.MaxBytes}
@@ -90,11 +96,59 @@ func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title 
 	}
 }
 
+// hiddenNote replaces what the brief must not tell: nothing from paths a
+// deny rule matches (DESIGN §5).
+const hiddenNote = "[hidden by the permission policy]"
+
+// hiddenURI: a file:// resource the agent of the turn may not read.
+func (r *Router) hiddenURI(s *Session, agent, uri string) bool {
+	pol := r.policy()
+	path, ok := strings.CutPrefix(uri, "file://")
+	if pol == nil || !ok {
+		return false
+	}
+	p, _ := json.Marshal(map[string]string{"sessionId": "", "path": path})
+	return r.deniedByPolicy(pol, s, agent, acp.MethodReadTextFile, p, nil)
+}
+
+// deniedByPolicy: the policy denies the request (a deny rule matches some
+// of its evidence).
+func (r *Router) deniedByPolicy(pol *policy.Policy, s *Session, agent, method string, p json.RawMessage, updates []json.RawMessage) bool {
+	g := r.opts.Guard
+	d := r.decideSafely(pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: g.fs,
+		Session: policy.Session{Agent: agent, Cwd: s.Cwd, Roots: s.roots, Home: g.home}})
+	return d.Effect == policy.Deny
+}
+
+// hideDenied replaces the title of each of rec's tool calls that is about
+// something a deny rule matches.
+func (r *Router) hideDenied(s *Session, rec *merge.TurnRecord) {
+	pol := r.policy()
+	if pol == nil || len(rec.Tools) == 0 {
+		return
+	}
+	s.mu.Lock()
+	updates := make([][]json.RawMessage, len(rec.Tools))
+	for i, tool := range rec.Tools {
+		if ts := s.tools[toolKey(rec.Agent, tool.ID)]; ts != nil {
+			updates[i] = ts.updates
+		}
+	}
+	s.mu.Unlock()
+	for i := range rec.Tools {
+		p, _ := json.Marshal(map[string]any{"sessionId": "", "toolCall": map[string]string{"toolCallId": rec.Tools[i].ID}})
+		if updates[i] != nil && r.deniedByPolicy(pol, s, rec.Agent, acp.MethodRequestPermission, p, updates[i]) {
+			rec.Tools[i].Title = hiddenNote
+		}
+	}
+}
+
 // record keeps t's record in the session's history. The history holds at
 // most about twice the brief bound (a brief never tells more): past it,
 // the oldest turns go until it is back under the bound, so trimming costs
 // O(1) per turn on average.
 func (s *Session) record(t *turn, max int) {
+	s.r.hideDenied(s, t.rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.rec.Reply = t.reply.String()

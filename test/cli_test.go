@@ -92,3 +92,63 @@ func TestCheckWarnsHiddenCommands(t *testing.T) {
 		t.Errorf("check: exit %d, output:\n%s%s\nwant a warning that /fake-cmd hides alpha's", code, out, errOut)
 	}
 }
+
+// TestPolicyCommands pins `acp-router policy test|explain` and the policy
+// part of `check` (DESIGN §3, §6): the example config's policy passes its
+// own tests; a failing test exits 1 and names the test, and the router
+// refuses to start with that policy; a shadowed and an untested rule are
+// reported; explain shows the decision, each piece of evidence with its
+// rule, and the answer; a policy error has file:line:col.
+func TestPolicyCommands(t *testing.T) {
+	t.Parallel()
+	example := filepath.Join(moduleRoot, "config.example.yaml")
+	code, out, errOut := runRouterCmd(t, nil, "policy", "test", "--config", example)
+	if code != 0 || !strings.Contains(out, "0 failed") || strings.Contains(out, "untested") || strings.Contains(out, "never takes effect") {
+		t.Errorf("policy test on config.example.yaml: exit %d\n%s%s", code, out, errOut)
+	}
+
+	policy := `default: ask
+rules:
+  - {id: no-env, decision: deny, when: {paths: ["**/.env"]}}
+  - {id: src-env, decision: allow, when: {kind: [read], paths: ["**/.env"]}}
+  - {id: reads, decision: allow, when: {kind: [read], paths: ["${cwd}/**"]}}
+  - {id: writes, decision: ask, when: {kind: [edit], paths: ["${cwd}/**"]}}
+tests:
+  - {call: "fs/read_text_file ${cwd}/.env", expect: allow}
+`
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, policy)
+	code, out, _ = runRouterCmd(t, nil, "policy", "test", "--config", cfg)
+	for _, want := range []string{"FAIL " + cfg + ":", "1 failed", "never takes effect: allow rule src-env", "shadowed by deny rule no-env", "untested: rule writes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("policy test output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 1 {
+		t.Errorf("policy test with a failing test: exit %d, want 1", code)
+	}
+	code, out, errOut = runRouterCmd(t, nil, "--config", cfg)
+	if code != 1 || out != "" || !strings.Contains(errOut, "policy's tests failed") {
+		t.Errorf("router with a failing policy test: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = runRouterCmd(t, nil, "check", "--config", cfg)
+	if code != 1 || !strings.Contains(out, "user layer sha256:") || !strings.Contains(out, "deny  no-env   ("+cfg+":") {
+		t.Errorf("check with the policy: exit %d\n%s", code, out)
+	}
+
+	cwd := t.TempDir()
+	code, out, errOut = runRouterCmd(t, nil, "policy", "explain", "--config", example, "--cwd", cwd, "terminal/create", "git push -f origin main && cat .env")
+	for _, want := range []string{"DENY", "no-force-push", "no-secrets", cwd + "/.env", "-32603"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain output lacks %q:\n%s%s", want, out, errOut)
+		}
+	}
+	if code != 0 {
+		t.Errorf("explain: exit %d", code)
+	}
+
+	broken, _ := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, "rules:\n  - {id: x, decision: deny, when: {paths: [\"**/[a\"]}}\n")
+	code, _, errOut = runRouterCmd(t, nil, "--config", broken)
+	if code != 1 || !strings.Contains(errOut, broken+":") || !strings.Contains(errOut, "permission policy") {
+		t.Errorf("router with an invalid glob: exit %d, stderr %q; want 1 and file:line:col", code, errOut)
+	}
+}

@@ -560,3 +560,28 @@ func readLines(t *testing.T, path string) []string {
 	}
 	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
+
+// TestPolicyBriefHidesDenied: the handoff brief tells nothing from paths a
+// deny rule matches (DESIGN §5): a tool call about .env is named only as
+// hidden; one about an allowed path keeps its title.
+func TestPolicyBriefHidesDenied(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, _ := policyYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-"}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+	}, secretsPolicy, "default: alpha")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, fmt.Sprintf(`update {"sessionUpdate":"tool_call","toolCallId":"t1","title":"Read %[1]s/.env","kind":"read","status":"completed","locations":[{"path":"%[1]s/.env"}]}
+update {"sessionUpdate":"tool_call","toolCallId":"t2","title":"Read main.go","kind":"read","status":"completed","locations":[{"path":"%[1]s/main.go"}]}
+say done`, cwd), "end_turn")
+	e.MustPrompt(t, sid, "/beta prompt-text", "end_turn")
+	got := lastText(e, sid)
+	_, tools, _ := strings.Cut(got, "say done\n") // the user's prompt (this script) names .env itself
+	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(tools, ".env") ||
+		!strings.Contains(got, "Tool: [hidden by the permission policy] (completed)") || !strings.Contains(got, "Tool: Read main.go (completed)") {
+		t.Errorf("beta's brief: %q", got)
+	}
+}
