@@ -260,7 +260,7 @@ func (r *Router) decide(pol *policy.Policy, inst *upstream.Instance, method stri
 	}
 	g := r.opts.Guard
 	v := &verdict{method: method, s: s, agent: agent, toolID: ref.ToolCall.ToolCallID}
-	req := &policy.Request{Method: method, Params: p, FS: g.fs,
+	req := &policy.Request{Method: method, Params: p, FS: requestFS(g.fs),
 		Session: policy.Session{Agent: agent, Cwd: s.Cwd, Roots: s.roots, Home: g.home}}
 	s.mu.Lock()
 	if d := s.down[agent]; d != nil {

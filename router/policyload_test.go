@@ -30,6 +30,26 @@ func TestOSFSResolve(t *testing.T) {
 			t.Errorf("Resolve(%s) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
+	// The per-decision cache answers as OSFS does, for every path and its
+	// ancestors, in any order and twice.
+	os.Symlink("sub/../sub/f", filepath.Join(real, "rel"))
+	os.Symlink(filepath.Join(root, "link", "sub"), filepath.Join(root, "dirlink"))
+	paths := []string{filepath.Join(root, "dirlink", "f"), filepath.Join(root, "link", "rel"), filepath.Join(root, "dirlink", "new", "x"),
+		filepath.Join(root, "link", "sub", "..", "sub", "f"), root, "/", filepath.Join(root, "loop", "x"), filepath.Join(root, "loop")}
+	for _, tt := range tests {
+		paths = append(paths, tt.in)
+	}
+	c := newCachedOSFS()
+	for range 2 {
+		for i := len(paths) - 1; i >= 0; i-- {
+			p := paths[i]
+			want, werr := OSFS{}.Resolve(p)
+			got, err := c.Resolve(p)
+			if got != want || (err == nil) != (werr == nil) {
+				t.Errorf("cached Resolve(%s) = %q, %v; OSFS: %q, %v", p, got, err, want, werr)
+			}
+		}
+	}
 	if _, err := (OSFS{}).Resolve("relative/path"); err == nil {
 		t.Error("a relative path resolved")
 	}
