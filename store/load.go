@@ -1,0 +1,117 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+)
+
+// History is a stored session (session/load).
+type History struct {
+	Meta Meta
+	// Updates are the session/update lines to replay, oldest first, each
+	// as Append got it. They start at a turn start (or with updates sent
+	// before the first turn) and every turn in them is complete or, for a
+	// turn cut short, a prefix of what the editor saw. Empty in
+	// metadata-only mode.
+	Updates [][]byte
+	Trimmed bool // older turns were dropped for the per-session cap
+	Partial bool // some updates were not stored (ErrDropped, a failed write)
+}
+
+// Load reads a stored session, written by this process or another, and
+// holds it from then on: Append, Update and the turn calls work on it. What
+// this Store queued before is committed first. Loading counts as use for
+// eviction.
+func (s *Store) Load(ctx context.Context, id string) (*History, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var w *waiter
+	if len(s.dirty) > 0 || s.busy {
+		w = s.addWaiterLocked()
+	}
+	s.mu.Unlock()
+	if w != nil {
+		// A failed write is no reason not to return what is stored.
+		if err := w.wait(ctx); err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+	}
+
+	name := fileName(id)
+	h := &History{}
+	var bumps []int64
+	s.mu.Lock()
+	se := s.sessions[id]
+	if se != nil {
+		h.Meta = se.meta.clone()
+	}
+	s.mu.Unlock()
+	if se == nil {
+		mf, err := readMeta(s.metaPath(name), name)
+		if errors.Is(err, fs.ErrNotExist) || err == nil && mf.Session.ID != id {
+			return nil, ErrNotFound
+		}
+		if err != nil {
+			return nil, err
+		}
+		h.Meta, bumps = mf.Session, mf.UpdatedHistory
+	}
+	if !s.opts.MetadataOnly {
+		data, err := s.readLog(name)
+		if err != nil {
+			return nil, fmt.Errorf("store: load %q: %w", id, err)
+		}
+		rp := readRecords(data)
+		h.Updates, h.Trimmed, h.Partial = rp.updates, rp.trimmed, rp.partial
+	}
+	if se == nil {
+		s.mu.Lock()
+		if !s.closed && s.sessions[id] == nil {
+			s.sessions[id] = &session{id: id, name: name, meta: h.Meta.clone(), bumps: bumps}
+		}
+		s.mu.Unlock()
+		now := time.Now()
+		os.Chtimes(s.metaPath(name), now, now) // least recently used: loading is use
+	}
+	return h, nil
+}
+
+// readLog returns a session's records (the log without its header) under a
+// shared lock, so that no writer truncates or appends while it reads.
+func (s *Store) readLog(name string) ([]byte, error) {
+	f, err := openLocked(s.logPath(name), syscall.LOCK_SH, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(io.NewSectionReader(f, 0, fi.Size()), data); err != nil {
+		return nil, err
+	}
+	if len(data) < logHeaderLen {
+		return nil, nil // torn at creation: nothing was stored
+	}
+	if string(data[:len(logMagic)]) != logMagic {
+		if string(data[:logHeaderLen]) == string(make([]byte, logHeaderLen)) {
+			return nil, nil
+		}
+		return nil, errors.New("not a session log (bad magic)")
+	}
+	return data[logHeaderLen:], nil
+}

@@ -1,0 +1,564 @@
+// Package store owns the session store in state_dir (issue 5, requirement 1;
+// DESIGN §4 `history:`): what the router remembers of each router session so
+// that editors can list and reopen threads after an agent or the router
+// itself restarted. Several router processes (one per editor window) use one
+// directory at the same time; nothing takes an exclusive lock on open.
+//
+// # Use from the router
+//
+//	st, err := store.Open(filepath.Join(cfg.StateDir, "sessions"), store.Options{...})
+//	defer st.Close()
+//
+//	st.Create(store.Meta{ID: id, Cwd: cwd, ActiveAgent: "claude", Agents: ...}) // session/new
+//	st.Update(id, func(m *store.Meta) { m.Title = title })                      // title, mode, options, switch
+//	st.TurnStart(id)                                                             // session/prompt accepted
+//	st.Append(id, line)                                                          // each session/update sent to the editor
+//	st.TurnEnd(id)                                                               // the prompt response was sent
+//	page, err := st.List(ctx, store.ListOptions{Cwd: cwd, Cursor: c, Limit: 50}) // session/list
+//	h, err := st.Load(ctx, id)                                                   // session/load: replay h.Updates
+//	st.Release(id)                                                               // session/close: keep the history
+//	st.Delete(ctx, id)                                                           // session/delete
+//
+// Create, Update, TurnStart, TurnEnd, Append and Release never do I/O and never
+// wait for the disk: they change memory under one short mutex and a writer
+// goroutine commits. They are safe on the relay path. List, Load, Delete,
+// Sync and Close do I/O and may wait. Append, Update and the turn calls work
+// on sessions this Store holds: the ones it created or loaded and has not
+// released or deleted.
+//
+// # Commits and durability
+//
+// The writer commits every CommitInterval (50 ms) after the first change, at
+// once when CommitBytes (1 MiB) are queued, and at once at TurnEnd, Sync,
+// Load, Delete and Close. A commit that contains a turn end fsyncs that
+// session's log. A kill -9 therefore loses at most what was queued in memory
+// (one commit window); an operating system crash loses at most what was
+// written since the last fsync (the turn in progress). Neither can corrupt
+// the store: records are checksummed, a torn or partly written last record
+// is ignored by readers and truncated away by the next writer under the
+// session's lock, and metadata is replaced atomically (temp file + fsync +
+// rename).
+//
+// # When the queue is full
+//
+// Append copies the line into a queue bounded by MaxQueueBytes (128 MiB). A
+// line that does not fit (the disk is slower than the agents, or the line is
+// over 64 MiB, or the turn grew past MaxSessionBytes) is not stored, and
+// neither is anything else Appended to that session until its next
+// TurnStart: Append returns ErrDropped and a gap record is queued. Readers
+// end a turn at its gap, so a stored turn is always a prefix of what the
+// editor saw, never a turn with a hole in it (an update without its tool
+// call). The relay is never blocked and the store is never corrupted; the
+// loss shows as History.Partial and Stats.Dropped. A failed disk write is
+// handled the same way.
+//
+// # Limits
+//
+// MaxSessionBytes caps one session's log: when a commit makes it larger, the
+// writer rewrites it without its oldest turns (down to 3/4 of the cap), so
+// replay never starts mid-turn. MaxTotalBytes and MaxAge evict whole sessions,
+// least recently used first (by file modification time: every write and every
+// Load counts as use), at Open, every SweepInterval and after every
+// MaxTotalBytes/64 bytes written. Sessions this Store holds are never evicted
+// by it, nor sessions whose log another process is writing at that moment.
+// With MetadataOnly (`history.content: metadata-only`) no update is ever
+// written and stored logs are deleted: ids, titles, agents, modes and options
+// are kept, and session/load relies on the agents' own load.
+//
+// # Files
+//
+// The directory (made 0700) holds, per session, NAME.json and NAME.log, both
+// 0600, where NAME is the first 32 hex digits of the SHA-256 of the session
+// id. NAME.json is the metadata (Meta, plus the updatedAt history List uses
+// for stable cursors), replaced atomically. NAME.log is append-only: a 16 byte
+// header (magic "acprlog1", 8 random bytes naming this incarnation of the
+// file) and records of
+//
+//	length uint32 LE | CRC-32C uint32 LE of body | body = type byte + payload
+//
+// with types S (turn start), U (update: the line as sent, without its
+// newline), E (turn end), G (gap: what follows up to the next S was not all
+// stored) and D (older turns were trimmed: what follows up to the next S may
+// lack its context). Writers take an exclusive flock(2) on NAME.log for each
+// commit; Load takes a shared one. A trim writes a new file and renames it
+// over the old one; a writer that locked the old file notices and reopens.
+// Temporary files are .tmp-*; the sweep removes stale ones.
+//
+// A session deleted or evicted by another process while this Store still
+// holds it comes back with this Store's next write (metadata and the updates
+// written from then on). Two processes may write the same session; both
+// writers' records stay intact, but turns they run at the same time
+// interleave.
+//
+// The measured costs (Append on the relay, per turn commit, bytes per 1,000
+// updates) and the commands that reproduce them are in README.md.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults for Options (DESIGN §4 `history:`, issue 5).
+const (
+	DefaultMaxTotalBytes   = 1 << 30
+	DefaultMaxAge          = 720 * time.Hour
+	DefaultMaxSessionBytes = 128 << 20
+	DefaultMaxQueueBytes   = 128 << 20
+	DefaultCommitInterval  = 50 * time.Millisecond
+	DefaultCommitBytes     = 1 << 20
+	DefaultSweepInterval   = 10 * time.Minute
+
+	// MaxLineBytes is the largest update stored: ACP messages may be 64 MiB
+	// (DESIGN §7).
+	MaxLineBytes = 64 << 20
+)
+
+// Options configure a Store. Zero values mean the defaults.
+type Options struct {
+	MaxTotalBytes   int64         // history.max_total_bytes: all sessions together
+	MaxAge          time.Duration // history.max_age: sessions unused for longer are evicted
+	MaxSessionBytes int64         // one session's log; at most MaxTotalBytes
+	MetadataOnly    bool          // history.content: metadata-only
+
+	MaxQueueBytes  int64         // updates waiting for the writer, all sessions
+	CommitInterval time.Duration // group commit window
+	CommitBytes    int64         // queued bytes that commit at once
+	SweepInterval  time.Duration // how often limits are enforced besides Open
+
+	Logger hclog.Logger // write failures; nil: none
+}
+
+func (o *Options) setDefaults() {
+	def := func(v *int64, d int64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.MaxTotalBytes, DefaultMaxTotalBytes)
+	def(&o.MaxSessionBytes, min(DefaultMaxSessionBytes, o.MaxTotalBytes))
+	def(&o.MaxQueueBytes, DefaultMaxQueueBytes)
+	def(&o.CommitBytes, DefaultCommitBytes)
+	o.MaxSessionBytes = min(o.MaxSessionBytes, o.MaxTotalBytes)
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.CommitInterval <= 0 {
+		o.CommitInterval = DefaultCommitInterval
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+}
+
+// Errors.
+var (
+	// ErrNotFound: Load found no stored session with that id.
+	ErrNotFound = errors.New("store: no such session")
+	// ErrNotOpen: the session is not held by this Store (Create or Load it).
+	ErrNotOpen = errors.New("store: session not open in this store")
+	// ErrExists: Create of a session this Store already holds.
+	ErrExists = errors.New("store: session already open")
+	// ErrDropped: the update was not stored (queue full or a size cap); the
+	// rest of the session's updates up to its next TurnStart are dropped too.
+	ErrDropped = errors.New("store: update dropped")
+	// ErrBadCursor: List got a cursor it did not make.
+	ErrBadCursor = errors.New("store: invalid cursor")
+	// ErrClosed: the Store is closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// Stats are counters for logs and tests.
+type Stats struct {
+	Queued      int64  // bytes waiting for the writer
+	Dropped     uint64 // updates not stored (ErrDropped)
+	Commits     uint64 // writer commits that wrote something
+	WriteErrors uint64 // failed commits of one session
+}
+
+// Store is the session store of one router process. It is safe for
+// concurrent use.
+type Store struct {
+	dir  string
+	opts Options
+	log  hclog.Logger
+
+	mu       sync.Mutex
+	sessions map[string]*session // held by this Store, by id
+	dirty    []*session          // sessions with something to commit
+	deletes  []string            // file names to remove at the next commit
+	waiters  []*waiter           // served by the next commit
+	queued   int64               // bytes of records in pending buffers and in flight
+	urgent   bool                // commit now, without waiting for the window
+	syncAll  bool                // the next commit fsyncs everything it writes
+	sweepReq bool                // the next commit also enforces the limits
+	busy     bool                // a commit is running
+	closed   bool
+	stats    Stats
+
+	listSlack time.Duration // see defaultListSlack
+	listGrain time.Duration // see defaultListGrain
+
+	kick chan struct{} // wakes the writer; capacity 1
+	quit chan struct{}
+	done chan struct{}
+
+	// Owned by the writer goroutine.
+	files      map[string]*logState  // what this process knows of each log, by file name
+	sinceSweep int64                 // bytes written since the last sweep
+	fail       func(op string) error // see failpoint
+}
+
+// session is a session held by this Store. All fields are guarded by
+// Store.mu.
+type session struct {
+	id, name string
+	meta     Meta
+	bumps    []int64 // earlier UpdatedAt values, for List cursors (see list.go)
+
+	pending   []byte // records for the writer; CRCs are filled in there
+	spare     []byte // the previous pending buffer, for reuse
+	sync      bool   // pending holds a turn end: fsync after writing
+	metaDirty bool
+	fresh     bool // made by Create: replace any log stored under this id
+	queuedIn  bool // in Store.dirty
+	deleted   bool
+	dropping  bool  // dropping records until the next TurnStart
+	unitBytes int64 // bytes queued since the last TurnStart
+}
+
+type waiter struct {
+	done chan struct{}
+	err  error
+}
+
+// Open opens (creating it 0700) the store in dir and starts its writer.
+func Open(dir string, opts Options) (*Store, error) {
+	return open(dir, opts, nil)
+}
+
+func open(dir string, opts Options, fail func(string) error) (*Store, error) {
+	opts.setDefaults()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	// The directory is ours and holds conversations: whatever made it
+	// earlier, only the user may read it.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	s := &Store{
+		dir:       dir,
+		opts:      opts,
+		log:       opts.Logger,
+		sessions:  map[string]*session{},
+		kick:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+		files:     map[string]*logState{},
+		fail:      fail,
+		sweepReq:  true,
+		listSlack: defaultListSlack,
+		listGrain: defaultListGrain,
+	}
+	go s.run()
+	return s, nil
+}
+
+// fileName is the base name of a session's files: ids come from agents and
+// may hold any character, or be too long for a file name.
+func fileName(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:16])
+}
+
+func (s *Store) metaPath(name string) string { return filepath.Join(s.dir, name+".json") }
+func (s *Store) logPath(name string) string  { return filepath.Join(s.dir, name+".log") }
+
+// Create starts holding a new session and records m (a copy). Zero CreatedAt
+// and UpdatedAt are set to now. A history stored earlier under the same id is
+// replaced. It does no I/O.
+func (s *Store) Create(m Meta) error {
+	if m.ID == "" {
+		return errors.New("store: create: empty session id")
+	}
+	m = m.clone()
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = time.Now()
+	}
+	if m.UpdatedAt.IsZero() {
+		m.UpdatedAt = m.CreatedAt
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.sessions[m.ID] != nil {
+		return ErrExists
+	}
+	se := &session{id: m.ID, name: fileName(m.ID), meta: m, metaDirty: true, fresh: true}
+	s.sessions[m.ID] = se
+	s.queueLocked(se)
+	return nil
+}
+
+// Update changes the metadata of a session this Store holds: fn gets a copy
+// and may change anything but ID and UpdatedAt, which the store keeps (it
+// moves UpdatedAt at TurnStart and TurnEnd). fn runs under the store's mutex:
+// it must be quick and must not call the Store. It does no I/O.
+func (s *Store) Update(id string, fn func(*Meta)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.heldLocked(id)
+	if err != nil {
+		return err
+	}
+	m := se.meta.clone()
+	fn(&m)
+	m.ID, m.UpdatedAt = se.meta.ID, se.meta.UpdatedAt
+	se.meta = m
+	se.metaDirty = true
+	s.queueLocked(se)
+	return nil
+}
+
+// TurnStart marks the start of a prompt turn. Trimming keeps or drops whole
+// turns, and an update dropped earlier stops being a reason to drop. It moves
+// UpdatedAt to now. It does no I/O.
+func (s *Store) TurnStart(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.heldLocked(id)
+	if err != nil {
+		return err
+	}
+	s.touchLocked(se, time.Now())
+	se.dropping, se.unitBytes = false, 0
+	if !s.opts.MetadataOnly {
+		s.putLocked(se, recStart, nil)
+	}
+	s.queueLocked(se)
+	return nil
+}
+
+// TurnEnd marks the end of the turn, moves UpdatedAt to now and commits the
+// session at once, with an fsync. It does not wait for the commit (Sync
+// does) and does no I/O.
+func (s *Store) TurnEnd(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.heldLocked(id)
+	if err != nil {
+		return err
+	}
+	s.touchLocked(se, time.Now())
+	if !s.opts.MetadataOnly {
+		s.putLocked(se, recEnd, nil)
+		se.sync = true
+	}
+	s.queueLocked(se)
+	s.urgent = true
+	s.wake()
+	return nil
+}
+
+// Append queues one session/update line as the editor was sent it (JSON,
+// without the newline) and returns at once: it copies line and does no I/O
+// and no system call. It returns ErrDropped when the line was not stored
+// (see the package comment). In metadata-only mode it does nothing.
+func (s *Store) Append(id string, line []byte) error {
+	if s.opts.MetadataOnly {
+		return nil
+	}
+	n := int64(recHeaderLen + 1 + len(line))
+	s.mu.Lock()
+	se, err := s.heldLocked(id)
+	switch {
+	case err != nil:
+	case se.dropping:
+		s.stats.Dropped++
+		err = ErrDropped
+	case len(line) > MaxLineBytes, s.queued+n > s.opts.MaxQueueBytes, se.unitBytes+n > s.unitLimit():
+		s.dropLocked(se)
+		err = ErrDropped
+	default:
+		s.putLocked(se, recUpdate, line)
+		s.queueLocked(se)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// unitLimit bounds what may be queued for a session between two turn starts,
+// so that the last turn always fits the per-session cap with the log header
+// and a trim record.
+func (s *Store) unitLimit() int64 {
+	return s.opts.MaxSessionBytes - logHeaderLen - recHeaderLen - 1
+}
+
+// dropLocked starts dropping se's records up to its next TurnStart, with a
+// gap record so that readers end the turn here. Markers (S, E, G) are queued
+// even when the queue is full: there are at most a few per turn.
+func (s *Store) dropLocked(se *session) {
+	s.stats.Dropped++
+	se.dropping = true
+	s.putLocked(se, recGap, nil)
+	s.queueLocked(se)
+}
+
+// putLocked appends one record to se's pending buffer: the caller's one copy.
+func (s *Store) putLocked(se *session, typ byte, payload []byte) {
+	n := len(se.pending)
+	se.pending = appendRecord(se.pending, typ, payload)
+	added := int64(len(se.pending) - n)
+	se.unitBytes += added
+	before := s.queued
+	s.queued += added
+	if before < s.opts.CommitBytes && s.queued >= s.opts.CommitBytes {
+		s.urgent = true
+		s.wake()
+	}
+}
+
+// queueLocked puts se on the writer's list. The first change of a window
+// wakes the writer, which then waits CommitInterval: one channel send per
+// window, not per Append.
+func (s *Store) queueLocked(se *session) {
+	if se.queuedIn {
+		return
+	}
+	se.queuedIn = true
+	s.dirty = append(s.dirty, se)
+	if len(s.dirty) == 1 {
+		s.wake()
+	}
+}
+
+func (s *Store) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) heldLocked(id string) (*session, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	se := s.sessions[id]
+	if se == nil {
+		return nil, ErrNotOpen
+	}
+	return se, nil
+}
+
+// touchLocked moves se's UpdatedAt to now, keeping it strictly increasing
+// (List positions rely on it; the wall clock may step back).
+func (s *Store) touchLocked(se *session, now time.Time) {
+	prev := se.meta.UpdatedAt
+	if !now.After(prev) {
+		now = prev.Add(time.Nanosecond)
+	}
+	se.bumps = pushBump(se.bumps, prev.UnixNano(), now, s.listGrain)
+	se.meta.UpdatedAt = now
+	se.metaDirty = true
+}
+
+// Release stops holding a session (session/close): what was queued is still
+// committed and the history is kept; the session may be evicted from now on.
+// It does no I/O.
+func (s *Store) Release(id string) {
+	s.mu.Lock()
+	delete(s.sessions, id)
+	s.mu.Unlock()
+}
+
+// Delete removes a session and its history (session/delete). Deleting an
+// unknown id is not an error.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if se := s.sessions[id]; se != nil {
+		delete(s.sessions, id)
+		se.deleted = true
+		s.queued -= int64(len(se.pending))
+		se.pending = nil
+	}
+	s.deletes = append(s.deletes, fileName(id))
+	w := s.addWaiterLocked()
+	s.mu.Unlock()
+	return w.wait(ctx)
+}
+
+// Sync waits until everything queued before the call is written and fsynced.
+func (s *Store) Sync(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.syncAll = true
+	w := s.addWaiterLocked()
+	s.mu.Unlock()
+	return w.wait(ctx)
+}
+
+// addWaiterLocked registers a waiter for the next commit and asks for it now.
+func (s *Store) addWaiterLocked() *waiter {
+	w := &waiter{done: make(chan struct{})}
+	s.waiters = append(s.waiters, w)
+	s.urgent = true
+	s.wake()
+	return w
+}
+
+func (w *waiter) wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stats returns the counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Queued = s.queued
+	return st
+}
+
+// Close commits and fsyncs everything queued and stops the writer. The Store
+// is unusable afterwards.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	w := &waiter{done: make(chan struct{})}
+	s.waiters = append(s.waiters, w)
+	s.mu.Unlock()
+	close(s.quit)
+	<-s.done
+	return w.err
+}

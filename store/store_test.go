@@ -1,0 +1,544 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	st := openT(t, dir, Options{})
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	want := Meta{
+		ID:                    "sess/1 with \x00 odd chars",
+		Cwd:                   "/home/u/p",
+		AdditionalDirectories: []string{"/home/u/lib"},
+		Title:                 "first",
+		CreatedAt:             created,
+		ActiveAgent:           "claude",
+		Agents: map[string]Agent{
+			"claude": {SessionID: "down-1", Mode: "default", Options: map[string]json.RawMessage{"model": json.RawMessage(`"opus"`)}},
+		},
+		Extra: json.RawMessage(`{"mcpServers":[]}`),
+	}
+	must(t, st.Create(want))
+	if err := st.Create(want); !errors.Is(err, ErrExists) {
+		t.Errorf("second Create = %v, want ErrExists", err)
+	}
+	must(t, st.Append(want.ID, mkLine("a", 0, 0, 50))) // before the first turn
+	turn(t, st, want.ID, 1, 3, 200)
+	must(t, st.Update(want.ID, func(m *Meta) {
+		m.Title = "renamed"
+		m.ActiveAgent = "codex"
+		m.Agents["codex"] = Agent{SessionID: "down-2", Mode: "read-only"}
+		m.UpdatedAt = time.Time{} // the store's: ignored
+	}))
+	if err := st.Append("nope", []byte(`{}`)); !errors.Is(err, ErrNotOpen) {
+		t.Errorf("Append to an unknown session = %v, want ErrNotOpen", err)
+	}
+	must(t, st.Close())
+	if err := st.Append(want.ID, []byte(`{}`)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Append after Close = %v, want ErrClosed", err)
+	}
+
+	st = openT(t, dir, Options{})
+	h := load(t, st, want.ID)
+	if got, w := pairs(t, h.Updates), append([]string{"0.0"}, seq([]int{1}, 3)...); !slices.Equal(got, w) {
+		t.Errorf("updates = %v, want %v", got, w)
+	}
+	if h.Trimmed || h.Partial {
+		t.Errorf("Trimmed, Partial = %v, %v", h.Trimmed, h.Partial)
+	}
+	m := h.Meta
+	if m.Title != "renamed" || m.ActiveAgent != "codex" || m.Agents["codex"].SessionID != "down-2" ||
+		string(m.Agents["claude"].Options["model"]) != `"opus"` || string(m.Extra) != string(want.Extra) ||
+		!m.CreatedAt.Equal(created) || !slices.Equal(m.AdditionalDirectories, want.AdditionalDirectories) {
+		t.Errorf("meta = %+v", m)
+	}
+	if !m.UpdatedAt.After(time.Now().Add(-time.Minute)) {
+		t.Errorf("UpdatedAt = %v, want moved by the turn", m.UpdatedAt)
+	}
+
+	// A loaded session is held: the thread continues.
+	turn(t, st, want.ID, 2, 2, 100)
+	h = load(t, st, want.ID)
+	if got := pairs(t, h.Updates); len(got) != 6 || got[5] != "2.1" {
+		t.Errorf("after a second turn: %v", got)
+	}
+
+	if _, err := st.Load(ctx, "unknown"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load(unknown) = %v, want ErrNotFound", err)
+	}
+	must(t, st.Delete(ctx, "unknown"))
+	must(t, st.Delete(ctx, want.ID))
+	if _, err := st.Load(ctx, want.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load after Delete = %v, want ErrNotFound", err)
+	}
+	if err := st.Append(want.ID, []byte(`{}`)); !errors.Is(err, ErrNotOpen) {
+		t.Errorf("Append after Delete = %v, want ErrNotOpen", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Errorf("files left after Delete: %v", left)
+	}
+}
+
+// Create replaces a history stored under the same id.
+func TestCreateReplaces(t *testing.T) {
+	dir := t.TempDir()
+	st := openT(t, dir, Options{})
+	must(t, st.Create(Meta{ID: "x"}))
+	turn(t, st, "x", 0, 2, 100)
+	must(t, st.Close())
+	st = openT(t, dir, Options{})
+	must(t, st.Create(Meta{ID: "x", Title: "new"}))
+	turn(t, st, "x", 5, 1, 100)
+	if got := pairs(t, load(t, st, "x").Updates); !slices.Equal(got, []string{"5.0"}) {
+		t.Errorf("updates = %v, want only the new session's", got)
+	}
+}
+
+// Load sees what this Store queued and has not committed yet.
+func TestLoadSeesQueued(t *testing.T) {
+	st := openT(t, t.TempDir(), Options{CommitInterval: time.Hour})
+	must(t, st.Create(Meta{ID: "x"}))
+	must(t, st.TurnStart("x"))
+	must(t, st.Append("x", mkLine("x", 0, 0, 100)))
+	if got := pairs(t, load(t, st, "x").Updates); !slices.Equal(got, []string{"0.0"}) {
+		t.Errorf("updates = %v", got)
+	}
+}
+
+// A full queue drops the rest of the turn, never a line in its middle, and
+// never blocks.
+func TestQueueFull(t *testing.T) {
+	st := openT(t, t.TempDir(), Options{MaxQueueBytes: 4 << 10, CommitInterval: time.Hour})
+	must(t, st.Create(Meta{ID: "x"}))
+	must(t, st.TurnStart("x"))
+	stored := 0
+	for i := range 100 {
+		err := st.Append("x", mkLine("x", 0, i, 200))
+		if errors.Is(err, ErrDropped) {
+			break
+		}
+		must(t, err)
+		stored++
+	}
+	if stored == 0 || stored == 100 {
+		t.Fatalf("%d lines stored before the queue was full", stored)
+	}
+	// Room again (nothing was committed yet): still dropped, the turn has a hole.
+	if err := st.Append("x", []byte(`{}`)); !errors.Is(err, ErrDropped) {
+		t.Errorf("Append after a drop = %v, want ErrDropped", err)
+	}
+	must(t, st.TurnEnd("x"))
+	must(t, st.Sync(t.Context()))
+	turn(t, st, "x", 1, 2, 200)
+	if err := st.Append("x", mkLine("x", 1, 2, 200)); err != nil {
+		t.Errorf("out-of-turn Append after a good turn = %v", err)
+	}
+
+	h := load(t, st, "x")
+	want := append(seq([]int{0}, stored), "1.0", "1.1", "1.2")
+	if got := pairs(t, h.Updates); !slices.Equal(got, want) {
+		t.Errorf("updates = %v, want %v", got, want)
+	}
+	if !h.Partial {
+		t.Error("Partial = false after a drop")
+	}
+	if s := st.Stats(); s.Dropped != 2 || s.Queued != 0 {
+		t.Errorf("stats = %+v, want 2 dropped, nothing queued", s)
+	}
+}
+
+// The per-session cap keeps the newest whole turns; a turn larger than the
+// cap is stored as a prefix.
+func TestTrimWholeTurns(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 4 << 10
+	st := openT(t, dir, Options{MaxSessionBytes: limit})
+	must(t, st.Create(Meta{ID: "x"}))
+	logPath := filepath.Join(dir, fileName("x")+".log")
+	for tn := range 20 {
+		turn(t, st, "x", tn, 3, 200)
+		must(t, st.Append("x", mkLine("x", tn, 3, 100))) // out of turn, after it
+		must(t, st.Sync(t.Context()))
+		if fi, err := os.Stat(logPath); err != nil || fi.Size() > limit {
+			t.Fatalf("after turn %d: log %v, %v; cap %d", tn, fi.Size(), err, limit)
+		}
+	}
+	h := load(t, st, "x")
+	got := pairs(t, h.Updates)
+	first := parseLine(t, h.Updates[0]).T
+	var turns []int
+	for tn := first; tn < 20; tn++ {
+		turns = append(turns, tn)
+	}
+	if want := seq(turns, 4); !slices.Equal(got, want) || first < 10 || first > 16 {
+		t.Errorf("updates = %v, want whole turns from about 10 to 19", got)
+	}
+	if !h.Trimmed || h.Partial {
+		t.Errorf("Trimmed, Partial = %v, %v", h.Trimmed, h.Partial)
+	}
+
+	// One turn bigger than the cap: stored up to the cap.
+	must(t, st.TurnStart("x"))
+	dropped := false
+	for i := range 30 {
+		if err := st.Append("x", mkLine("x", 20, i, 200)); errors.Is(err, ErrDropped) {
+			dropped = true
+		}
+	}
+	must(t, st.TurnEnd("x"))
+	must(t, st.Sync(t.Context()))
+	if !dropped {
+		t.Error("a turn over the cap was not cut")
+	}
+	h = load(t, st, "x")
+	got = pairs(t, h.Updates)
+	if len(got) < 10 || got[0] != "20.0" || got[len(got)-1] != "20."+itoa(len(got)-1) || !h.Partial {
+		t.Errorf("after an oversized turn: %v (partial %v)", got, h.Partial)
+	}
+	if fi, _ := os.Stat(logPath); fi.Size() > limit {
+		t.Errorf("log is %d bytes, cap %d", fi.Size(), limit)
+	}
+	turn(t, st, "x", 21, 1, 200)
+	if got := pairs(t, load(t, st, "x").Updates); got[len(got)-1] != "21.0" {
+		t.Errorf("the turn after an oversized one: %v", got)
+	}
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+// Two stores (as two processes would) write one session in turn, both
+// trimming it: each notices the other's appends and renames.
+func TestTwoWritersOneSession(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{MaxSessionBytes: 3 << 10}
+	st1, st2 := openT(t, dir, o), openT(t, dir, o)
+	must(t, st1.Create(Meta{ID: "x"}))
+	must(t, st1.Sync(t.Context()))
+	load(t, st2, "x")
+	for tn := range 24 {
+		st := []*Store{st1, st2}[tn%2]
+		turn(t, st, "x", tn, 3, 150)
+		must(t, st.Sync(t.Context()))
+	}
+	h := load(t, openT(t, dir, o), "x")
+	got := pairs(t, h.Updates)
+	first := parseLine(t, h.Updates[0]).T
+	var turns []int
+	for tn := first; tn < 24; tn++ {
+		turns = append(turns, tn)
+	}
+	if want := seq(turns, 3); !slices.Equal(got, want) || first == 0 || !h.Trimmed {
+		t.Errorf("updates = %v (trimmed %v), want whole turns up to 23", got, h.Trimmed)
+	}
+}
+
+func TestEviction(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	st := openT(t, dir, Options{})
+	now := time.Now()
+	for i := range 5 {
+		id := "s" + itoa(i)
+		must(t, st.Create(Meta{ID: id, Title: id}))
+		turn(t, st, id, 0, 5, 400)
+	}
+	must(t, st.Close())
+	var one int64
+	for i := range 5 {
+		age(t, dir, "s"+itoa(i), now.Add(-time.Duration(5-i)*time.Hour)) // s0 least recently used
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		fi, _ := e.Info()
+		one += fi.Size()
+	}
+	one /= 5
+
+	// Over the total: least recently used first, whole sessions.
+	st = openT(t, dir, Options{MaxTotalBytes: 3*one + one/2})
+	must(t, st.Sync(ctx)) // the sweep at Open ran before this commit
+	if got := listAll(t, st, ListOptions{}); !slices.Equal(got, []string{"s2", "s3", "s4"}) {
+		t.Errorf("after the size sweep: %v", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, fileName("s0")+"*")); len(left) != 0 {
+		t.Errorf("s0 files left: %v", left)
+	}
+	must(t, st.Close())
+
+	// Too old: held sessions are kept, and sessions another process is
+	// writing are skipped until it is done.
+	st = openT(t, dir, Options{})
+	must(t, st.Sync(ctx))
+	load(t, st, "s3")
+	old := now.Add(-800 * time.Hour)
+	for _, id := range []string{"s2", "s3", "s4"} {
+		age(t, dir, id, old)
+	}
+	f, err := os.Open(filepath.Join(dir, fileName("s4")+".log"))
+	must(t, err)
+	defer f.Close()
+	must(t, flock(f, syscall.LOCK_SH))
+	sweepNow(t, st)
+	if got := listAll(t, st, ListOptions{}); !slices.Equal(got, []string{"s3", "s4"}) {
+		t.Errorf("after the age sweep: %v, want the held s3 and the locked s4", got)
+	}
+	must(t, flock(f, syscall.LOCK_UN))
+	st.Release("s3")
+	age(t, dir, "s3", old)
+	sweepNow(t, st)
+	if got := listAll(t, st, ListOptions{}); len(got) != 0 {
+		t.Errorf("after releasing and unlocking: %v", got)
+	}
+
+	// Crash leftovers go too.
+	orphan := filepath.Join(dir, fileName("gone")+".log")
+	tmp := filepath.Join(dir, ".tmp-123")
+	for _, p := range []string{orphan, tmp} {
+		must(t, os.WriteFile(p, []byte("x"), 0o600))
+		must(t, os.Chtimes(p, old, old))
+	}
+	sweepNow(t, st)
+	for _, p := range []string{orphan, tmp} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: %v, want removed", p, err)
+		}
+	}
+}
+
+func TestMetadataOnly(t *testing.T) {
+	dir := t.TempDir()
+	st := openT(t, dir, Options{})
+	must(t, st.Create(Meta{ID: "old", Title: "kept"}))
+	turn(t, st, "old", 0, 2, 100)
+	must(t, st.Close())
+
+	st = openT(t, dir, Options{MetadataOnly: true})
+	must(t, st.Create(Meta{ID: "new", Title: "t", ActiveAgent: "gemini"}))
+	turn(t, st, "new", 0, 2, 100)
+	must(t, st.Sync(t.Context()))
+	if logs, _ := filepath.Glob(filepath.Join(dir, "*.log")); len(logs) != 0 {
+		t.Errorf("logs in metadata-only mode: %v", logs)
+	}
+	for _, id := range []string{"old", "new"} {
+		h := load(t, st, id)
+		if len(h.Updates) != 0 || h.Meta.Title == "" {
+			t.Errorf("%s: %d updates, title %q", id, len(h.Updates), h.Meta.Title)
+		}
+	}
+	if got := listAll(t, st, ListOptions{}); !slices.Equal(got, []string{"new", "old"}) {
+		t.Errorf("List = %v", got)
+	}
+}
+
+func TestFileModes(t *testing.T) {
+	old := syscall.Umask(0) // the store must not rely on the umask
+	t.Cleanup(func() { syscall.Umask(old) })
+	root := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		pre  func(dir string) // what exists before Open
+	}{
+		{"new", func(string) {}},
+		{"existing 0755", func(dir string) { must(t, os.MkdirAll(dir, 0o755)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			top := filepath.Join(root, tc.name)
+			dir := filepath.Join(top, "state", "sessions")
+			tc.pre(dir)
+			st := openT(t, dir, Options{MaxSessionBytes: 2 << 10})
+			must(t, st.Create(Meta{ID: "x"}))
+			for tn := range 8 { // trims: the renamed file too
+				turn(t, st, "x", tn, 3, 200)
+			}
+			must(t, st.Sync(t.Context()))
+			n := 0
+			filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+				must(t, err)
+				fi, _ := d.Info()
+				want := fs.FileMode(0o600)
+				if d.IsDir() {
+					want = fs.ModeDir | 0o700
+				}
+				if fi.Mode() != want {
+					t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
+				}
+				n++
+				return nil
+			})
+			if n != 3 {
+				t.Errorf("%d entries, want the directory and two files", n)
+			}
+			if tc.name == "new" {
+				for _, p := range []string{top + "/state"} {
+					if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o700 {
+						t.Errorf("%s: mode %v, want 0700", p, fi.Mode())
+					}
+				}
+			}
+		})
+	}
+}
+
+// Pagination is stable while sessions are updated, created and deleted.
+func TestListPagination(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	st := openT(t, dir, Options{})
+	base := time.Now().Add(-time.Hour)
+	var want []string // newest first
+	for i := range 9 {
+		id := "s" + itoa(i)
+		cwd := "/p/even"
+		if i%2 == 1 {
+			cwd = "/p/odd"
+		}
+		at := base.Add(time.Duration(i) * time.Minute)
+		must(t, st.Create(Meta{ID: id, Cwd: cwd, Title: "title " + id, CreatedAt: at}))
+		want = append([]string{id}, want...)
+	}
+	// Another process's sessions are read from disk.
+	must(t, st.Sync(ctx))
+	other := openT(t, dir, Options{})
+
+	var got []string
+	p, err := other.List(ctx, ListOptions{Limit: 2})
+	must(t, err)
+	for page := 0; ; page++ {
+		for _, m := range p.Sessions {
+			if m.Title != "title "+m.ID {
+				t.Errorf("%s: title %q", m.ID, m.Title)
+			}
+		}
+		got = append(got, ids(p.Sessions)...)
+		if p.NextCursor == "" {
+			break
+		}
+		switch page {
+		case 0: // bump one already listed and one not yet listed
+			turn(t, st, "s8", 1, 1, 10)
+			turn(t, st, "s2", 1, 1, 10)
+		case 1:
+			must(t, st.Create(Meta{ID: "new"}))
+			must(t, st.Delete(ctx, "s1"))
+		}
+		must(t, st.Sync(ctx))
+		p, err = other.List(ctx, ListOptions{Limit: 2, Cursor: p.NextCursor})
+		must(t, err)
+	}
+	want = slices.DeleteFunc(want, func(id string) bool { return id == "s1" })
+	if !slices.Equal(got, want) {
+		t.Errorf("paginated = %v, want %v", got, want)
+	}
+	// A new listing shows the changes (once they are older than the
+	// slack, here none).
+	other.listSlack, other.listGrain = 0, 1
+	p, err = other.List(ctx, ListOptions{Limit: 3})
+	must(t, err)
+	if got := ids(p.Sessions); !slices.Equal(got, []string{"new", "s2", "s8"}) {
+		t.Errorf("fresh first page = %v, want the new and the updated sessions", got)
+	}
+
+	if got := listAll(t, st, ListOptions{Cwd: "/p/odd/"}); !slices.Equal(got, []string{"s3", "s5", "s7"}) {
+		t.Errorf("cwd filter = %v", got)
+	}
+	for _, c := range []string{"garbage!", "AQID"} {
+		if _, err := st.List(ctx, ListOptions{Cursor: c}); !errors.Is(err, ErrBadCursor) {
+			t.Errorf("cursor %q: %v, want ErrBadCursor", c, err)
+		}
+	}
+}
+
+func TestPushBump(t *testing.T) {
+	now := time.Unix(1e6, 0)
+	var b []int64
+	for i := range 100 {
+		b = pushBump(b, now.Add(time.Duration(i-100)*time.Minute).UnixNano(), now, time.Second)
+	}
+	// Values older than the hour: only the newest of them stays.
+	cutoff := now.Add(-cursorTTL).UnixNano()
+	if len(b) != 60 || b[0] > cutoff || b[1] <= cutoff {
+		t.Errorf("kept %d values, first %d, cutoff %d", len(b), b[0], cutoff)
+	}
+	// Within one grain only the newest value can be a position.
+	n := len(b)
+	for i := range 100 {
+		b = pushBump(b, now.UnixNano()-int64(time.Second)+int64(i), now, time.Second)
+	}
+	if len(b) != n+1 || b[n] != now.UnixNano()-int64(time.Second)+99 {
+		t.Errorf("100 values in one second: kept %d, last %d", len(b)-n, b[len(b)-1])
+	}
+	for i := range 1000 {
+		b = pushBump(b, now.UnixNano()+int64(i)*int64(time.Second), now, time.Second)
+	}
+	if len(b) != maxBumps || b[len(b)-1] != now.UnixNano()+999*int64(time.Second) {
+		t.Errorf("kept %d, want the newest %d", len(b), maxBumps)
+	}
+}
+
+func TestMergeHistory(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1e6+int64(s), 0) }
+	ns := func(s int) int64 { return at(s).UnixNano() }
+	ours := metaFile{Session: Meta{UpdatedAt: at(10)}, UpdatedHistory: []int64{ns(1), ns(5)}}
+	theirs := metaFile{Session: Meta{UpdatedAt: at(12)}, UpdatedHistory: []int64{ns(1), ns(3), ns(7)}}
+	mergeHistory(&ours, &theirs, at(20), time.Second)
+	if !ours.Session.UpdatedAt.Equal(at(12)) || !slices.Equal(ours.UpdatedHistory, []int64{ns(1), ns(3), ns(5), ns(7), ns(10)}) {
+		t.Errorf("merged: %v %v", ours.Session.UpdatedAt, ours.UpdatedHistory)
+	}
+}
+
+func TestSortKey(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		updated int64
+		bumps   []int64
+		at      int64
+		want    int64
+	}{
+		{"current", 5, []int64{1, 3}, 10, 5},
+		{"updated since", 12, []int64{1, 3, 11}, 10, 3},
+		{"created since", 12, nil, 10, 12},
+		{"created since, updated since", 14, []int64{12}, 10, 12},
+	} {
+		if got := sortKey(tc.updated, tc.bumps, tc.at); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A session another process deletes while this one is in a turn comes back
+// with this one's next write, without the rest of that turn (its beginning
+// is gone).
+func TestDeletedElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	st, other := openT(t, dir, Options{}), openT(t, dir, Options{})
+	must(t, st.Create(Meta{ID: "x", Title: "kept"}))
+	must(t, st.TurnStart("x"))
+	must(t, st.Append("x", mkLine("x", 0, 0, 50)))
+	must(t, st.Sync(ctx))
+	must(t, other.Delete(ctx, "x"))
+	must(t, st.Append("x", mkLine("x", 0, 1, 50)))
+	must(t, st.TurnEnd("x"))
+	must(t, st.Append("x", mkLine("x", 0, 2, 50))) // out of turn, still without context
+	must(t, st.Sync(ctx))
+	turn(t, st, "x", 1, 1, 50)
+	must(t, st.Sync(ctx))
+	h := load(t, other, "x")
+	if got := pairs(t, h.Updates); !slices.Equal(got, []string{"1.0"}) || h.Meta.Title != "kept" {
+		t.Errorf("updates = %v, title %q; want 1.0, kept", got, h.Meta.Title)
+	}
+}

@@ -1,0 +1,463 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"syscall"
+	"time"
+)
+
+// logState is what the writer knows of one session's log, to append without
+// reading it again: the file it last wrote (its nonce) and where its valid
+// records ended then.
+type logState struct {
+	nonce uint64
+	end   int64
+	lost  bool // a write failed: the next one starts with a gap record
+}
+
+// maxSpare bounds the pending buffers kept for reuse per session.
+const maxSpare = 1 << 20
+
+// job is one session's share of a commit.
+type job struct {
+	se    *session
+	recs  []byte
+	sync  bool
+	fresh bool
+	meta  *metaFile // nil: unchanged
+}
+
+// run is the writer goroutine: it waits for the first change, lets the
+// commit window fill (or not, when something is urgent) and commits.
+func (s *Store) run() {
+	defer close(s.done)
+	sweep := time.NewTicker(s.opts.SweepInterval)
+	defer sweep.Stop()
+	s.commit(false) // the first commit sweeps: Open enforces the limits
+	for {
+		select {
+		case <-s.kick:
+		case <-sweep.C:
+			s.mu.Lock()
+			s.sweepReq = true
+			s.mu.Unlock()
+		case <-s.quit:
+			s.commit(true)
+			return
+		}
+		if !s.isUrgent() {
+			window := time.NewTimer(s.opts.CommitInterval)
+		wait:
+			for {
+				select {
+				case <-window.C:
+					break wait
+				case <-s.kick:
+					if s.isUrgent() {
+						window.Stop()
+						break wait
+					}
+				case <-s.quit:
+					window.Stop()
+					break wait
+				}
+			}
+		}
+		s.commit(false)
+	}
+}
+
+func (s *Store) isUrgent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.urgent
+}
+
+// commit writes what is queued. It takes everything under the mutex at once,
+// so that a waiter registered before sees all that was queued before it.
+func (s *Store) commit(final bool) {
+	s.mu.Lock()
+	jobs := make([]job, 0, len(s.dirty))
+	for _, se := range s.dirty {
+		se.queuedIn = false
+		if se.deleted {
+			continue
+		}
+		j := job{se: se, recs: se.pending, sync: se.sync || s.syncAll || final, fresh: se.fresh}
+		if se.metaDirty {
+			j.meta = &metaFile{Version: metaVersion, Session: se.meta.clone(), UpdatedHistory: append([]int64(nil), se.bumps...)}
+		}
+		se.pending, se.spare = se.spare[:0], nil
+		se.sync, se.metaDirty, se.fresh = false, false, false
+		jobs = append(jobs, j)
+	}
+	clear(s.dirty)
+	s.dirty = s.dirty[:0]
+	deletes, waiters, sweep := s.deletes, s.waiters, s.sweepReq
+	s.deletes, s.waiters = nil, nil
+	syncAll := s.syncAll || final
+	s.urgent, s.syncAll, s.sweepReq, s.busy = false, false, false, true
+	s.mu.Unlock()
+
+	var errs []error
+	var written int64
+	synced, dirChanged := syncAll, len(deletes) > 0
+	for i := range jobs {
+		j := &jobs[i]
+		changed, err := s.runJob(j)
+		if err != nil {
+			errs = append(errs, err)
+			s.log.Warn("store: commit failed", "session", j.se.id, "error", err)
+		}
+		written += int64(len(j.recs))
+		synced = synced || j.sync
+		dirChanged = dirChanged || changed
+	}
+	for _, name := range deletes {
+		if err := s.remove(name, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// An fsynced log is durable only with its directory entry: sync the
+	// directory when a sync commit created, replaced or removed a file. (A
+	// metadata rename alone may be lost by an OS crash; the previous
+	// version is then still there.)
+	if synced && (dirChanged || syncAll && len(jobs) > 0) {
+		if err := syncDir(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("store: %w", err))
+		}
+	}
+	s.sinceSweep += written
+	if sweep || s.sinceSweep >= s.opts.MaxTotalBytes/64 {
+		s.sweep()
+	}
+
+	s.mu.Lock()
+	for _, j := range jobs {
+		s.queued -= int64(len(j.recs))
+		if cap(j.recs) <= maxSpare && j.se.spare == nil && !j.se.deleted {
+			j.se.spare = j.recs[:0]
+		}
+	}
+	if len(jobs) > 0 {
+		s.stats.Commits++
+	}
+	s.stats.WriteErrors += uint64(len(errs))
+	s.busy = false
+	s.mu.Unlock()
+
+	err := errors.Join(errs...)
+	for _, w := range waiters {
+		w.err = err
+		close(w.done)
+	}
+}
+
+// runJob writes one session's records, then its metadata: a crash between
+// the two leaves records whose metadata is one commit old, which is harmless.
+// It reports whether a file was created or replaced.
+func (s *Store) runJob(j *job) (changed bool, err error) {
+	if !s.opts.MetadataOnly && (len(j.recs) > 0 || j.fresh) {
+		changed, err = s.writeLog(j)
+		if err != nil && j.fresh {
+			// The old history under this id may still be there: the
+			// next commit must replace it.
+			s.mu.Lock()
+			j.se.fresh = true
+			s.queueLocked(j.se)
+			s.mu.Unlock()
+		}
+		if changed && j.meta == nil {
+			// The log was gone: another process deleted or evicted the
+			// session while we hold it. Write the metadata back too.
+			s.mu.Lock()
+			j.meta = &metaFile{Version: metaVersion, Session: j.se.meta.clone(), UpdatedHistory: append([]int64(nil), j.se.bumps...)}
+			s.mu.Unlock()
+		}
+	}
+	if j.meta != nil {
+		err = errors.Join(err, s.writeMeta(j.se.name, j.meta, j.fresh))
+		changed = changed || j.fresh
+	}
+	if err != nil {
+		return changed, fmt.Errorf("store: session %q: %w", j.se.id, err)
+	}
+	return changed, nil
+}
+
+// writeMeta replaces a session's metadata file. Unless the session is new,
+// it first merges the UpdatedAt history of the version on disk, under that
+// file's lock, so that two processes writing one session keep each other's
+// values (mergeHistory).
+func (s *Store) writeMeta(name string, mf *metaFile, fresh bool) error {
+	path := s.metaPath(name)
+	if !fresh {
+		f, err := openLocked(path, syscall.LOCK_EX, false)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if f != nil {
+			defer f.Close() // after the rename: the next writer reads ours
+			var disk metaFile
+			data, err := io.ReadAll(f)
+			if err == nil && json.Unmarshal(data, &disk) == nil && disk.Session.ID == mf.Session.ID {
+				mergeHistory(mf, &disk, time.Now(), s.listGrain)
+			}
+		}
+	}
+	data, err := json.Marshal(mf)
+	if err != nil {
+		return err
+	}
+	return s.writeFileAtomic(path, data)
+}
+
+// writeLog appends j's records to the session's log under an exclusive lock.
+// It reports whether it created or replaced the file.
+func (s *Store) writeLog(j *job) (changed bool, err error) {
+	name := j.se.name
+	st := s.files[name]
+	if st == nil {
+		st = &logState{}
+		s.files[name] = st
+	}
+	path := s.logPath(name)
+	var f *os.File
+	if err = s.failpoint("log.open"); err == nil {
+		f, err = openLocked(path, syscall.LOCK_EX, true)
+	}
+	if err != nil {
+		st.lost = st.lost || len(j.recs) > 0
+		return false, err
+	}
+	defer f.Close()
+	changed, err = s.prepareLog(f, st, j.fresh)
+	if err != nil {
+		st.lost = st.lost || len(j.recs) > 0
+		return changed, err
+	}
+	if st.lost {
+		gap := sealedRecord(recGap, nil)
+		if err = s.failpoint("log.write"); err == nil {
+			_, err = f.WriteAt(gap, st.end)
+		}
+		if err != nil {
+			return changed, err
+		}
+		st.end += int64(len(gap))
+		st.lost = false
+	}
+	if len(j.recs) > 0 {
+		sealRecords(j.recs)
+		if err = s.failpoint("log.write"); err == nil {
+			_, err = f.WriteAt(j.recs, st.end)
+		}
+		if err != nil {
+			// These records are lost: cut what was written of them
+			// (a later scan would also stop at it) and mark the gap.
+			f.Truncate(st.end)
+			st.lost = true
+			return changed, err
+		}
+		st.end += int64(len(j.recs))
+	}
+	if j.sync {
+		if err = s.failpoint("log.sync"); err == nil {
+			err = f.Sync()
+		}
+		if err != nil {
+			return changed, err
+		}
+	}
+	if st.end > s.opts.MaxSessionBytes {
+		if err := s.trim(f, st, path); err != nil {
+			return changed, fmt.Errorf("trim: %w", err)
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
+// prepareLog finds where the valid records of the locked log f end, cutting
+// off a torn tail, so that the next record is appended right after the last
+// valid one. It reads only what other processes appended since this one last
+// wrote the same file; a new or replaced file is scanned whole.
+func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, err error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	size := fi.Size()
+	var hdr [logHeaderLen]byte
+	if size >= logHeaderLen {
+		if _, err := f.ReadAt(hdr[:], 0); err != nil {
+			return false, err
+		}
+	}
+	if fresh || size < logHeaderLen || hdr == [logHeaderLen]byte{} {
+		// A new history, a new file, or a header a crash tore (a header
+		// of zeros: an OS crash lost the data of a file it had sized).
+		// Unless the history is new, what this process appends next may
+		// continue a turn whose beginning is not in the file: a trim
+		// record hides it up to the next turn start.
+		head := newHeader(rand.Uint64())
+		if !fresh || st.lost {
+			head = append(head, sealedRecord(recTrim, nil)...)
+		}
+		if err = s.failpoint("log.init"); err == nil {
+			err = f.Truncate(0)
+		}
+		if err != nil {
+			return false, err
+		}
+		if _, err := f.WriteAt(head, 0); err != nil {
+			return false, err
+		}
+		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head))}
+		return true, nil
+	}
+	if string(hdr[:len(logMagic)]) != logMagic {
+		return false, errors.New("not a session log (bad magic)")
+	}
+	nonce := binary.LittleEndian.Uint64(hdr[len(logMagic):])
+	start := int64(logHeaderLen)
+	if nonce == st.nonce && st.end >= logHeaderLen && size >= st.end {
+		if size == st.end {
+			return false, nil
+		}
+		start = st.end
+	}
+	end, err := scanLog(f, start, size, nil)
+	if err != nil {
+		return false, err
+	}
+	if end < size {
+		if err = s.failpoint("log.truncate"); err == nil {
+			err = f.Truncate(end)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	// st.lost stays: what we failed to write is in no file, a trimmed
+	// copy included, so the gap must still be marked.
+	st.nonce, st.end = nonce, end
+	return false, nil
+}
+
+// trim rewrites the locked log f without its oldest turns, down to 3/4 of
+// MaxSessionBytes so that it is not rewritten at every commit: it keeps the
+// longest suffix that starts at a turn start and fits. The new file starts
+// with a trim record and replaces f by rename; other writers waiting for
+// f's lock notice the rename (openLocked) and reopen.
+func (s *Store) trim(f *os.File, st *logState, path string) error {
+	var starts []int64
+	end, err := scanLog(f, logHeaderLen, st.end, func(off int64, typ byte) {
+		if typ == recStart {
+			starts = append(starts, off)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	room := s.unitLimit() + recHeaderLen // what may follow the header and the trim record
+	cut := end
+	for _, want := range []int64{min(s.opts.MaxSessionBytes*3/4, room), room} {
+		for _, c := range starts {
+			if end-c <= want {
+				cut = min(cut, c)
+				break
+			}
+		}
+		if cut < end {
+			break
+		}
+	}
+
+	nonce := rand.Uint64()
+	if err := s.failpoint("trim.write"); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	head := append(newHeader(nonce), sealedRecord(recTrim, nil)...)
+	if _, err := tmp.Write(head); err != nil {
+		return err
+	}
+	if _, err := io.Copy(tmp, io.NewSectionReader(f, cut, end-cut)); err != nil {
+		return err
+	}
+	if err := s.failpoint("trim.sync"); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := s.failpoint("trim.rename"); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	ok = true
+	*st = logState{nonce: nonce, end: int64(len(head)) + end - cut}
+	return nil
+}
+
+// remove deletes a session's files: the metadata first, so that a crash in
+// between leaves an orphan log (swept later), not a listed session with its
+// history gone. With tryLock it gives up when another process is writing the
+// log (eviction), and reports that with errBusy.
+func (s *Store) remove(name string, tryLock bool) error {
+	how := syscall.LOCK_EX
+	if tryLock {
+		how |= syscall.LOCK_NB
+	}
+	f, err := openLocked(s.logPath(name), how, false)
+	switch {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return errBusy
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("store: remove: %w", err)
+	}
+	if f != nil {
+		defer f.Close()
+	}
+	if err := s.failpoint("remove.meta"); err != nil {
+		return err
+	}
+	if err := os.Remove(s.metaPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("store: remove: %w", err)
+	}
+	if f != nil {
+		if err := s.failpoint("remove.log"); err != nil {
+			return err
+		}
+		if err := os.Remove(s.logPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("store: remove: %w", err)
+		}
+	}
+	delete(s.files, name)
+	return nil
+}
+
+var errBusy = errors.New("store: session busy")
