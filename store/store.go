@@ -201,6 +201,7 @@ type Store struct {
 	deletes  []string            // file names to remove at the next commit
 	waiters  []*waiter           // served by the next commit
 	queued   int64               // bytes of records in pending buffers and in flight
+	free     [][]byte            // empty chunks for reuse
 	urgent   bool                // commit now, without waiting for the window
 	syncAll  bool                // the next commit fsyncs everything it writes
 	sweepReq bool                // the next commit also enforces the limits
@@ -228,9 +229,9 @@ type session struct {
 	meta     Meta
 	bumps    []int64 // earlier UpdatedAt values, for List cursors (see list.go)
 
-	pending   []byte // records for the writer; CRCs are filled in there
-	spare     []byte // the previous pending buffer, for reuse
-	sync      bool   // pending holds a turn end: fsync after writing
+	pending   [][]byte // chunks of records for the writer, who fills in the CRCs
+	spare     [][]byte // the previous pending slice, for reuse
+	sync      bool     // pending holds a turn end: fsync after writing
 	metaDirty bool
 	fresh     bool // made by Create: replace any log stored under this id
 	queuedIn  bool // in Store.dirty
@@ -335,9 +336,10 @@ func (s *Store) Update(id string, fn func(*Meta)) error {
 	return nil
 }
 
-// TurnStart marks the start of a prompt turn. Trimming keeps or drops whole
-// turns, and an update dropped earlier stops being a reason to drop. It moves
-// UpdatedAt to now. It does no I/O.
+// TurnStart marks the start of a prompt turn: trimming keeps or drops whole
+// turns, and replay resumes here after a gap, so updates are stored again
+// from here if earlier ones were dropped. It moves UpdatedAt to now. It does
+// no I/O.
 func (s *Store) TurnStart(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -376,9 +378,11 @@ func (s *Store) TurnEnd(id string) error {
 }
 
 // Append queues one session/update line as the editor was sent it (JSON,
-// without the newline) and returns at once: it copies line and does no I/O
-// and no system call. It returns ErrDropped when the line was not stored
-// (see the package comment). In metadata-only mode it does nothing.
+// without the newline) and returns at once: it copies line into a queued
+// chunk and does no I/O; the writer is woken by a channel send once per
+// commit window. The caller may reuse line. It returns ErrDropped when the
+// line was not stored (see the package comment). In metadata-only mode it
+// does nothing.
 func (s *Store) Append(id string, line []byte) error {
 	if s.opts.MetadataOnly {
 		return nil
@@ -402,11 +406,17 @@ func (s *Store) Append(id string, line []byte) error {
 	return err
 }
 
-// unitLimit bounds what may be queued for a session between two turn starts,
-// so that the last turn always fits the per-session cap with the log header
-// and a trim record.
+// trimRoom is what a log may hold after its header and a trim record:
+// the most a trim keeps.
+func (s *Store) trimRoom() int64 {
+	return s.opts.MaxSessionBytes - logHeaderLen - (recHeaderLen + 1)
+}
+
+// unitLimit bounds what may be queued for a session between two turn
+// starts, so that its last turn always survives a trim: trimRoom less room
+// for the gap and turn end records that may follow when it is cut.
 func (s *Store) unitLimit() int64 {
-	return s.opts.MaxSessionBytes - logHeaderLen - recHeaderLen - 1
+	return s.trimRoom() - 2*(recHeaderLen+1)
 }
 
 // dropLocked starts dropping se's records up to its next TurnStart, with a
@@ -419,11 +429,16 @@ func (s *Store) dropLocked(se *session) {
 	s.queueLocked(se)
 }
 
-// putLocked appends one record to se's pending buffer: the caller's one copy.
+// putLocked appends one record to se's pending chunks: the caller's one copy.
 func (s *Store) putLocked(se *session, typ byte, payload []byte) {
-	n := len(se.pending)
-	se.pending = appendRecord(se.pending, typ, payload)
-	added := int64(len(se.pending) - n)
+	n := recHeaderLen + 1 + len(payload)
+	k := len(se.pending)
+	if k == 0 || cap(se.pending[k-1])-len(se.pending[k-1]) < n {
+		se.pending = append(se.pending, s.chunkLocked(n))
+		k++
+	}
+	se.pending[k-1] = appendRecord(se.pending[k-1], typ, payload)
+	added := int64(n)
 	se.unitBytes += added
 	before := s.queued
 	s.queued += added
@@ -431,6 +446,41 @@ func (s *Store) putLocked(se *session, typ byte, payload []byte) {
 		s.urgent = true
 		s.wake()
 	}
+}
+
+// Records are queued in chunks, appended to and never moved: growing one
+// buffer would copy all that is queued at every doubling, and its garbage
+// would cost the relay more than the one copy it needs.
+const (
+	chunkSize     = 128 << 10 // a record larger than this gets a chunk of its own
+	maxFreeChunks = 32
+)
+
+// chunkLocked returns an empty chunk with room for n bytes.
+func (s *Store) chunkLocked(n int) []byte {
+	if n <= chunkSize && len(s.free) > 0 {
+		c := s.free[len(s.free)-1]
+		s.free = s.free[:len(s.free)-1]
+		return c
+	}
+	return make([]byte, 0, max(n, chunkSize))
+}
+
+// recycleLocked keeps written chunks for reuse.
+func (s *Store) recycleLocked(chunks [][]byte) {
+	for _, c := range chunks {
+		if cap(c) == chunkSize && len(s.free) < maxFreeChunks {
+			s.free = append(s.free, c[:0])
+		}
+	}
+}
+
+func chunksLen(chunks [][]byte) int64 {
+	var n int64
+	for _, c := range chunks {
+		n += int64(len(c))
+	}
+	return n
 }
 
 // queueLocked puts se on the writer's list. The first change of a window
@@ -497,7 +547,8 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if se := s.sessions[id]; se != nil {
 		delete(s.sessions, id)
 		se.deleted = true
-		s.queued -= int64(len(se.pending))
+		s.queued -= chunksLen(se.pending)
+		s.recycleLocked(se.pending)
 		se.pending = nil
 	}
 	s.deletes = append(s.deletes, fileName(id))

@@ -22,13 +22,11 @@ type logState struct {
 	lost  bool // a write failed: the next one starts with a gap record
 }
 
-// maxSpare bounds the pending buffers kept for reuse per session.
-const maxSpare = 1 << 20
-
 // job is one session's share of a commit.
 type job struct {
 	se    *session
-	recs  []byte
+	recs  [][]byte // chunks of whole records
+	size  int64    // their length
 	sync  bool
 	fresh bool
 	meta  *metaFile // nil: unchanged
@@ -90,7 +88,7 @@ func (s *Store) commit(final bool) {
 		if se.deleted {
 			continue
 		}
-		j := job{se: se, recs: se.pending, sync: se.sync || s.syncAll || final, fresh: se.fresh}
+		j := job{se: se, recs: se.pending, size: chunksLen(se.pending), sync: se.sync || s.syncAll || final, fresh: se.fresh}
 		if se.metaDirty {
 			j.meta = &metaFile{Version: metaVersion, Session: se.meta.clone(), UpdatedHistory: append([]int64(nil), se.bumps...)}
 		}
@@ -116,7 +114,7 @@ func (s *Store) commit(final bool) {
 			errs = append(errs, err)
 			s.log.Warn("store: commit failed", "session", j.se.id, "error", err)
 		}
-		written += int64(len(j.recs))
+		written += j.size
 		synced = synced || j.sync
 		dirChanged = dirChanged || changed
 	}
@@ -141,8 +139,10 @@ func (s *Store) commit(final bool) {
 
 	s.mu.Lock()
 	for _, j := range jobs {
-		s.queued -= int64(len(j.recs))
-		if cap(j.recs) <= maxSpare && j.se.spare == nil && !j.se.deleted {
+		s.queued -= j.size
+		s.recycleLocked(j.recs)
+		if j.se.spare == nil {
+			clear(j.recs)
 			j.se.spare = j.recs[:0]
 		}
 	}
@@ -164,7 +164,7 @@ func (s *Store) commit(final bool) {
 // the two leaves records whose metadata is one commit old, which is harmless.
 // It reports whether a file was created or replaced.
 func (s *Store) runJob(j *job) (changed bool, err error) {
-	if !s.opts.MetadataOnly && (len(j.recs) > 0 || j.fresh) {
+	if !s.opts.MetadataOnly && (j.size > 0 || j.fresh) {
 		changed, err = s.writeLog(j)
 		if err != nil && j.fresh {
 			// The old history under this id may still be there: the
@@ -234,13 +234,13 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		f, err = openLocked(path, syscall.LOCK_EX, true)
 	}
 	if err != nil {
-		st.lost = st.lost || len(j.recs) > 0
+		st.lost = st.lost || j.size > 0
 		return false, err
 	}
 	defer f.Close()
 	changed, err = s.prepareLog(f, st, j.fresh)
 	if err != nil {
-		st.lost = st.lost || len(j.recs) > 0
+		st.lost = st.lost || j.size > 0
 		return changed, err
 	}
 	if st.lost {
@@ -254,10 +254,16 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		st.end += int64(len(gap))
 		st.lost = false
 	}
-	if len(j.recs) > 0 {
-		sealRecords(j.recs)
-		if err = s.failpoint("log.write"); err == nil {
-			_, err = f.WriteAt(j.recs, st.end)
+	if j.size > 0 {
+		off := st.end
+		err = s.failpoint("log.write")
+		for _, c := range j.recs {
+			if err != nil {
+				break
+			}
+			sealRecords(c)
+			_, err = f.WriteAt(c, off)
+			off += int64(len(c))
 		}
 		if err != nil {
 			// These records are lost: cut what was written of them
@@ -266,7 +272,7 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			st.lost = true
 			return changed, err
 		}
-		st.end += int64(len(j.recs))
+		st.end = off
 	}
 	if j.sync {
 		if err = s.failpoint("log.sync"); err == nil {
@@ -367,7 +373,7 @@ func (s *Store) trim(f *os.File, st *logState, path string) error {
 	if err != nil {
 		return err
 	}
-	room := s.unitLimit() + recHeaderLen // what may follow the header and the trim record
+	room := s.trimRoom()
 	cut := end
 	for _, want := range []int64{min(s.opts.MaxSessionBytes*3/4, room), room} {
 		for _, c := range starts {
