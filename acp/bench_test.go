@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sourcegraph/jsonrpc2"
 )
 
 // repeatReader yields line n times.
@@ -98,14 +100,55 @@ func benchRelay(b *testing.B, out io.WriteCloser) {
 	}
 }
 
-// BenchmarkClassify isolates the envelope decode of the same line.
+// BenchmarkClassify isolates the envelope scan of one session/update line
+// (validation of the whole line included), and the map decode it replaced
+// ("map": classifyMap, the reference of the scanner's tests).
 func BenchmarkClassify(b *testing.B) {
-	line := updateLine(b, 4<<10)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(line)))
-	for b.Loop() {
-		if _, err := Classify(line); err != nil {
-			b.Fatal(err)
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"200B", 200}, {"4KiB", 4 << 10}, {"1MiB", 1 << 20}} {
+		line := updateLine(b, size.n)
+		for _, impl := range []struct {
+			name     string
+			classify func([]byte) (*Message, error)
+		}{{"scan", Classify}, {"map", classifyMap}} {
+			b.Run(size.name+"/"+impl.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(line)))
+				for b.Loop() {
+					if _, err := impl.classify(line); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
+	}
+}
+
+// BenchmarkEncodeLine is what WriteObject costs jsonrpc2's messages: a
+// session/prompt request the router forwards (4 KiB of params), encoded by
+// the library and checked once ("line"), or encoded and compacted again by
+// json.Marshal ("marshal", as before).
+func BenchmarkEncodeLine(b *testing.B) {
+	line := updateLine(b, 4<<10)
+	m, err := Classify(line)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &jsonrpc2.Request{Method: MethodSessionPrompt, Params: &m.Params, ID: jsonrpc2.ID{Num: 12}}
+	for _, impl := range []struct {
+		name   string
+		encode func(any) ([]byte, error)
+	}{{"line", encodeLine}, {"marshal", json.Marshal}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(line)))
+			for b.Loop() {
+				if _, err := impl.encode(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -31,7 +31,9 @@ func (k Kind) String() string {
 }
 
 // Message is one decoded line. Its byte slices alias Raw, which the reader
-// allocates afresh for every line, so a Message may be retained.
+// allocates afresh for every line, so a Message may be retained; they are
+// capped at their own length, so an append to one never writes into Raw.
+// Messages are read-only.
 type Message struct {
 	Raw    []byte // the line without its terminator
 	Kind   Kind
@@ -56,67 +58,57 @@ var (
 	ErrBatch = errors.New("batch messages are not supported by ACP v1")
 )
 
-// envelope holds the top-level members; everything else stays raw.
-type envelope struct {
-	JSONRPC json.RawMessage `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  json.RawMessage `json:"method"`
-	Params  json.RawMessage `json:"params"`
-	Result  json.RawMessage `json:"result"`
-	Error   json.RawMessage `json:"error"`
-}
-
-// Classify decodes the envelope of one line. On ErrNotRPC the returned
-// message still carries the id when one could be read, so that the reply can
-// name it.
+// Classify reads the envelope of one line: it validates the whole line as
+// encoding/json would and finds the top-level members in one pass, without
+// decoding or copying them (ID, Params, Result and Error alias line). On
+// ErrNotRPC the returned message still carries the id when one could be
+// read, so that the reply can name it.
 func Classify(line []byte) (*Message, error) {
 	m := &Message{Raw: line}
 	trimmed := bytes.TrimLeft(line, " \t")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		if !json.Valid(line) {
+		if !validJSON(line) {
 			return m, ErrParse
 		}
 		return m, ErrBatch
 	}
-	// A map, not a struct: encoding/json matches struct fields without
-	// regard to case, so {"method":"a","Method":"b"} would read as "b" here
-	// and as "a" in jsonrpc2's Request and in the peer the line is relayed to.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(line, &fields); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return m, fmt.Errorf("%w: top level must be an object", ErrNotRPC)
-		}
+	// Members are matched by their exact names, as a map decode would:
+	// encoding/json matches struct fields without regard to case, so
+	// {"method":"a","Method":"b"} would read as "b" there and as "a" in
+	// jsonrpc2's Request and in the peer the line is relayed to.
+	e, res := scanEnvelope(line)
+	switch res {
+	case scanInvalid:
 		return m, ErrParse
+	case scanNotObject:
+		return m, fmt.Errorf("%w: top level must be an object", ErrNotRPC)
 	}
-	e := envelope{JSONRPC: fields["jsonrpc"], ID: fields["id"], Method: fields["method"],
-		Params: fields["params"], Result: fields["result"], Error: fields["error"]}
-	m.ID, m.Params, m.Result, m.Error = e.ID, e.Params, e.Result, e.Error
+	m.ID, m.Params, m.Result, m.Error = e.id, e.params, e.result, e.error
 	// The id first: every later error is answered with m.ID.
 	if m.ID != nil && !validID(m.ID) {
 		m.ID = nil
 		return m, fmt.Errorf("%w: id must be a string, a number or null", ErrNotRPC)
 	}
-	if e.JSONRPC != nil && string(e.JSONRPC) != `"2.0"` {
+	if e.jsonrpc != nil && string(e.jsonrpc) != `"2.0"` {
 		return m, fmt.Errorf(`%w: "jsonrpc" must be "2.0"`, ErrNotRPC)
 	}
-	for k := range fields {
+	if e.folded != "" {
 		// jsonrpc2's Response and its request/response sniffing do fold
 		// case: such a member would make it read another id or kind.
-		if name := foldedMember(k); name != "" {
-			return m, fmt.Errorf("%w: member %q is not %q (names are case-sensitive)", ErrNotRPC, k, name)
-		}
+		return m, fmt.Errorf("%w: member %q is not %q (names are case-sensitive)", ErrNotRPC, e.folded, e.foldedAs)
 	}
-	hasResult := e.Result != nil
-	hasError := e.Error != nil && string(e.Error) != "null"
+	hasResult := e.result != nil
+	hasError := e.error != nil && string(e.error) != "null"
 	switch {
-	case e.Method != nil:
+	case e.method != nil:
 		if hasResult || hasError {
 			return m, fmt.Errorf("%w: a message cannot have both method and result/error", ErrNotRPC)
 		}
-		if err := json.Unmarshal(e.Method, &m.Method); err != nil || m.Method == "" {
+		method, ok := methodName(e.method)
+		if !ok || method == "" {
 			return m, fmt.Errorf("%w: method must be a non-empty string", ErrNotRPC)
 		}
+		m.Method = method
 		if m.ID == nil {
 			m.Kind = KindNotification
 		} else {
@@ -129,7 +121,7 @@ func Classify(line []byte) (*Message, error) {
 		return m, fmt.Errorf("%w: a response cannot have both result and error", ErrNotRPC)
 	case hasResult || hasError:
 		m.Kind = KindResponse
-		if hasError && !isObject(e.Error) {
+		if hasError && !isObject(e.error) {
 			return m, fmt.Errorf("%w: error must be an object", ErrNotRPC)
 		}
 	default:

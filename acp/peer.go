@@ -186,6 +186,9 @@ func reusable(raw json.RawMessage) bool {
 // escapes get the same key.
 func IDKey(raw json.RawMessage) string {
 	if len(raw) > 0 && raw[0] == '"' {
+		if len(raw) >= 2 && raw[len(raw)-1] == '"' && verbatim(raw[1:len(raw)-1]) {
+			return "s" + string(raw[1:len(raw)-1]) // what decoding it gives
+		}
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
 			return "s" + s

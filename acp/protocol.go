@@ -7,7 +7,9 @@
 package acp
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -168,16 +170,63 @@ type AuthMethod struct {
 
 // SetField returns obj (a JSON object) with key set to value, keeping every
 // other member. It is how the router rewrites one id in params it otherwise
-// forwards untouched.
+// forwards untouched: the value of every member named exactly key (as a map
+// decode would name it) is replaced in place, or the member is added at the
+// end; every other byte of obj is kept, so a large member is copied once and
+// never decoded (issue 6). obj is not modified.
 func SetField(obj json.RawMessage, key string, value any) (json.RawMessage, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &fields); err != nil {
-		return nil, err
-	}
 	v, err := json.Marshal(value)
 	if err != nil {
 		return nil, err
 	}
-	fields[key] = v
-	return json.Marshal(fields)
+	var spans [][2]int
+	n := 0
+	start, end, ok := scanObject(obj, func(k []byte, escaped bool, vStart, vEnd int) {
+		n++
+		var match bool
+		if escaped || !ascii(k) {
+			match = memberName(k) == key
+		} else {
+			match = string(k) == key
+		}
+		if match {
+			spans = append(spans, [2]int{vStart, vEnd})
+		}
+	})
+	if !ok {
+		return nil, errNotObject
+	}
+	if len(spans) == 0 {
+		name, _ := json.Marshal(key)
+		out := make([]byte, 0, end-start+len(name)+len(v)+2)
+		out = bytes.TrimRight(append(out, obj[start:end-1]...), " \t\r\n") // without its '}'
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, name...), ':'), v...)
+		return oneLine(append(out, '}')), nil
+	}
+	out := make([]byte, 0, end-start+len(spans)*len(v))
+	at := start
+	for _, sp := range spans {
+		out = append(append(out, obj[at:sp[0]]...), v...)
+		at = sp[1]
+	}
+	return oneLine(append(out, obj[at:end]...)), nil
 }
+
+// oneLine compacts b if it spans lines (whitespace between tokens): what
+// SetField returns may be written as one NDJSON line.
+func oneLine(b []byte) []byte {
+	if bytes.IndexByte(b, '\n') < 0 {
+		return b
+	}
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b // cannot happen: b is valid
+	}
+	return out.Bytes()
+}
+
+// errNotObject: SetField was given something other than a JSON object.
+var errNotObject = errors.New("set field: not a JSON object")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -68,7 +69,11 @@ type StreamOptions struct {
 // Stream is a jsonrpc2.ObjectStream over newline-delimited JSON (ACP's stdio
 // transport). It reads one bounded line at a time and never dies on a bad
 // line; it writes through a byte-bounded FIFO drained by one goroutine, so a
-// peer that stops reading cannot freeze the caller (STYLE.md).
+// peer that stops reading cannot freeze the caller (STYLE.md). When w is a
+// non-blocking pipe (an agent's stdin) and nothing is queued, a message is
+// written by the caller itself, as far as the pipe takes it without
+// blocking, and only the rest is queued: a goroutine hand-off less per
+// message (issue 6).
 type Stream struct {
 	opts StreamOptions
 	log  hclog.Logger
@@ -83,6 +88,14 @@ type Stream struct {
 	closing  bool  // no new writes; the writer drains and closes w
 	err      error // set once the write side failed
 	progress time.Time
+	writing  bool // the writer goroutine or a direct write is using w
+
+	// direct writes to w without blocking, when it can (see Stream);
+	// lineBuf is its message and "\n" (used by whoever set writing).
+	// lastWrite is when WriteRaw last wrote or queued a message.
+	direct    directWriter
+	lineBuf   []byte
+	lastWrite time.Time
 
 	done     chan struct{} // closed when the writer goroutine exits
 	failOnce sync.Once
@@ -94,7 +107,28 @@ type Stream struct {
 	idSeq    uint64
 
 	writtenBytes atomic.Int64
+
+	// scratch gathers lines longer than the reader's buffer (read loop
+	// only).
+	scratch []byte
 }
+
+const (
+	// maxScratch bounds the long-line buffer a Stream keeps between lines.
+	maxScratch = 4 << 20
+	// maxDirect bounds a message WriteRaw writes itself: a pipe's
+	// default capacity.
+	maxDirect = 64 << 10
+	// directGap: WriteRaw writes a message itself only when the one
+	// before came at least this long ago. Messages in a burst (a flood of
+	// updates, prompts of many sessions) are queued instead, so that the
+	// writer goroutine writes them with one system call (and wakes the
+	// peer once): a write per message costs more than the hand-off then.
+	directGap = 50 * time.Microsecond
+	// maxBatch: the writer takes queued messages up to this many bytes at
+	// a time (at least one), and frees their room when they are written.
+	maxBatch = 64 << 10
+)
 
 // NewStream starts the writer goroutine (and the stall watchdog when a stall
 // timeout is set). r is read by ReadObject; w is closed when the stream is.
@@ -113,6 +147,7 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 		w:        w,
 		done:     make(chan struct{}),
 		idTokens: map[string]json.RawMessage{},
+		direct:   newDirectWriter(w),
 	}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
@@ -175,13 +210,31 @@ func (s *Stream) ReadObject(v any) error {
 		if s.opts.Intercept != nil && s.opts.Intercept(m) {
 			continue
 		}
-		if err := json.Unmarshal(m.Raw, v); err != nil {
+		if err := decodeValid(m.Raw, v); err != nil {
 			// Classify accepted it, so this is a jsonrpc2 limitation.
 			s.invalid(m, fmt.Errorf("%w: %v", ErrNotRPC, err))
 			continue
 		}
 		return nil
 	}
+}
+
+// decodeValid is json.Unmarshal(line, v) for a line Classify has validated:
+// what jsonrpc2 gives ReadObject decodes itself (json.Unmarshaler), so the
+// validation pass json.Unmarshal makes first over the whole line would be
+// the second one.
+func decodeValid(line []byte, v any) error {
+	if u, ok := v.(json.Unmarshaler); ok && !isNilPointer(v) {
+		// json.Unmarshal hands an Unmarshaler the value without the
+		// surrounding space.
+		return u.UnmarshalJSON(bytes.Trim(line, " \t\r\n"))
+	}
+	return json.Unmarshal(line, v)
+}
+
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 func (s *Stream) invalid(m *Message, err error) {
@@ -225,18 +278,34 @@ func jsonError(code int, msg string) []byte {
 	return b
 }
 
-// readLine returns the next line, freshly allocated, without "\n" or
-// "\r\n". A line over MaxLine is consumed and reported as ErrLineTooLong.
+// readLine returns the next line, freshly allocated at its own size,
+// without "\n" or "\r\n". A line over MaxLine is consumed and reported as
+// ErrLineTooLong. A line that fits in the reader's buffer is copied out of
+// it once; a longer one is gathered in s.scratch first, which is kept for
+// the next long line (up to maxScratch) instead of growing a fresh slice by
+// append every time: a 1 MiB line cost 4.6 MB of allocations that way.
 func (s *Stream) readLine() ([]byte, error) {
-	var line []byte
+	buf := s.scratch[:0]
+	defer func() {
+		if cap(buf) <= maxScratch {
+			s.scratch = buf[:0]
+		}
+	}()
 	tooLong := false
 	for {
 		chunk, err := s.r.ReadSlice('\n')
 		if !tooLong {
-			if len(line)+len(chunk) > s.opts.MaxLine+2 { // room for "\r\n"
-				tooLong, line = true, nil
-			} else {
-				line = append(line, chunk...)
+			switch {
+			case len(buf)+len(chunk) > s.opts.MaxLine+2: // room for "\r\n"
+				tooLong, buf = true, buf[:0]
+			case err == nil && len(buf) == 0: // the whole line is buffered
+				line := bytes.TrimSuffix(chunk[:len(chunk)-1], []byte{'\r'})
+				if len(line) > s.opts.MaxLine {
+					return nil, ErrLineTooLong
+				}
+				return clone(line), nil
+			default:
+				buf = append(buf, chunk...)
 			}
 		}
 		switch {
@@ -244,24 +313,27 @@ func (s *Stream) readLine() ([]byte, error) {
 			if tooLong {
 				return nil, ErrLineTooLong
 			}
-			line = bytes.TrimSuffix(line[:len(line)-1], []byte{'\r'})
+			line := bytes.TrimSuffix(buf[:len(buf)-1], []byte{'\r'})
 			if len(line) > s.opts.MaxLine {
 				return nil, ErrLineTooLong
 			}
-			return line, nil
+			return clone(line), nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
-		case errors.Is(err, io.EOF) && (len(line) > 0 || tooLong):
+		case errors.Is(err, io.EOF) && (len(buf) > 0 || tooLong):
 			// A last line without "\n" still counts, and so does its limit.
-			if tooLong || len(line) > s.opts.MaxLine {
+			if tooLong || len(buf) > s.opts.MaxLine {
 				return nil, ErrLineTooLong
 			}
-			return line, nil
+			return clone(buf), nil
 		default:
 			return nil, err
 		}
 	}
 }
+
+// clone copies b into a slice of its own length and capacity.
+func clone(b []byte) []byte { return append(make([]byte, 0, len(b)), b...) }
 
 func truncate(b []byte, n int) string {
 	if len(b) <= n {
@@ -333,24 +405,61 @@ func IsToken(id json.RawMessage) bool {
 
 // WriteObject implements jsonrpc2.ObjectStream: it encodes obj and queues it.
 func (s *Stream) WriteObject(obj any) error {
-	b, err := json.Marshal(obj)
+	b, err := encodeLine(obj)
 	if err != nil {
 		return err
 	}
 	return s.WriteRaw(s.restoreID(b))
 }
 
+// encodeLine is json.Marshal(obj). What jsonrpc2 writes marshals itself
+// (json.Marshaler) with json.Marshal inside, so its output is already
+// compact and escaped; json.Marshal would only validate and compact it once
+// more. That pass is skipped when the output is one line of valid JSON.
+func encodeLine(obj any) ([]byte, error) {
+	if m, ok := obj.(json.Marshaler); ok && !isNilPointer(obj) {
+		if b, err := m.MarshalJSON(); err == nil && validJSON(b) && compact(b) {
+			return b, nil
+		}
+	}
+	return json.Marshal(obj)
+}
+
+// compact reports whether valid JSON b has no whitespace outside strings
+// and nothing json.Marshal would escape (<, >, &, U+2028, U+2029): then
+// json.Marshal of a Marshaler returning b returns b.
+func compact(b []byte) bool {
+	in := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case in && c == '\\':
+			i++
+		case c == '"':
+			in = !in
+		case !in && isSpace(c):
+			return false
+		case c == '<' || c == '>' || c == '&':
+			return false
+		case c == 0xE2 && i+2 < len(b) && b[i+1] == 0x80 && (b[i+2] == 0xA8 || b[i+2] == 0xA9):
+			return false
+		}
+	}
+	return true
+}
+
 // WriteRaw queues one encoded message (without its trailing newline). The
-// relay uses it to forward a peer's line byte for byte.
+// relay uses it to forward a peer's line byte for byte. msg is retained
+// until written: the caller must not modify it.
 func (s *Stream) WriteRaw(msg []byte) error {
 	n := len(msg) + 1
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for {
 		if s.err != nil {
+			s.mu.Unlock()
 			return s.err
 		}
 		if s.closing {
+			s.mu.Unlock()
 			return ErrClosed
 		}
 		if s.queued == 0 || s.queued+n <= s.opts.QueueBytes {
@@ -358,25 +467,74 @@ func (s *Stream) WriteRaw(msg []byte) error {
 		}
 		if !s.opts.Blocking {
 			s.failLocked(fmt.Errorf("%w (%d bytes queued)", ErrQueueFull, s.queued))
+			s.mu.Unlock()
 			return s.err
 		}
 		s.cond.Wait()
 	}
+	var now time.Time
+	if s.direct != nil {
+		now = time.Now()
+		last := s.lastWrite
+		s.lastWrite = now
+		if s.queued == 0 && !s.writing && n <= maxDirect && now.Sub(last) >= directGap {
+			s.writing = true
+			s.mu.Unlock()
+			return s.writeDirect(msg)
+		}
+	}
 	if s.queued == 0 {
-		s.progress = time.Now()
+		if now.IsZero() {
+			now = time.Now()
+		}
+		s.progress = now
 	}
 	s.queue = append(s.queue, msg)
 	s.queued += n
 	s.cond.Broadcast()
+	s.mu.Unlock()
+	return nil
+}
+
+// writeDirect writes msg and "\n" to w as far as it goes without blocking
+// and queues the rest, first, for the writer goroutine. The caller has set
+// s.writing.
+func (s *Stream) writeDirect(msg []byte) error {
+	if s.log.IsTrace() {
+		s.log.Trace("send", "message", truncate(msg, traceBytes))
+	}
+	line := append(append(s.lineBuf[:0], msg...), '\n')
+	s.lineBuf = line
+	written, err := tryWrite(s.direct, line)
+	s.writtenBytes.Add(int64(written))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writing = false
+	s.progress = time.Now()
+	s.cond.Broadcast() // the writer: messages queued meanwhile, or the close
+	switch {
+	case s.err != nil:
+		return s.err
+	case err != nil:
+		s.failLocked(fmt.Errorf("write: %w", err))
+		return s.err
+	case written < len(line):
+		rest := msg[min(written, len(msg)):] // maybe only the "\n" is left
+		s.queue = append(s.queue, nil)
+		copy(s.queue[1:], s.queue)
+		s.queue[0] = rest
+		s.queued += len(rest) + 1
+	}
 	return nil
 }
 
 func (s *Stream) writeLoop() {
 	defer close(s.done)
 	bw := bufio.NewWriterSize(progressWriter{s}, 64<<10)
+	var batch [][]byte
 	for {
 		s.mu.Lock()
-		for len(s.queue) == 0 && !s.closing && s.err == nil {
+		for s.err == nil && (s.writing || len(s.queue) == 0 && !s.closing) {
 			s.cond.Wait()
 		}
 		if s.err != nil || len(s.queue) == 0 {
@@ -384,25 +542,37 @@ func (s *Stream) writeLoop() {
 			s.w.Close()
 			return
 		}
-		msg := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		more := len(s.queue) > 0
+		size := 0
+		for len(s.queue) > 0 && (len(batch) == 0 || size+len(s.queue[0]) < maxBatch) {
+			batch = append(batch, s.queue[0])
+			size += len(s.queue[0]) + 1
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+		}
+		s.writing = true
 		s.mu.Unlock()
 
-		if s.log.IsTrace() {
-			s.log.Trace("send", "message", truncate(msg, traceBytes))
+		var err error
+		for _, msg := range batch {
+			if s.log.IsTrace() {
+				s.log.Trace("send", "message", truncate(msg, traceBytes))
+			}
+			if _, err = bw.Write(msg); err == nil {
+				err = bw.WriteByte('\n')
+			}
+			if err != nil {
+				break
+			}
 		}
-		_, err := bw.Write(msg)
 		if err == nil {
-			err = bw.WriteByte('\n')
-		}
-		if err == nil && !more {
 			err = bw.Flush()
 		}
+		clear(batch)
+		batch = batch[:0]
 		s.mu.Lock()
+		s.writing = false
 		if s.err == nil {
-			s.queued -= len(msg) + 1
+			s.queued -= size
 		}
 		s.cond.Broadcast()
 		s.mu.Unlock()

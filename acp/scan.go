@@ -1,0 +1,438 @@
+package acp
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// A JSON scanner for the hot path (issue 6): Classify validates every line
+// and finds the envelope members in one pass, without decoding into a map or
+// copying params. It accepts exactly what encoding/json does (json.Valid):
+// RFC 8259 grammar, no check of UTF-8 inside strings, at most maxDepth
+// nested arrays and objects. FuzzScanValid holds it to that.
+
+// maxDepth is encoding/json's nesting limit (scanner.go maxNestingDepth).
+const maxDepth = 10000
+
+// strSafe[c] is true for the bytes a JSON string holds verbatim: not '"',
+// not '\\', not a control character.
+var strSafe = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// special reports whether any of the 8 bytes in x is '"', '\\' or below
+// 0x20 (exactly, not just likely: the usual has-zero-byte tricks).
+func special(x uint64) bool {
+	below := (x - lsb*0x20) &^ x
+	quote := x ^ (lsb * '"')
+	quote = (quote - lsb) &^ quote
+	bslash := x ^ (lsb * '\\')
+	bslash = (bslash - lsb) &^ bslash
+	return (below|quote|bslash)&msb != 0
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// scanString validates the string starting at b[i] == '"' and returns the
+// index after its closing quote, and whether it holds an escape.
+func scanString(b []byte, i int) (end int, escaped, ok bool) {
+	i++
+	for {
+		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		for i < len(b) && strSafe[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return 0, false, false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, escaped, true
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(b) {
+				return 0, false, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					return 0, false, false
+				}
+				i += 6
+			default:
+				return 0, false, false
+			}
+		default: // a control character
+			return 0, false, false
+		}
+	}
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// scanNumber validates the number starting at b[i] ('-' or a digit).
+func scanNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		for i++; i < len(b) && isDigit(b[i]); i++ {
+		}
+	default:
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return 0, false
+		}
+		for i++; i < len(b) && isDigit(b[i]); i++ {
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return 0, false
+		}
+		for i++; i < len(b) && isDigit(b[i]); i++ {
+		}
+	}
+	return i, true
+}
+
+func scanLiteral(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// scanValue validates the value starting at b[i] (no leading space) inside
+// depth open containers and returns the index after it.
+func scanValue(b []byte, i, depth int) (int, bool) {
+	// open holds the containers opened here, innermost last: '{' or '['.
+	var stack [64]byte
+	open := stack[:0]
+	var ok bool
+	for {
+		// A value.
+		if i >= len(b) {
+			return 0, false
+		}
+		switch c := b[i]; c {
+		case '"':
+			if i, _, ok = scanString(b, i); !ok {
+				return 0, false
+			}
+		case '{', '[':
+			if depth+len(open)+1 > maxDepth {
+				return 0, false
+			}
+			i = skipSpace(b, i+1)
+			if i < len(b) && b[i] == c+2 { // '}' or ']'
+				i, ok = i+1, true
+				break
+			}
+			open = append(open, c)
+			if c == '{' {
+				if i, ok = scanKey(b, i); !ok {
+					return 0, false
+				}
+			}
+			continue
+		case 't':
+			i, ok = scanLiteral(b, i, "true")
+		case 'f':
+			i, ok = scanLiteral(b, i, "false")
+		case 'n':
+			i, ok = scanLiteral(b, i, "null")
+		default:
+			if c != '-' && !isDigit(c) {
+				return 0, false
+			}
+			i, ok = scanNumber(b, i)
+		}
+		if !ok {
+			return 0, false
+		}
+		// After a value: close containers until another value is due.
+		for {
+			if len(open) == 0 {
+				return i, true
+			}
+			i = skipSpace(b, i)
+			if i >= len(b) {
+				return 0, false
+			}
+			top := open[len(open)-1]
+			if b[i] == top+2 {
+				open = open[:len(open)-1]
+				i++
+				continue
+			}
+			if b[i] != ',' {
+				return 0, false
+			}
+			i = skipSpace(b, i+1)
+			if top == '{' {
+				if i, ok = scanKey(b, i); !ok {
+					return 0, false
+				}
+			}
+			break
+		}
+	}
+}
+
+// scanKey validates `"key" :` and spaces at b[i] and returns the index of
+// the member's value.
+func scanKey(b []byte, i int) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, false
+	}
+	i, _, ok := scanString(b, i)
+	if !ok {
+		return 0, false
+	}
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return 0, false
+	}
+	return skipSpace(b, i+1), true
+}
+
+// validJSON is json.Valid.
+func validJSON(b []byte) bool {
+	i, ok := scanValue(b, skipSpace(b, 0), 0)
+	return ok && skipSpace(b, i) == len(b)
+}
+
+// members are the envelope members of a JSON-RPC line, as spans of it
+// (nil when absent), and the first member whose name differs from one of
+// them only in case.
+type members struct {
+	jsonrpc, id, method, params, result, error []byte
+	folded, foldedAs                           string
+}
+
+// scan outcomes.
+const (
+	scanMembers   = iota // an object (or null: no members)
+	scanNotObject        // valid JSON, another type
+	scanInvalid          // not JSON
+)
+
+// scanObject validates the object that b holds (spaces around it allowed)
+// and calls fn for each member in order: its name as written (quotes
+// stripped, escapes not resolved), whether that has escapes, and the span
+// of its value. It returns the span of the object itself; ok is false when
+// b is not valid JSON or not an object.
+func scanObject(b []byte, fn func(key []byte, escaped bool, vStart, vEnd int)) (start, end int, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, 0, false
+	}
+	start = i
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return 0, 0, false
+			}
+			keyEnd, escaped, ok := scanString(b, i)
+			if !ok {
+				return 0, 0, false
+			}
+			key := b[i+1 : keyEnd-1]
+			i = skipSpace(b, keyEnd)
+			if i >= len(b) || b[i] != ':' {
+				return 0, 0, false
+			}
+			i = skipSpace(b, i+1)
+			vEnd, ok := scanValue(b, i, 1)
+			if !ok {
+				return 0, 0, false
+			}
+			fn(key, escaped, i, vEnd)
+			i = skipSpace(b, vEnd)
+			if i >= len(b) {
+				return 0, 0, false
+			}
+			if b[i] == '}' {
+				i++
+				break
+			}
+			if b[i] != ',' {
+				return 0, 0, false
+			}
+			i = skipSpace(b, i+1)
+		}
+	}
+	if skipSpace(b, i) != len(b) {
+		return 0, 0, false
+	}
+	return start, i, true
+}
+
+// memberName resolves the escapes of a member name as written (and
+// replaces invalid UTF-8), as a map decode does. Only for names that need
+// it: escaped or not ASCII.
+func memberName(key []byte) string {
+	var name string
+	json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &name) // valid: scanString accepted it
+	return name
+}
+
+// scanEnvelope validates line and reads its top-level members. A member
+// given twice counts as its last occurrence, as encoding/json reads it.
+func scanEnvelope(line []byte) (members, int) {
+	var m members
+	i := skipSpace(line, 0)
+	if i >= len(line) {
+		return m, scanInvalid
+	}
+	if line[i] != '{' {
+		end, ok := scanValue(line, i, 0)
+		switch {
+		case !ok || skipSpace(line, end) != len(line):
+			return m, scanInvalid
+		case line[i] == 'n': // null decodes into a nil map
+			return m, scanMembers
+		}
+		return m, scanNotObject
+	}
+	if _, _, ok := scanObject(line, func(key []byte, escaped bool, vStart, vEnd int) {
+		m.set(key, escaped, line[vStart:vEnd:vEnd])
+	}); !ok {
+		return m, scanInvalid
+	}
+	return m, scanMembers
+}
+
+// set records one top-level member. key is the name as written (quotes
+// stripped, escapes not yet resolved).
+func (m *members) set(key []byte, escaped bool, v []byte) {
+	if escaped || !ascii(key) {
+		// Rare: resolve escapes (and replace invalid UTF-8) exactly as the
+		// map decode did.
+		name := memberName(key)
+		if !m.setExact([]byte(name), v) && m.folded == "" {
+			if as := foldedMember(name); as != "" {
+				m.folded, m.foldedAs = name, as
+			}
+		}
+		return
+	}
+	if m.setExact(key, v) || m.folded != "" {
+		return
+	}
+	switch len(key) {
+	case len("id"), len("error"), len("method"), len("jsonrpc"): // "params", "result": 6 too
+		if as := foldedMember(string(key)); as != "" {
+			m.folded, m.foldedAs = string(key), as
+		}
+	}
+}
+
+func (m *members) setExact(name, v []byte) bool {
+	switch string(name) {
+	case "jsonrpc":
+		m.jsonrpc = v
+	case "id":
+		m.id = v
+	case "method":
+		m.method = v
+	case "params":
+		m.params = v
+	case "result":
+		m.result = v
+	case "error":
+		m.error = v
+	default:
+		return false
+	}
+	return true
+}
+
+func ascii(b []byte) bool {
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// knownMethods are the method names Classify returns without allocating.
+var knownMethods = [...]string{
+	MethodSessionUpdate, MethodSessionPrompt, MethodSessionCancel, MethodCancelRequest,
+	MethodRequestPermission, MethodReadTextFile, MethodWriteTextFile,
+	MethodTerminalCreate, MethodTerminalOutput, MethodTerminalWaitForExit, MethodTerminalKill, MethodTerminalRelease,
+	MethodInitialize, MethodAuthenticate, MethodLogout,
+	MethodSessionNew, MethodSessionLoad, MethodSessionResume, MethodSessionList, MethodSessionDelete,
+	MethodSessionClose, MethodSessionFork, MethodSetMode, MethodSetConfigOption, MethodSetModel,
+	MethodElicitationCreate, MethodElicitationComplete,
+}
+
+// methodName decodes a method member as json.Unmarshal into a string does;
+// ok is false when it is not a string (null decodes to "").
+func methodName(raw []byte) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' {
+		s := raw[1 : len(raw)-1]
+		if verbatim(s) {
+			for _, k := range knownMethods {
+				if string(s) == k {
+					return k, true
+				}
+			}
+			return string(s), true
+		}
+	}
+	var name string
+	if json.Unmarshal(raw, &name) != nil {
+		return "", false
+	}
+	return name, true
+}
+
+// verbatim reports whether b, put between quotes, is a JSON string that
+// decodes to b itself: no quote, backslash or control character, valid
+// UTF-8.
+func verbatim(b []byte) bool {
+	for _, c := range b {
+		if !strSafe[c] {
+			return false
+		}
+	}
+	return utf8.Valid(b)
+}

@@ -1,0 +1,224 @@
+//go:build linux
+
+package acp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pipeStream is a Stream writing to an OS pipe, as to an agent's stdin:
+// non-blocking, so WriteRaw writes itself when nothing is queued.
+func pipeStream(t *testing.T, opts StreamOptions) (*Stream, *os.File) {
+	t.Helper()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	s := NewStream(inR, outW, opts)
+	if s.direct == nil {
+		t.Fatal("no direct writes to a non-blocking pipe")
+	}
+	t.Cleanup(func() {
+		s.Abort(errors.New("test over"))
+		inW.Close()
+		outR.Close()
+		waitClosed(t, s.Done(), "the stream's writer to finish")
+	})
+	return s, outR
+}
+
+func TestDirectWriterOnlyWhenNonBlocking(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if newDirectWriter(w) == nil {
+		t.Error("os.Pipe's write end: no direct writes")
+	}
+	w.Fd() // makes it blocking, as for a child's stdio
+	if newDirectWriter(w) != nil {
+		t.Error("a blocking descriptor was chosen for direct writes")
+	}
+	_, pw := io.Pipe()
+	if newDirectWriter(pw) != nil {
+		t.Error("an io.Pipe was chosen for direct writes")
+	}
+}
+
+// TestStreamDirectPartial: a message the pipe takes only in part is
+// finished by the writer goroutine, before anything written later, and
+// Close still drains it.
+func TestStreamDirectPartial(t *testing.T) {
+	f := newFailRecorder()
+	s, out := pipeStream(t, StreamOptions{OnFail: f.OnFail})
+	capacity, page := pipeSize(t, out), os.Getpagesize()
+	line := func(n int, size int) []byte { // size bytes with its "\n"
+		head := fmt.Sprintf(`{"w":0,"n":%d,"pad":"`, n)
+		return []byte(head + strings.Repeat("x", size-len(head)-3) + `"}`)
+	}
+	// Nobody reads yet. The first leaves one page of the pipe free; the
+	// second is written in part (that page); the third is larger than a
+	// direct write; the fourth comes in a burst: both are queued.
+	msgs := [][]byte{line(0, capacity-page), line(1, 2*page+100), line(2, maxDirect+1), line(3, 100)}
+	for i, m := range msgs {
+		if i < 3 {
+			time.Sleep(2 * directGap) // not a burst
+		}
+		if err := s.WriteRaw(m); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			s.mu.Lock()
+			queue := slices.Clone(s.queue)
+			s.mu.Unlock()
+			if s.Written() != int64(capacity) || len(queue) != 1 || !bytes.Equal(queue[0], m[page:]) {
+				t.Fatalf("after the second message, %d bytes written and %d queued; want %d written and the rest of the second queued", s.Written(), len(queue), capacity)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := recvAll(t, collect(t, out))
+	checkSequences(t, got, 1, len(msgs))
+	for i, line := range got {
+		if !bytes.Equal(line, msgs[i]) {
+			t.Fatalf("message %d arrived as %d bytes, want %d", i, len(line), len(msgs[i]))
+		}
+	}
+	waitClosed(t, s.Done(), "Done after draining")
+	if f.n.Load() != 0 {
+		t.Errorf("OnFail: %v", <-f.errc)
+	}
+}
+
+// pipeSize is the capacity of the pipe f belongs to.
+func pipeSize(t *testing.T, f *os.File) int {
+	t.Helper()
+	const getPipeSize = 1032 // F_GETPIPE_SZ
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size uintptr
+	var errno syscall.Errno
+	rc.Control(func(fd uintptr) { size, _, errno = syscall.Syscall(syscall.SYS_FCNTL, fd, getPipeSize, 0) })
+	if errno != 0 || size < uintptr(2*os.Getpagesize()) {
+		t.Fatalf("pipe size %d: %v", size, errno)
+	}
+	return int(size)
+}
+
+// TestStreamDirectOrder: concurrent writers through direct writes, partial
+// writes and the queue, with a reader that lags: nothing lost or
+// reordered.
+func TestStreamDirectOrder(t *testing.T) {
+	for _, opts := range []StreamOptions{{}, {Blocking: true, QueueBytes: 16 << 10}} {
+		t.Run(fmt.Sprintf("blocking=%v", opts.Blocking), func(t *testing.T) {
+			s, out := pipeStream(t, opts)
+			slow := &slowReader{r: out, until: time.Now().Add(100 * time.Millisecond)}
+			res := collect(t, slow)
+			const writers, perWriter = 8, 200
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					for n := range perWriter {
+						pad := strings.Repeat("p", (n*7919)%(20<<10)) // up to 20 KiB
+						if n%50 == 49 {
+							pad = strings.Repeat("q", 70<<10) // over the direct bound
+						}
+						if n%10 == 0 {
+							time.Sleep(2 * directGap) // a pause: the next may be written directly
+						}
+						var err error
+						if n%2 == 0 {
+							err = s.WriteRaw(fmt.Appendf(nil, `{"w":%d,"n":%d,"pad":"%s"}`, w, n, pad))
+						} else {
+							err = s.WriteObject(map[string]any{"w": w, "n": n, "pad": pad})
+						}
+						if err != nil {
+							t.Errorf("writer %d message %d: %v", w, n, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			checkSequences(t, recvAll(t, res), writers, perWriter)
+		})
+	}
+}
+
+// slowReader reads a little at a time until a deadline, then at full
+// speed.
+type slowReader struct {
+	r     io.Reader
+	until time.Time
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if time.Now().Before(s.until) {
+		time.Sleep(time.Millisecond)
+		p = p[:min(len(p), 1000)]
+	}
+	return s.r.Read(p)
+}
+
+// TestStreamDirectStall: a peer that stops reading is declared hung when
+// what direct writes could not finish stays queued.
+func TestStreamDirectStall(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	f := newFailRecorder()
+	s, _ := pipeStream(t, StreamOptions{StallTimeout: stall, OnFail: f.OnFail})
+	start := time.Now()
+	for i := range 10 {
+		time.Sleep(2 * directGap)
+		if err := s.WriteRaw([]byte(`"` + strings.Repeat(fmt.Sprint(i), 10<<10) + `"`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.wait(t, waitTimeout); !errors.Is(err, ErrStalled) {
+		t.Errorf("OnFail(%v), want ErrStalled", err)
+	}
+	if elapsed := time.Since(start); elapsed < stall {
+		t.Errorf("declared stalled after %s, before the %s timeout", elapsed, stall)
+	}
+	waitClosed(t, s.Done(), "the writer to stop after the stall")
+	f.once(t)
+}
+
+// TestStreamDirectWriteError: a direct write to a pipe nobody reads any
+// more fails the stream at once.
+func TestStreamDirectWriteError(t *testing.T) {
+	f := newFailRecorder()
+	s, out := pipeStream(t, StreamOptions{OnFail: f.OnFail})
+	out.Close()
+	err := s.WriteRaw([]byte(`{}`))
+	if !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("WriteRaw = %v, want EPIPE", err)
+	}
+	if err := f.wait(t, waitTimeout); !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("OnFail(%v), want EPIPE", err)
+	}
+	if err := s.WriteRaw([]byte(`{}`)); err == nil {
+		t.Error("a write after the failure succeeded")
+	}
+	waitClosed(t, s.Done(), "the writer to stop")
+	f.once(t)
+}
