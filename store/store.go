@@ -78,11 +78,14 @@
 //
 // with types S (turn start), U (update: the line as sent, without its
 // newline), E (turn end), G (gap: what follows up to the next S was not all
-// stored) and D (older turns were trimmed: what follows up to the next S may
-// lack its context). Writers take an exclusive flock(2) on NAME.log for each
-// commit; Load takes a shared one. A trim writes a new file and renames it
-// over the old one; a writer that locked the old file notices and reopens.
-// Temporary files are .tmp-*; the sweep removes stale ones.
+// stored) and D (older turns were trimmed, or the file was lost: what follows
+// up to the next S may lack its context). Writers take an exclusive flock(2)
+// on NAME.log for each commit, and on NAME.json while they merge its
+// UpdatedAt history with theirs; Load takes a shared one on NAME.log. A trim
+// writes a new file and renames it over the old one; a writer that locked
+// the old file notices and reopens. Temporary files are .tmp-*; the sweep
+// removes stale ones. Removing the directory while no router runs wipes every
+// stored session.
 //
 // A session deleted or evicted by another process while this Store still
 // holds it comes back with this Store's next write (metadata and the updates
