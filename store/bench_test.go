@@ -147,3 +147,23 @@ func TestDiskSize(t *testing.T) {
 		t.Errorf("log of 1,000 updates of 200 B: %d bytes, want %d", fi.Size(), want)
 	}
 }
+
+// BenchmarkList is one page of 50 out of 1,000 sessions stored by another
+// process: List reads every session's metadata file.
+func BenchmarkList(b *testing.B) {
+	dir := benchDir(b)
+	w := openT(b, dir, Options{})
+	for i := range 1000 {
+		must(b, w.Create(Meta{ID: fmt.Sprint("s", i), Cwd: "/home/u/project", Title: "a typical title"}))
+	}
+	must(b, w.Sync(b.Context()))
+	st := openT(b, dir, Options{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		p, err := st.List(b.Context(), ListOptions{Limit: 50})
+		if err != nil || len(p.Sessions) != 50 {
+			b.Fatal(len(p.Sessions), err)
+		}
+	}
+}
