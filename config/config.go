@@ -2,9 +2,8 @@
 // (unknown keys, empty files and extra documents are errors with
 // file:line:col), defaults, ${ENV} expansion and validation.
 //
-// Only the sections whose behaviour is implemented are accepted; the others
-// (history) are rejected with a "not supported yet" error instead of being
-// silently ignored.
+// Every section of the format is implemented; a key this build does not
+// know is an error, never silently ignored.
 package config
 
 import (
@@ -46,6 +45,8 @@ type Config struct {
 	// Audit is where decisions are logged (always set: File has its
 	// default).
 	Audit Audit
+	// History configures the session store in StateDir/sessions.
+	History History
 }
 
 // EnvInherit selects which of the router's environment variables an agent

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -71,6 +72,11 @@ func Describe(w io.Writer, c *Config, warnings ...string) []string {
 	} else {
 		fmt.Fprintf(w, "handoff: at most %d bytes\n", c.Handoff.MaxBytes)
 	}
+	content := "full"
+	if c.History.MetadataOnly {
+		content = "metadata-only"
+	}
+	fmt.Fprintf(w, "history: %s in %s, at most %d bytes, kept %s\n", content, filepath.Join(c.StateDir, "sessions"), c.History.MaxTotalBytes, c.History.MaxAge)
 	if err := writable(c.StateDir); err != nil {
 		warnings = append(warnings, fmt.Sprintf("state dir %s is not writable (%v): initialize results cannot be cached", c.StateDir, err))
 	}

@@ -87,11 +87,11 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 }
 
 var (
-	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit"}
+	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history"}
 	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
 	// this build does not implement yet. They are rejected rather than
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
-	unsupportedKeys = []string{"history"}
+	unsupportedKeys = []string{}
 	agentKeys       = []string{"name", "title", "command", "args", "env", "env_inherit", "cwd", "lazy",
 		"startup_timeout", "stall_timeout", "cancel_timeout", "auth"}
 	routingKeys = []string{"default", "fallback", "rules"}
@@ -154,6 +154,10 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if cfg.Audit.File == "" {
 		cfg.Audit.File = p.defaultAuditFile()
+	}
+	cfg.History = History{MaxTotalBytes: DefaultHistoryBytes, MaxAge: DefaultHistoryAge}
+	if v := f["history"]; v != nil {
+		cfg.History = p.history(v)
 	}
 	return cfg
 }

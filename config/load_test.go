@@ -151,6 +151,7 @@ func TestParseFull(t *testing.T) {
 		Handoff:  Handoff{MaxBytes: 4096},
 		StateDir: "/home/u/state",
 		Audit:    Audit{File: "/home/u/audit/decisions.jsonl", MaxBytes: 1 << 20, Pos: Pos{File: file, Line: 59, Col: 3}},
+		History:  History{MaxTotalBytes: 512 << 20, MaxAge: 48 * time.Hour, MetadataOnly: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", got, want)
@@ -490,5 +491,18 @@ func TestParsePermissionsKeptAsYAML(t *testing.T) {
 	}
 	if cfg.Audit.File != "/state/acp-router/audit.jsonl" {
 		t.Errorf("default audit file = %q", cfg.Audit.File)
+	}
+}
+
+func TestParseSizes(t *testing.T) {
+	bin := fakeBin(t, fakeAgents...)
+	for in, want := range map[string]int64{"1048576": 1 << 20, "2MiB": 2 << 20, "1GiB": 1 << 30, "5MB": 5e6, "3 GiB": 3 << 30} {
+		cfg, err := Parse("c.yaml", []byte(minimal+"history: {max_total_bytes: "+in+"}\n"), testEnv(bin, nil))
+		if err != nil || cfg.History.MaxTotalBytes != want {
+			t.Errorf("%s: %v, %v; want %d", in, cfg, err, want)
+		}
+	}
+	if _, err := Parse("c.yaml", []byte(minimal+"history: {max_total_bytes: 1KiB}\n"), testEnv(bin, nil)); err == nil || !strings.Contains(err.Error(), "at least 1MiB") {
+		t.Errorf("1KiB: %v", err)
 	}
 }
