@@ -152,3 +152,56 @@ func BenchmarkEncodeLine(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUpdateMembers is reading what a relay needs of a session/update
+// (its sessionId, and the update's kind, ids and content span) from a
+// classified line: with Members, or with json.Unmarshal into a struct
+// ("struct", which also copies the content). The router's decodeUpdate does
+// the latter today.
+func BenchmarkUpdateMembers(b *testing.B) {
+	var (
+		paramNames  = []string{"sessionId", "update"}
+		updateNames = []string{"sessionUpdate", "toolCallId", "messageId", "_meta", "content"}
+	)
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"200B", 200}, {"1MiB", 1 << 20}} {
+		m, err := Classify(updateLine(b, size.n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(size.name+"/members", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(m.Raw)))
+			var p [2]json.RawMessage
+			var u [5]json.RawMessage
+			for b.Loop() {
+				var sid, kind string
+				if Members(m.Params, paramNames, p[:]) != nil || json.Unmarshal(p[0], &sid) != nil ||
+					Members(p[1], updateNames, u[:]) != nil || json.Unmarshal(u[0], &kind) != nil || u[4] == nil {
+					b.Fatal("cannot read the update")
+				}
+			}
+		})
+		b.Run(size.name+"/struct", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(m.Raw)))
+			for b.Loop() {
+				var v struct {
+					SessionID string `json:"sessionId"`
+					Update    struct {
+						Kind       string          `json:"sessionUpdate"`
+						ToolCallID string          `json:"toolCallId"`
+						MessageID  string          `json:"messageId"`
+						Meta       json.RawMessage `json:"_meta"`
+						Content    json.RawMessage `json:"content"`
+					} `json:"update"`
+				}
+				if json.Unmarshal(m.Params, &v) != nil || v.Update.Content == nil {
+					b.Fatal("cannot read the update")
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package acp
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -29,15 +31,18 @@ const (
 	msb = 0x8080808080808080
 )
 
-// special reports whether any of the 8 bytes in x is '"', '\\' or below
-// 0x20 (exactly, not just likely: the usual has-zero-byte tricks).
-func special(x uint64) bool {
+// special marks the bytes of x (8 bytes of a string, little-endian) that
+// are '"', '\\' or below 0x20: the usual has-zero-byte tricks. It is exact
+// about whether there is one and about the lowest one (a borrow only
+// starts at a marked byte and only runs upwards), so the first special
+// byte is at bits.TrailingZeros64(special(x))/8.
+func special(x uint64) uint64 {
 	below := (x - lsb*0x20) &^ x
 	quote := x ^ (lsb * '"')
 	quote = (quote - lsb) &^ quote
 	bslash := x ^ (lsb * '\\')
 	bslash = (bslash - lsb) &^ bslash
-	return (below|quote|bslash)&msb != 0
+	return (below | quote | bslash) & msb
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -54,11 +59,18 @@ func skipSpace(b []byte, i int) int {
 func scanString(b []byte, i int) (end int, escaped, ok bool) {
 	i++
 	for {
-		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
+		for {
+			if i+8 > len(b) {
+				for i < len(b) && strSafe[b[i]] {
+					i++
+				}
+				break
+			}
+			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			i += 8
-		}
-		for i < len(b) && strSafe[b[i]] {
-			i++
 		}
 		if i >= len(b) {
 			return 0, false, false
@@ -435,4 +447,46 @@ func verbatim(b []byte) bool {
 		}
 	}
 	return utf8.Valid(b)
+}
+
+// Members reads several members of the JSON object obj in one pass, without
+// decoding them: out[i] is the raw value of the member named exactly
+// names[i] (its last occurrence, as a map decode reads it; escapes in names
+// resolved), nil when there is none. Values alias obj. It fails when obj is
+// not a valid JSON object; "null" has no members.
+//
+// It is how to read a few small members of a large message (a
+// session/update's ids beside 1 MiB of content) without running
+// encoding/json over all of it; unlike a struct decode, names are matched
+// exactly, as the peer reading the same message matches them.
+func Members(obj json.RawMessage, names []string, out []json.RawMessage) error {
+	if len(out) < len(names) {
+		return errors.New("acp: Members: out is shorter than names")
+	}
+	clear(out[:len(names)])
+	if i := skipSpace(obj, 0); i < len(obj) && obj[i] == 'n' {
+		if end, ok := scanLiteral(obj, i, "null"); ok && skipSpace(obj, end) == len(obj) {
+			return nil
+		}
+	}
+	_, _, ok := scanObject(obj, func(k []byte, escaped bool, vStart, vEnd int) {
+		if escaped || !ascii(k) {
+			name := memberName(k)
+			for i, n := range names {
+				if n == name {
+					out[i] = obj[vStart:vEnd:vEnd]
+				}
+			}
+			return
+		}
+		for i, n := range names {
+			if n == string(k) {
+				out[i] = obj[vStart:vEnd:vEnd]
+			}
+		}
+	})
+	if !ok {
+		return errNotObject
+	}
+	return nil
 }

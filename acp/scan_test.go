@@ -2,9 +2,11 @@ package acp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"testing"
 
@@ -207,35 +209,40 @@ func FuzzScanValid(f *testing.F) {
 	})
 }
 
-// TestSpecial checks the 8-byte test against a byte loop.
+// TestSpecial checks the 8-byte test against a byte loop: whether there is
+// a special byte, and where the first one is.
 func TestSpecial(t *testing.T) {
-	for c := 0; c < 256; c++ {
+	check := func(b [8]byte) {
+		t.Helper()
+		x := binary.LittleEndian.Uint64(b[:])
+		first := 8
+		for i, c := range b {
+			if !strSafe[c] {
+				first = i
+				break
+			}
+		}
+		m := special(x)
+		if got := bits.TrailingZeros64(m) >> 3; (m != 0) != (first < 8) || m != 0 && got != first {
+			t.Fatalf("%q: special %#x (first at %d), want first at %d", b[:], m, got, first)
+		}
+	}
+	for c := range 256 {
 		for pos := range 8 {
-			var b [8]byte
-			for i := range b {
-				b[i] = 'a'
-			}
+			b := [8]byte{'a', 'a', 'a', 'a', 'a', 'a', 'a', 'a'}
 			b[pos] = byte(c)
-			x := uint64(0)
-			for i := 7; i >= 0; i-- {
-				x = x<<8 | uint64(b[i])
-			}
-			if want := !strSafe[c]; special(x) != want {
-				t.Fatalf("byte %#x at %d: special %v, want %v", c, pos, special(x), want)
+			check(b)
+			for c2 := range 256 { // a second byte above: borrows run upwards
+				if pos < 7 {
+					b2 := b
+					b2[pos+1] = byte(c2)
+					check(b2)
+				}
 			}
 		}
 	}
-	// Bytes next to each other that borrow from one another.
-	for _, s := range []string{"\x00\x01aaaaaa", "a\x20\x1fa\x22\x21\x5c\x5d", "\xff\xff\xff\xff\xff\xff\xff\xff", "\x80\x81\xa2\xdc\x9f\xa0\x21\x23"} {
-		x := uint64(0)
-		want := false
-		for i := 7; i >= 0; i-- {
-			x = x<<8 | uint64(s[i])
-			want = want || !strSafe[s[i]]
-		}
-		if special(x) != want {
-			t.Errorf("%q: special %v, want %v", s, special(x), want)
-		}
+	for _, s := range []string{"\x00\x01aaaaaa", "a\x20\x1fa\x22\x21\x5c\x5d", "\xff\xff\xff\xff\xff\xff\xff\xff", "\x80\x81\xa2\xdc\x9f\xa0\x21\x23", "\x21\x23\x5b\x5d\x1f\x00\x22\x5c"} {
+		check([8]byte([]byte(s)))
 	}
 }
 
@@ -393,4 +400,83 @@ func TestEncodeLine(t *testing.T) {
 			t.Errorf("%d: encodeLine = %s, %v; json.Marshal = %s, %v", i, got, err, want, wantErr)
 		}
 	}
+}
+
+func TestMembers(t *testing.T) {
+	names := []string{"sessionId", "update", "id"}
+	tests := []struct {
+		name, obj string
+		want      []string // raw values; "" for absent; nil for an error
+	}{
+		{"some", `{"sessionId":"s","update":{"content":{"text":"\""}},"x":1}`, []string{`"s"`, `{"content":{"text":"\""}}`, ""}},
+		{"spaced", ` { "id" : 1 , "update" : [ 1 ] } `, []string{"", `[ 1 ]`, `1`}},
+		{"last occurrence", `{"id":1,"id":2}`, []string{"", "", `2`}},
+		{"escaped name", `{"i\u0064":3}`, []string{"", "", `3`}},
+		{"exact names only", `{"ID":1,"SessionId":"s"}`, []string{"", "", ""}},
+		{"nested names are not members", `{"update":{"id":1}}`, []string{"", `{"id":1}`, ""}},
+		{"empty", `{}`, []string{"", "", ""}},
+		{"null", ` null `, []string{"", "", ""}},
+		{"array", `[1]`, nil},
+		{"string", `"s"`, nil},
+		{"invalid", `{"id":1`, nil},
+		{"invalid inside a value", `{"id":1,"x":"\q"}`, nil},
+		{"empty input", ``, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := []json.RawMessage{json.RawMessage("stale"), nil, nil, json.RawMessage("beyond")}
+			err := Members(json.RawMessage(tt.obj), names, out)
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("Members = %q, want an error", out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range tt.want {
+				if got := out[i]; (want == "") != (got == nil) || string(got) != want {
+					t.Errorf("%s = %q, want %q", names[i], got, want)
+				}
+				if cap(out[i]) != len(out[i]) {
+					t.Errorf("%s has room to grow into obj", names[i])
+				}
+			}
+			if string(out[3]) != "beyond" {
+				t.Error("Members wrote past len(names)")
+			}
+		})
+	}
+	if err := Members(json.RawMessage(`{}`), names, make([]json.RawMessage, 2)); err == nil {
+		t.Error("out shorter than names: no error")
+	}
+}
+
+// FuzzMembers: Members reads what a map decode reads.
+func FuzzMembers(f *testing.F) {
+	for _, c := range scanCases {
+		f.Add([]byte(c), "id")
+	}
+	for _, line := range seedLines(f) {
+		f.Add(line, "method")
+	}
+	f.Fuzz(func(t *testing.T, obj []byte, name string) {
+		out := make([]json.RawMessage, 2)
+		err := Members(obj, []string{name, "params"}, out)
+		var ref map[string]json.RawMessage
+		refErr := json.Unmarshal(obj, &ref)
+		if (err == nil) != (refErr == nil) {
+			t.Fatalf("%q: err %v, the map decode %v", obj, err, refErr)
+		}
+		if err != nil {
+			return
+		}
+		for i, n := range []string{name, "params"} {
+			want, ok := ref[n]
+			if ok != (out[i] != nil) || !bytes.Equal(out[i], want) {
+				t.Fatalf("%q: %q = %q, the map decode %q", obj, n, out[i], want)
+			}
+		}
+	})
 }
