@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/sourcegraph/jsonrpc2"
@@ -34,24 +36,34 @@ type Peer struct {
 	// given this response.
 	answered []string
 	next     uint64
+	// inbound: the peer's requests not answered yet, by IDKey (a count,
+	// for a peer that reuses an id).
+	inbound map[string]int
+
+	// messages counts what was read from the peer and sent to it through
+	// the Conn (Activity).
+	messages atomic.Uint64
 }
 
 // NewPeer connects to a peer over r/w. h handles the peer's requests and
 // notifications (in the read loop: it must not wait for responses inline).
 // opts.Intercept, when set, sees messages before the Conn.
 func NewPeer(ctx context.Context, r io.ReadCloser, w io.WriteCloser, opts StreamOptions, h jsonrpc2.Handler) *Peer {
-	p := &Peer{pending: map[string]func(*Message){}, user: opts.Intercept}
+	p := &Peer{pending: map[string]func(*Message){}, inbound: map[string]int{}, user: opts.Intercept}
 	opts.Intercept = p.intercept
 	p.stream = NewStream(r, w, opts)
 	log := opts.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	p.conn = jsonrpc2.NewConn(ctx, connStream{p.stream, p}, h, jsonrpc2.SetLogger(log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})))
+	p.conn = jsonrpc2.NewConn(ctx, connStream{p.stream, p}, h,
+		jsonrpc2.SetLogger(log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})),
+		jsonrpc2.OnRecv(p.onRecv), jsonrpc2.OnSend(p.onSend))
 	return p
 }
 
 func (p *Peer) intercept(m *Message) bool {
+	p.messages.Add(1)
 	if m.Kind == KindResponse {
 		key := IDKey(m.ID)
 		p.mu.Lock()
@@ -67,6 +79,88 @@ func (p *Peer) intercept(m *Message) bool {
 		return false
 	}
 	return p.user != nil && p.user(m)
+}
+
+// onRecv registers a request of the peer before its handler runs, so that
+// the answer cannot be sent first.
+func (p *Peer) onRecv(req *jsonrpc2.Request, resp *jsonrpc2.Response) {
+	if req == nil || resp != nil || req.Notif {
+		return
+	}
+	key := IDKey(RawID(req.ID))
+	p.mu.Lock()
+	p.inbound[key]++
+	p.mu.Unlock()
+}
+
+// onSend counts what the Conn sends and retires the peer's requests as
+// they are answered. It runs before the message is written.
+func (p *Peer) onSend(_ *jsonrpc2.Request, resp *jsonrpc2.Response) {
+	p.messages.Add(1)
+	if resp == nil {
+		return
+	}
+	key := IDKey(RawID(resp.ID))
+	p.mu.Lock()
+	if n := p.inbound[key]; n > 1 {
+		p.inbound[key] = n - 1
+	} else {
+		delete(p.inbound, key)
+	}
+	p.mu.Unlock()
+}
+
+// Activity is a snapshot of the traffic on a connection (Peer.Activity),
+// for telling an idle agent from a busy one (issue 5 req. 7).
+type Activity struct {
+	// Messages counts the messages read from the peer and those sent to it
+	// through the Conn so far. Lines written with Stream().WriteRaw are
+	// not counted (Stream.Written counts their bytes).
+	Messages uint64
+	// Calls: our requests the peer has not answered yet.
+	Calls int
+	// Requests: the peer's requests we have not answered yet.
+	Requests int
+}
+
+// Busy reports whether a request is outstanding in either direction.
+func (a Activity) Busy() bool { return a.Calls > 0 || a.Requests > 0 }
+
+// Activity returns the connection's traffic so far.
+func (p *Peer) Activity() Activity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.activityLocked()
+}
+
+func (p *Peer) activityLocked() Activity {
+	// Answered calls stay in pending until the Conn's next read.
+	calls := len(p.pending)
+	for i, key := range p.answered {
+		if _, ok := p.pending[key]; ok && !slices.Contains(p.answered[:i], key) {
+			calls--
+		}
+	}
+	requests := 0
+	for _, n := range p.inbound {
+		requests += n
+	}
+	return Activity{Messages: p.messages.Load(), Calls: calls, Requests: requests}
+}
+
+// CloseIfIdle closes the connection, as Close does, if nothing happened on
+// it since since was taken (Activity unchanged) and nothing is outstanding.
+// It reports whether it closed it. The check and the close are one step for
+// Call: a Call that has not registered its request by then fails with
+// jsonrpc2.ErrClosed instead of reaching a peer that is going away.
+func (p *Peer) CloseIfIdle(since Activity) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := p.activityLocked(); now != since || now.Busy() {
+		return false
+	}
+	p.conn.Close()
+	return true
 }
 
 // connStream is the Conn's view of the stream. The Conn reads again only
@@ -198,6 +292,17 @@ func IDKey(raw json.RawMessage) string {
 }
 
 func parseID(raw json.RawMessage) (jsonrpc2.ID, error) {
+	// The ids Call sends: plain numbers and strings without escapes.
+	if len(raw) > 0 && raw[0] != '"' && plainID(raw) { // digits, at most int64's maximum
+		var n uint64
+		for _, c := range raw {
+			n = n*10 + uint64(c-'0')
+		}
+		return jsonrpc2.ID{Num: n}, nil
+	}
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && verbatim(raw[1:len(raw)-1]) {
+		return jsonrpc2.ID{Str: string(raw[1 : len(raw)-1]), IsString: true}, nil
+	}
 	var id jsonrpc2.ID
 	err := json.Unmarshal(raw, &id)
 	return id, err

@@ -480,3 +480,15 @@ func FuzzMembers(f *testing.F) {
 		}
 	})
 }
+
+// TestParseID: the fast paths read ids as jsonrpc2 does.
+func TestParseID(t *testing.T) {
+	for _, raw := range []string{`0`, `7`, `9223372036854775807`, `18446744073709551615`, `01`, `-1`, `1.5`, `1e3`, `"a"`, `""`, `"\u0061"`, "\"\xff\"", `"a\"b"`, `null`, `true`, `{}`} {
+		got, err := parseID(json.RawMessage(raw))
+		var want jsonrpc2.ID
+		wantErr := json.Unmarshal([]byte(raw), &want)
+		if (err == nil) != (wantErr == nil) || got != want {
+			t.Errorf("parseID(%s) = %+v, %v; jsonrpc2 reads %+v, %v", raw, got, err, want, wantErr)
+		}
+	}
+}
