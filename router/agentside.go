@@ -123,6 +123,9 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		r.log.Debug("update of a cancelled turn dropped", "session", s.ID)
 		return
 	}
+	if d.replaying {
+		return // the agent replays what the editor has (history.go)
+	}
 	active := s.active == name
 	content := (t != nil && t.d == d) || (active && t == nil)
 	var line []byte
@@ -167,6 +170,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		if up.Title != nil && *up.Title != "" && s.title == "" {
 			s.title = *up.Title
 			line = s.agentLine(d, m, nil)
+			r.recordMetaLocked(s)
 		}
 	case "tool_call", "tool_call_update":
 		// A tool call is forwarded only with its turn's content; an update

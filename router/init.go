@@ -64,9 +64,17 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 	if methods == nil {
 		methods = []json.RawMessage{}
 	}
+	advertised := merge.Capabilities(caps)
+	if r.opts.Store != nil { // history.go honours these for every agent
+		marker := acp.Marker("{}")
+		advertised.LoadSession = true
+		advertised.SessionCapabilities.List = marker
+		advertised.SessionCapabilities.Resume = marker
+		advertised.SessionCapabilities.Delete = marker
+	}
 	return json.Marshal(map[string]any{
 		"protocolVersion":   acp.ProtocolVersion,
-		"agentCapabilities": merge.Capabilities(caps),
+		"agentCapabilities": advertised,
 		"authMethods":       methods,
 		"agentInfo":         acp.Implementation{Name: "acp-router", Title: "ACP Router", Version: r.opts.Version},
 	})

@@ -189,6 +189,7 @@ func (r *Router) dequeue(s *Session, t *turn) {
 // its agent's downstream session exists (so that a following cancel cannot
 // overtake it), else once that session is opened.
 func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
+	r.recordTurnStart(s, t)
 	if t.command != nil {
 		go func() {
 			text := t.command(ctx)
@@ -306,6 +307,7 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 	} else {
 		r.replyTo(t.req)(res, err)
 	}
+	r.recordTurnEnd(s)
 	r.withdraw(func(o *outgoing) bool { return o.session == s.ID })
 	if next != nil {
 		r.unhold(next.req)

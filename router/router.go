@@ -25,6 +25,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -45,6 +46,12 @@ type Options struct {
 	ForceAgent string
 	// MaxLine bounds one message from the editor [acp.DefaultMaxLine].
 	MaxLine int
+	// Store keeps sessions for session/list, load and resume (history.go);
+	// nil: no history (those methods are not advertised).
+	Store *store.Store
+	// HistoryMetadataOnly: the store keeps no content (history.content:
+	// metadata-only); reopened sessions rely on the agents' own load.
+	HistoryMetadataOnly bool
 	// Guard enforces the permission policy on agent requests and modes;
 	// nil: no policy (every request goes to the editor).
 	Guard *Guard
@@ -209,11 +216,23 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 		r.closeSession(ctx, req)
 	case acp.MethodSetMode, acp.MethodSetConfigOption, acp.MethodSetModel:
 		r.sessionRequest(ctx, req)
-	case acp.MethodSessionLoad, acp.MethodSessionResume, acp.MethodSessionList, acp.MethodSessionDelete, acp.MethodSessionFork:
-		// Not advertised (initialize): the router cannot honour them across
-		// agents yet, and passing one to a single agent would create a
-		// session the router does not know.
-		r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router does not support "+req.Method+" yet", map[string]string{"method": req.Method}))
+	case acp.MethodSessionLoad, acp.MethodSessionResume, acp.MethodSessionList, acp.MethodSessionDelete:
+		if r.opts.Store == nil {
+			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router: "+req.Method+" needs the session store (state_dir)", map[string]string{"method": req.Method}))
+			return
+		}
+		switch req.Method {
+		case acp.MethodSessionLoad, acp.MethodSessionResume:
+			r.loadSession(ctx, req, req.Method == acp.MethodSessionLoad)
+		case acp.MethodSessionList:
+			r.listSessions(ctx, req)
+		default:
+			r.deleteSession(ctx, req)
+		}
+	case acp.MethodSessionFork:
+		// Not advertised (initialize): passing it to a single agent would
+		// create a session the router does not know.
+		r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router does not support "+req.Method, map[string]string{"method": req.Method}))
 	default:
 		r.forwardUnknown(ctx, req)
 	}

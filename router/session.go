@@ -13,6 +13,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -52,6 +53,9 @@ type Session struct {
 	approvals []approval
 	grants    []grant
 	roots     []string // the session's additional directories: ${roots}
+	// stored are the agents a reopened session used before, not
+	// re-attached yet (history.go).
+	stored map[string]store.Agent
 }
 
 // downstream is the session of one agent behind a router session, and what
@@ -68,6 +72,9 @@ type downstream struct {
 	// mode ends; modeErr is why the agent is still in a denied mode.
 	modeReset chan struct{}
 	modeErr   error
+	// replaying: the agent is replaying the session's history in answer
+	// to the router's session/load; the editor has it already.
+	replaying bool
 }
 
 // tableKey names an agent instance: a restarted agent may hand out the same
@@ -230,13 +237,14 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 	r.mu.Lock()
 	if s.ID == "" {
 		s.ID = res.SessionID
-		for n := 1; r.sessions[s.ID] != nil; n++ {
+		for n := 1; r.sessions[s.ID] != nil || (r.opts.Store != nil && r.opts.Store.Exists(s.ID)); n++ {
 			s.ID = fmt.Sprintf("%s~%s", res.SessionID, inst.Agent.Name())
 			if n > 1 {
 				s.ID += fmt.Sprintf("~%d", n)
 			}
 		}
 		r.sessions[s.ID] = s
+		r.recordCreate(s)
 	}
 	r.downs[key] = s
 	early := r.unbound[key]
@@ -245,6 +253,7 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 	s.mu.Lock()
 	s.down[inst.Agent.Name()] = d
 	r.enforceModeLocked(s, d)
+	r.recordMetaLocked(s)
 	s.mu.Unlock()
 	for _, m := range early {
 		if u, err := decodeUpdate(m); err == nil {
@@ -316,12 +325,34 @@ func (r *Router) openDownstreamOn(ctx context.Context, s *Session, a *upstream.A
 	if err != nil {
 		return nil, r.startError(a, err)
 	}
+	// The session it had there before — on the agent's previous process,
+	// or before the router restarted — is re-attached if the agent can.
+	name := a.Name()
+	s.mu.Lock()
+	prev, known := s.stored[name]
+	dropReplay := s.hasHistory()
+	if old := s.down[name]; old != nil && old.inst != inst {
+		prev, known = store.Agent{SessionID: old.id, Extra: mustJSON(storedAgent{Seen: old.seen})}, true
+		dropReplay = true // the editor saw it all
+	}
+	s.mu.Unlock()
+	if known {
+		if d, ok := r.reattach(ctx, s, inst, prev, dropReplay); ok {
+			s.mu.Lock()
+			delete(s.stored, name)
+			r.recordMetaLocked(s)
+			s.mu.Unlock()
+			r.waitMode(ctx, s, d)
+			return d, nil
+		}
+	}
 	if _, err := r.openDownstream(ctx, s, inst, nil); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.down[a.Name()], nil
+	delete(s.stored, name)
+	return s.down[name], nil
 }
 
 // openAfter opens the session for updates after d.
@@ -361,6 +392,9 @@ func (s *Session) write(line []byte) {
 }
 
 func (s *Session) writeLocked(line []byte) {
+	if line != nil && !s.closed {
+		s.recordLineLocked(line)
+	}
 	switch {
 	case line == nil, s.closed:
 	case !s.open:
@@ -403,6 +437,9 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 	running := s.turn != nil
 	s.mu.Unlock()
 	r.forget(s)
+	if st := r.opts.Store; st != nil {
+		st.Release(s.ID) // the history stays
+	}
 	go func() {
 		var first error
 		for _, d := range downs {

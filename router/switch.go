@@ -148,6 +148,7 @@ func (r *Router) switchTo(ctx context.Context, s *Session, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.active = name
+	r.recordMetaLocked(s)
 	s.writeLocked(s.updateLine(map[string]any{"sessionUpdate": "plan", "entries": []any{}}))
 	s.writeLocked(s.optionsLineLocked())
 	s.writeLocked(s.commandsLineLocked())

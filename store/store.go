@@ -319,6 +319,20 @@ func (s *Store) Create(m Meta) error {
 	return nil
 }
 
+// Exists reports whether a session with this id is held by this Store or
+// stored by any process (one stat): the router never reuses the id of a
+// stored session for a new one, which would replace its history.
+func (s *Store) Exists(id string) bool {
+	s.mu.Lock()
+	held := s.sessions[id] != nil
+	s.mu.Unlock()
+	if held {
+		return true
+	}
+	_, err := os.Stat(s.metaPath(fileName(id)))
+	return err == nil
+}
+
 // Update changes the metadata of a session this Store holds: fn gets a copy
 // and may change anything but ID and UpdatedAt, which the store keeps (it
 // moves UpdatedAt at TurnStart and TurnEnd). fn runs under the store's mutex:

@@ -542,3 +542,29 @@ func TestDeletedElsewhere(t *testing.T) {
 		t.Errorf("updates = %v, title %q; want 1.0, kept", got, h.Meta.Title)
 	}
 }
+
+func TestExists(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Exists("s1") {
+		t.Fatal("an unknown session exists")
+	}
+	if err := st.Create(Meta{ID: "s1", Cwd: "/p"}); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Exists("s1") {
+		t.Error("a held session does not exist")
+	}
+	st.Close()
+	other, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if !other.Exists("s1") || other.Exists("s2") {
+		t.Error("Exists does not see the stored session")
+	}
+}

@@ -57,6 +57,9 @@ type fakeOpts struct {
 	// SessionResult is merged into every session/new result (modes,
 	// models, configOptions, _meta).
 	SessionResult json.RawMessage `json:"sessionResult,omitempty"`
+	// UniqueSessionIDs puts the process id in session ids, as real agents
+	// (UUIDs) never hand out an id twice across restarts.
+	UniqueSessionIDs bool `json:"uniqueSessionIds,omitempty"`
 	// CrashOnSessionNew prints the secret-bearing fatal line to stderr and
 	// exits 3 on every session/new (a crash loop).
 	CrashOnSessionNew bool `json:"crashOnSessionNew,omitempty"`
@@ -150,6 +153,9 @@ func runFakeAgent(optsJSON string) int {
 	}
 	if a.prefix == "" {
 		a.prefix = "sess-"
+	}
+	if opts.UniqueSessionIDs {
+		a.prefix += strconv.Itoa(os.Getpid()) + "-"
 	}
 	if opts.IgnoreSIGTERM {
 		signal.Ignore(syscall.SIGTERM)
@@ -424,6 +430,27 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		a.logf("authenticate %s", p.MethodID)
 		a.reply(m.ID, map[string]any{})
 	case "logout":
+		a.reply(m.ID, map[string]any{})
+	case "session/load", "session/resume":
+		// The agent keeps its sessions "on disk": a session of an earlier
+		// process is known. Load replays its history first.
+		var p struct {
+			SessionID string `json:"sessionId"`
+			Cwd       string `json:"cwd"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		a.mu.Lock()
+		if a.sessions[p.SessionID] == nil {
+			a.sessions[p.SessionID] = &fakeSession{id: p.SessionID, cwd: p.Cwd}
+		}
+		a.mu.Unlock()
+		if m.Method == "session/load" {
+			a.say(p.SessionID, "replayed "+p.SessionID)
+		}
+		result := map[string]any{}
+		_ = json.Unmarshal(a.opts.SessionResult, &result)
+		a.reply(m.ID, result)
+	case "session/delete":
 		a.reply(m.ID, map[string]any{})
 	case "session/set_mode", "session/close", "session/set_model":
 		if !a.knownSession(m) {

@@ -21,6 +21,7 @@ import (
 	"github.com/acp-router/acp-router/console"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -199,7 +200,16 @@ func serve(ctx context.Context, g *globals) (int, error) {
 		policyHash = lp.Policy.Hash()
 	}
 	log.Info("starting", "version", router.Version(), "config", cfg.File, "agents", len(cfg.Agents), "policyHash", policyHash)
-	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: guard})
+	st, err := store.Open(filepath.Join(cfg.StateDir, "sessions"), store.Options{MaxTotalBytes: cfg.History.MaxTotalBytes,
+		MaxAge: cfg.History.MaxAge, MetadataOnly: cfg.History.MetadataOnly, Logger: log.Named("store")})
+	if err != nil {
+		// The editor still gets a router, without session history.
+		log.Error("cannot open the session store; sessions cannot be listed or reopened", "error", err)
+		st = nil
+	} else {
+		defer st.Close()
+	}
+	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: guard, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly})
 	if err := r.Serve(ctx, os.Stdin, os.Stdout); err != nil {
 		return 1, err
 	}

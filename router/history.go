@@ -1,0 +1,456 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/store"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+// Sessions that survive (DESIGN §4 history, §5): every router session is
+// recorded in the session store — its metadata, the agents it used with
+// their downstream session ids, and the updates the editor was sent, turn by
+// turn — so that session/list, session/load and session/resume work across
+// agents, agent crashes and router restarts.
+//
+// Recording never waits for the disk (store.Append and the turn calls only
+// queue). On load the router replays its own history and re-attaches each
+// agent: through the agent's own session/load (its replay is dropped, the
+// router's was shown), else session/resume, else a new downstream session
+// that gets the handoff brief of what it missed.
+
+// storedSession is the router's own part of a stored session (Meta.Extra).
+type storedSession struct {
+	NewParams json.RawMessage    `json:"newParams,omitempty"` // session/new params: MCP servers
+	Enforce   bool               `json:"enforce,omitempty"`
+	History   []merge.TurnRecord `json:"history,omitempty"` // the handoff brief's turns (not in metadata-only mode)
+	NextSeq   int                `json:"nextSeq,omitempty"`
+}
+
+// storedAgent is the router's part of a stored agent (Agent.Extra).
+type storedAgent struct {
+	Seen int `json:"seen"` // turns before this one are known to the agent
+}
+
+// recordCreateLocked registers a new session in the store. Called once, when
+// the session gets its id.
+func (r *Router) recordCreate(s *Session) {
+	st := r.opts.Store
+	if st == nil {
+		return
+	}
+	extra := mustJSON(storedSession{NewParams: s.newParams, Enforce: s.Enforce})
+	if err := st.Create(store.Meta{ID: s.ID, Cwd: s.Cwd, AdditionalDirectories: s.roots, CreatedAt: time.Now(), Extra: extra}); err != nil {
+		r.log.Warn("cannot record the session", "session", s.ID, "error", err)
+	}
+}
+
+// recordMetaLocked updates the stored metadata from s: active agent, title,
+// each agent's downstream session, mode and options, and what the brief
+// needs. Called with s.mu held (no I/O).
+func (r *Router) recordMetaLocked(s *Session) {
+	st := r.opts.Store
+	if st == nil || s.ID == "" {
+		return
+	}
+	agents := map[string]store.Agent{}
+	for name, d := range s.down {
+		a := store.Agent{SessionID: d.id, Extra: mustJSON(storedAgent{Seen: d.seen})}
+		a.Mode, _, _, _ = merge.CurrentMode(d.view)
+		a.Options = optionValues(d.view.Options)
+		agents[name] = a
+	}
+	extra := storedSession{NewParams: s.newParams, Enforce: s.Enforce, NextSeq: s.nextSeq}
+	if !r.opts.HistoryMetadataOnly {
+		extra.History = s.history
+	}
+	raw := mustJSON(extra)
+	title, active := s.title, s.active
+	err := st.Update(s.ID, func(m *store.Meta) {
+		m.Title, m.ActiveAgent, m.Extra = title, active, raw
+		if m.Agents == nil {
+			m.Agents = map[string]store.Agent{}
+		}
+		for name, a := range agents {
+			m.Agents[name] = a
+		}
+	})
+	if err != nil && !errors.Is(err, store.ErrNotOpen) {
+		r.log.Warn("cannot record the session", "session", s.ID, "error", err)
+	}
+}
+
+// optionValues reads config option id → current value.
+func optionValues(options json.RawMessage) map[string]json.RawMessage {
+	var list []struct {
+		ID           string          `json:"id"`
+		CurrentValue json.RawMessage `json:"currentValue"`
+	}
+	if json.Unmarshal(options, &list) != nil || len(list) == 0 {
+		return nil
+	}
+	out := make(map[string]json.RawMessage, len(list))
+	for _, o := range list {
+		out[o.ID] = o.CurrentValue
+	}
+	return out
+}
+
+// recordLineLocked stores one update line the editor is sent.
+func (s *Session) recordLineLocked(line []byte) {
+	if st := s.r.opts.Store; st != nil && s.ID != "" {
+		st.Append(s.ID, line) // ErrDropped: the store notes the gap itself
+	}
+}
+
+// recordTurnStart marks a turn in the store and records the user's prompt
+// as user_message_chunk updates, so that a replay shows it (the editor
+// showed it itself, it is not sent back).
+func (r *Router) recordTurnStart(s *Session, t *turn) {
+	st := r.opts.Store
+	if st == nil {
+		return
+	}
+	st.TurnStart(s.ID)
+	p := params(t.req)
+	var fields struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	json.Unmarshal(p, &fields)
+	for _, block := range fields.Prompt {
+		line := mustJSON(map[string]any{"jsonrpc": "2.0", "method": acp.MethodSessionUpdate,
+			"params": map[string]any{"sessionId": s.ID, "update": map[string]any{"sessionUpdate": "user_message_chunk", "content": block}}})
+		st.Append(s.ID, line)
+	}
+}
+
+// recordTurnEnd ends the turn in the store (committed and synced by the
+// store's writer) with the session's metadata as it is now.
+func (r *Router) recordTurnEnd(s *Session) {
+	st := r.opts.Store
+	if st == nil {
+		return
+	}
+	s.mu.Lock()
+	r.recordMetaLocked(s)
+	s.mu.Unlock()
+	st.TurnEnd(s.ID)
+}
+
+// listSessions handles session/list from the store: newest first, with
+// titles, an opaque cursor.
+func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
+	var p struct {
+		Cwd    string `json:"cwd"`
+		Cursor string `json:"cursor"`
+	}
+	json.Unmarshal(params(req), &p)
+	if p.Cwd != "" && !filepath.IsAbs(p.Cwd) {
+		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", p.Cwd), nil))
+		return
+	}
+	if p.Cwd != "" {
+		p.Cwd = filepath.Clean(p.Cwd)
+	}
+	go func() {
+		page, err := r.opts.Store.List(ctx, store.ListOptions{Cwd: p.Cwd, Cursor: p.Cursor, Limit: 50})
+		if errors.Is(err, store.ErrBadCursor) {
+			r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: invalid cursor", nil))
+			return
+		}
+		if err != nil {
+			r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot list sessions: "+err.Error(), nil))
+			return
+		}
+		type info struct {
+			SessionID             string   `json:"sessionId"`
+			Cwd                   string   `json:"cwd"`
+			AdditionalDirectories []string `json:"additionalDirectories,omitempty"`
+			Title                 string   `json:"title,omitempty"`
+			UpdatedAt             string   `json:"updatedAt,omitempty"`
+		}
+		out := struct {
+			Sessions   []info `json:"sessions"`
+			NextCursor string `json:"nextCursor,omitempty"`
+		}{Sessions: []info{}, NextCursor: page.NextCursor}
+		for _, m := range page.Sessions {
+			out.Sessions = append(out.Sessions, info{SessionID: m.ID, Cwd: m.Cwd, AdditionalDirectories: m.AdditionalDirectories,
+				Title: m.Title, UpdatedAt: m.UpdatedAt.UTC().Format(time.RFC3339)})
+		}
+		r.replyTo(req)(mustJSON(out), nil)
+	}()
+}
+
+// loadSession handles session/load (replay) and session/resume (none): the
+// stored session comes back as a router session, its active agent
+// re-attached before the answer; the other agents it used are re-attached
+// when it next uses them.
+func (r *Router) loadSession(ctx context.Context, req *jsonrpc2.Request, replay bool) {
+	var p struct {
+		SessionID   string          `json:"sessionId"`
+		Cwd         string          `json:"cwd"`
+		MCPServers  json.RawMessage `json:"mcpServers"`
+		Directories []string        `json:"additionalDirectories"`
+	}
+	if json.Unmarshal(params(req), &p) != nil || p.SessionID == "" {
+		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: "+req.Method+" needs a sessionId", nil))
+		return
+	}
+	if !filepath.IsAbs(p.Cwd) {
+		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", p.Cwd), nil))
+		return
+	}
+	go func() {
+		held, release := r.hold(ctx, req)
+		defer release()
+		res, err := r.reopen(held, p.SessionID, filepath.Clean(p.Cwd), params(req), replay)
+		r.replyTo(req)(res, err)
+	}()
+}
+
+// reopen brings a stored session back (see loadSession) and returns the
+// answer for the editor.
+func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.RawMessage, replay bool) (json.RawMessage, error) {
+	r.mu.Lock()
+	live := r.sessions[id]
+	r.mu.Unlock()
+	if live != nil {
+		// The editor reopens a session this router still runs: show the
+		// history again, keep everything else.
+		if replay {
+			if h, err := r.opts.Store.Load(ctx, id); err == nil {
+				r.replay(h)
+			}
+		}
+		return live.stateResult(), nil
+	}
+	h, err := r.opts.Store.Load(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, acp.NewError(acp.CodeResourceNotFound, fmt.Sprintf("acp-router: no session %q is kept (session/list shows those that are)", id), map[string]string{"sessionId": id})
+	}
+	if err != nil {
+		return nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot load the session: "+err.Error(), nil)
+	}
+	var extra storedSession
+	json.Unmarshal(h.Meta.Extra, &extra)
+	newParams := rewriteNewParams(extra.NewParams, editorParams, cwd)
+	var roots []string
+	var np struct {
+		Dirs []string `json:"additionalDirectories"`
+	}
+	json.Unmarshal(newParams, &np)
+	for _, dir := range np.Dirs {
+		if filepath.IsAbs(dir) {
+			roots = append(roots, filepath.Clean(dir))
+		}
+	}
+	active := h.Meta.ActiveAgent
+	if r.byName[active] == nil {
+		active = r.cfg.Routing.Default
+	}
+	s := &Session{ID: id, Cwd: cwd, Enforce: extra.Enforce, r: r, newParams: newParams, active: active,
+		down: map[string]*downstream{}, opening: map[string]chan struct{}{}, stored: map[string]store.Agent{},
+		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, title: h.Meta.Title,
+		history: extra.History, nextSeq: extra.NextSeq, open: true}
+	for _, t := range s.history {
+		s.histBytes += recordSize(&t)
+	}
+	for name, a := range h.Meta.Agents {
+		s.stored[name] = a
+	}
+	r.mu.Lock()
+	if other := r.sessions[id]; other != nil { // loaded twice at once
+		r.mu.Unlock()
+		return other.stateResult(), nil
+	}
+	r.sessions[id] = s
+	r.mu.Unlock()
+	if replay {
+		r.replay(h)
+	}
+	r.log.Info("session reopened", "session", id, "agent", active, "replayed", replay && len(h.Updates) > 0)
+	d, err := r.ensureDownstream(ctx, s, r.byName[active])
+	if err != nil {
+		r.forget(s)
+		return nil, err
+	}
+	r.waitMode(ctx, s, d)
+	s.mu.Lock()
+	r.recordMetaLocked(s)
+	s.mu.Unlock()
+	res := s.stateResult()
+	s.write(s.commandsLine())
+	return res, nil
+}
+
+// replay writes the stored updates to the editor, as they were sent.
+func (r *Router) replay(h *store.History) {
+	for _, line := range h.Updates {
+		r.writeEditor(line)
+	}
+}
+
+// rewriteNewParams are the params to open the session on an agent again:
+// the stored session/new params with the cwd, MCP servers and directories
+// the editor sends now.
+func rewriteNewParams(stored, editor json.RawMessage, cwd string) json.RawMessage {
+	fields := map[string]json.RawMessage{}
+	json.Unmarshal(stored, &fields)
+	var now map[string]json.RawMessage
+	json.Unmarshal(editor, &now)
+	for _, k := range []string{"mcpServers", "additionalDirectories"} {
+		if v, ok := now[k]; ok {
+			fields[k] = v
+		}
+	}
+	if fields["mcpServers"] == nil {
+		fields["mcpServers"] = json.RawMessage("[]")
+	}
+	fields["cwd"] = mustJSON(cwd)
+	return mustJSON(fields)
+}
+
+// stateResult is the answer to session/load and session/resume: the
+// session's option list and legacy modes.
+func (s *Session) stateResult() json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]any{"configOptions": s.optionsLocked()}
+	if modes := s.legacyModesLocked(); len(modes.AvailableModes) > 0 {
+		out["modes"] = modes
+	}
+	return mustJSON(out)
+}
+
+// reattach opens s on agent a again with the downstream session it had
+// there (stored, or on the agent's previous process): through the agent's
+// own session/load, whose replay is dropped (dropReplay) when the editor
+// has the history already or gets the router's, else session/resume. ok is false when the agent supports
+// neither (or refused): the caller opens a new downstream session.
+func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instance, prev store.Agent, dropReplay bool) (*downstream, bool) {
+	init := inst.Init()
+	if prev.SessionID == "" || init == nil {
+		return nil, false
+	}
+	method := ""
+	switch caps := init.AgentCapabilities; {
+	case caps.LoadSession:
+		method = acp.MethodSessionLoad
+	case acp.Supported(caps.SessionCapabilities.Resume):
+		method = acp.MethodSessionResume
+	default:
+		return nil, false
+	}
+	var seen storedAgent
+	json.Unmarshal(prev.Extra, &seen)
+	name := inst.Agent.Name()
+	p, _ := acp.SetField(adaptNewSession(s.newParams, agentCaps(inst), name, r.log), "sessionId", prev.SessionID)
+	d := &downstream{agent: inst.Agent, inst: inst, id: prev.SessionID, seen: seen.Seen,
+		replaying: method == acp.MethodSessionLoad && dropReplay}
+	key := downKey(inst, d.id)
+	r.mu.Lock()
+	r.downs[key] = s
+	r.mu.Unlock()
+	s.mu.Lock()
+	s.down[name] = d
+	s.mu.Unlock()
+	// The answer ends the agent's replay, in its read path: what follows
+	// is new.
+	done := func(m *acp.Message) {
+		var res struct {
+			Modes         *merge.ModeState  `json:"modes"`
+			Models        *merge.ModelState `json:"models"`
+			ConfigOptions json.RawMessage   `json:"configOptions"`
+		}
+		json.Unmarshal(m.Result, &res)
+		s.mu.Lock()
+		d.replaying = false
+		if m.Error == nil {
+			d.view = merge.AgentView{Options: res.ConfigOptions, Modes: res.Modes, Models: res.Models}
+			r.enforceModeLocked(s, d)
+		}
+		s.mu.Unlock()
+	}
+	c, err := inst.Peer().Call(ctx, method, paramsAny(p), nil, done)
+	if err == nil {
+		_, err = c.Wait(ctx)
+	}
+	if err != nil {
+		r.log.Info("agent did not reopen its session; opening a new one", "session", s.ID, "agent", name, "method", method, "error", err)
+		r.mu.Lock()
+		delete(r.downs, key)
+		r.mu.Unlock()
+		s.mu.Lock()
+		if s.down[name] == d {
+			delete(s.down, name)
+		}
+		s.mu.Unlock()
+		return nil, false
+	}
+	r.log.Info("agent reopened its session", "session", s.ID, "agent", name, "method", method)
+	return d, true
+}
+
+// hasHistory: the router can replay the session itself (it keeps content).
+func (s *Session) hasHistory() bool {
+	return s.r.opts.Store != nil && !s.r.opts.HistoryMetadataOnly
+}
+
+// deleteSession handles session/delete: the session is forgotten, removed
+// from the store, and deleted (or closed) at each agent that supports it.
+// Deleting an unknown session succeeds.
+func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(params(req), &p)
+	go func() {
+		downs := map[string]string{} // agent → downstream session id
+		r.mu.Lock()
+		s := r.sessions[p.SessionID]
+		r.mu.Unlock()
+		if s != nil {
+			s.mu.Lock()
+			for name, d := range s.down {
+				downs[name] = d.id
+			}
+			s.mu.Unlock()
+			r.forget(s)
+		} else if h, err := r.opts.Store.Load(ctx, p.SessionID); err == nil {
+			for name, a := range h.Meta.Agents {
+				downs[name] = a.SessionID
+			}
+		}
+		if err := r.opts.Store.Delete(ctx, p.SessionID); err != nil {
+			r.log.Warn("cannot delete the stored session", "session", p.SessionID, "error", err)
+		}
+		for name, id := range downs {
+			a := r.byName[name]
+			if a == nil {
+				continue
+			}
+			inst := a.Current()
+			if inst == nil || inst.Init() == nil {
+				continue
+			}
+			caps := inst.Init().AgentCapabilities.SessionCapabilities
+			ref := mustJSON(acp.SessionRef{SessionID: id})
+			switch {
+			case acp.Supported(caps.Delete):
+				callWait(ctx, inst, acp.MethodSessionDelete, ref)
+			case acp.Supported(caps.Close):
+				callWait(ctx, inst, acp.MethodSessionClose, ref)
+			}
+		}
+		r.replyTo(req)(json.RawMessage("{}"), nil)
+	}()
+}
