@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -131,6 +132,9 @@ func (r *Router) command(name string) *config.Command {
 // agentCommand is /agent: with no argument it lists the agents, marks the
 // active one and says which failed to start; /agent NAME switches.
 func (r *Router) agentCommand(ctx context.Context, s *Session, arg string) string {
+	if verb, name, ok := strings.Cut(arg, " "); ok && verb == "restart" {
+		return r.restartCommand(ctx, strings.TrimSpace(name))
+	}
 	if arg != "" {
 		if err := r.switchTo(ctx, s, arg); err != nil {
 			return "Cannot switch: " + errorText(err)
@@ -156,8 +160,27 @@ func (r *Router) agentCommand(ctx context.Context, s *Session, arg string) strin
 		}
 		fmt.Fprintf(&b, "%s %s (%s)%s\n", mark, a.Name(), a.Title(), state)
 	}
-	b.WriteString("\n/agent NAME switches this session; /NAME TEXT asks one agent for one turn.")
+	b.WriteString("\n/agent NAME switches this session; /NAME TEXT asks one agent for one turn; /agent restart NAME restarts an agent.")
 	return b.String()
+}
+
+// restartCommand is /agent restart NAME: the agent is restarted now, its
+// restart budget forgotten (after a crash loop, this is how the user brings
+// it back); its sessions are re-attached on their next prompt.
+func (r *Router) restartCommand(ctx context.Context, name string) string {
+	a := r.byName[name]
+	if a == nil {
+		return fmt.Sprintf("No agent %q (agents: %s).", name, strings.Join(r.agentNames(), ", "))
+	}
+	a.ForgetFailures()
+	if st, _ := a.Status(); st == upstream.Running || st == upstream.Starting {
+		a.Restart(errors.New("restarted by the user (/agent restart)"))
+	}
+	if _, err := a.Ready(ctx); err != nil {
+		return fmt.Sprintf("%s did not start: %s", a.Title(), trimAgentPrefix(err, name))
+	}
+	r.log.Info("agent restarted by the user", "agent", name)
+	return fmt.Sprintf("Restarted %s.", a.Title())
 }
 
 func errorText(err error) string {

@@ -273,3 +273,36 @@ func TestHistoryMetadataOnly(t *testing.T) {
 		t.Errorf("load in metadata-only mode showed %q; want the agent's own replay", got)
 	}
 }
+
+// TestHistoryCrashLoopRestart: an agent that keeps crashing uses up its
+// restart budget and the session gets a clear error; `/agent restart NAME`
+// brings it back and the thread continues.
+func TestHistoryCrashLoopRestart(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{InitResult: json.RawMessage(initLoad), UniqueSessionIDs: true})}))
+	e := historyRouter(t, cfg)
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "say before", "end_turn")
+	var last *Msg
+	for i := 0; i < 8; i++ {
+		m, err := e.Prompt(waitTimeout, sid, "crash")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = m
+		if m.Error != nil && strings.Contains(m.Error.Message, "restarted too often") {
+			break
+		}
+	}
+	if last.Error == nil || !strings.Contains(last.Error.Message, "restarted too often") || !strings.Contains(last.Error.Message, "alpha") {
+		t.Fatalf("after repeated crashes: %v; want a clear crash-loop error naming the agent", last.Error)
+	}
+	e.MustPrompt(t, sid, "/agent restart alpha", "end_turn")
+	if got := lastText(e, sid); got != "Restarted alpha." {
+		t.Errorf("/agent restart said %q", got)
+	}
+	e.MustPrompt(t, sid, "say after", "end_turn")
+	if got := lastText(e, sid); got != "after" {
+		t.Errorf("after /agent restart the thread says %q", got)
+	}
+}
