@@ -91,7 +91,12 @@ type Agent struct {
 	// agent's answer before answering "cancelled" itself. Default
 	// DefaultCancelTimeout.
 	CancelTimeout time.Duration
-	Auth          AuthMode // default AuthAdvertise
+	// IdleTimeout: an agent that has had no session activity for this long
+	// (no message either way, no request outstanding) is stopped; its next
+	// use starts it again and re-attaches its sessions (issue 5 req. 7).
+	// 0, the default, keeps it running.
+	IdleTimeout time.Duration
+	Auth        AuthMode // default AuthAdvertise
 
 	// Pos is where the agent's entry starts in the config file, for
 	// messages ("config.yaml:12:5").

@@ -32,6 +32,9 @@ func Describe(w io.Writer, c *Config, warnings ...string) []string {
 		details := []string{fmt.Sprintf("env_inherit=%s", a.EnvInherit), fmt.Sprintf("auth=%s", a.Auth),
 			fmt.Sprintf("startup_timeout=%s", a.StartupTimeout), fmt.Sprintf("stall_timeout=%s", a.StallTimeout),
 			fmt.Sprintf("cancel_timeout=%s", a.CancelTimeout)}
+		if a.IdleTimeout > 0 {
+			details = append(details, fmt.Sprintf("idle_timeout=%s", a.IdleTimeout))
+		}
 		if a.Lazy {
 			details = append(details, "lazy")
 		}

@@ -93,7 +93,7 @@ var (
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
 	unsupportedKeys = []string{}
 	agentKeys       = []string{"name", "title", "command", "args", "env", "env_inherit", "cwd", "lazy",
-		"startup_timeout", "stall_timeout", "cancel_timeout", "auth"}
+		"startup_timeout", "stall_timeout", "cancel_timeout", "idle_timeout", "auth"}
 	routingKeys = []string{"default", "fallback", "rules"}
 	ruleKeys    = []string{"when", "agent", "enforce"}
 	whenKeys    = []string{"cwd"}
@@ -234,6 +234,7 @@ func (p *parser) agent(path string, n *yaml.Node, seen map[string]*yaml.Node) Ag
 		"startup_timeout": &a.StartupTimeout,
 		"stall_timeout":   &a.StallTimeout,
 		"cancel_timeout":  &a.CancelTimeout,
+		"idle_timeout":    &a.IdleTimeout,
 	} {
 		if v := f[key]; v != nil {
 			*d = p.duration(path+"."+key, v)

@@ -109,6 +109,7 @@ func TestParseFull(t *testing.T) {
 			StartupTimeout: time.Minute,
 			StallTimeout:   5 * time.Second,
 			CancelTimeout:  2500 * time.Millisecond,
+			IdleTimeout:    90 * time.Minute,
 			Auth:           AuthHide,
 			Pos:            Pos{File: file, Line: 6, Col: 5},
 		}, {
@@ -123,7 +124,7 @@ func TestParseFull(t *testing.T) {
 			StallTimeout:   DefaultStallTimeout,
 			CancelTimeout:  DefaultCancelTimeout,
 			Auth:           AuthAdvertise,
-			Pos:            Pos{File: file, Line: 21, Col: 5},
+			Pos:            Pos{File: file, Line: 22, Col: 5},
 		}, {
 			Name:           "gemini-2",
 			Title:          "gemini-2",
@@ -133,24 +134,24 @@ func TestParseFull(t *testing.T) {
 			StallTimeout:   DefaultStallTimeout,
 			CancelTimeout:  DefaultCancelTimeout,
 			Auth:           AuthAdvertise,
-			Pos:            Pos{File: file, Line: 30, Col: 5},
+			Pos:            Pos{File: file, Line: 31, Col: 5},
 		}},
 		Routing: Routing{
 			Default:  "codex",
 			Fallback: "gemini-2",
 			Rules: []Rule{
-				{Cwd: []string{"/home/u/work/infra/**", "/srv/**"}, Agent: "codex", Enforce: true, Pos: Pos{File: file, Line: 37, Col: 7}},
-				{Cwd: []string{"/home/u"}, Agent: "claude", Pos: Pos{File: file, Line: 40, Col: 7}},
+				{Cwd: []string{"/home/u/work/infra/**", "/srv/**"}, Agent: "codex", Enforce: true, Pos: Pos{File: file, Line: 38, Col: 7}},
+				{Cwd: []string{"/home/u"}, Agent: "claude", Pos: Pos{File: file, Line: 41, Col: 7}},
 			},
 		},
 		Commands: []Command{
 			{Name: "review", Description: "Ask Codex to review the current changes", Agent: "codex",
-				Prompt: "Review the uncommitted changes in this repository. {{input}}", Pos: Pos{File: file, Line: 46, Col: 5}},
-			{Name: "infra", Description: "Switch to Codex", Agent: "codex", Switch: true, Pos: Pos{File: file, Line: 50, Col: 5}},
+				Prompt: "Review the uncommitted changes in this repository. {{input}}", Pos: Pos{File: file, Line: 47, Col: 5}},
+			{Name: "infra", Description: "Switch to Codex", Agent: "codex", Switch: true, Pos: Pos{File: file, Line: 51, Col: 5}},
 		},
 		Handoff:  Handoff{MaxBytes: 4096},
 		StateDir: "/home/u/state",
-		Audit:    Audit{File: "/home/u/audit/decisions.jsonl", MaxBytes: 1 << 20, Pos: Pos{File: file, Line: 59, Col: 3}},
+		Audit:    Audit{File: "/home/u/audit/decisions.jsonl", MaxBytes: 1 << 20, Pos: Pos{File: file, Line: 60, Col: 3}},
 		History:  History{MaxTotalBytes: 512 << 20, MaxAge: 48 * time.Hour, MetadataOnly: true},
 	}
 	if !reflect.DeepEqual(got, want) {

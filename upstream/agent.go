@@ -1,7 +1,7 @@
 // Package upstream owns one downstream agent: its process (spawned in its own
 // process group), the ACP connection to it, initialize, stderr re-logging,
-// restart with a bounded budget, stall detection and the shutdown sequence
-// (DESIGN §7).
+// restart with a bounded budget, stall detection, stopping it when idle and
+// the shutdown sequence (DESIGN §7).
 package upstream
 
 import (
@@ -30,6 +30,9 @@ var (
 	ErrCrashLoop = errors.New("restarted too often")
 	// ErrStopped: the agent was stopped by the router.
 	ErrStopped = errors.New("stopped")
+	// ErrIdle: the agent was stopped because it was idle for its
+	// idle_timeout (issue 5 req. 7); its next use starts it again.
+	ErrIdle = errors.New("stopped when idle")
 )
 
 // Options are shared by all agents of a router.
@@ -99,8 +102,11 @@ type Agent struct {
 	state    State
 	err      error       // why the last instance failed
 	restarts []time.Time // restarts within the window
-	gen      int
-	auth     string // remembered authenticate methodId, replayed on restart
+	// idle: the last instance was stopped for being idle. Starting again is
+	// not a restart: it is not counted against the budget.
+	idle bool
+	gen  int
+	auth string // remembered authenticate methodId, replayed on restart
 }
 
 // New returns a stopped agent.
@@ -139,6 +145,9 @@ type Instance struct {
 	initRaw  json.RawMessage
 	err      error // first failure of this instance
 	stopping bool
+	// reason, when set, is why the router stopped the instance; it is
+	// reported as its end instead of the exit status.
+	reason error
 }
 
 // Peer is the connection to the agent.
@@ -202,7 +211,13 @@ func (a *Agent) startLocked() (*Instance, error) {
 		return a.inst, nil
 	}
 	var delay time.Duration
-	if a.inst != nil { // a restart
+	var prev *Instance // the instance to wait for
+	if a.idle {
+		// Stopped when idle: not a failure, so no budget and no backoff,
+		// but the new process starts once the old one is gone (two at once
+		// could fight over the agent's own state files).
+		prev, a.idle = a.inst, false
+	} else if a.inst != nil { // a restart
 		now := time.Now()
 		kept := a.restarts[:0]
 		for _, t := range a.restarts {
@@ -222,14 +237,14 @@ func (a *Agent) startLocked() (*Instance, error) {
 	a.gen++
 	inst := &Instance{Agent: a, Gen: a.gen, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.inst, a.state, a.err = inst, Starting, nil
-	go a.run(inst, delay)
+	go a.run(inst, prev, delay)
 	return inst, nil
 }
 
 // Ready starts the agent if needed (a failed or exited agent is restarted,
 // within the budget; a successful `acp-router login` since the last start
-// restarts it too) and waits until it answered initialize, at most the
-// startup timeout.
+// restarts it too; one stopped when idle starts again outside the budget)
+// and waits until it answered initialize, at most the startup timeout.
 func (a *Agent) Ready(ctx context.Context) (*Instance, error) {
 	a.mu.Lock()
 	if a.state == Running && a.loginSince(a.inst.started) {
@@ -283,8 +298,12 @@ func (a *Agent) wrap(err error) error {
 	return fmt.Errorf("agent %q: %w", a.Config.Name, err)
 }
 
-// run starts the process and initializes it.
-func (a *Agent) run(inst *Instance, delay time.Duration) {
+// run starts the process, once prev (if any) has exited, and initializes
+// it.
+func (a *Agent) run(inst, prev *Instance, delay time.Duration) {
+	if prev != nil {
+		<-prev.exited
+	}
 	if delay > 0 {
 		time.Sleep(delay)
 	}
@@ -310,11 +329,73 @@ func (a *Agent) run(inst *Instance, delay time.Duration) {
 		return
 	}
 	a.mu.Lock()
-	if a.inst == inst && a.state == Starting {
+	running := a.inst == inst && a.state == Starting
+	if running {
 		a.state = Running
 	}
 	a.mu.Unlock()
 	close(inst.ready)
+	if running && a.Config.IdleTimeout > 0 {
+		go a.watchIdle(inst, a.Config.IdleTimeout)
+	}
+}
+
+// watchIdle stops inst once nothing has passed on its connection, in either
+// direction, and no request has been outstanding, for timeout (issue 5
+// req. 7: idle_timeout). A running turn is a session/prompt awaiting its
+// answer, so it keeps the agent. The next use starts the agent again and
+// the router re-attaches its sessions. It ends with the instance.
+func (a *Agent) watchIdle(inst *Instance, timeout time.Duration) {
+	// The stop comes between timeout and timeout+tick after the last
+	// activity, never earlier.
+	tick := min(max(timeout/8, 10*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	peer := inst.peer
+	last, written, quiet := peer.Activity(), peer.Stream().Written(), time.Now()
+	for {
+		var now time.Time
+		select {
+		case <-inst.exited:
+			return
+		case <-peer.Done():
+			return // stopping or failed
+		case now = <-t.C:
+		}
+		act, w := peer.Activity(), peer.Stream().Written()
+		if act != last || w != written || act.Busy() {
+			last, written, quiet = act, w, now
+			continue
+		}
+		if now.Sub(quiet) >= timeout && a.stopIdle(inst, last, timeout) {
+			return
+		}
+	}
+}
+
+// stopIdle stops inst, still running and idle since last, with the
+// shutdown sequence. It reports false when activity came in meanwhile.
+func (a *Agent) stopIdle(inst *Instance, last acp.Activity, timeout time.Duration) bool {
+	a.mu.Lock()
+	if a.inst != inst || a.state != Running {
+		a.mu.Unlock()
+		return true // stopped, failed or replaced meanwhile
+	}
+	// Under a.mu, so that nobody is handed this instance (Current, Ready)
+	// once its connection is closed: callers get a new one instead.
+	if !inst.peer.CloseIfIdle(last) {
+		a.mu.Unlock()
+		return false
+	}
+	err := fmt.Errorf("%w for %s", ErrIdle, timeout)
+	a.state, a.err, a.idle = Stopped, err, true
+	inst.mu.Lock()
+	inst.stopping, inst.reason = true, err
+	inst.mu.Unlock()
+	a.mu.Unlock()
+	a.log.Info("agent idle; stopped", "idle_for", timeout)
+	a.terminate(inst)
+	return true
 }
 
 func (a *Agent) spawn(inst *Instance) error {
@@ -498,12 +579,15 @@ func (a *Agent) reap(inst *Instance) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	inst.mu.Lock()
-	stopping := inst.stopping
+	stopping, reason := inst.stopping, inst.reason
 	inst.mu.Unlock()
 	if stopping {
 		a.log.Debug("agent exited", "status", err)
 	} else {
 		a.log.Error("agent exited unexpectedly", "status", err)
+	}
+	if reason != nil {
+		err = reason
 	}
 	// Marked failed before exited is closed: whoever waits for the exit to
 	// explain a failed call finds the agent failed and restartable.
@@ -557,12 +641,18 @@ func (a *Agent) markFailed(inst *Instance, err error) bool {
 	return true
 }
 
-// Stop shuts the agent down (DESIGN §7) and leaves it stopped.
+// Stop shuts the agent down (DESIGN §7) and leaves it stopped. When it is
+// already stopped, Stop waits until that process is gone.
 func (a *Agent) Stop() {
 	a.mu.Lock()
 	inst := a.inst
-	if inst == nil || a.state == Stopped {
+	if inst == nil {
 		a.mu.Unlock()
+		return
+	}
+	if a.state == Stopped {
+		a.mu.Unlock()
+		<-inst.exited
 		return
 	}
 	a.state, a.err = Stopped, ErrStopped
