@@ -56,6 +56,9 @@ type geminiScriptState struct {
 	streams     int      // :streamGenerateContent calls
 	fnResponses []string // functionResponse parts received, as JSON
 	userTexts   []string // the latest user content's text, per stream call
+	// conversations are all the texts of the request's contents, per
+	// stream call: what the model was given as the conversation so far.
+	conversations []string
 	// firstSent is closed when a delayed stream wrote its first event;
 	// aborted when the client dropped it before the delay ran out.
 	firstSent, aborted   chan struct{}
@@ -168,12 +171,19 @@ func (f *fakeGemini) scriptFor(req *geminiRequest) (*geminiScriptState, []json.R
 		if c.Role != "user" {
 			continue
 		}
-		for _, p := range c.Parts {
+		// The newest token wins: a handoff brief before the prompt may
+		// name earlier scripts' tokens.
+		var found *geminiScriptState
+		atPart, at := -1, -1
+		for pi, p := range c.Parts {
 			for _, s := range f.scripts {
-				if strings.Contains(p.Text, s.token) {
-					return s, fnResp
+				if i := strings.LastIndex(p.Text, s.token); i >= 0 && (pi > atPart || (pi == atPart && i > at)) {
+					found, atPart, at = s, pi, i
 				}
 			}
+		}
+		if found != nil {
+			return found, fnResp
 		}
 	}
 	return nil, fnResp
@@ -236,6 +246,7 @@ func (f *fakeGemini) serve(w http.ResponseWriter, r *http.Request) {
 		if script != nil {
 			script.mu.Lock()
 			script.userTexts = append(script.userTexts, latestUserText(&req))
+			script.conversations = append(script.conversations, conversationText(&req))
 			script.mu.Unlock()
 		}
 		f.stream(w, r, script, fnResp)
@@ -254,6 +265,25 @@ func latestUserText(req *geminiRequest) string {
 		}
 	}
 	return ""
+}
+
+// conversationText joins the text parts of every content of the request.
+func conversationText(req *geminiRequest) string {
+	var texts []string
+	for _, c := range req.Contents {
+		for _, p := range c.Parts {
+			texts = append(texts, p.Text)
+		}
+	}
+	return strings.Join(texts, "\n")
+}
+
+// Conversations are the whole conversations the model got for the
+// script's turns.
+func (s *geminiScriptState) Conversations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string{}, s.conversations...)
 }
 
 // UserTexts are the user texts the model got for the script's turns.

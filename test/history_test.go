@@ -306,3 +306,52 @@ func TestHistoryCrashLoopRestart(t *testing.T) {
 		t.Errorf("after /agent restart the thread says %q", got)
 	}
 }
+
+// TestGeminiLoadAfterRouterRestart: Gemini CLI (a real agent that
+// advertises loadSession) behind the router; the router restarts between
+// two prompts of one thread. session/load shows the thread once, from the
+// router's store, and the thread continues on Gemini with the earlier turn
+// in the model's conversation. (Gemini CLI 0.61.0's own session/load fails
+// here — "No previous sessions found for this project", also without the
+// router — so the router re-attaches it with a new session and the brief;
+// with an agent whose load works, TestHistoryAcrossRouterRestart pins that
+// path.)
+func TestGeminiLoadAfterRouterRestart(t *testing.T) {
+	t.Parallel()
+	bin := needGemini(t)
+	fake := startFakeGemini(t)
+	cwd := t.TempDir()
+	cfg := writeConfig(t, routerYAML(t, []string{geminiAgentYAML(bin, geminiEnv(geminiHome(t), fake))}, "default: gemini"))
+	first := fake.Script(geminiScript{Text: []string{"First answer."}})
+	second := fake.Script(geminiScript{Text: []string{"Second answer."}})
+
+	e := historyRouter(t, cfg)
+	sid := e.NewSession(t, cwd)
+	m, err := e.Prompt(waitTimeout, sid, "Remember "+first.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "end_turn")
+	stopRouter(t, e)
+
+	e = historyRouter(t, cfg)
+	e.MustCall(t, "session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+	if got := e.Texts(sid); !slices.Equal(got, []string{"First answer."}) {
+		t.Errorf("after session/load the editor shows %q; want the thread once", got)
+	}
+	users := geminiSessionMsgs(e, sid, "session/update", "user_message_chunk")
+	if len(users) != 1 || !strings.Contains(string(users[0].Params), first.token) {
+		t.Errorf("replayed user messages: %v; want the first prompt once", users)
+	}
+	m, err = e.Prompt(waitTimeout, sid, "And now "+second.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "end_turn")
+	if got := e.Texts(sid); !slices.Equal(got, []string{"First answer.", "Second answer."}) {
+		t.Errorf("the thread shows %q", got)
+	}
+	if convs := second.Conversations(); len(convs) != 1 || !strings.Contains(convs[0], first.token) || !strings.Contains(convs[0], "First answer.") {
+		t.Errorf("the model's conversation for the second prompt: %q; want the first turn in it", convs)
+	}
+}
