@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -453,4 +454,47 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 		}
 		r.replyTo(req)(json.RawMessage("{}"), nil)
 	}()
+}
+
+// restoreChoices gives a new downstream session the mode and option values
+// the session had on that agent before (a reopened session whose agent
+// could not reopen its own): best effort, never a denied mode.
+func (r *Router) restoreChoices(ctx context.Context, s *Session, d *downstream, prev store.Agent) {
+	name := d.agent.Name()
+	s.mu.Lock()
+	mode, values, modeOption, _ := merge.CurrentMode(d.view)
+	now := optionValues(d.view.Options)
+	s.mu.Unlock()
+	if prev.Mode != "" && prev.Mode != mode && slices.Contains(values, prev.Mode) && r.modeRefusal(name, prev.Mode) == nil && modeOption == "" {
+		if err := r.setMode(ctx, s, d, prev.Mode); err != nil {
+			r.log.Info("cannot restore the agent's mode", "session", s.ID, "agent", name, "error", err)
+		}
+	}
+	for id, value := range prev.Options {
+		cur, ok := now[id]
+		if !ok || string(cur) == string(value) || (id == modeOption && r.modeRefusal(name, jsonText(value)) != nil) {
+			continue
+		}
+		p := mustJSON(map[string]any{"sessionId": s.ID, "configId": id, "value": value})
+		res, err := r.callDown(ctx, s, d, acp.MethodSetConfigOption, p)
+		if err != nil {
+			r.log.Info("cannot restore an option", "session", s.ID, "agent", name, "option", id, "error", err)
+			continue
+		}
+		var out struct {
+			ConfigOptions json.RawMessage `json:"configOptions"`
+		}
+		if json.Unmarshal(res, &out) == nil && out.ConfigOptions != nil {
+			s.mu.Lock()
+			d.view.Options = out.ConfigOptions
+			r.enforceModeLocked(s, d)
+			s.mu.Unlock()
+		}
+	}
+}
+
+func jsonText(v json.RawMessage) string {
+	var s string
+	json.Unmarshal(v, &s)
+	return s
 }

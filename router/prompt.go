@@ -157,6 +157,9 @@ func (r *Router) agentCommand(ctx context.Context, s *Session, arg string) strin
 			state = " — starting"
 		case upstream.Stopped:
 			state = " — not started"
+			if errors.Is(err, upstream.ErrIdle) {
+				state = " — stopped while idle; starts again on its next use"
+			}
 		}
 		fmt.Fprintf(&b, "%s %s (%s)%s\n", mark, a.Name(), a.Title(), state)
 	}

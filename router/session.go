@@ -332,7 +332,8 @@ func (r *Router) openDownstreamOn(ctx context.Context, s *Session, a *upstream.A
 	prev, known := s.stored[name]
 	dropReplay := s.hasHistory()
 	if old := s.down[name]; old != nil && old.inst != inst {
-		prev, known = store.Agent{SessionID: old.id, Extra: mustJSON(storedAgent{Seen: old.seen})}, true
+		prev, known = store.Agent{SessionID: old.id, Options: optionValues(old.view.Options), Extra: mustJSON(storedAgent{Seen: old.seen})}, true
+		prev.Mode, _, _, _ = merge.CurrentMode(old.view)
 		dropReplay = true // the editor saw it all
 	}
 	s.mu.Unlock()
@@ -350,9 +351,13 @@ func (r *Router) openDownstreamOn(ctx context.Context, s *Session, a *upstream.A
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	d := s.down[name]
 	delete(s.stored, name)
-	return s.down[name], nil
+	s.mu.Unlock()
+	if known {
+		r.restoreChoices(ctx, s, d, prev)
+	}
+	return d, nil
 }
 
 // openAfter opens the session for updates after d.

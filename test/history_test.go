@@ -355,3 +355,27 @@ func TestGeminiLoadAfterRouterRestart(t *testing.T) {
 		t.Errorf("the model's conversation for the second prompt: %q; want the first turn in it", convs)
 	}
 }
+
+// TestHistoryModeRestored: an agent that cannot reopen its own sessions
+// gets a new one after the router restarted, set to the mode the thread had.
+func TestHistoryModeRestored(t *testing.T) {
+	t.Parallel()
+	logFile := filepath.Join(t.TempDir(), "alpha.log")
+	modes := json.RawMessage(`{"modes":{"currentModeId":"default","availableModes":[{"id":"default","name":"Default"},{"id":"plan","name":"Plan"}]}}`)
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{SessionResult: modes, LogFile: logFile, UniqueSessionIDs: true})}))
+	e := historyRouter(t, cfg)
+	cwd := t.TempDir()
+	sid := e.NewSession(t, cwd)
+	e.MustCall(t, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "alpha:plan"})
+	e.MustPrompt(t, sid, "say planned", "end_turn")
+	stopRouter(t, e)
+
+	e = historyRouter(t, cfg)
+	res := e.MustCall(t, "session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+	if !strings.Contains(string(res), `"currentModeId":"alpha:plan"`) {
+		t.Errorf("load answer %s: want the thread's mode alpha:plan", res)
+	}
+	if n := countLines(logFile, "session/set_mode"); n != 2 {
+		t.Errorf("the agent got %d set_mode requests, want 2 (the user's, the restore)", n)
+	}
+}
