@@ -476,19 +476,8 @@ func (r *Router) restoreChoices(ctx context.Context, s *Session, d *downstream, 
 			continue
 		}
 		p := mustJSON(map[string]any{"sessionId": s.ID, "configId": id, "value": value})
-		res, err := r.callDown(ctx, s, d, acp.MethodSetConfigOption, p)
-		if err != nil {
+		if err := r.setOption(ctx, s, d, p); err != nil {
 			r.log.Info("cannot restore an option", "session", s.ID, "agent", name, "option", id, "error", err)
-			continue
-		}
-		var out struct {
-			ConfigOptions json.RawMessage `json:"configOptions"`
-		}
-		if json.Unmarshal(res, &out) == nil && out.ConfigOptions != nil {
-			s.mu.Lock()
-			d.view.Options = out.ConfigOptions
-			r.enforceModeLocked(s, d)
-			s.mu.Unlock()
 		}
 	}
 }

@@ -201,18 +201,7 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 		case synthesized && p.ConfigID == merge.ModelOptionID && d.view.Models != nil:
 			err = r.setModel(ctx, s, d, params(req), value)
 		default:
-			var res json.RawMessage
-			if res, err = r.callDown(ctx, s, d, acp.MethodSetConfigOption, params(req)); err == nil {
-				var out struct {
-					ConfigOptions json.RawMessage `json:"configOptions"`
-				}
-				if json.Unmarshal(res, &out) == nil && out.ConfigOptions != nil {
-					s.mu.Lock()
-					d.view.Options = out.ConfigOptions
-					r.enforceModeLocked(s, d)
-					s.mu.Unlock()
-				}
-			}
+			err = r.setOption(ctx, s, d, params(req))
 		}
 		if err != nil {
 			reply(nil, err)
@@ -263,6 +252,25 @@ func (s *Session) isModeOption(d *downstream, configID string) bool {
 	defer s.mu.Unlock()
 	_, _, id, ok := merge.CurrentMode(d.view)
 	return ok && (id == configID || (id == "" && configID == merge.ModeOptionID))
+}
+
+// setOption sends session/set_config_option (params with the router's
+// session id) to d and records the agent's new options.
+func (r *Router) setOption(ctx context.Context, s *Session, d *downstream, p json.RawMessage) error {
+	res, err := r.callDown(ctx, s, d, acp.MethodSetConfigOption, p)
+	if err != nil {
+		return err
+	}
+	var out struct {
+		ConfigOptions json.RawMessage `json:"configOptions"`
+	}
+	if json.Unmarshal(res, &out) == nil && out.ConfigOptions != nil {
+		s.mu.Lock()
+		d.view.Options = out.ConfigOptions
+		r.enforceModeLocked(s, d)
+		s.mu.Unlock()
+	}
+	return nil
 }
 
 // setMode sets an agent's mode in its downstream session and records it.

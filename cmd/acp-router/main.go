@@ -265,19 +265,29 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 	})
 }
 
+// loadWithPolicy loads the config and the permission policy of every
+// layer (its tests run, their failures in the result, not an error).
+func loadWithPolicy(g *globals) (*config.Config, *router.LoadedPolicy, error) {
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	lp, err := router.LoadPolicy(orgPolicyDir, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("permission policy: %w", err)
+	}
+	return cfg, lp, nil
+}
+
 func check(g *globals, args []string) (int, error) {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	g.register(fs, "warn")
 	if err := fs.Parse(args); err != nil {
 		return 2, nil
 	}
-	cfg, err := loadConfig(g)
+	cfg, lp, err := loadWithPolicy(g)
 	if err != nil {
 		return 1, err
-	}
-	lp, err := router.LoadPolicy(orgPolicyDir, cfg)
-	if err != nil {
-		return 1, fmt.Errorf("permission policy: %w", err)
 	}
 	var agents []string
 	for _, a := range cfg.Agents {
@@ -306,13 +316,9 @@ func policyCmd(g *globals, args []string) (int, error) {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2, nil
 	}
-	cfg, err := loadConfig(g)
+	cfg, lp, err := loadWithPolicy(g)
 	if err != nil {
 		return 1, err
-	}
-	lp, err := router.LoadPolicy(orgPolicyDir, cfg)
-	if err != nil {
-		return 1, fmt.Errorf("permission policy: %w", err)
 	}
 	switch args[0] {
 	case "test":
