@@ -108,14 +108,14 @@ type Stream struct {
 
 	writtenBytes atomic.Int64
 
-	// scratch gathers lines longer than the reader's buffer (read loop
-	// only).
-	scratch []byte
+	// longLine is the length of the last line longer than the reader's
+	// buffer (read loop only).
+	longLine int
 }
 
 const (
-	// maxScratch bounds the long-line buffer a Stream keeps between lines.
-	maxScratch = 4 << 20
+	// maxLongLineHint bounds the buffer a long line starts with.
+	maxLongLineHint = 8 << 20
 	// maxDirect bounds a message WriteRaw writes itself: a pipe's
 	// default capacity.
 	maxDirect = 64 << 10
@@ -278,33 +278,36 @@ func jsonError(code int, msg string) []byte {
 	return b
 }
 
-// readLine returns the next line, freshly allocated at its own size,
-// without "\n" or "\r\n". A line over MaxLine is consumed and reported as
-// ErrLineTooLong. A line that fits in the reader's buffer is copied out of
-// it once; a longer one is gathered in s.scratch first, which is kept for
-// the next long line (up to maxScratch) instead of growing a fresh slice by
-// append every time: a 1 MiB line cost 4.6 MB of allocations that way.
+// readLine returns the next line, freshly allocated, without "\n" or
+// "\r\n". A line over MaxLine is consumed and reported as ErrLineTooLong.
+// A line that fits in the reader's buffer is copied out of it once. A
+// longer one is gathered in a buffer sized like the last long line, so a
+// run of large messages (a flood of 1 MiB updates) costs one allocation of
+// the right size each, and no copy: grown by append from nothing, a 1 MiB
+// line cost 4.6 MB of allocations.
 func (s *Stream) readLine() ([]byte, error) {
-	buf := s.scratch[:0]
-	defer func() {
-		if cap(buf) <= maxScratch {
-			s.scratch = buf[:0]
-		}
-	}()
+	var buf []byte
 	tooLong := false
 	for {
 		chunk, err := s.r.ReadSlice('\n')
 		if !tooLong {
 			switch {
 			case len(buf)+len(chunk) > s.opts.MaxLine+2: // room for "\r\n"
-				tooLong, buf = true, buf[:0]
-			case err == nil && len(buf) == 0: // the whole line is buffered
+				tooLong, buf = true, nil
+			case err == nil && buf == nil: // the whole line is buffered
 				line := bytes.TrimSuffix(chunk[:len(chunk)-1], []byte{'\r'})
 				if len(line) > s.opts.MaxLine {
 					return nil, ErrLineTooLong
 				}
 				return clone(line), nil
 			default:
+				if buf == nil {
+					size := len(chunk)
+					if errors.Is(err, bufio.ErrBufferFull) {
+						size = min(max(s.longLine, 2*size), s.opts.MaxLine+2)
+					}
+					buf = make([]byte, 0, size)
+				}
 				buf = append(buf, chunk...)
 			}
 		}
@@ -313,11 +316,12 @@ func (s *Stream) readLine() ([]byte, error) {
 			if tooLong {
 				return nil, ErrLineTooLong
 			}
+			s.longLine = min(len(buf), maxLongLineHint)
 			line := bytes.TrimSuffix(buf[:len(buf)-1], []byte{'\r'})
 			if len(line) > s.opts.MaxLine {
 				return nil, ErrLineTooLong
 			}
-			return clone(line), nil
+			return fit(line), nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF) && (len(buf) > 0 || tooLong):
@@ -325,11 +329,21 @@ func (s *Stream) readLine() ([]byte, error) {
 			if tooLong || len(buf) > s.opts.MaxLine {
 				return nil, ErrLineTooLong
 			}
-			return clone(buf), nil
+			return fit(buf), nil
 		default:
 			return nil, err
 		}
 	}
+}
+
+// fit returns b capped at its length, or a copy of its own size when its
+// buffer is more than an eighth larger (a line shorter than the last long
+// one): a retained message holds no more memory than it needs.
+func fit(b []byte) []byte {
+	if cap(b)-len(b) > len(b)/8 {
+		return clone(b)
+	}
+	return b[:len(b):len(b)]
 }
 
 // clone copies b into a slice of its own length and capacity.
