@@ -654,6 +654,21 @@ func (a *fakeAgent) prompt(m wireMsg) {
 //
 // A session/cancel (unless nocancel) ends the turn at the next command with
 // stopReason "cancelled".
+// askPermission sends session/request_permission and says
+// "permission: OUTCOME" or the error.
+func (a *fakeAgent) askPermission(sid string, toolCall map[string]any, options ...any) {
+	res, rerr := a.call("session/request_permission", map[string]any{"sessionId": sid, "toolCall": toolCall, "options": options})
+	if rerr != nil {
+		a.say(sid, fmt.Sprintf("permission error: %d %s", rerr.Code, rerr.Message))
+		return
+	}
+	var out struct {
+		Outcome json.RawMessage `json:"outcome"`
+	}
+	_ = json.Unmarshal(res, &out)
+	a.say(sid, "permission: "+string(out.Outcome))
+}
+
 func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, paramsSize int) (any, *RPCError) {
 	stop := "end_turn"
 	for _, line := range strings.Split(script, "\n") {
@@ -694,23 +709,9 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 				"sessionUpdate": "tool_call", "toolCallId": callID, "title": "Edit a file",
 				"kind": "edit", "status": "pending",
 			})
-			res, rerr := a.call("session/request_permission", map[string]any{
-				"sessionId": s.id,
-				"toolCall":  map[string]any{"toolCallId": callID, "title": "Edit a file", "kind": "edit"},
-				"options": []any{
-					map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"},
-					map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
-				},
-			})
-			if rerr != nil {
-				a.say(s.id, fmt.Sprintf("permission error: %d %s", rerr.Code, rerr.Message))
-				continue
-			}
-			var out struct {
-				Outcome json.RawMessage `json:"outcome"`
-			}
-			_ = json.Unmarshal(res, &out)
-			a.say(s.id, "permission: "+string(out.Outcome))
+			a.askPermission(s.id, map[string]any{"toolCallId": callID, "title": "Edit a file", "kind": "edit"},
+				map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"},
+				map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"})
 		case "read":
 			res, rerr := a.call("fs/read_text_file", map[string]any{"sessionId": s.id, "path": rest})
 			if rerr != nil {
@@ -810,25 +811,11 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			callID := fmt.Sprintf("call-%d", s.calls)
 			fields["sessionUpdate"], fields["toolCallId"], fields["status"] = "tool_call", callID, "pending"
 			a.update(s.id, fields)
-			res, rerr := a.call("session/request_permission", map[string]any{
-				"sessionId": s.id,
-				"toolCall":  map[string]any{"toolCallId": callID},
-				"options": []any{
-					map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"},
-					map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
-					map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
-					map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
-				},
-			})
-			if rerr != nil {
-				a.say(s.id, fmt.Sprintf("permission error: %d %s", rerr.Code, rerr.Message))
-				continue
-			}
-			var out struct {
-				Outcome json.RawMessage `json:"outcome"`
-			}
-			_ = json.Unmarshal(res, &out)
-			a.say(s.id, "permission: "+string(out.Outcome))
+			a.askPermission(s.id, map[string]any{"toolCallId": callID},
+				map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"},
+				map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+				map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
+				map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"})
 		case "permission-nowait":
 			go a.call("session/request_permission", map[string]any{
 				"sessionId": s.id,
