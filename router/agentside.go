@@ -139,6 +139,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 	case "config_option_update":
 		d.view.Options = up.ConfigOptions
 		r.enforceModeLocked(s, d)
+		r.recordMetaLocked(s)
 		if active {
 			line = s.optionsLineLocked()
 		}
@@ -154,6 +155,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
 		}
 		r.enforceModeLocked(s, d)
+		r.recordMetaLocked(s)
 		if active {
 			line = s.updateLine(map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": merge.LegacyModeID(name, up.CurrentModeID)})
 			if d.view.Options == nil { // the synthesized mode select changed too

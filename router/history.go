@@ -30,16 +30,20 @@ import (
 // that gets the handoff brief of what it missed.
 
 // storedSession is the router's own part of a stored session (Meta.Extra).
+// The brief's turns are not in it: they are read back from the stored
+// update stream (turnsFrom), so the metadata changes only when the
+// session's setup does, not every turn.
 type storedSession struct {
-	NewParams json.RawMessage    `json:"newParams,omitempty"` // session/new params: MCP servers
-	Enforce   bool               `json:"enforce,omitempty"`
-	History   []merge.TurnRecord `json:"history,omitempty"` // the handoff brief's turns (not in metadata-only mode)
-	NextSeq   int                `json:"nextSeq,omitempty"`
+	NewParams json.RawMessage `json:"newParams,omitempty"` // session/new params: MCP servers
+	Enforce   bool            `json:"enforce,omitempty"`
 }
 
-// storedAgent is the router's part of a stored agent (Agent.Extra).
-type storedAgent struct {
-	Seen int `json:"seen"` // turns before this one are known to the agent
+// turnMeta marks the user_message_chunk updates the router records for a
+// turn's prompt: which agent ran the turn (absent for a router command).
+type turnMeta struct {
+	AcpRouter struct {
+		Agent string `json:"agent,omitempty"`
+	} `json:"acpRouter"`
 }
 
 // recordCreateLocked registers a new session in the store. Called once, when
@@ -65,16 +69,12 @@ func (r *Router) recordMetaLocked(s *Session) {
 	}
 	agents := map[string]store.Agent{}
 	for name, d := range s.down {
-		a := store.Agent{SessionID: d.id, Extra: mustJSON(storedAgent{Seen: d.seen})}
+		a := store.Agent{SessionID: d.id}
 		a.Mode, _, _, _ = merge.CurrentMode(d.view)
 		a.Options = optionValues(d.view.Options)
 		agents[name] = a
 	}
-	extra := storedSession{NewParams: s.newParams, Enforce: s.Enforce, NextSeq: s.nextSeq}
-	if !r.opts.HistoryMetadataOnly {
-		extra.History = s.history
-	}
-	raw := mustJSON(extra)
+	raw := mustJSON(storedSession{NewParams: s.newParams, Enforce: s.Enforce})
 	title, active := s.title, s.active
 	err := st.Update(s.ID, func(m *store.Meta) {
 		m.Title, m.ActiveAgent, m.Extra = title, active, raw
@@ -122,29 +122,110 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 		return
 	}
 	st.TurnStart(s.ID)
-	p := params(t.req)
+	var meta turnMeta
+	if t.command == nil {
+		meta.AcpRouter.Agent = t.agent
+		if meta.AcpRouter.Agent == "" {
+			meta.AcpRouter.Agent = s.activeName()
+		}
+	}
 	var fields struct {
 		Prompt []json.RawMessage `json:"prompt"`
 	}
-	json.Unmarshal(p, &fields)
+	json.Unmarshal(params(t.req), &fields)
 	for _, block := range fields.Prompt {
 		line := mustJSON(map[string]any{"jsonrpc": "2.0", "method": acp.MethodSessionUpdate,
-			"params": map[string]any{"sessionId": s.ID, "update": map[string]any{"sessionUpdate": "user_message_chunk", "content": block}}})
+			"params": map[string]any{"sessionId": s.ID, "update": map[string]any{"sessionUpdate": "user_message_chunk", "content": block, "_meta": meta}}})
 		st.Append(s.ID, line)
 	}
 }
 
 // recordTurnEnd ends the turn in the store (committed and synced by the
-// store's writer) with the session's metadata as it is now.
+// store's writer).
 func (r *Router) recordTurnEnd(s *Session) {
-	st := r.opts.Store
-	if st == nil {
-		return
+	if st := r.opts.Store; st != nil {
+		st.TurnEnd(s.ID)
 	}
-	s.mu.Lock()
-	r.recordMetaLocked(s)
-	s.mu.Unlock()
-	st.TurnEnd(s.ID)
+}
+
+// turnsFrom reads the handoff brief's turns back from a stored update
+// stream: each turn starts at the user_message_chunk the router recorded
+// for its prompt and collects the reply text and tool calls after it. It
+// also returns, per agent, the first turn that agent has not seen (an agent
+// that ran a turn was briefed on everything before it). Tool calls a deny
+// rule matches are hidden, as when they were first recorded.
+func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[string]int) {
+	var turns []merge.TurnRecord
+	seen := map[string]int{}
+	var cur *merge.TurnRecord
+	var reply merge.Capped
+	inPrompt := false
+	end := func() {
+		if cur != nil {
+			cur.Reply = reply.String()
+			turns = append(turns, *cur)
+			cur = nil
+		}
+	}
+	for _, line := range lines {
+		var m struct {
+			Params struct {
+				Update struct {
+					updateFields
+					Meta *turnMeta `json:"_meta"`
+				} `json:"update"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(line, &m) != nil {
+			continue
+		}
+		up := &m.Params.Update
+		if up.Kind == "user_message_chunk" && up.Meta != nil {
+			var c struct{ Type, Text string }
+			json.Unmarshal(up.Content, &c)
+			if !inPrompt {
+				end()
+				agent := up.Meta.AcpRouter.Agent
+				if agent != "" {
+					title := agent
+					if a := r.byName[agent]; a != nil {
+						title = a.Title()
+					}
+					cur = &merge.TurnRecord{Seq: len(turns), Agent: agent, Title: title}
+					reply = merge.Capped{Max: r.cfg.Handoff.MaxBytes}
+					seen[agent] = len(turns) + 1
+				}
+			}
+			inPrompt = true
+			if cur != nil && c.Type == "text" {
+				if cur.User != "" {
+					cur.User += "\n"
+				}
+				cur.User += c.Text
+			}
+			continue
+		}
+		inPrompt = false
+		if cur == nil {
+			continue
+		}
+		title := ""
+		if up.Title != nil {
+			title = *up.Title
+		}
+		t := &turn{rec: cur, reply: reply}
+		t.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
+		reply = t.reply
+		if up.Kind == "tool_call" && r.policy() != nil {
+			ev, _ := json.Marshal(toolEvidence{Kind: up.ToolKind, Title: &title, Locations: up.Locations, RawInput: up.RawInput, Content: up.Content})
+			p := mustJSON(map[string]any{"sessionId": "", "toolCall": map[string]string{"toolCallId": up.ToolCallID}})
+			if r.deniedByPolicy(r.policy(), s, cur.Agent, acp.MethodRequestPermission, p, []json.RawMessage{ev}) {
+				cur.Tools[len(cur.Tools)-1].Title = hiddenNote
+			}
+		}
+	}
+	end()
+	return turns, seen
 }
 
 // listSessions handles session/list from the store: newest first, with
@@ -260,12 +341,15 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	}
 	s := &Session{ID: id, Cwd: cwd, Enforce: extra.Enforce, r: r, newParams: newParams, active: active,
 		down: map[string]*downstream{}, opening: map[string]chan struct{}{}, stored: map[string]store.Agent{},
-		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, title: h.Meta.Title,
-		history: extra.History, nextSeq: extra.NextSeq, open: true}
+		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, title: h.Meta.Title, open: true}
+	var seen map[string]int
+	s.history, seen = r.turnsFrom(s, h.Updates)
+	s.nextSeq = len(s.history)
 	for _, t := range s.history {
 		s.histBytes += recordSize(&t)
 	}
 	for name, a := range h.Meta.Agents {
+		a.Extra = mustJSON(seen[name]) // the first turn it has not seen
 		s.stored[name] = a
 	}
 	r.mu.Lock()
@@ -351,11 +435,11 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 	default:
 		return nil, false
 	}
-	var seen storedAgent
+	var seen int
 	json.Unmarshal(prev.Extra, &seen)
 	name := inst.Agent.Name()
 	p, _ := acp.SetField(adaptNewSession(s.newParams, agentCaps(inst), name, r.log), "sessionId", prev.SessionID)
-	d := &downstream{agent: inst.Agent, inst: inst, id: prev.SessionID, seen: seen.Seen,
+	d := &downstream{agent: inst.Agent, inst: inst, id: prev.SessionID, seen: seen,
 		replaying: method == acp.MethodSessionLoad && dropReplay}
 	key := downKey(inst, d.id)
 	r.mu.Lock()

@@ -116,6 +116,7 @@ func (r *Router) resetMode(s *Session, d *downstream, pol *policy.Policy, from, 
 			d.view.Modes.CurrentModeID = target
 		}
 		d.modeErr = nil
+		r.recordMetaLocked(s)
 		text = fmt.Sprintf("acp-router: %s was in mode %q, which the permission policy does not allow; it has been set back to %q.", d.agent.Title(), from, target)
 		if s.active == agent {
 			s.writeLocked(s.optionsLineLocked())

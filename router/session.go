@@ -332,7 +332,7 @@ func (r *Router) openDownstreamOn(ctx context.Context, s *Session, a *upstream.A
 	prev, known := s.stored[name]
 	dropReplay := s.hasHistory()
 	if old := s.down[name]; old != nil && old.inst != inst {
-		prev, known = store.Agent{SessionID: old.id, Options: optionValues(old.view.Options), Extra: mustJSON(storedAgent{Seen: old.seen})}, true
+		prev, known = store.Agent{SessionID: old.id, Options: optionValues(old.view.Options), Extra: mustJSON(old.seen)}, true
 		prev.Mode, _, _, _ = merge.CurrentMode(old.view)
 		dropReplay = true // the editor saw it all
 	}

@@ -268,6 +268,7 @@ func (r *Router) setOption(ctx context.Context, s *Session, d *downstream, p jso
 		s.mu.Lock()
 		d.view.Options = out.ConfigOptions
 		r.enforceModeLocked(s, d)
+		r.recordMetaLocked(s)
 		s.mu.Unlock()
 	}
 	return nil
@@ -284,6 +285,7 @@ func (r *Router) setMode(ctx context.Context, s *Session, d *downstream, mode st
 	if d.view.Modes != nil {
 		d.view.Modes.CurrentModeID = mode
 	}
+	r.recordMetaLocked(s)
 	if d.view.Options == nil {
 		s.writeLocked(s.optionsLineLocked())
 	}

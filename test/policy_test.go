@@ -570,6 +570,7 @@ func TestPolicyBriefHidesDenied(t *testing.T) {
 	cfg, _ := policyYAML(t, []string{
 		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-"}),
 		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+		fakeAgentYAML("gamma", fakeOpts{SessionPrefix: "g-"}),
 	}, secretsPolicy, "default: alpha")
 	e := StartRouter(t, cfg, nil)
 	e.Initialize(t, capsAll)
@@ -583,5 +584,18 @@ say done`, cwd), "end_turn")
 	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(tools, ".env") ||
 		!strings.Contains(got, "Tool: [hidden by the permission policy] (completed)") || !strings.Contains(got, "Tool: Read main.go (completed)") {
 		t.Errorf("beta's brief: %q", got)
+	}
+	// After a router restart the brief is read back from the session
+	// store: still hidden.
+	stopRouter(t, e)
+	e = StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	e.MustCall(t, "session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+	e.MustPrompt(t, sid, "/gamma prompt-text", "end_turn")
+	got = lastText(e, sid)
+	_, tools, _ = strings.Cut(got, "say done\n")
+	tools, _, _ = strings.Cut(tools, "--- beta ---") // beta's reply echoes its prompt
+	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(tools, ".env") || !strings.Contains(tools, "Tool: [hidden by the permission policy] (completed)") {
+		t.Errorf("gamma's brief after a reload: %q", got)
 	}
 }
