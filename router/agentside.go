@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,9 +103,70 @@ type updateFields struct {
 	RawInput  json.RawMessage `json:"rawInput"`
 }
 
+// The members decodeUpdate reads, in the order of its out slices.
+var (
+	updateTop    = []string{"sessionId", "update"}
+	updateMember = []string{"sessionUpdate", "toolCallId", "messageId", "currentModeId", "status",
+		"title", "availableCommands", "cost", "configOptions", "_meta", "content", "kind", "locations", "rawInput"}
+)
+
+// decodeUpdate reads what the relay needs of a session/update in one
+// validating pass over the line (acp.Members), decoding only the small
+// members: the content of a 1 MiB update is never decoded or copied. Names
+// match exactly, as the editor reads them.
 func decodeUpdate(m *acp.Message) (*updateParams, error) {
+	var top [2]json.RawMessage
+	if err := acp.Members(m.Params, updateTop, top[:]); err != nil {
+		return nil, err
+	}
 	u := new(updateParams)
-	return u, json.Unmarshal(m.Params, u)
+	if err := rawString(top[0], &u.SessionID); err != nil {
+		return nil, err
+	}
+	if top[1] == nil || string(top[1]) == "null" {
+		return u, nil
+	}
+	var f [14]json.RawMessage
+	if err := acp.Members(top[1], updateMember, f[:]); err != nil {
+		return nil, err
+	}
+	up := &u.Update
+	for i, dst := range []*string{&up.Kind, &up.ToolCallID, &up.MessageID, &up.CurrentModeID, &up.Status} {
+		if err := rawString(f[i], dst); err != nil {
+			return nil, err
+		}
+	}
+	if f[5] != nil && string(f[5]) != "null" {
+		up.Title = new(string)
+		if err := rawString(f[5], up.Title); err != nil {
+			return nil, err
+		}
+	}
+	if f[6] != nil {
+		if err := json.Unmarshal(f[6], &up.AvailableCommands); err != nil {
+			return nil, err
+		}
+	}
+	if f[7] != nil {
+		if err := json.Unmarshal(f[7], &up.Cost); err != nil {
+			return nil, err
+		}
+	}
+	up.ConfigOptions, up.Meta, up.Content, up.ToolKind, up.Locations, up.RawInput = f[8], f[9], f[10], f[11], f[12], f[13]
+	return u, nil
+}
+
+// rawString decodes a JSON string member (absent or null: unchanged). One
+// without escapes is sliced, not decoded: Members validated it.
+func rawString(raw json.RawMessage, out *string) error {
+	switch {
+	case raw == nil || string(raw) == "null":
+		return nil
+	case len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0:
+		*out = string(raw[1 : len(raw)-1])
+		return nil
+	}
+	return json.Unmarshal(raw, out)
 }
 
 // relayUpdate applies DESIGN §5 "cross-agent state" to one update of
@@ -294,15 +356,18 @@ func (s *Session) agentLine(d *downstream, m *acp.Message, edits []idEdit) []byt
 			return m.Raw
 		}
 	}
-	line, err := json.Marshal(struct {
-		JSONRPC string          `json:"jsonrpc"`
-		Method  string          `json:"method"`
-		Params  json.RawMessage `json:"params"`
-	}{"2.0", m.Method, p})
+	// The envelope is written around the params as they are (valid JSON on
+	// one line: the agent's, spliced by setPath), not re-encoded.
+	method, err := json.Marshal(m.Method)
 	if err != nil {
 		return m.Raw
 	}
-	return line
+	line := make([]byte, 0, len(p)+len(method)+40)
+	line = append(line, `{"jsonrpc":"2.0","method":`...)
+	line = append(line, method...)
+	line = append(line, `,"params":`...)
+	line = append(line, p...)
+	return append(line, '}')
 }
 
 // usageLineLocked is a usage_update with used/size of the agent running the

@@ -1,0 +1,94 @@
+package router
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/acp-router/acp-router/acp"
+)
+
+// TestDecodeUpdate: the one-pass decode of session/update reads what a
+// struct decode reads, for every update in the real agents' transcripts
+// and for edge cases (escapes, nulls, no update); a member of the wrong
+// type is an error.
+func TestDecodeUpdate(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/real-agents/*.jsonl")
+	if len(files) == 0 {
+		t.Fatal("no transcripts")
+	}
+	var lines [][]byte
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 64<<20)
+		for sc.Scan() {
+			var rec struct {
+				Msg json.RawMessage `json:"msg"`
+			}
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg != nil {
+				lines = append(lines, rec.Msg)
+			}
+		}
+		f.Close()
+	}
+	lines = append(lines,
+		[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s\u00e9\n","update":{"sessionUpdate":"tool_call","toolCallId":"a\"b","title":null,"status":"pending","kind":"read","locations":[{"path":"/x"}],"rawInput":{"path":"/x"}}}}`),
+		[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":null}}`),
+		[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s"}}`),
+		[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"usage_update","cost":{"amount":1.5,"currency":"USD"},"title":"t"}}}`),
+	)
+	n := 0
+	for _, line := range lines {
+		m, err := acp.Classify(line)
+		if err != nil || m.Method != acp.MethodSessionUpdate {
+			continue
+		}
+		n++
+		want := new(updateParams)
+		if err := json.Unmarshal(m.Params, want); err != nil {
+			t.Fatalf("struct decode of %s: %v", line, err)
+		}
+		got, err := decodeUpdate(m)
+		if err != nil {
+			t.Fatalf("decodeUpdate(%s): %v", line, err)
+		}
+		// A struct decode keeps "null" for raw members; so does Members.
+		if !reflect.DeepEqual(normalize(got), normalize(want)) {
+			t.Errorf("decodeUpdate(%.300s)\n got %+v\nwant %+v", line, got.Update, want.Update)
+		}
+	}
+	if n < 60 {
+		t.Errorf("only %d updates checked", n)
+	}
+	for _, bad := range []string{`{"sessionId":1}`, `{"sessionId":"s","update":{"sessionUpdate":2}}`, `{"sessionId":"s","update":{"title":[]}}`, `{"sessionId":"s","update":{"cost":"x"}}`} {
+		if _, err := decodeUpdate(&acp.Message{Params: json.RawMessage(bad)}); err == nil {
+			t.Errorf("decodeUpdate(%s): no error", bad)
+		}
+	}
+}
+
+// normalize makes raw members comparable: compacted, and empty for null.
+func normalize(u *updateParams) updateParams {
+	out := *u
+	for _, r := range []*json.RawMessage{&out.Update.ConfigOptions, &out.Update.Meta, &out.Update.Content, &out.Update.ToolKind, &out.Update.Locations, &out.Update.RawInput} {
+		if string(*r) == "null" {
+			*r = nil
+		}
+		if *r != nil {
+			*r = append(json.RawMessage{}, *r...)
+		}
+	}
+	var cmds []json.RawMessage
+	for _, c := range out.Update.AvailableCommands {
+		cmds = append(cmds, append(json.RawMessage{}, c...))
+	}
+	out.Update.AvailableCommands = cmds
+	return out
+}
