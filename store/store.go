@@ -29,11 +29,12 @@
 // # Commits and durability
 //
 // The writer commits every CommitInterval (50 ms) after the first change, at
-// once when CommitBytes (1 MiB) are queued, and at once at TurnEnd, Sync,
-// Load, Delete and Close. A commit that contains a turn end fsyncs that
-// session's log. A kill -9 therefore loses at most what was queued in memory
-// (one commit window); an operating system crash loses at most what was
-// written since the last fsync (the turn in progress). Neither can corrupt
+// once when CommitBytes (1 MiB) are queued, and at once at Sync, Load,
+// Delete and Close. A commit that contains a turn end fsyncs that session's
+// log (one fsync for all the turns that ended in the window). A kill -9
+// therefore loses at most what was queued in memory (one commit window); an
+// operating system crash loses at most what was written since the last
+// fsync (the turn in progress, or the turns of the last window). Neither can corrupt
 // the store: records are checksummed, a torn or partly written last record
 // is ignored by readers and truncated away by the next writer under the
 // session's lock, and metadata is replaced atomically (temp file + fsync +
@@ -373,9 +374,11 @@ func (s *Store) TurnStart(id string) error {
 	return nil
 }
 
-// TurnEnd marks the end of the turn, moves UpdatedAt to now and commits the
-// session at once, with an fsync. It does not wait for the commit (Sync
-// does) and does no I/O.
+// TurnEnd marks the end of the turn, moves UpdatedAt to now and has the
+// session committed with an fsync in the current commit window: turns that
+// end in one window share one fsync (a router answering thousands of
+// prompts a second does not fsync thousands of times). It does not wait
+// for the commit (Sync does) and does no I/O.
 func (s *Store) TurnEnd(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -389,8 +392,6 @@ func (s *Store) TurnEnd(id string) error {
 		se.sync = true
 	}
 	s.queueLocked(se)
-	s.urgent = true
-	s.wake()
 	return nil
 }
 
