@@ -292,17 +292,17 @@ func (p *parser) args(path string, n *yaml.Node) []string {
 }
 
 func (p *parser) envMap(path string, n *yaml.Node) map[string]string {
-	pairs, ok := p.mapping(path, n)
+	pairs, ok := yamlpos.Mapping(path, n, p.errorf)
 	if !ok {
 		return nil
 	}
 	env := make(map[string]string, len(pairs))
 	for _, kv := range pairs {
-		if !envName.MatchString(kv.key.Value) {
-			p.errorf(kv.key, path, "invalid environment variable name %q", kv.key.Value)
+		if !envName.MatchString(kv.Key.Value) {
+			p.errorf(kv.Key, path, "invalid environment variable name %q", kv.Key.Value)
 			continue
 		}
-		env[kv.key.Value], _ = p.expanded(path+"."+kv.key.Value, kv.val)
+		env[kv.Key.Value], _ = p.expanded(path+"."+kv.Key.Value, kv.Val)
 	}
 	return env
 }
@@ -496,50 +496,23 @@ func (p *parser) duration(path string, n *yaml.Node) time.Duration {
 	return d
 }
 
-// pair is one key and its value in a YAML mapping, aliases resolved.
-type pair struct{ key, val *yaml.Node }
-
-// mapping returns the pairs of mapping n, reporting a node of another kind,
-// keys that are not scalars and duplicate keys.
-func (p *parser) mapping(path string, n *yaml.Node) ([]pair, bool) {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "expected a mapping, got %s", yamlpos.Describe(n))
-		return nil, false
-	}
-	pairs := make([]pair, 0, len(n.Content)/2)
-	seen := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := yamlpos.Deref(n.Content[i]), yamlpos.Deref(n.Content[i+1])
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			p.errorf(k, path, "expected a key, got %s", yamlpos.Describe(k))
-		case seen[k.Value] != nil:
-			p.errorf(k, "", "duplicate key %q (first at line %d)", k.Value, seen[k.Value].Line)
-		default:
-			seen[k.Value] = k
-			pairs = append(pairs, pair{k, v})
-		}
-	}
-	return pairs, true
-}
-
 // fields reads mapping n whose keys must be among known; keys in
 // unsupported are recognized but rejected. It returns the value of each key
 // present, or nil when n is not a mapping.
 func (p *parser) fields(path string, n *yaml.Node, known []string, unsupported ...string) map[string]*yaml.Node {
-	pairs, ok := p.mapping(path, n)
+	pairs, ok := yamlpos.Mapping(path, n, p.errorf)
 	if !ok {
 		return nil
 	}
 	f := make(map[string]*yaml.Node, len(pairs))
 	for _, kv := range pairs {
-		switch key := kv.key.Value; {
+		switch key := kv.Key.Value; {
 		case slices.Contains(known, key):
-			f[key] = kv.val
+			f[key] = kv.Val
 		case slices.Contains(unsupported, key):
-			p.errorf(kv.key, "", "%q is not supported yet by this build of acp-router", key)
+			p.errorf(kv.Key, "", "%q is not supported yet by this build of acp-router", key)
 		default:
-			p.errorf(kv.key, "", "unknown key %q%s", key, yamlpos.Suggest(key, slices.Concat(known, unsupported)))
+			p.errorf(kv.Key, "", "unknown key %q%s", key, yamlpos.Suggest(key, slices.Concat(known, unsupported)))
 		}
 	}
 	return f

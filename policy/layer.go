@@ -453,16 +453,16 @@ func (p *parser) test(path string, n *yaml.Node) *TestCase {
 		}
 	}
 	if v := f["symlinks"]; v != nil {
-		pairs, ok := p.mapping(path+".symlinks", v)
+		pairs, ok := yamlpos.Mapping(path+".symlinks", v, p.errorf)
 		if ok {
 			t.Symlinks = map[string]string{}
 			for _, kv := range pairs {
-				target, ok := p.str(path+".symlinks."+kv.key.Value, kv.val)
-				if !filepath.IsAbs(kv.key.Value) {
-					p.errorf(kv.key, path+".symlinks", "link %q must be an absolute path", kv.key.Value)
+				target, ok := p.str(path+".symlinks."+kv.Key.Value, kv.Val)
+				if !filepath.IsAbs(kv.Key.Value) {
+					p.errorf(kv.Key, path+".symlinks", "link %q must be an absolute path", kv.Key.Value)
 				}
 				if ok {
-					t.Symlinks[kv.key.Value] = target
+					t.Symlinks[kv.Key.Value] = target
 				}
 			}
 		}
@@ -568,49 +568,24 @@ func (p *parser) str(path string, n *yaml.Node) (string, bool) {
 	return n.Value, true
 }
 
-// pair is one key and its value in a YAML mapping, aliases resolved.
-type pair struct{ key, val *yaml.Node }
-
-func (p *parser) mapping(path string, n *yaml.Node) ([]pair, bool) {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, path, "expected a mapping, got %s", yamlpos.Describe(n))
-		return nil, false
-	}
-	pairs := make([]pair, 0, len(n.Content)/2)
-	seen := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := yamlpos.Deref(n.Content[i]), yamlpos.Deref(n.Content[i+1])
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			p.errorf(k, path, "expected a key, got %s", yamlpos.Describe(k))
-		case seen[k.Value] != nil:
-			p.errorf(k, "", "duplicate key %q (first at line %d)", k.Value, seen[k.Value].Line)
-		default:
-			seen[k.Value] = k
-			pairs = append(pairs, pair{k, v})
-		}
-	}
-	return pairs, true
-}
-
 // fields reads mapping n whose keys must be among known; misplaced keys
 // are valid elsewhere and say so.
 func (p *parser) fields(path string, n *yaml.Node, known []string, misplaced ...string) map[string]*yaml.Node {
-	pairs, ok := p.mapping(path, n)
+	pairs, ok := yamlpos.Mapping(path, n, p.errorf)
 	if !ok {
 		return nil
 	}
 	f := make(map[string]*yaml.Node, len(pairs))
 	for _, kv := range pairs {
-		switch key := kv.key.Value; {
+		switch key := kv.Key.Value; {
 		case slices.Contains(known, key):
-			f[key] = kv.val
+			f[key] = kv.Val
 		case slices.Contains(misplaced, key) && key == "lower_layers_may":
-			p.errorf(kv.key, "", "lower_layers_may is only valid in the org layer (%s)", "policy directory files")
+			p.errorf(kv.Key, "", "lower_layers_may is only valid in the org layer (%s)", "policy directory files")
 		case slices.Contains(misplaced, key) && key == "include":
-			p.errorf(kv.key, "", "include is only valid in the config's permissions")
+			p.errorf(kv.Key, "", "include is only valid in the config's permissions")
 		default:
-			p.errorf(kv.key, "", "unknown key %q%s", key, yamlpos.Suggest(key, known))
+			p.errorf(kv.Key, "", "unknown key %q%s", key, yamlpos.Suggest(key, known))
 		}
 	}
 	return f

@@ -161,3 +161,31 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(rb)]
 }
+
+// Pair is one key and its value in a YAML mapping, aliases resolved.
+type Pair struct{ Key, Val *yaml.Node }
+
+// Mapping returns the pairs of mapping n (at path, for messages), reporting
+// through errorf a node of another kind, keys that are not scalars and
+// duplicate keys. ok is false when n is not a mapping.
+func Mapping(path string, n *yaml.Node, errorf func(at *yaml.Node, path, format string, args ...any)) (pairs []Pair, ok bool) {
+	if n.Kind != yaml.MappingNode {
+		errorf(n, path, "expected a mapping, got %s", Describe(n))
+		return nil, false
+	}
+	pairs = make([]Pair, 0, len(n.Content)/2)
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := Deref(n.Content[i]), Deref(n.Content[i+1])
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			errorf(k, path, "expected a key, got %s", Describe(k))
+		case seen[k.Value] != nil:
+			errorf(k, "", "duplicate key %q (first at line %d)", k.Value, seen[k.Value].Line)
+		default:
+			seen[k.Value] = k
+			pairs = append(pairs, Pair{k, v})
+		}
+	}
+	return pairs, true
+}
