@@ -63,15 +63,44 @@ func (p *permRequest) option(kinds ...string) *permOption {
 	return nil
 }
 
-func selected(optionID string) json.RawMessage {
-	type outcome struct {
-		Outcome  string `json:"outcome"`
-		OptionID string `json:"optionId"`
-	}
-	return mustJSON(map[string]outcome{"outcome": {"selected", optionID}})
+// permOutcome is a RequestPermissionResponse's outcome.
+type permOutcome struct {
+	Outcome  string `json:"outcome"`
+	OptionID string `json:"optionId,omitempty"`
 }
 
-var cancelledOutcome = json.RawMessage(`{"outcome":{"outcome":"cancelled"}}`)
+func selected(optionID string) json.RawMessage {
+	return mustJSON(map[string]permOutcome{"outcome": {"selected", optionID}})
+}
+
+var cancelledOutcome = mustJSON(map[string]permOutcome{"outcome": {Outcome: "cancelled"}})
+
+// chosenKind is the kind of the option the editor's answer selected among
+// options: "cancelled" when it selected none (or failed), "unknown option"
+// for an id that was not offered.
+func chosenKind(res json.RawMessage, err error, options []permOption) string {
+	var out struct {
+		Outcome permOutcome `json:"outcome"`
+	}
+	if err != nil || json.Unmarshal(res, &out) != nil || out.Outcome.Outcome != "selected" {
+		return "cancelled"
+	}
+	for _, o := range options {
+		if o.OptionID == out.Outcome.OptionID {
+			return o.Kind
+		}
+	}
+	return "unknown option"
+}
+
+// askOptions are the options of the router's own permission requests: one
+// of each kind, the kind as id.
+var askOptions = []permOption{
+	{OptionID: allowOnce, Name: "Allow once", Kind: allowOnce},
+	{OptionID: allowAlways, Name: "Always allow in this session", Kind: allowAlways},
+	{OptionID: rejectOnce, Name: "Reject", Kind: rejectOnce},
+	{OptionID: rejectAlways, Name: "Always reject in this session", Kind: rejectAlways},
+}
 
 // enforce decides a request of the policy's and carries the decision out.
 // It runs in the agent's read loop and never waits there.
@@ -139,21 +168,7 @@ func (r *Router) enforcePermission(ctx context.Context, inst *upstream.Instance,
 	}
 	// Ask: the editor's user chooses.
 	r.relayRequest(ctx, inst, req, p, reply, func(res json.RawMessage, err error) (json.RawMessage, error) {
-		choice := "cancelled"
-		var out struct {
-			Outcome struct {
-				Outcome  string `json:"outcome"`
-				OptionID string `json:"optionId"`
-			} `json:"outcome"`
-		}
-		if err == nil && json.Unmarshal(res, &out) == nil && out.Outcome.Outcome == "selected" {
-			choice = "unknown option"
-			for _, o := range pr.Options {
-				if o.OptionID == out.Outcome.OptionID {
-					choice = o.Kind
-				}
-			}
-		}
+		choice := chosenKind(res, err, pr.Options)
 		v.source = "user"
 		allowed := choice == allowOnce || choice == allowAlways
 		if aerr := r.record(v, choice); aerr != nil && allowed {
@@ -248,29 +263,13 @@ func (r *Router) askThenRelay(ctx context.Context, inst *upstream.Instance, req 
 	editorToolID := s.toolIDs.Out("", toolID)
 	s.mu.Unlock()
 	toolCall["toolCallId"], toolCall["title"], toolCall["kind"], toolCall["status"] = editorToolID, title, kind, "pending"
-	ask := mustJSON(map[string]any{"sessionId": s.ID, "toolCall": toolCall, "options": []permOption{
-		{OptionID: allowOnce, Name: "Allow once", Kind: allowOnce},
-		{OptionID: allowAlways, Name: "Always allow in this session", Kind: allowAlways},
-		{OptionID: rejectOnce, Name: "Reject", Kind: rejectOnce},
-		{OptionID: rejectAlways, Name: "Always reject in this session", Kind: rejectAlways},
-	}})
+	ask := mustJSON(map[string]any{"sessionId": s.ID, "toolCall": toolCall, "options": askOptions})
 	choice := "cancelled"
 	c, done, err := r.callEditor(ctx, inst, acp.RawID(req.ID), s.ID, acp.MethodRequestPermission, ask)
 	if err == nil {
 		res, werr := c.Wait(ctx)
 		done()
-		var out struct {
-			Outcome struct {
-				Outcome  string `json:"outcome"`
-				OptionID string `json:"optionId"`
-			} `json:"outcome"`
-		}
-		if werr == nil && json.Unmarshal(res, &out) == nil && out.Outcome.Outcome == "selected" {
-			switch o := out.Outcome.OptionID; o {
-			case allowOnce, allowAlways, rejectOnce, rejectAlways:
-				choice = o
-			}
-		}
+		choice = chosenKind(res, werr, askOptions)
 	}
 	v.source = "user"
 	allowed := choice == allowOnce || choice == allowAlways

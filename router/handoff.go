@@ -122,25 +122,31 @@ func (r *Router) deniedByPolicy(pol *policy.Policy, s *Session, agent, method st
 
 // hideDenied replaces the title of each of rec's tool calls that is about
 // something a deny rule matches.
-func (r *Router) hideDenied(s *Session, rec *merge.TurnRecord) {
+func (r *Router) hideDenied(s *Session, rec *merge.TurnRecord, evidence map[string][]json.RawMessage) {
 	pol := r.policy()
-	if pol == nil || len(rec.Tools) == 0 {
+	if pol == nil {
 		return
 	}
-	s.mu.Lock()
-	updates := make([][]json.RawMessage, len(rec.Tools))
-	for i, tool := range rec.Tools {
-		if ts := s.tools[toolKey(rec.Agent, tool.ID)]; ts != nil {
-			updates[i] = ts.updates
-		}
-	}
-	s.mu.Unlock()
 	for i := range rec.Tools {
+		updates := evidence[rec.Tools[i].ID]
 		p, _ := json.Marshal(map[string]any{"sessionId": "", "toolCall": map[string]string{"toolCallId": rec.Tools[i].ID}})
-		if updates[i] != nil && r.deniedByPolicy(pol, s, rec.Agent, acp.MethodRequestPermission, p, updates[i]) {
+		if updates != nil && r.deniedByPolicy(pol, s, rec.Agent, acp.MethodRequestPermission, p, updates) {
 			rec.Tools[i].Title = hiddenNote
 		}
 	}
+}
+
+// toolEvidenceOf is what the session tracked of rec's tool calls.
+func (s *Session) toolEvidenceOf(rec *merge.TurnRecord) map[string][]json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]json.RawMessage{}
+	for _, tool := range rec.Tools {
+		if ts := s.tools[toolKey(rec.Agent, tool.ID)]; ts != nil {
+			out[tool.ID] = ts.updates
+		}
+	}
+	return out
 }
 
 // record keeps t's record in the session's history. The history holds at
@@ -148,7 +154,9 @@ func (r *Router) hideDenied(s *Session, rec *merge.TurnRecord) {
 // the oldest turns go until it is back under the bound, so trimming costs
 // O(1) per turn on average.
 func (s *Session) record(t *turn, max int) {
-	s.r.hideDenied(s, t.rec)
+	if len(t.rec.Tools) > 0 && s.r.policy() != nil {
+		s.r.hideDenied(s, t.rec, s.toolEvidenceOf(t.rec))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.rec.Reply = t.reply.String()

@@ -46,7 +46,7 @@ type turnMeta struct {
 	} `json:"acpRouter"`
 }
 
-// recordCreateLocked registers a new session in the store. Called once, when
+// recordCreate registers a new session in the store. Called once, when
 // the session gets its id.
 func (r *Router) recordCreate(s *Session) {
 	st := r.opts.Store
@@ -157,13 +157,14 @@ func (r *Router) recordTurnEnd(s *Session) {
 func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[string]int) {
 	var turns []merge.TurnRecord
 	seen := map[string]int{}
-	var cur *merge.TurnRecord
-	var reply merge.Capped
+	var cur *turn                             // the turn being read, nil outside an agent's turn
+	var evidence map[string][]json.RawMessage // its tool calls' updates, for hideDenied
 	inPrompt := false
 	end := func() {
 		if cur != nil {
-			cur.Reply = reply.String()
-			turns = append(turns, *cur)
+			cur.rec.Reply = cur.reply.String()
+			r.hideDenied(s, cur.rec, evidence)
+			turns = append(turns, *cur.rec)
 			cur = nil
 		}
 	}
@@ -185,23 +186,22 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 			json.Unmarshal(up.Content, &c)
 			if !inPrompt {
 				end()
-				agent := up.Meta.AcpRouter.Agent
-				if agent != "" {
+				if agent := up.Meta.AcpRouter.Agent; agent != "" {
 					title := agent
 					if a := r.byName[agent]; a != nil {
 						title = a.Title()
 					}
-					cur = &merge.TurnRecord{Seq: len(turns), Agent: agent, Title: title}
-					reply = merge.Capped{Max: r.cfg.Handoff.MaxBytes}
+					cur = &turn{rec: &merge.TurnRecord{Seq: len(turns), Agent: agent, Title: title}, reply: merge.Capped{Max: r.cfg.Handoff.MaxBytes}}
+					evidence = map[string][]json.RawMessage{}
 					seen[agent] = len(turns) + 1
 				}
 			}
 			inPrompt = true
 			if cur != nil && c.Type == "text" {
-				if cur.User != "" {
-					cur.User += "\n"
+				if cur.rec.User != "" {
+					cur.rec.User += "\n"
 				}
-				cur.User += c.Text
+				cur.rec.User += c.Text
 			}
 			continue
 		}
@@ -209,19 +209,10 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		if cur == nil {
 			continue
 		}
-		title := ""
-		if up.Title != nil {
-			title = *up.Title
-		}
-		t := &turn{rec: cur, reply: reply}
-		t.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
-		reply = t.reply
-		if up.Kind == "tool_call" && r.policy() != nil {
-			ev, _ := json.Marshal(toolEvidence{Kind: up.ToolKind, Title: &title, Locations: up.Locations, RawInput: up.RawInput, Content: up.Content})
-			p := mustJSON(map[string]any{"sessionId": "", "toolCall": map[string]string{"toolCallId": up.ToolCallID}})
-			if r.deniedByPolicy(r.policy(), s, cur.Agent, acp.MethodRequestPermission, p, []json.RawMessage{ev}) {
-				cur.Tools[len(cur.Tools)-1].Title = hiddenNote
-			}
+		cur.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
+		if (up.Kind == "tool_call" || up.Kind == "tool_call_update") && r.policy() != nil {
+			ev, _ := json.Marshal(toolEvidence{Kind: up.ToolKind, Title: up.Title, Locations: up.Locations, RawInput: up.RawInput, Content: up.Content})
+			evidence[up.ToolCallID] = append(evidence[up.ToolCallID], ev)
 		}
 	}
 	end()
@@ -363,12 +354,10 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 		r.replay(h)
 	}
 	r.log.Info("session reopened", "session", id, "agent", active, "replayed", replay && len(h.Updates) > 0)
-	d, err := r.ensureDownstream(ctx, s, r.byName[active])
-	if err != nil {
+	if _, err := r.ensureDownstream(ctx, s, r.byName[active]); err != nil { // modes already checked
 		r.forget(s)
 		return nil, err
 	}
-	r.waitMode(ctx, s, d)
 	s.mu.Lock()
 	r.recordMetaLocked(s)
 	s.mu.Unlock()

@@ -130,3 +130,24 @@ func TestLoadOrgLayer(t *testing.T) {
 		}
 	})
 }
+
+// TestReloadRelevant: which file events make the policy watcher reload.
+func TestReloadRelevant(t *testing.T) {
+	watch := map[string][]string{"/etc/acp-router/policy.d": {""}, "/home/u/.config/acp-router": {"config.yaml"}}
+	for name, want := range map[string]bool{
+		"/etc/acp-router/policy.d/10-org.yaml":        true,  // an org file
+		"/etc/acp-router/policy.d/notes.txt":          false, // not a policy file
+		"/etc/acp-router/policy.d":                    true,  // the directory itself
+		"/etc/acp-router":                             true,  // an ancestor (the directory appears)
+		"/etc/acp-router-old":                         false,
+		"/home/u/.config/acp-router/config.yaml":      true,
+		"/home/u/.config/acp-router/.config.yaml.swp": false,
+		"/home/u/.config/acp-router/other.yaml":       false,
+		"/home/u/.config/acp-router/sub/config.yaml":  false,
+		"/etc/acp-router/policy.d/sub/x.yaml":         false,
+	} {
+		if got := relevant(watch, name); got != want {
+			t.Errorf("relevant(%s) = %v, want %v", name, got, want)
+		}
+	}
+}

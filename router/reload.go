@@ -137,9 +137,5 @@ func relevant(want map[string][]string, name string) bool {
 // isBelow: dir is below name (name is one of its ancestors).
 func isBelow(dir, name string) bool {
 	rel, err := filepath.Rel(name, dir)
-	return err == nil && rel != "." && !filepath.IsAbs(rel) && rel != ".." && !startsWithDotDot(rel)
-}
-
-func startsWithDotDot(rel string) bool {
-	return len(rel) >= 3 && rel[:3] == ".."+string(filepath.Separator)
+	return err == nil && rel != "." && filepath.IsLocal(rel)
 }

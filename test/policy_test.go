@@ -577,12 +577,18 @@ func TestPolicyBriefHidesDenied(t *testing.T) {
 	sid := e.NewSession(t, cwd)
 	e.MustPrompt(t, sid, fmt.Sprintf(`update {"sessionUpdate":"tool_call","toolCallId":"t1","title":"Read %[1]s/.env","kind":"read","status":"completed","locations":[{"path":"%[1]s/.env"}]}
 update {"sessionUpdate":"tool_call","toolCallId":"t2","title":"Read main.go","kind":"read","status":"completed","locations":[{"path":"%[1]s/main.go"}]}
-say done`, cwd), "end_turn")
+update {"sessionUpdate":"tool_call","toolCallId":"t3","title":"Read a file","kind":"read","status":"pending"}
+update {"sessionUpdate":"tool_call_update","toolCallId":"t3","status":"completed","rawInput":{"path":"%[1]s/config/.env.local"}}
+say done
+say more`, cwd), "end_turn")
+	// The third tool call names its path only in its update; the reply
+	// came in two chunks.
+	hidden := "Tool: [hidden by the permission policy] (completed)"
 	e.MustPrompt(t, sid, "/beta prompt-text", "end_turn")
 	got := lastText(e, sid)
-	_, tools, _ := strings.Cut(got, "say done\n") // the user's prompt (this script) names .env itself
-	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(tools, ".env") ||
-		!strings.Contains(got, "Tool: [hidden by the permission policy] (completed)") || !strings.Contains(got, "Tool: Read main.go (completed)") {
+	_, tools, _ := strings.Cut(got, "say more\n") // the user's prompt (this script) names .env itself
+	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(tools, ".env") || strings.Count(tools, hidden) != 2 ||
+		!strings.Contains(tools, "Tool: Read main.go (completed)") || !strings.Contains(tools, "alpha: donemore") {
 		t.Errorf("beta's brief: %q", got)
 	}
 	// After a router restart the brief is read back from the session
@@ -593,9 +599,10 @@ say done`, cwd), "end_turn")
 	e.MustCall(t, "session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
 	e.MustPrompt(t, sid, "/gamma prompt-text", "end_turn")
 	got = lastText(e, sid)
-	_, tools, _ = strings.Cut(got, "say done\n")
+	_, tools, _ = strings.Cut(got, "say more\n")
 	tools, _, _ = strings.Cut(tools, "--- beta ---") // beta's reply echoes its prompt
-	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(tools, ".env") || !strings.Contains(tools, "Tool: [hidden by the permission policy] (completed)") {
+	if !strings.HasPrefix(got, "[acp-router handoff]") || strings.Contains(tools, ".env") || strings.Count(tools, hidden) != 2 ||
+		!strings.Contains(tools, "Tool: Read main.go (completed)") || !strings.Contains(tools, "alpha: donemore") {
 		t.Errorf("gamma's brief after a reload: %q", got)
 	}
 }
