@@ -185,7 +185,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		r.log.Debug("update of a cancelled turn dropped", "session", s.ID)
 		return
 	}
-	if d.replaying {
+	if d.replaying && replayed(up.Kind) {
 		return // the agent replays what the editor has (history.go)
 	}
 	active := s.active == name
@@ -769,4 +769,14 @@ func (r *Router) agentExited(inst *upstream.Instance, err error) {
 			}
 		}
 	}()
+}
+
+// replayed: a kind of update an agent's session/load replays (everything
+// but the session's state: commands, modes, options, title, usage).
+func replayed(kind string) bool {
+	switch kind {
+	case "available_commands_update", "current_mode_update", "config_option_update", "session_info_update", "usage_update":
+		return false
+	}
+	return true
 }

@@ -437,8 +437,8 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 	s.mu.Lock()
 	s.down[name] = d
 	s.mu.Unlock()
-	// The answer ends the agent's replay, in its read path: what follows
-	// is new.
+	// The answer, in the agent's read path, sets what the agent reports;
+	// its replay ends with the next prompt (downstream.replaying).
 	done := func(m *acp.Message) {
 		var res struct {
 			Modes         *merge.ModeState  `json:"modes"`
@@ -447,7 +447,6 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 		}
 		json.Unmarshal(m.Result, &res)
 		s.mu.Lock()
-		d.replaying = false
 		if m.Error == nil {
 			d.view = merge.AgentView{Options: res.ConfigOptions, Modes: res.Modes, Models: res.Models}
 			r.enforceModeLocked(s, d)

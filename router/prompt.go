@@ -260,6 +260,7 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 	}
 	s.mu.Lock() // the relay reads them in the agent's read loop
 	t.d, t.inst = d, inst
+	d.replaying = false // what the agent sends from now on is this turn
 	cancelled := t.cancelled
 	modeErr := d.modeErr
 	// A new turn: approvals and tool call evidence are per turn.

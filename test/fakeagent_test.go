@@ -63,6 +63,9 @@ type fakeOpts struct {
 	// CrashOnSessionNew prints the secret-bearing fatal line to stderr and
 	// exits 3 on every session/new (a crash loop).
 	CrashOnSessionNew bool `json:"crashOnSessionNew,omitempty"`
+	// ReplayAfterAnswer sends part of a session/load replay after the
+	// answer, as Gemini CLI does (it streams its history without waiting).
+	ReplayAfterAnswer bool `json:"replayAfterAnswer,omitempty"`
 }
 
 const defaultInitResult = `{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},"mcpCapabilities":{"http":false,"sse":false},"sessionCapabilities":{}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
@@ -450,6 +453,9 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		result := map[string]any{}
 		_ = json.Unmarshal(a.opts.SessionResult, &result)
 		a.reply(m.ID, result)
+		if m.Method == "session/load" && a.opts.ReplayAfterAnswer {
+			a.say(p.SessionID, "replayed late "+p.SessionID)
+		}
 	case "session/delete":
 		a.reply(m.ID, map[string]any{})
 	case "session/set_mode", "session/close", "session/set_model":

@@ -64,7 +64,7 @@ func TestHistoryAcrossRouterRestart(t *testing.T) {
 	logs := t.TempDir()
 	logOf := func(name string) string { return filepath.Join(logs, name+".log") }
 	cfg := writeConfig(t, routerYAML(t, []string{
-		fakeAgentYAML("alpha", fakeOpts{InitResult: json.RawMessage(initLoad), LogFile: logOf("alpha"), UniqueSessionIDs: true}),
+		fakeAgentYAML("alpha", fakeOpts{InitResult: json.RawMessage(initLoad), LogFile: logOf("alpha"), UniqueSessionIDs: true, ReplayAfterAnswer: true}),
 		fakeAgentYAML("beta", fakeOpts{InitResult: json.RawMessage(initResume), LogFile: logOf("beta"), UniqueSessionIDs: true}),
 		fakeAgentYAML("gamma", fakeOpts{LogFile: logOf("gamma"), UniqueSessionIDs: true}),
 	}, "default: alpha"))
