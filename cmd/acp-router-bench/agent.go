@@ -20,9 +20,10 @@ import (
 //	flood N SIZE             N agent_message_chunk updates of SIZE bytes each (the whole line), then end_turn
 //	paced N RATE             N updates of about 200 bytes at RATE per second, each carrying its send time, then end_turn
 //
-// session/load of a session id "replay-N" replays N updates of about 200
-// bytes and answers {}. It advertises loadSession so that a router that
-// passes it on can be measured.
+// session/load of a session id "replay-N" replays N updates of 200 bytes
+// and answers {}; of any other id it answers {} at once, replaying nothing
+// (a router re-attaching one of its sessions: only the router's own replay
+// is then measured). It advertises loadSession.
 //
 // It reads one line at a time and flushes its output only when no more input
 // is buffered, so that it is never the bottleneck of a concurrent run.
@@ -116,8 +117,12 @@ func (a *benchAgent) handle(line []byte) {
 		a.prompt(p.SessionID, text)
 		a.reply(m.ID, `{"stopReason":"end_turn"}`)
 	case "session/load":
-		n, _ := strconv.Atoi(strings.TrimPrefix(p.SessionID, "replay-"))
-		a.replay(p.SessionID, n)
+		// Any other id (a router re-attaching its session "bench-N") is
+		// answered at once, with nothing replayed.
+		if rest, ok := strings.CutPrefix(p.SessionID, "replay-"); ok {
+			n, _ := strconv.Atoi(rest)
+			a.replay(p.SessionID, n)
+		}
 		a.reply(m.ID, `{}`)
 	case "session/cancel":
 	default:

@@ -90,19 +90,22 @@ func startClient(name string, argv []string, logFile string, env []string) (*cli
 func (c *client) Pid() int { return c.cmd.Process.Pid }
 
 // Close ends the conversation like an editor does (stdin closed) and waits
-// for the process; its process group is killed if it lingers.
-func (c *client) Close() {
+// for the process; its process group is killed if it lingers. The error
+// says whether it exited by itself, successfully.
+func (c *client) Close() error {
 	c.in.Close()
-	exited := make(chan struct{})
-	go func() {
-		c.cmd.Wait()
-		close(exited)
-	}()
+	exited := make(chan error, 1)
+	go func() { exited <- c.cmd.Wait() }()
 	select {
-	case <-exited:
+	case err := <-exited:
+		if err != nil {
+			return fmt.Errorf("%s: exit after stdin closed: %w", c.name, err)
+		}
+		return nil
 	case <-time.After(5 * time.Second):
 		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
+		return fmt.Errorf("%s: still running 5s after stdin closed: killed", c.name)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 // conn is one path's connection in a scenario, with its sessions.
 type conn struct {
 	c    *client
+	log  string // the process's stderr
 	sids []string
 	// proxy: the process is a relay or a router, whose CPU time per
 	// operation is a figure.
@@ -158,7 +160,7 @@ func (b *bench) scenarios() []scenario {
 	})
 	out = append(out, scenario{name: "memory", agent: "go", custom: (*bench).memory})
 	out = append(out, scenario{
-		name: "replay", agent: "go", needsLoad: true,
+		name: "replay", agent: "go", needsLoad: true, custom: (*bench).replay,
 		warm:  func(c *conn) (map[string]float64, error) { return replayTrial(c, b.e.cwd, max(1, o.replay/100)) },
 		trial: func(c *conn) (map[string]float64, error) { return replayTrial(c, b.e.cwd, o.replay) },
 	})
@@ -206,7 +208,7 @@ func (b *bench) open(path, agent string, n int) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cn := &conn{c: c, proxy: path != "direct"}
+	cn := &conn{c: c, log: log, proxy: path != "direct"}
 	if err := c.initialize(); err != nil {
 		c.Close()
 		return nil, withLog(err, log)
@@ -235,44 +237,61 @@ func withLog(err error, log string) error {
 	return fmt.Errorf("%w; stderr: %s", err, strings.Join(lines, " | "))
 }
 
+// errNoLoad: initialize does not advertise loadSession.
+var errNoLoad = errors.New("not supported by this router build (initialize does not advertise loadSession)")
+
+// run gives each path one long-lived connection, warms it up and runs the
+// rounds.
 func (b *bench) run(sc *scenario) {
-	conns := map[string]*conn{}
+	trials := map[string]func() (map[string]float64, error){}
 	var paths []string
 	for _, p := range b.paths {
-		cn, err := b.open(p, sc.agent, sc.sessions)
+		cn, err := b.warmConn(sc, p)
 		if err != nil {
 			b.fail(sc.name, p, err.Error())
 			continue
 		}
 		defer cn.c.Close()
-		if sc.needsLoad && !cn.c.loadSessionAdvertised() {
-			b.fail(sc.name, p, "not supported by this router build (initialize does not advertise loadSession)")
-			continue
-		}
-		if _, err := sc.warm(cn); err != nil {
-			b.fail(sc.name, p, err.Error())
-			continue
-		}
-		conns[p] = cn
+		trials[p] = func() (map[string]float64, error) { return sc.trial(cn) }
 		paths = append(paths, p)
-	}
-	if b.o.perf {
-		for _, p := range paths {
-			if strings.HasPrefix(p, "router") {
-				defer b.profile(sc.name, p, conns[p].c.Pid())()
-			}
+		if b.o.perf && strings.HasPrefix(p, "router") {
+			defer b.profile(sc.name, p, cn.c.Pid())()
 		}
 	}
+	b.rounds(sc, paths, trials)
+}
+
+// warmConn opens path's long-lived connection for sc and warms it up.
+func (b *bench) warmConn(sc *scenario, path string) (*conn, error) {
+	cn, err := b.open(path, sc.agent, sc.sessions)
+	if err != nil {
+		return nil, err
+	}
+	if sc.needsLoad && !cn.c.loadSessionAdvertised() {
+		cn.c.Close()
+		return nil, errNoLoad
+	}
+	if _, err := sc.warm(cn); err != nil {
+		cn.c.Close()
+		return nil, err
+	}
+	return cn, nil
+}
+
+// rounds runs one trial per round and path, the paths' order rotating from
+// round to round; a path whose trial fails is dropped from the later
+// rounds.
+func (b *bench) rounds(sc *scenario, paths []string, trials map[string]func() (map[string]float64, error)) {
 	for r := range b.o.rounds {
 		for i := range paths {
 			p := paths[(i+r)%len(paths)]
-			if conns[p] == nil {
+			if trials[p] == nil {
 				continue
 			}
-			figs, err := sc.trial(conns[p])
+			figs, err := trials[p]()
 			if err != nil {
 				b.fail(sc.name, p, err.Error())
-				conns[p] = nil
+				trials[p] = nil
 				continue
 			}
 			b.record(sc.name, p, figs)
@@ -359,19 +378,131 @@ func pacedTrial(cn *conn, n, rate int) (map[string]float64, error) {
 	}, nil
 }
 
-// replayTrial loads a session whose history is n updates.
+// replayTrial loads the agent's session whose history is n updates.
 func replayTrial(cn *conn, cwd string, n int) (map[string]float64, error) {
-	p, _ := json.Marshal(map[string]any{"sessionId": fmt.Sprintf("replay-%d", n), "cwd": cwd, "mcpServers": []any{}})
+	return loadTrial(cn, fmt.Sprintf("replay-%d", n), cwd, n, int64(n), false)
+}
+
+// loadTrial times session/load of sid from the request to its answer: want
+// session/update lines must arrive before the answer (exactly want when
+// exact, at least want otherwise); updates/s counts n of them.
+func loadTrial(cn *conn, sid, cwd string, n int, want int64, exact bool) (map[string]float64, error) {
+	p, _ := json.Marshal(map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
 	before := cn.c.updates.Load()
 	r, sent, err := cn.c.call("session/load", p, 2*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	if got := r.Updates - before; got < int64(n) {
-		return nil, fmt.Errorf("%s: %d of %d replayed updates arrived before the answer", cn.c.name, got, n)
+	if got := r.Updates - before; got < want || exact && got != want {
+		atLeast := map[bool]string{false: "at least "}[exact]
+		return nil, fmt.Errorf("%s: %d session/update lines arrived before the answer to session/load, want %s%d", cn.c.name, got, atLeast, want)
 	}
 	s := r.At.Sub(sent).Seconds()
 	return map[string]float64{"updates/s": float64(n) / s, "seconds": s}, nil
+}
+
+// replay measures session/load of an n-update history (o.replay). Direct
+// and through the byte relay, the agent replays its session "replay-N" on a
+// long-lived connection, as in run. A router answers session/load from its
+// own session store, so each router column first records such a session
+// (recordReplay: one prompt that floods n updates of the size the agent
+// replays), once, before the rounds; each round then starts a fresh router
+// on the same config and state_dir and loads that session. The router
+// re-attaches the agent with the agent's own session/load, which the Go
+// agent answers at once, replaying nothing: only the router's replay is
+// timed (and the router drops an agent's replay anyway).
+func (b *bench) replay(sc *scenario) {
+	n := b.o.replay
+	trials := map[string]func() (map[string]float64, error){}
+	var paths []string
+	for _, p := range b.paths {
+		if !strings.HasPrefix(p, "router") {
+			cn, err := b.warmConn(sc, p)
+			if err != nil {
+				b.fail(sc.name, p, err.Error())
+				continue
+			}
+			defer cn.c.Close()
+			trials[p] = func() (map[string]float64, error) { return sc.trial(cn) }
+			paths = append(paths, p)
+			continue
+		}
+		status("  %s: recording a session of %s updates to load", p, thousands(float64(n)))
+		sid, err := b.recordReplay(p, n)
+		if err != nil {
+			b.fail(sc.name, p, err.Error())
+			continue
+		}
+		loads := 0 // of sid so far
+		trials[p] = func() (map[string]float64, error) {
+			loads++
+			return b.routerLoadTrial(p, sid, n, loads-1)
+		}
+		paths = append(paths, p)
+	}
+	b.rounds(sc, paths, trials)
+}
+
+// recordReplay has a router on path's config create a session and run one
+// prompt whose turn is n updates of the replay's size, then stops the
+// router (stdin closed, exit awaited: its store syncs on close). It returns
+// the session id.
+func (b *bench) recordReplay(path string, n int) (string, error) {
+	cn, err := b.open(path, "go", 1)
+	if err != nil {
+		return "", err
+	}
+	if !cn.c.loadSessionAdvertised() {
+		cn.c.Close()
+		return "", errNoLoad
+	}
+	_, got, err := cn.c.prompt(promptParams(cn.sids[0], fmt.Sprintf("flood %d %d", n, pacedSize)), 2*time.Minute)
+	if err == nil && got < int64(n) {
+		err = fmt.Errorf("%s: %d of %d updates arrived before the end of the turn", cn.c.name, got, n)
+	}
+	if cerr := cn.c.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", withLog(fmt.Errorf("recording the session to replay: %w", err), cn.log)
+	}
+	return cn.sids[0], nil
+}
+
+// routerLoadTrial starts a fresh router on path's config and state_dir and
+// times session/load of sid, recorded by recordReplay and loaded earlier
+// times before.
+//
+// The router replays what it stored for the session, exactly: the
+// available_commands_update it sent on session/new, the user's prompt (one
+// user_message_chunk it records per prompt block), the n updates of the
+// turn, and one available_commands_update per earlier load (it records the
+// one it sends when it reopens a session). It then sends that update once
+// more and answers. So n+3+earlier session/update lines arrive before the
+// answer, no more, no fewer.
+func (b *bench) routerLoadTrial(path, sid string, n, earlier int) (map[string]float64, error) {
+	cn, err := b.open(path, "go", 0)
+	if err != nil {
+		return nil, err
+	}
+	if !cn.c.loadSessionAdvertised() {
+		cn.c.Close()
+		return nil, errNoLoad
+	}
+	stop := func() {}
+	if b.o.perf { // this round's process (the profile of the last round is kept)
+		stop = b.profile("replay", path, cn.c.Pid())
+	}
+	figs, err := loadTrial(cn, sid, b.e.cwd, n, int64(n+3+earlier), true)
+	stop()
+	// The next round counts on what this router stored being synced.
+	if cerr := cn.c.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, withLog(err, cn.log)
+	}
+	return figs, nil
 }
 
 // memory measures the proxy process (the router, or the byte relay for
