@@ -435,6 +435,15 @@ func TestMembers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			fast := make([]json.RawMessage, len(names))
+			if err := MembersOfValid(json.RawMessage(tt.obj), names, fast); err != nil {
+				t.Fatalf("MembersOfValid: %v", err)
+			}
+			for i := range names {
+				if !bytes.Equal(fast[i], out[i]) || (fast[i] == nil) != (out[i] == nil) || cap(fast[i]) != len(fast[i]) {
+					t.Errorf("MembersOfValid: %s = %q, Members %q", names[i], fast[i], out[i])
+				}
+			}
 			for i, want := range tt.want {
 				if got := out[i]; (want == "") != (got == nil) || string(got) != want {
 					t.Errorf("%s = %q, want %q", names[i], got, want)
@@ -453,7 +462,8 @@ func TestMembers(t *testing.T) {
 	}
 }
 
-// FuzzMembers: Members reads what a map decode reads.
+// FuzzMembers: Members reads what a map decode reads, and so does
+// MembersOfValid on valid input; on any input it never panics.
 func FuzzMembers(f *testing.F) {
 	for _, c := range scanCases {
 		f.Add([]byte(c), "id")
@@ -464,6 +474,8 @@ func FuzzMembers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, obj []byte, name string) {
 		out := make([]json.RawMessage, 2)
 		err := Members(obj, []string{name, "params"}, out)
+		fast := make([]json.RawMessage, 2)
+		fastErr := MembersOfValid(obj, []string{name, "params"}, fast) // must not panic
 		var ref map[string]json.RawMessage
 		refErr := json.Unmarshal(obj, &ref)
 		if (err == nil) != (refErr == nil) {
@@ -472,10 +484,16 @@ func FuzzMembers(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if fastErr != nil {
+			t.Fatalf("%q: MembersOfValid: %v", obj, fastErr)
+		}
 		for i, n := range []string{name, "params"} {
 			want, ok := ref[n]
 			if ok != (out[i] != nil) || !bytes.Equal(out[i], want) {
 				t.Fatalf("%q: %q = %q, the map decode %q", obj, n, out[i], want)
+			}
+			if ok != (fast[i] != nil) || !bytes.Equal(fast[i], want) {
+				t.Fatalf("%q: MembersOfValid %q = %q, the map decode %q", obj, n, fast[i], want)
 			}
 		}
 	})

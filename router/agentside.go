@@ -110,13 +110,14 @@ var (
 		"title", "availableCommands", "cost", "configOptions", "_meta", "content", "kind", "locations", "rawInput"}
 )
 
-// decodeUpdate reads what the relay needs of a session/update in one
-// validating pass over the line (acp.Members), decoding only the small
-// members: the content of a 1 MiB update is never decoded or copied. Names
-// match exactly, as the editor reads them.
+// decodeUpdate reads what the relay needs of a session/update the Stream
+// classified (so validated: acp.MembersOfValid only finds the ends of
+// values), decoding only the small members: the content of a 1 MiB update
+// is never decoded or copied, nor scanned byte by byte again. Names match
+// exactly, as the editor reads them.
 func decodeUpdate(m *acp.Message) (*updateParams, error) {
 	var top [2]json.RawMessage
-	if err := acp.Members(m.Params, updateTop, top[:]); err != nil {
+	if err := acp.MembersOfValid(m.Params, updateTop, top[:]); err != nil {
 		return nil, err
 	}
 	u := new(updateParams)
@@ -127,7 +128,7 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 		return u, nil
 	}
 	var f [14]json.RawMessage
-	if err := acp.Members(top[1], updateMember, f[:]); err != nil {
+	if err := acp.MembersOfValid(top[1], updateMember, f[:]); err != nil {
 		return nil, err
 	}
 	up := &u.Update
@@ -157,7 +158,7 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 }
 
 // rawString decodes a JSON string member (absent or null: unchanged). One
-// without escapes is sliced, not decoded: Members validated it.
+// without escapes is sliced, not decoded: the Stream validated it.
 func rawString(raw json.RawMessage, out *string) error {
 	switch {
 	case raw == nil || string(raw) == "null":
