@@ -362,7 +362,9 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	r.recordMetaLocked(s)
 	s.mu.Unlock()
 	res := s.stateResult()
-	s.write(s.commandsLine())
+	// The commands now: sent, not recorded (the stored stream has the
+	// session's own; recording it would add one per load).
+	r.writeEditor(s.commandsLine())
 	return res, nil
 }
 

@@ -356,6 +356,46 @@ func TestGeminiLoadAfterRouterRestart(t *testing.T) {
 	}
 }
 
+// TestHistoryLoadTwice: loading a thread does not add to it; the second
+// load after another router restart replays the same updates.
+func TestHistoryLoadTwice(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{UniqueSessionIDs: true})}))
+	cwd := t.TempDir()
+	e := historyRouter(t, cfg)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "say a1", "end_turn")
+	stopRouter(t, e)
+	var replays [][]string
+	for range 2 {
+		e = historyRouter(t, cfg)
+		loadID, wait, err := e.Go("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		m, err := wait(ctx)
+		cancel()
+		if err != nil || m.Error != nil {
+			t.Fatalf("session/load: %v %v", err, m)
+		}
+		var kinds []string
+		for _, msg := range e.Rec.All() {
+			if msg.IsResponse() && canonicalID(msg.ID) == canonicalID(loadID) {
+				break
+			}
+			if msg.Method == "session/update" {
+				kinds = append(kinds, msg.Update())
+			}
+		}
+		replays = append(replays, kinds)
+		stopRouter(t, e)
+	}
+	if !slices.Equal(replays[0], replays[1]) || !slices.Contains(replays[0], "agent_message_chunk") {
+		t.Errorf("the first load showed %q, the second %q; want the same thread", replays[0], replays[1])
+	}
+}
+
 // TestHistoryModeRestored: an agent that cannot reopen its own sessions
 // gets a new one after the router restarted, set to the mode the thread had.
 func TestHistoryModeRestored(t *testing.T) {

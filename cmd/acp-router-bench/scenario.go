@@ -433,11 +433,7 @@ func (b *bench) replay(sc *scenario) {
 			b.fail(sc.name, p, err.Error())
 			continue
 		}
-		loads := 0 // of sid so far
-		trials[p] = func() (map[string]float64, error) {
-			loads++
-			return b.routerLoadTrial(p, sid, n, loads-1)
-		}
+		trials[p] = func() (map[string]float64, error) { return b.routerLoadTrial(p, sid, n) }
 		paths = append(paths, p)
 	}
 	b.rounds(sc, paths, trials)
@@ -470,17 +466,15 @@ func (b *bench) recordReplay(path string, n int) (string, error) {
 }
 
 // routerLoadTrial starts a fresh router on path's config and state_dir and
-// times session/load of sid, recorded by recordReplay and loaded earlier
-// times before.
+// times session/load of sid, recorded by recordReplay.
 //
 // The router replays what it stored for the session, exactly: the
 // available_commands_update it sent on session/new, the user's prompt (one
-// user_message_chunk it records per prompt block), the n updates of the
-// turn, and one available_commands_update per earlier load (it records the
-// one it sends when it reopens a session). It then sends that update once
-// more and answers. So n+3+earlier session/update lines arrive before the
-// answer, no more, no fewer.
-func (b *bench) routerLoadTrial(path, sid string, n, earlier int) (map[string]float64, error) {
+// user_message_chunk it records per prompt block) and the n updates of the
+// turn. It then sends the commands of now (not recorded, so every load
+// replays the same) and answers. So n+3 session/update lines arrive before
+// the answer, no more, no fewer.
+func (b *bench) routerLoadTrial(path, sid string, n int) (map[string]float64, error) {
 	cn, err := b.open(path, "go", 0)
 	if err != nil {
 		return nil, err
@@ -493,7 +487,7 @@ func (b *bench) routerLoadTrial(path, sid string, n, earlier int) (map[string]fl
 	if b.o.perf { // this round's process (the profile of the last round is kept)
 		stop = b.profile("replay", path, cn.c.Pid())
 	}
-	figs, err := loadTrial(cn, sid, b.e.cwd, n, int64(n+3+earlier), true)
+	figs, err := loadTrial(cn, sid, b.e.cwd, n, int64(n+3), true)
 	stop()
 	// The next round counts on what this router stored being synced.
 	if cerr := cn.c.Close(); err == nil {
