@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -282,24 +283,93 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 	p = rewriteSessionID(p, s.ID, d.id)
 	p = adaptPrompt(p, agentCaps(inst), inst.Agent.Title())
 	editorID := acp.RawID(t.req.ID)
-	c, err := inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, nil)
-	if err != nil {
-		r.endTurn(ctx, s, t, nil, inst.Agent.Error(inst, err))
-		return
-	}
 	key := acp.IDKey(editorID)
-	r.mu.Lock()
-	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID}
-	r.mu.Unlock()
-	go func() {
-		res, err := c.Wait(ctx)
-		r.mu.Lock()
-		delete(r.forwards, key)
-		r.mu.Unlock()
+	// The turn ends in the agent's read path, when its answer arrives (no
+	// goroutine waits for it: two thread hand-offs less per prompt), or
+	// when the connection closes first (watchInstance).
+	fw := &forward{inst: inst, editorID: editorID}
+	fw.end = func(res json.RawMessage, err error) {
 		if err != nil {
 			err = r.authError(inst.Agent, inst.Agent.Error(inst, err))
 		}
 		r.endTurn(ctx, s, t, res, err)
+	}
+	answered := func(m *acp.Message) {
+		if !r.takeForward(key, fw) {
+			return
+		}
+		if m.Error != nil {
+			rpcErr := new(jsonrpc2.Error)
+			if json.Unmarshal(m.Error, rpcErr) != nil {
+				rpcErr = acp.NewError(acp.CodeInternalError, "acp-router: the agent answered with a malformed error", nil)
+			}
+			fw.end(nil, rpcErr)
+			return
+		}
+		fw.end(bytes.Clone(m.Result), nil) // m aliases the agent's read buffer
+	}
+	r.watchInstance(inst)
+	c, err := inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, answered)
+	if err != nil {
+		r.endTurn(ctx, s, t, nil, inst.Agent.Error(inst, err))
+		return
+	}
+	r.mu.Lock()
+	if !fw.done { // else answered already
+		fw.agentID = c.ID
+		r.forwards[key] = fw
+	}
+	r.mu.Unlock()
+	select {
+	case <-inst.Peer().Done(): // closed before fw was there to be failed
+		if r.takeForward(key, fw) {
+			go fw.end(nil, jsonrpc2.ErrClosed)
+		}
+	default:
+	}
+}
+
+// takeForward marks fw ended and removes it from the table; false when it
+// had ended already.
+func (r *Router) takeForward(key string, fw *forward) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if fw.done {
+		return false
+	}
+	fw.done = true
+	if r.forwards[key] == fw {
+		delete(r.forwards, key)
+	}
+	return true
+}
+
+// watchInstance ends the turns running on inst when its connection closes
+// (once per instance).
+func (r *Router) watchInstance(inst *upstream.Instance) {
+	r.mu.Lock()
+	if r.watched[inst] {
+		r.mu.Unlock()
+		return
+	}
+	r.watched[inst] = true
+	r.mu.Unlock()
+	go func() {
+		<-inst.Peer().Done()
+		r.mu.Lock()
+		delete(r.watched, inst)
+		var ends []*forward
+		for key, f := range r.forwards {
+			if f.inst == inst && f.end != nil && !f.done {
+				f.done = true
+				delete(r.forwards, key)
+				ends = append(ends, f)
+			}
+		}
+		r.mu.Unlock()
+		for _, f := range ends {
+			f.end(nil, jsonrpc2.ErrClosed)
+		}
 	}()
 }
 

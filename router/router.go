@@ -77,6 +77,7 @@ type Router struct {
 	cmdCache   map[string][]string         // agents' own command names, as last seen
 	auth       map[string]merge.AuthMethod // advertised auth method id → owner
 	forwards   map[string]*forward         // editor request id → its forward to an agent
+	watched    map[*upstream.Instance]bool // instances whose connection watchInstance waits on
 	held       map[string]func()
 	toEditor   map[string]*outgoing       // router requests to the editor, by editor-side id
 	pending    map[*upstream.Instance]int // toEditor entries per agent instance
@@ -90,6 +91,9 @@ type forward struct {
 	inst     *upstream.Instance
 	editorID json.RawMessage // the request's id on the editor connection
 	agentID  json.RawMessage // and on the agent connection
+	// A prompt's turn: end ends it (once: done, under Router.mu).
+	end  func(json.RawMessage, error)
+	done bool
 }
 
 // outgoing is an agent request in flight at the editor.
@@ -130,6 +134,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		cmdCache:  map[string][]string{},
 		auth:      map[string]merge.AuthMethod{},
 		forwards:  map[string]*forward{},
+		watched:   map[*upstream.Instance]bool{},
 		held:      map[string]func(){},
 		toEditor:  map[string]*outgoing{},
 		pending:   map[*upstream.Instance]int{},

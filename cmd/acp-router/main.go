@@ -210,7 +210,9 @@ func serve(ctx context.Context, g *globals) (int, error) {
 		defer st.Close()
 	}
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: guard, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly})
-	if err := r.Serve(ctx, os.Stdin, os.Stdout); err != nil {
+	in, out, restore := editorStdio()
+	defer restore()
+	if err := r.Serve(ctx, in, out); err != nil {
 		return 1, err
 	}
 	return 0, nil
