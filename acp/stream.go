@@ -92,10 +92,12 @@ type Stream struct {
 
 	// direct writes to w without blocking, when it can (see Stream);
 	// lineBuf is its message and "\n" (used by whoever set writing).
-	// lastWrite is when WriteRaw last wrote or queued a message.
+	// lastWrite is when WriteRaw last wrote or queued a message; burst
+	// counts the messages since the last pause of directGap.
 	direct    directWriter
 	lineBuf   []byte
 	lastWrite time.Time
+	burst     int
 
 	done     chan struct{} // closed when the writer goroutine exits
 	failOnce sync.Once
@@ -119,12 +121,17 @@ const (
 	// maxDirect bounds a message WriteRaw writes itself: a pipe's
 	// default capacity.
 	maxDirect = 64 << 10
-	// directGap: WriteRaw writes a message itself only when the one
-	// before came at least this long ago. Messages in a burst (a flood of
-	// updates, prompts of many sessions) are queued instead, so that the
-	// writer goroutine writes them with one system call (and wakes the
-	// peer once): a write per message costs more than the hand-off then.
+	// directGap: messages closer together than this are a burst. Beyond
+	// its first directBurst messages, a burst (a flood of updates, prompts
+	// of many sessions) is queued instead of written directly, so that the
+	// writer goroutine writes it with one system call (and wakes the peer
+	// once): a write per message costs more than the hand-off then.
 	directGap = 50 * time.Microsecond
+	// directBurst: the first messages after a pause are written directly
+	// all the same: a turn's last update and its answer come together, and
+	// handing the answer to the writer goroutine costs two thread switches
+	// on the prompt round trip. A longer burst is a flood.
+	directBurst = 2
 	// maxBatch: the writer takes queued messages up to this many bytes at
 	// a time (at least one), and frees their room when they are written.
 	maxBatch = 64 << 10
@@ -491,7 +498,11 @@ func (s *Stream) WriteRaw(msg []byte) error {
 		now = time.Now()
 		last := s.lastWrite
 		s.lastWrite = now
-		if s.queued == 0 && !s.writing && n <= maxDirect && now.Sub(last) >= directGap {
+		if now.Sub(last) >= directGap {
+			s.burst = 0
+		}
+		s.burst++
+		if s.queued == 0 && !s.writing && n <= maxDirect && s.burst <= directBurst {
 			s.writing = true
 			s.mu.Unlock()
 			return s.writeDirect(msg)
@@ -525,7 +536,14 @@ func (s *Stream) writeDirect(msg []byte) error {
 	defer s.mu.Unlock()
 	s.writing = false
 	s.progress = time.Now()
-	s.cond.Broadcast() // the writer: messages queued meanwhile, or the close
+	// Wake the writer only when it has work: messages queued meanwhile
+	// (or the rest of this one, below), or the close. A wake-up for
+	// nothing costs two thread switches on every direct write.
+	defer func() {
+		if len(s.queue) > 0 || s.closing {
+			s.cond.Broadcast()
+		}
+	}()
 	switch {
 	case s.err != nil:
 		return s.err
