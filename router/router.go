@@ -160,12 +160,18 @@ func New(cfg *config.Config, opts Options) *Router {
 	return r
 }
 
+// editorQueueBytes bounds what waits to be written to the editor.
+const editorQueueBytes = 4 << 20
+
 // Serve speaks ACP to the editor on in/out until the editor closes its
 // input or ctx ends, then shuts every agent down.
 func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
 	r.editor = acp.NewPeer(ctx, in, out, acp.StreamOptions{
-		MaxLine:       r.opts.MaxLine,
-		Blocking:      true, // a slow editor slows the agents down: intended
+		MaxLine:  r.opts.MaxLine,
+		Blocking: true, // a slow editor slows the agents down: intended
+		// Backpressure early: what waits for the editor is memory (a flood
+		// of 1 MiB updates held 64 MiB), and batches are 64 KiB anyway.
+		QueueBytes:    editorQueueBytes,
 		AnswerInvalid: true,
 		Logger:        r.log.Named("editor"),
 	}, editorHandler{r})

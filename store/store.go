@@ -199,19 +199,20 @@ type Store struct {
 	opts Options
 	log  hclog.Logger
 
-	mu       sync.Mutex
-	sessions map[string]*session // held by this Store, by id
-	dirty    []*session          // sessions with something to commit
-	deletes  []string            // file names to remove at the next commit
-	waiters  []*waiter           // served by the next commit
-	queued   int64               // bytes of records in pending buffers and in flight
-	free     [][]byte            // empty chunks for reuse
-	urgent   bool                // commit now, without waiting for the window
-	syncAll  bool                // the next commit fsyncs everything it writes
-	sweepReq bool                // the next commit also enforces the limits
-	busy     bool                // a commit is running
-	closed   bool
-	stats    Stats
+	mu        sync.Mutex
+	sessions  map[string]*session // held by this Store, by id
+	dirty     []*session          // sessions with something to commit
+	deletes   []string            // file names to remove at the next commit
+	waiters   []*waiter           // served by the next commit
+	queued    int64               // bytes of records in pending buffers and in flight
+	free      [][]byte            // empty chunks for reuse
+	freeSmall [][]byte            // empty small chunks for reuse
+	urgent    bool                // commit now, without waiting for the window
+	syncAll   bool                // the next commit fsyncs everything it writes
+	sweepReq  bool                // the next commit also enforces the limits
+	busy      bool                // a commit is running
+	closed    bool
+	stats     Stats
 
 	listSlack time.Duration // see defaultListSlack
 	listGrain time.Duration // see defaultListGrain
@@ -452,7 +453,7 @@ func (s *Store) putLocked(se *session, typ byte, payload []byte) {
 	n := recHeaderLen + 1 + len(payload)
 	k := len(se.pending)
 	if k == 0 || cap(se.pending[k-1])-len(se.pending[k-1]) < n {
-		se.pending = append(se.pending, s.chunkLocked(n))
+		se.pending = append(se.pending, s.chunkLocked(n, k == 0))
 		k++
 	}
 	se.pending[k-1] = appendRecord(se.pending[k-1], typ, payload)
@@ -468,14 +469,28 @@ func (s *Store) putLocked(se *session, typ byte, payload []byte) {
 
 // Records are queued in chunks, appended to and never moved: growing one
 // buffer would copy all that is queued at every doubling, and its garbage
-// would cost the relay more than the one copy it needs.
+// would cost the relay more than the one copy it needs. A session's first
+// chunk of a commit window is small: most sessions queue a record or two
+// per window (a title, a command list), and a thousand sessions opened in
+// one window would otherwise hold a large chunk each.
 const (
-	chunkSize     = 128 << 10 // a record larger than this gets a chunk of its own
-	maxFreeChunks = 32
+	chunkSize      = 128 << 10 // a record larger than this gets a chunk of its own
+	smallChunkSize = 4 << 10
+	maxFreeChunks  = 32
+	maxFreeSmall   = 256
 )
 
-// chunkLocked returns an empty chunk with room for n bytes.
-func (s *Store) chunkLocked(n int) []byte {
+// chunkLocked returns an empty chunk with room for n bytes: a small one
+// for a session's first of the window (first) when n fits.
+func (s *Store) chunkLocked(n int, first bool) []byte {
+	if first && n <= smallChunkSize {
+		if len(s.freeSmall) > 0 {
+			c := s.freeSmall[len(s.freeSmall)-1]
+			s.freeSmall = s.freeSmall[:len(s.freeSmall)-1]
+			return c
+		}
+		return make([]byte, 0, smallChunkSize)
+	}
 	if n <= chunkSize && len(s.free) > 0 {
 		c := s.free[len(s.free)-1]
 		s.free = s.free[:len(s.free)-1]
@@ -487,8 +502,11 @@ func (s *Store) chunkLocked(n int) []byte {
 // recycleLocked keeps written chunks for reuse.
 func (s *Store) recycleLocked(chunks [][]byte) {
 	for _, c := range chunks {
-		if cap(c) == chunkSize && len(s.free) < maxFreeChunks {
+		switch {
+		case cap(c) == chunkSize && len(s.free) < maxFreeChunks:
 			s.free = append(s.free, c[:0])
+		case cap(c) == smallChunkSize && len(s.freeSmall) < maxFreeSmall:
+			s.freeSmall = append(s.freeSmall, c[:0])
 		}
 	}
 }
