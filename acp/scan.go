@@ -471,25 +471,31 @@ func Members(obj json.RawMessage, names []string, out []json.RawMessage) error {
 		}
 	}
 	_, _, ok := scanObject(obj, func(k []byte, escaped bool, vStart, vEnd int) {
-		if escaped || !ascii(k) {
-			name := memberName(k)
-			for i, n := range names {
-				if n == name {
-					out[i] = obj[vStart:vEnd:vEnd]
-				}
-			}
-			return
-		}
-		for i, n := range names {
-			if n == string(k) {
-				out[i] = obj[vStart:vEnd:vEnd]
-			}
-		}
+		setMember(names, out, k, escaped, obj[vStart:vEnd:vEnd])
 	})
 	if !ok {
 		return errNotObject
 	}
 	return nil
+}
+
+// setMember stores v as out[i] for each names[i] equal to the member name
+// key as written (escaped: it holds escapes to resolve first).
+func setMember(names []string, out []json.RawMessage, key []byte, escaped bool, v json.RawMessage) {
+	if escaped || !ascii(key) {
+		name := memberName(key)
+		for i, n := range names {
+			if n == name {
+				out[i] = v
+			}
+		}
+		return
+	}
+	for i, n := range names {
+		if n == string(key) { // compared without a copy
+			out[i] = v
+		}
+	}
 }
 
 // MembersOfValid is Members for an object known to be valid JSON: part of a
@@ -533,20 +539,7 @@ func MembersOfValid(obj json.RawMessage, names []string, out []json.RawMessage) 
 		if !ok {
 			return errNotObject
 		}
-		if bytes.IndexByte(key, '\\') >= 0 || !ascii(key) {
-			name := memberName(key)
-			for n, want := range names {
-				if want == name {
-					out[n] = b[i:vEnd:vEnd]
-				}
-			}
-		} else {
-			for n, want := range names {
-				if want == string(key) {
-					out[n] = b[i:vEnd:vEnd]
-				}
-			}
-		}
+		setMember(names, out, key, bytes.IndexByte(key, '\\') >= 0, b[i:vEnd:vEnd])
 		i = skipSpace(b, vEnd)
 		if i >= len(b) {
 			return errNotObject
