@@ -171,32 +171,24 @@ func BenchmarkUpdateMembers(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(size.name+"/members", func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(m.Raw)))
-			var p [2]json.RawMessage
-			var u [5]json.RawMessage
-			for b.Loop() {
-				var sid, kind string
-				if Members(m.Params, paramNames, p[:]) != nil || json.Unmarshal(p[0], &sid) != nil ||
-					Members(p[1], updateNames, u[:]) != nil || json.Unmarshal(u[0], &kind) != nil || u[4] == nil {
-					b.Fatal("cannot read the update")
+		for _, v := range []struct {
+			name    string
+			members func(json.RawMessage, []string, []json.RawMessage) error
+		}{{"members", Members}, {"valid", MembersOfValid}} {
+			b.Run(size.name+"/"+v.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(m.Raw)))
+				var p [2]json.RawMessage
+				var u [5]json.RawMessage
+				for b.Loop() {
+					var sid, kind string
+					if v.members(m.Params, paramNames, p[:]) != nil || json.Unmarshal(p[0], &sid) != nil ||
+						v.members(p[1], updateNames, u[:]) != nil || json.Unmarshal(u[0], &kind) != nil || u[4] == nil {
+						b.Fatal("cannot read the update")
+					}
 				}
-			}
-		})
-		b.Run(size.name+"/valid", func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(m.Raw)))
-			var p [2]json.RawMessage
-			var u [5]json.RawMessage
-			for b.Loop() {
-				var sid, kind string
-				if MembersOfValid(m.Params, paramNames, p[:]) != nil || json.Unmarshal(p[0], &sid) != nil ||
-					MembersOfValid(p[1], updateNames, u[:]) != nil || json.Unmarshal(u[0], &kind) != nil || u[4] == nil {
-					b.Fatal("cannot read the update")
-				}
-			}
-		})
+			})
+		}
 		b.Run(size.name+"/struct", func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(m.Raw)))

@@ -90,22 +90,9 @@ func TestHistoryAcrossRouterRestart(t *testing.T) {
 	if len(list.Sessions) != 1 || list.Sessions[0].SessionID != sid || list.Sessions[0].Cwd != cwd || list.Sessions[0].UpdatedAt == "" {
 		t.Fatalf("session/list: %s", res)
 	}
-	loadID, wait, err := e.Go("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
-	m, err := wait(ctx)
-	if err != nil || m.Error != nil {
-		t.Fatalf("session/load: %v %v", err, m)
-	}
 	// Everything of the thread, once, before the answer.
 	var replayed []string
-	for _, msg := range e.Rec.All() {
-		if msg.IsResponse() && canonicalID(msg.ID) == canonicalID(loadID) {
-			break
-		}
+	for _, msg := range loadUpdates(t, e, sid, cwd) {
 		if msg.Update() == "user_message_chunk" || msg.Update() == "agent_message_chunk" {
 			var u struct {
 				Update struct {
@@ -356,6 +343,31 @@ func TestGeminiLoadAfterRouterRestart(t *testing.T) {
 	}
 }
 
+// loadUpdates sends session/load of sid and returns the session/update
+// notifications the editor got before its answer.
+func loadUpdates(t *testing.T, e *Editor, sid, cwd string) []*Msg {
+	t.Helper()
+	loadID, wait, err := e.Go("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if m, err := wait(ctx); err != nil || m.Error != nil {
+		t.Fatalf("session/load: %v %v", err, m)
+	}
+	var out []*Msg
+	for _, msg := range e.Rec.All() {
+		if msg.IsResponse() && canonicalID(msg.ID) == canonicalID(loadID) {
+			break
+		}
+		if msg.Method == "session/update" {
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
 // TestHistoryLoadTwice: loading a thread does not add to it; the second
 // load after another router restart replays the same updates.
 func TestHistoryLoadTwice(t *testing.T) {
@@ -369,24 +381,9 @@ func TestHistoryLoadTwice(t *testing.T) {
 	var replays [][]string
 	for range 2 {
 		e = historyRouter(t, cfg)
-		loadID, wait, err := e.Go("session/load", map[string]any{"sessionId": sid, "cwd": cwd, "mcpServers": []any{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		m, err := wait(ctx)
-		cancel()
-		if err != nil || m.Error != nil {
-			t.Fatalf("session/load: %v %v", err, m)
-		}
 		var kinds []string
-		for _, msg := range e.Rec.All() {
-			if msg.IsResponse() && canonicalID(msg.ID) == canonicalID(loadID) {
-				break
-			}
-			if msg.Method == "session/update" {
-				kinds = append(kinds, msg.Update())
-			}
+		for _, msg := range loadUpdates(t, e, sid, cwd) {
+			kinds = append(kinds, msg.Update())
 		}
 		replays = append(replays, kinds)
 		stopRouter(t, e)
