@@ -20,6 +20,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/router"
 )
 
@@ -82,7 +83,7 @@ type Options struct {
 	Prompt string
 	Agent  string // "" = routed as usual
 	// Guard enforces the permission policy, as for an editor.
-	Guard  *router.Guard
+	Guard  *guard.Guard
 	Answer Answer
 	Logger hclog.Logger
 	Out    io.Writer

@@ -11,6 +11,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/upstream"
 )
@@ -74,7 +75,11 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	d := s.down[inst.Agent.Name()]
 	s.mu.Unlock()
 	if d != nil && d.inst == inst {
-		r.relayUpdate(s, d, m, u)
+		if s.seq.busy() {
+			s.seq.do(r, func() { r.relayUpdate(s, d, m, u) })
+		} else {
+			r.relayUpdate(s, d, m, u)
+		}
 	}
 	return true
 }
@@ -101,6 +106,12 @@ type updateFields struct {
 	ToolKind  json.RawMessage `json:"kind"`
 	Locations json.RawMessage `json:"locations"`
 	RawInput  json.RawMessage `json:"rawInput"`
+}
+
+// toolUpdate is what the permission policy reads of a tool call update.
+func (up *updateFields) toolUpdate() *guard.ToolUpdate {
+	return &guard.ToolUpdate{ID: up.ToolCallID, Kind: up.ToolKind, Title: up.Title, Locations: up.Locations,
+		RawInput: up.RawInput, Content: up.Content, Status: up.Status}
 }
 
 // The members decodeUpdate reads, in the order of its out slices.
@@ -241,8 +252,8 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		// A tool call is forwarded only with its turn's content; an update
 		// only for a tool call the editor has seen (Zed draws a red "Tool
 		// call not found" card otherwise).
-		if r.opts.Guard != nil {
-			s.trackToolLocked(name, up)
+		if r.opts.Guard.Enforcing() {
+			s.policy.Track(name, up.toolUpdate())
 		}
 		if !content {
 			break
@@ -411,11 +422,27 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 		reply(nil, err)
 		return
 	}
-	if pol := r.policy(); pol != nil && decided(req.Method) {
-		r.enforce(ctx, pol, inst, req, p, reply)
+	if r.opts.Guard.Decides(req.Method) {
+		r.enforce(ctx, inst, req, p, reply)
+		return
+	}
+	if s := r.agentSession(inst, p); s != nil && s.seq.busy() {
+		s.seq.do(r, func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
 		return
 	}
 	r.relayRequest(ctx, inst, req, p, reply, nil)
+}
+
+// agentSession is the router session of an agent's message by its
+// params.sessionId, nil if none.
+func (r *Router) agentSession(inst *upstream.Instance, p json.RawMessage) *Session {
+	var ref acp.SessionRef
+	if p == nil || json.Unmarshal(p, &ref) != nil || ref.SessionID == "" {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.downs[downKey(inst, ref.SessionID)]
 }
 
 // relayRequest sends an agent's request to the editor and answers the agent

@@ -10,7 +10,8 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
-	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -28,10 +29,10 @@ import (
 
 // Permission option kinds (schema PermissionOptionKind).
 const (
-	allowOnce    = "allow_once"
-	allowAlways  = "allow_always"
-	rejectOnce   = "reject_once"
-	rejectAlways = "reject_always"
+	allowOnce    = guard.AllowOnce
+	allowAlways  = guard.AllowAlways
+	rejectOnce   = guard.RejectOnce
+	rejectAlways = guard.RejectAlways
 )
 
 type permOption struct {
@@ -103,62 +104,74 @@ var askOptions = []permOption{
 }
 
 // enforce decides a request of the policy's and carries the decision out.
-// It runs in the agent's read loop and never waits there.
-func (r *Router) enforce(ctx context.Context, pol *policy.Policy, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, reply func(json.RawMessage, error)) {
-	v, err := r.decide(pol, inst, req.Method, p)
-	if err != nil {
-		reply(nil, err)
+// The decision may wait on the filesystem, so it runs on the session's
+// sequencer: off the agent's read loop, in order with the session's other
+// traffic (order.go), never delaying another session.
+func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, reply func(json.RawMessage, error)) {
+	var ref acp.SessionRef
+	json.Unmarshal(p, &ref)
+	r.mu.Lock()
+	s := r.downs[downKey(inst, ref.SessionID)]
+	r.mu.Unlock()
+	if s == nil {
+		reply(nil, errUnknownSession(ref.SessionID))
 		return
 	}
+	agent := inst.Agent.Name()
+	s.seq.async(r, func() {
+		s.mu.Lock()
+		mode := ""
+		if d := s.down[agent]; d != nil {
+			mode, _, _, _ = merge.CurrentMode(d.view)
+		}
+		s.mu.Unlock()
+		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, Agent: agent, Mode: mode, Method: req.Method, Params: p})
+		r.carryOut(ctx, s, inst, req, p, v, reply)
+	})
+}
+
+// carryOut answers, relays or asks about a decided request. It never
+// waits for the editor.
+func (r *Router) carryOut(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error)) {
+	g := r.opts.Guard
 	if req.Method == acp.MethodRequestPermission {
-		r.enforcePermission(ctx, inst, req, p, v, reply)
+		r.enforcePermission(ctx, s, inst, req, p, v, reply)
 		return
 	}
-	switch v.effect {
-	case policy.Allow:
-		if err := r.record(v, ""); err != nil {
-			v.auditFailed(err)
-			reply(nil, v.denyError())
+	switch v.Effect {
+	case guard.Allow:
+		if g.Record(v, "") != nil {
+			reply(nil, v.DenyError())
 			return
 		}
 		r.relayRequest(ctx, inst, req, p, reply, nil)
-	case policy.Ask:
-		go r.askThenRelay(ctx, inst, req, p, v, reply)
+	case guard.Ask:
+		r.spawn(func() { r.askThenRelay(ctx, s, inst, req, p, v, reply) })
 	default:
-		r.record(v, "")
-		reply(nil, v.denyError())
+		g.Record(v, "")
+		reply(nil, v.DenyError())
 	}
-}
-
-// denyError is the error a denied direct call gets.
-func (v *verdict) denyError() error {
-	return acp.NewError(acp.CodeInternalError, v.errorMessage(),
-		map[string]any{"rule": v.rule, "decision": policy.Deny.String(), "layer": v.layer, "source": v.source})
 }
 
 // enforcePermission carries out a decision on session/request_permission.
-func (r *Router) enforcePermission(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *verdict, reply func(json.RawMessage, error)) {
+func (r *Router) enforcePermission(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error)) {
+	g := r.opts.Guard
 	var pr permRequest
 	if json.Unmarshal(p, &pr) != nil {
-		pr = permRequest{} // decide() refused it already: deny below
+		pr = permRequest{} // the policy refused it already: deny below
 	}
-	if v.effect == policy.Allow {
+	if v.Effect == guard.Allow {
 		once := pr.option(allowOnce)
 		if once == nil { // only "always" offered: the user must choose
-			v.effect, v.message = policy.Ask, "the agent offered no allow_once option"
-		} else if err := r.record(v, ""); err != nil {
-			v.auditFailed(err)
-		} else {
-			v.s.mu.Lock()
-			v.s.approveLocked(v)
-			v.s.mu.Unlock()
+			v.Effect, v.Message = guard.Ask, "the agent offered no allow_once option"
+		} else if g.Record(v, "") == nil {
 			reply(selected(once.OptionID), nil)
 			return
 		}
 	}
-	if v.effect == policy.Deny {
-		r.record(v, "")
-		r.denyNotice(v, &pr)
+	if v.Effect == guard.Deny {
+		g.Record(v, "")
+		r.denyNotice(s, v, &pr)
 		if o := pr.option(rejectOnce, rejectAlways); o != nil {
 			reply(selected(o.OptionID), nil)
 		} else {
@@ -169,29 +182,19 @@ func (r *Router) enforcePermission(ctx context.Context, inst *upstream.Instance,
 	// Ask: the editor's user chooses.
 	r.relayRequest(ctx, inst, req, p, reply, func(res json.RawMessage, err error) (json.RawMessage, error) {
 		choice := chosenKind(res, err, pr.Options)
-		v.source = "user"
-		allowed := choice == allowOnce || choice == allowAlways
-		if aerr := r.record(v, choice); aerr != nil && allowed {
-			v.auditFailed(aerr)
-			r.denyNotice(v, &pr)
+		if g.Record(v, choice) != nil && v.AuditFailed() {
+			r.denyNotice(s, v, &pr)
 			if o := pr.option(rejectOnce, rejectAlways); o != nil {
 				return selected(o.OptionID), nil
 			}
 			return cancelledOutcome, nil
 		}
-		v.s.mu.Lock()
-		defer v.s.mu.Unlock()
 		switch choice {
-		case allowOnce:
-			v.s.approveLocked(v)
-		case allowAlways:
-			v.s.approveLocked(v)
-			v.s.grantLocked(v, policy.Allow)
-			if o := pr.option(allowOnce); o != nil { // the router holds the grant, not the agent
+		case allowAlways: // the router holds the grant, not the agent
+			if o := pr.option(allowOnce); o != nil {
 				return selected(o.OptionID), nil
 			}
 		case rejectAlways:
-			v.s.grantLocked(v, policy.Deny)
 			if o := pr.option(rejectOnce); o != nil {
 				return selected(o.OptionID), nil
 			}
@@ -203,22 +206,22 @@ func (r *Router) enforcePermission(ctx context.Context, inst *upstream.Instance,
 // denyNotice shows the editor a denied tool call as failed, with a note
 // naming the rule appended to its existing content; a tool call the editor
 // has not seen yet is created.
-func (r *Router) denyNotice(v *verdict, pr *permRequest) {
-	s, agent := v.s, v.agent
+func (r *Router) denyNotice(s *Session, v *guard.Verdict, pr *permRequest) {
+	agent := v.Agent
 	note := map[string]any{"type": "content", "content": map[string]string{"type": "text",
-		"text": "⛔ " + strings.TrimPrefix(v.errorMessage(), "acp-router: ") + " (acp-router policy)"}}
+		"text": "⛔ " + strings.TrimPrefix(v.ErrorMessage(), "acp-router: ") + " (acp-router policy)"}}
 	id := pr.ToolCall.ToolCallID
 	if id == "" {
 		return
 	}
+	tsTitle, tsKind, tsContent, _ := s.policy.Tool(agent, id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ts := s.tools[toolKey(agent, id)]
 	editorID, seen := s.toolIDs.Lookup(agent, id)
 	var content []json.RawMessage
 	existing := pr.ToolCall.Content
-	if ts != nil && ts.content != nil {
-		existing = ts.content
+	if tsContent != nil {
+		existing = tsContent
 	}
 	json.Unmarshal(existing, &content)
 	content = append(content, mustJSON(note))
@@ -229,14 +232,14 @@ func (r *Router) denyNotice(v *verdict, pr *permRequest) {
 		update["sessionUpdate"] = "tool_call"
 		update["toolCallId"] = s.toolIDs.Out(agent, id)
 		title, kind := "Tool call", "other"
-		if ts != nil && ts.title != "" {
-			title = ts.title
+		if tsTitle != "" {
+			title = tsTitle
 		}
 		if pr.ToolCall.Title != nil && *pr.ToolCall.Title != "" {
 			title = *pr.ToolCall.Title
 		}
-		if ts != nil && ts.kind != "" {
-			kind = ts.kind
+		if tsKind != "" {
+			kind = tsKind
 		}
 		if pr.ToolCall.Kind != nil && *pr.ToolCall.Kind != "" {
 			kind = *pr.ToolCall.Kind
@@ -255,8 +258,7 @@ var askSeq atomic.Uint64
 // askThenRelay asks the editor's user about a direct call the policy says
 // to ask about, then relays it or answers the agent with an error. It runs
 // in its own goroutine.
-func (r *Router) askThenRelay(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *verdict, reply func(json.RawMessage, error)) {
-	s := v.s
+func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error)) {
 	title, kind, toolCall := describeCall(inst.Agent.Title(), req.Method, p)
 	toolID := fmt.Sprintf("acp-router-ask-%d", askSeq.Add(1))
 	s.mu.Lock()
@@ -271,19 +273,11 @@ func (r *Router) askThenRelay(ctx context.Context, inst *upstream.Instance, req 
 		done()
 		choice = chosenKind(res, werr, askOptions)
 	}
-	v.source = "user"
 	allowed := choice == allowOnce || choice == allowAlways
-	if aerr := r.record(v, choice); aerr != nil && allowed {
-		v.auditFailed(aerr)
+	if r.opts.Guard.Record(v, choice) != nil && v.AuditFailed() {
 		allowed = false
 	}
 	s.mu.Lock()
-	switch choice {
-	case allowAlways:
-		s.grantLocked(v, policy.Allow)
-	case rejectAlways:
-		s.grantLocked(v, policy.Deny)
-	}
 	status := "failed"
 	if allowed {
 		status = "completed"
@@ -292,10 +286,10 @@ func (r *Router) askThenRelay(ctx context.Context, inst *upstream.Instance, req 
 	s.mu.Unlock()
 	if !allowed {
 		msg := fmt.Sprintf("acp-router: the user did not allow %s", title)
-		if v.rule == ruleAudit {
-			msg = v.errorMessage()
+		if v.AuditFailed() {
+			msg = v.ErrorMessage()
 		}
-		reply(nil, acp.NewError(acp.CodeInternalError, msg, map[string]any{"decision": policy.Deny.String(), "source": v.source, "userChoice": choice}))
+		reply(nil, acp.NewError(acp.CodeInternalError, msg, map[string]any{"decision": guard.Deny.String(), "source": v.Source, "userChoice": choice}))
 		return
 	}
 	r.relayRequest(ctx, inst, req, p, reply, nil)

@@ -1,12 +1,12 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/merge"
-	"github.com/acp-router/acp-router/policy"
 )
 
 // The handoff brief (DESIGN §5): an agent that handles a turn of a session
@@ -102,35 +102,24 @@ const hiddenNote = "[hidden by the permission policy]"
 
 // hiddenURI: a file:// resource the agent of the turn may not read.
 func (r *Router) hiddenURI(s *Session, agent, uri string) bool {
-	pol := r.policy()
 	path, ok := strings.CutPrefix(uri, "file://")
-	if pol == nil || !ok {
+	if !r.opts.Guard.Enforcing() || !ok {
 		return false
 	}
 	p, _ := json.Marshal(map[string]string{"sessionId": "", "path": path})
-	return r.deniedByPolicy(pol, s, agent, acp.MethodReadTextFile, p, nil)
-}
-
-// deniedByPolicy: the policy denies the request (a deny rule matches some
-// of its evidence).
-func (r *Router) deniedByPolicy(pol *policy.Policy, s *Session, agent, method string, p json.RawMessage, updates []json.RawMessage) bool {
-	g := r.opts.Guard
-	d := r.decideSafely(pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: g.fs,
-		Session: policy.Session{Agent: agent, Cwd: s.Cwd, Roots: s.roots, Home: g.home}})
-	return d.Effect == policy.Deny
+	return r.opts.Guard.Denies(context.Background(), s.policy, agent, acp.MethodReadTextFile, p, nil)
 }
 
 // hideDenied replaces the title of each of rec's tool calls that is about
 // something a deny rule matches.
 func (r *Router) hideDenied(s *Session, rec *merge.TurnRecord, evidence map[string][]json.RawMessage) {
-	pol := r.policy()
-	if pol == nil {
+	if !r.opts.Guard.Enforcing() {
 		return
 	}
 	for i := range rec.Tools {
 		updates := evidence[rec.Tools[i].ID]
 		p, _ := json.Marshal(map[string]any{"sessionId": "", "toolCall": map[string]string{"toolCallId": rec.Tools[i].ID}})
-		if updates != nil && r.deniedByPolicy(pol, s, rec.Agent, acp.MethodRequestPermission, p, updates) {
+		if updates != nil && r.opts.Guard.Denies(context.Background(), s.policy, rec.Agent, acp.MethodRequestPermission, p, updates) {
 			rec.Tools[i].Title = hiddenNote
 		}
 	}
@@ -138,15 +127,11 @@ func (r *Router) hideDenied(s *Session, rec *merge.TurnRecord, evidence map[stri
 
 // toolEvidenceOf is what the session tracked of rec's tool calls.
 func (s *Session) toolEvidenceOf(rec *merge.TurnRecord) map[string][]json.RawMessage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string][]json.RawMessage{}
-	for _, tool := range rec.Tools {
-		if ts := s.tools[toolKey(rec.Agent, tool.ID)]; ts != nil {
-			out[tool.ID] = ts.updates
-		}
+	ids := make([]string, len(rec.Tools))
+	for i, tool := range rec.Tools {
+		ids[i] = tool.ID
 	}
-	return out
+	return s.policy.Evidence(rec.Agent, ids)
 }
 
 // record keeps t's record in the session's history. The history holds at
@@ -154,7 +139,7 @@ func (s *Session) toolEvidenceOf(rec *merge.TurnRecord) map[string][]json.RawMes
 // the oldest turns go until it is back under the bound, so trimming costs
 // O(1) per turn on average.
 func (s *Session) record(t *turn, max int) {
-	if len(t.rec.Tools) > 0 && s.r.policy() != nil {
+	if len(t.rec.Tools) > 0 && s.r.opts.Guard.Enforcing() {
 		s.r.hideDenied(s, t.rec, s.toolEvidenceOf(t.rec))
 	}
 	s.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
@@ -210,9 +211,8 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 			continue
 		}
 		cur.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
-		if (up.Kind == "tool_call" || up.Kind == "tool_call_update") && r.policy() != nil {
-			ev, _ := json.Marshal(toolEvidence{Kind: up.ToolKind, Title: up.Title, Locations: up.Locations, RawInput: up.RawInput, Content: up.Content})
-			evidence[up.ToolCallID] = append(evidence[up.ToolCallID], ev)
+		if (up.Kind == "tool_call" || up.Kind == "tool_call_update") && r.opts.Guard.Enforcing() {
+			evidence[up.ToolCallID] = append(evidence[up.ToolCallID], guard.EncodeEvidence(up.toolUpdate()))
 		}
 	}
 	end()
@@ -332,7 +332,7 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	}
 	s := &Session{ID: id, Cwd: cwd, Enforce: extra.Enforce, r: r, newParams: newParams, active: active,
 		down: map[string]*downstream{}, opening: map[string]chan struct{}{}, stored: map[string]store.Agent{},
-		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, title: h.Meta.Title, open: true}
+		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, policy: guard.NewSession(cwd, roots), title: h.Meta.Title, open: true}
 	var seen map[string]int
 	s.history, seen = r.turnsFrom(s, h.Updates)
 	s.nextSeq = len(s.history)
@@ -539,14 +539,14 @@ func (r *Router) restoreChoices(ctx context.Context, s *Session, d *downstream, 
 	mode, values, modeOption, _ := merge.CurrentMode(d.view)
 	now := optionValues(d.view.Options)
 	s.mu.Unlock()
-	if prev.Mode != "" && prev.Mode != mode && slices.Contains(values, prev.Mode) && r.modeRefusal(name, prev.Mode) == nil && modeOption == "" {
+	if prev.Mode != "" && prev.Mode != mode && slices.Contains(values, prev.Mode) && r.opts.Guard.ModeRefusal(name, prev.Mode) == nil && modeOption == "" {
 		if err := r.setMode(ctx, s, d, prev.Mode); err != nil {
 			r.log.Info("cannot restore the agent's mode", "session", s.ID, "agent", name, "error", err)
 		}
 	}
 	for id, value := range prev.Options {
 		cur, ok := now[id]
-		if !ok || string(cur) == string(value) || (id == modeOption && r.modeRefusal(name, jsonText(value)) != nil) {
+		if !ok || string(cur) == string(value) || (id == modeOption && r.opts.Guard.ModeRefusal(name, jsonText(value)) != nil) {
 			continue
 		}
 		p := mustJSON(map[string]any{"sessionId": s.ID, "configId": id, "value": value})

@@ -8,9 +8,8 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/acp"
-	"github.com/acp-router/acp-router/audit"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
-	"github.com/acp-router/acp-router/policy"
 )
 
 // deny_modes (DESIGN §6): enforced on every mode the router observes — in
@@ -23,35 +22,16 @@ import (
 // modeResetTimeout bounds the agent's answer to the reset.
 const modeResetTimeout = 10 * time.Second
 
-// modeDenied is the predicate for the options and modes the editor is
-// offered: nil when no policy is in force.
-func (r *Router) modeDenied(agent string) func(mode string) bool {
-	pol := r.policy()
-	if pol == nil || len(pol.DenyModes()) == 0 {
-		return nil
-	}
-	return func(mode string) bool { return pol.ModeDenied(agent, mode) }
-}
-
-// modeRefusal is the error for an editor request to set a denied mode.
-func (r *Router) modeRefusal(agent, mode string) error {
-	if pol := r.policy(); pol == nil || !pol.ModeDenied(agent, mode) {
-		return nil
-	}
-	return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: the permission policy does not allow %s's mode %q (deny_modes)", agent, mode),
-		map[string]string{"agent": agent, "mode": mode, "rule": policy.RuleDeniedMode})
-}
-
 // enforceModeLocked checks the mode d reports; a denied one is reset in the
 // background. Called with s.mu held whenever d's modes or options change.
 func (r *Router) enforceModeLocked(s *Session, d *downstream) {
-	pol := r.policy()
-	if pol == nil || d == nil {
+	g := r.opts.Guard
+	if !g.Enforcing() || d == nil {
 		return
 	}
 	agent := d.agent.Name()
 	mode, values, optionID, ok := merge.CurrentMode(d.view)
-	if !ok || mode == "" || !pol.ModeDenied(agent, mode) {
+	if !ok || mode == "" || !g.ModeDenied(agent, mode) {
 		d.modeErr = nil
 		return
 	}
@@ -60,7 +40,7 @@ func (r *Router) enforceModeLocked(s *Session, d *downstream) {
 	}
 	target := ""
 	for _, v := range values {
-		if !pol.ModeDenied(agent, v) {
+		if !g.ModeDenied(agent, v) {
 			target = v
 			break
 		}
@@ -68,11 +48,11 @@ func (r *Router) enforceModeLocked(s *Session, d *downstream) {
 	done := make(chan struct{})
 	d.modeReset = done
 	r.log.Warn("agent is in a mode the policy denies; setting it back", "session", s.ID, "agent", agent, "mode", mode, "to", target)
-	go r.resetMode(s, d, pol, mode, target, optionID, done)
+	go r.resetMode(s, d, mode, target, optionID, done)
 }
 
 // resetMode sets d back from the denied mode from to target.
-func (r *Router) resetMode(s *Session, d *downstream, pol *policy.Policy, from, target, optionID string, done chan struct{}) {
+func (r *Router) resetMode(s *Session, d *downstream, from, target, optionID string, done chan struct{}) {
 	agent := d.agent.Name()
 	ctx, cancel := context.WithTimeout(context.Background(), modeResetTimeout)
 	defer cancel()
@@ -101,7 +81,7 @@ func (r *Router) resetMode(s *Session, d *downstream, pol *policy.Policy, from, 
 
 	// Audited before the user is told, so that the log is never behind
 	// what the user saw.
-	r.recordMode(pol, s.ID, agent, from, target, err)
+	r.opts.Guard.RecordModeReset(s.ID, agent, from, target, err)
 
 	s.mu.Lock()
 	d.modeReset = nil
@@ -127,7 +107,7 @@ func (r *Router) resetMode(s *Session, d *downstream, pol *policy.Policy, from, 
 	} else {
 		d.modeErr = acp.NewError(acp.CodeInternalError,
 			fmt.Sprintf("acp-router: %s is in mode %q, which the permission policy does not allow, and could not be set back (%v); prompts in this session are refused until it leaves that mode", d.agent.Title(), from, errorText(err)),
-			map[string]string{"agent": agent, "mode": from, "rule": policy.RuleDeniedMode})
+			map[string]string{"agent": agent, "mode": from, "rule": guard.RuleDeniedMode})
 		text = errorText(d.modeErr)
 		r.log.Error("cannot set the agent back from a denied mode", "session", s.ID, "agent", agent, "mode", from, "error", err)
 	}
@@ -139,37 +119,6 @@ func (r *Router) resetMode(s *Session, d *downstream, pol *policy.Policy, from, 
 	}
 	s.mu.Unlock()
 	close(done)
-}
-
-// recordMode audits a mode reset.
-func (r *Router) recordMode(pol *policy.Policy, sid, agent, from, target string, err error) {
-	g := r.opts.Guard
-	if g == nil {
-		return
-	}
-	rule := policy.RuleDeniedMode
-	ev := map[string]string{"mode": from, "resetTo": target}
-	if err != nil {
-		ev["resetError"] = err.Error()
-	}
-	rec := audit.Record{Time: time.Now(), Session: sid, Agent: agent, Method: "mode",
-		Evidence: []any{ev}, Decision: policy.Deny.String(), Rule: &rule, Layer: modeLayer(pol, agent, from),
-		Source: string(policy.SourceBuiltin), PolicyHash: pol.Hash()}
-	if err := g.write(rec); err != nil {
-		r.log.Error("cannot write the audit log", "error", err)
-	}
-}
-
-// modeLayer names the layer whose deny_modes forbids agent's mode.
-func modeLayer(pol *policy.Policy, agent, mode string) string {
-	for _, l := range pol.Layers() {
-		for _, m := range l.DenyModes {
-			if (m.Agent == "*" || m.Agent == agent) && m.Mode == mode {
-				return l.Name
-			}
-		}
-	}
-	return policy.LayerBuiltin
 }
 
 // waitMode waits until no reset of d's mode is under way.

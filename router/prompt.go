@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -264,9 +263,8 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 	d.replaying = false // what the agent sends from now on is this turn
 	cancelled := t.cancelled
 	modeErr := d.modeErr
-	// A new turn: approvals and tool call evidence are per turn.
-	s.approvals, s.tools = nil, nil
 	s.mu.Unlock()
+	s.policy.EndTurn() // a new turn: approvals and tool call evidence are per turn
 	if cancelled {
 		r.endTurn(ctx, s, t, cancelledResult, nil)
 		return
@@ -298,15 +296,23 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 		if !r.takeForward(key, fw) {
 			return
 		}
+		var res json.RawMessage
+		var err error
 		if m.Error != nil {
 			rpcErr := new(jsonrpc2.Error)
 			if json.Unmarshal(m.Error, rpcErr) != nil {
 				rpcErr = acp.NewError(acp.CodeInternalError, "acp-router: the agent answered with a malformed error", nil)
 			}
-			fw.end(nil, rpcErr)
-			return
+			err = rpcErr
+		} else {
+			res = m.Result
 		}
-		fw.end(bytes.Clone(m.Result), nil) // m aliases the agent's read buffer
+		// After every update the agent sent before it (order.go).
+		if s.seq.busy() {
+			s.seq.do(r, func() { fw.end(res, err) })
+		} else {
+			fw.end(res, err)
+		}
 	}
 	r.watchInstance(inst)
 	c, err := inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, answered)
@@ -387,7 +393,6 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 		t.cancelTimer.Stop()
 	}
 	synthetic := t.synthetic
-	s.approvals = nil // an approval covers the direct calls of its own turn only
 	var next *turn
 	if len(s.queue) > 0 {
 		next = s.queue[0]
@@ -399,6 +404,7 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 	if t.rec != nil {
 		s.record(t, r.cfg.Handoff.MaxBytes)
 	}
+	s.policy.EndTurn() // an approval covers the direct calls of its own turn only
 	if synthetic {
 		r.log.Info("cancelled turn ended", "session", s.ID, "agent", t.agent)
 	} else {

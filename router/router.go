@@ -24,6 +24,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
@@ -54,7 +55,7 @@ type Options struct {
 	HistoryMetadataOnly bool
 	// Guard enforces the permission policy on agent requests and modes;
 	// nil: no policy (every request goes to the editor).
-	Guard *Guard
+	Guard *guard.Guard
 	// Upstream timings, for tests; see upstream.Options.
 	ShutdownGrace, KillGrace time.Duration
 }
@@ -84,6 +85,9 @@ type Router struct {
 	terminals  map[string]terminal        // terminal id → owner
 	elicits    *merge.IDTable             // (agent, elicitationId) ↔ editor-side id
 	unbound    map[string][]*acp.Message
+
+	// wg owns the router's goroutines: shutdown waits for them (bounded).
+	wg sync.WaitGroup
 }
 
 // forward is an editor request in flight at an agent.
@@ -199,6 +203,9 @@ func (r *Router) shutdown() {
 	case <-time.After(time.Second):
 	}
 }
+
+// spawn runs f in a goroutine the router owns: shutdown waits for it.
+func (r *Router) spawn(f func()) { r.wg.Go(f) }
 
 // editorHandler handles the editor's requests and notifications, in the
 // editor's read loop.

@@ -12,6 +12,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
@@ -28,6 +29,10 @@ type Session struct {
 	// newParams are the editor's session/new params, to open the session on
 	// more agents with the same cwd, MCP servers and directories.
 	newParams json.RawMessage
+
+	// seq keeps the order of what the session's agents send while a
+	// decision waits (order.go).
+	seq sequencer
 
 	mu        sync.Mutex
 	active    string                   // the active agent's name
@@ -46,13 +51,10 @@ type Session struct {
 	history   []merge.TurnRecord // finished turns, for handoff briefs
 	histBytes int                // their size, as record counts it
 	nextSeq   int                // Seq of the next recorded turn
-	// The permission policy's state (guard.go): what the agents said about
-	// their tool calls this turn, the approvals of the turn, and the
-	// user's "always" choices.
-	tools     map[string]*toolState
-	approvals []approval
-	grants    []grant
-	roots     []string // the session's additional directories: ${roots}
+	// policy is the permission policy's state of the session: evidence,
+	// approvals, grants (guard.Session).
+	policy *guard.Session
+	roots  []string // the session's additional directories: ${roots}
 	// stored are the agents a reopened session used before, not
 	// re-attached yet (history.go).
 	stored map[string]store.Agent
@@ -168,7 +170,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			return
 		}
 		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{}, opening: map[string]chan struct{}{},
-			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots}
+			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, policy: guard.NewSession(cwd, roots)}
 		res, err := r.openDownstream(ctx, s, inst, acp.RawID(req.ID))
 		if err != nil {
 			reply(nil, err)

@@ -35,7 +35,7 @@ func (s *Session) optionsLocked() []json.RawMessage {
 	if d := s.down[s.active]; d != nil {
 		view = d.view
 	}
-	return merge.Options(s.r.agentChoices(), s.active, view, s.r.caps().Session.ConfigOptions.Boolean != nil, s.r.modeDenied(s.active))
+	return merge.Options(s.r.agentChoices(), s.active, view, s.r.caps().Session.ConfigOptions.Boolean != nil, s.r.opts.Guard.ModeFilter(s.active))
 }
 
 // legacyModesLocked is the union of the agents' modes, AGENT:MODE, for
@@ -57,8 +57,8 @@ func (s *Session) legacyModesLocked() *merge.ModeState {
 		agents = append(agents, merge.AgentModes{Agent: a.Name(), Title: a.Title(), Modes: modes})
 	}
 	var denied func(agent, mode string) bool
-	if pol := s.r.policy(); pol != nil {
-		denied = pol.ModeDenied
+	if s.r.opts.Guard.Enforcing() {
+		denied = s.r.opts.Guard.ModeDenied
 	}
 	return merge.LegacyModes(agents, s.active, current, denied)
 }
@@ -190,7 +190,7 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 	go func() {
 		var err error
 		if d != nil && p.ConfigID != merge.AgentOptionID && s.isModeOption(d, p.ConfigID) {
-			err = r.modeRefusal(d.agent.Name(), value)
+			err = r.opts.Guard.ModeRefusal(d.agent.Name(), value)
 		}
 		switch {
 		case err != nil:
@@ -227,7 +227,7 @@ func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.R
 		if !qualified || r.byName[agent] == nil {
 			agent, mode = s.activeName(), p.ModeID
 		}
-		err := r.modeRefusal(agent, mode)
+		err := r.opts.Guard.ModeRefusal(agent, mode)
 		if err == nil {
 			err = r.switchTo(ctx, s, agent)
 		}

@@ -1,30 +1,62 @@
-package router
+package guard
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/config"
 )
 
 // reloadDebounce: editors save in several steps (write a temporary file,
 // rename it); the policy is read once they are done.
 const reloadDebounce = 150 * time.Millisecond
 
-// WatchPolicy keeps g's policy up to date until ctx ends (DESIGN §6,
-// reload): on a signal from hup, and when a file the policy was read from
-// changes, it calls load again. The new policy replaces the old one only if
-// it loads, compiles and passes all its tests; otherwise the last good
+// WatchOptions configure Watch.
+type WatchOptions struct {
+	// Load reads the config file again and the policy of every layer.
+	Load func() (*config.Config, *LoadedPolicy, error)
+	// Running is the config the router runs with; Watch the directories
+	// and files of its policy (LoadedPolicy.Watch).
+	Running *config.Config
+	Watch   map[string][]string
+	// Hup delivers SIGHUP.
+	Hup <-chan os.Signal
+	// Applied, when set, is told the fingerprint (config.Keys) of the
+	// config in force at start and after each reload: the keys a reload
+	// could not apply keep their running value.
+	Applied func(keys map[string]string)
+	Logger  hclog.Logger
+}
+
+// Watch keeps the policy in force up to date until ctx ends (DESIGN §6,
+// reload): on SIGHUP, and when a file the config or policy was read from
+// changes, it loads them again. The new policy replaces the old one only
+// if it loads, compiles and passes all its tests; otherwise the last good
 // policy stays in force and the reason is logged. Decisions in flight keep
-// the policy they started with. watch is the last load's LoadedPolicy.Watch.
-func WatchPolicy(ctx context.Context, g *Guard, load func() (*LoadedPolicy, error), watch map[string][]string, hup <-chan os.Signal, log hclog.Logger) {
+// the policy they started with. A new audit file is applied too; every
+// other changed key is logged as "restart to apply", by name: agents,
+// routing and commands are fixed for the router's life.
+func (g *Guard) Watch(ctx context.Context, opts WatchOptions) {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	running := opts.Running.Keys()
+	if opts.Applied != nil {
+		opts.Applied(running)
+	}
+	watch := opts.Watch
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		log.Warn("cannot watch the policy files; reload with SIGHUP", "error", err)
+		log.Warn("cannot watch the config and policy files; reload with SIGHUP", "error", err)
 	}
 	var watched []string
 	rewatch := func(want map[string][]string) {
@@ -56,7 +88,7 @@ func WatchPolicy(ctx context.Context, g *Guard, load func() (*LoadedPolicy, erro
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	reload := func(why string) {
-		lp, err := load()
+		cfg, lp, err := opts.Load()
 		if err == nil {
 			err = lp.TestsError()
 		}
@@ -73,24 +105,51 @@ func WatchPolicy(ctx context.Context, g *Guard, load func() (*LoadedPolicy, erro
 		if lp.Policy != nil {
 			hash = lp.Policy.Hash()
 		}
-		log.Info("policy reloaded", "trigger", why, "policyHash", hash)
+		keys := cfg.Keys()
+		applied := []string{"permissions"}
+		if audit := config.Changed(pick(running, "audit."), pick(keys, "audit.")); len(audit) > 0 {
+			if err := g.SetAuditFile(cfg.Audit.File, cfg.Audit.MaxBytes); err != nil {
+				log.Error("the new audit file cannot be opened; decisions go on to the old one", "file", cfg.Audit.File, "error", err)
+			} else {
+				applied = append(applied, audit...)
+				maps.Copy(running, pick(keys, "audit."))
+			}
+		}
+		log.Info("policy reloaded", "trigger", why, "applied", strings.Join(applied, ", "), "policyHash", hash)
+		if pending := config.Changed(running, keys); len(pending) > 0 {
+			log.Warn("restart to apply: "+strings.Join(pending, ", "), "trigger", why)
+		}
+		if opts.Applied != nil {
+			opts.Applied(running)
+		}
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-hup:
+		case <-opts.Hup:
 			reload("SIGHUP")
 		case ev := <-events:
 			if relevant(watch, ev.Name) {
 				timer.Reset(reloadDebounce)
 			}
 		case err := <-errs:
-			log.Warn("watching the policy files", "error", err)
+			log.Warn("watching the config and policy files", "error", err)
 		case <-timer.C:
 			reload("file change")
 		}
 	}
+}
+
+// pick is the part of a fingerprint under prefix.
+func pick(keys map[string]string, prefix string) map[string]string {
+	out := map[string]string{}
+	for k, v := range keys {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // watchDirs are the directories to watch: each policy directory, or for

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/router"
+)
+
+// loadWithPolicy loads the config and the permission policy of every
+// layer (its tests run, their failures in the result, not an error).
+func loadWithPolicy(g *globals) (*config.Config, *guard.LoadedPolicy, error) {
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	lp, err := guard.LoadPolicy(orgPolicyDir, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("permission policy: %w", err)
+	}
+	return cfg, lp, nil
+}
+
+func check(g *globals, args []string) (int, error) {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	g.register(fs, "warn")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	cfg, lp, err := loadWithPolicy(g)
+	if err != nil {
+		return 1, err
+	}
+	var agents []string
+	for _, a := range cfg.Agents {
+		agents = append(agents, a.Name)
+	}
+	warnings := config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
+	warnings = append(warnings, describePolicy(os.Stdout, lp, orgPolicyDir, agents)...)
+	warnings = append(warnings, pendingRestarts(cfg)...)
+	config.Warn(os.Stdout, warnings)
+	if lp.TestsError() != nil {
+		return 1, errors.New("the permission policy's tests fail (acp-router policy test)")
+	}
+	return 0, nil
+}
+
+// describePolicy writes each layer of the policy with its hash and files,
+// the effective default, deny_modes and the file and line of every rule in
+// force (and of those lower_layers_may dropped). It returns the policy's
+// warnings for check.
+func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents []string) []string {
+	pol := lp.Policy
+	if pol == nil {
+		fmt.Fprintf(w, "permission policy: none (no org layer in %s, no permissions: in the config)\n", orgDir)
+		return nil
+	}
+	def, layer := pol.Default()
+	fmt.Fprintf(w, "permission policy: %s (default %s, from the %s layer)\n", pol.Hash(), def, layer)
+	for _, l := range pol.Layers() {
+		files := strings.Join(l.Files, ", ")
+		fmt.Fprintf(w, "  %s layer %s  %s\n", l.Name, l.Hash(), files)
+		if l.Default != policy.None {
+			fmt.Fprintf(w, "    default: %s   (%s)\n", l.Default, l.DefaultPos)
+		}
+		for _, m := range l.DenyModes {
+			fmt.Fprintf(w, "    deny mode %s   (%s)\n", m, m.Pos)
+		}
+		if l.LowerLayersMay != nil {
+			var may []string
+			for _, e := range l.LowerLayersMay {
+				may = append(may, e.String())
+			}
+			fmt.Fprintf(w, "    lower layers may: %s\n", strings.Join(may, ", "))
+		}
+		for _, r := range pol.Rules() {
+			if r.Layer == l.Name {
+				fmt.Fprintf(w, "    %-5s %s   (%s)\n", r.Decision, r.ID, r.Pos)
+			}
+		}
+		for _, r := range pol.Dropped() {
+			if r.Layer == l.Name {
+				fmt.Fprintf(w, "    dropped %s %s: the org layer's lower_layers_may does not allow it   (%s)\n", r.Decision, r.ID, r.Pos)
+			}
+		}
+	}
+	passed := len(lp.Results) - len(lp.Failed())
+	fmt.Fprintf(w, "  tests: %d of %d passed (acp-router policy test shows them)\n", passed, len(lp.Results))
+	warnings := pol.Warnings(agents...)
+	if len(lp.Failed()) > 0 {
+		warnings = append(warnings, fmt.Sprintf("%d policy tests fail: the router refuses to start with this policy", len(lp.Failed())))
+	}
+	return warnings
+}
+
+// pendingRestarts names, for each router running this config file, the
+// keys it has not applied: a reload applies the policy and the audit file;
+// agents, routing, commands and the rest wait for a restart.
+func pendingRestarts(cfg *config.Config) []string {
+	if cfg.File == "" {
+		return nil
+	}
+	running, err := config.ReadRunning(cfg.StateDir, cfg.File)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	keys := cfg.Keys()
+	for _, r := range running {
+		if changed := config.Changed(r.Keys, keys); len(changed) > 0 {
+			out = append(out, fmt.Sprintf("the router running as pid %d uses this config: restart to apply: %s", r.PID, strings.Join(changed, ", ")))
+		}
+	}
+	return out
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/store"
+)
+
+// startPolicy loads the permission policy, opens its audit log and
+// reloads it on SIGHUP and file changes until ctx ends. Fail closed: a
+// policy that does not load, or fails its own tests, is an error and the
+// router does not start. record: the running router's applied config is
+// recorded for `check` (config.WriteRunning).
+func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger, record bool) (*guard.Guard, *guard.LoadedPolicy, error) {
+	lp, err := guard.LoadPolicy(orgPolicyDir, cfg)
+	if err == nil {
+		err = lp.TestsError()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("permission policy: %w\nthe router does not start without a valid policy; `acp-router check` shows it", err)
+	}
+	home, _ := os.UserHomeDir()
+	g, err := guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, AuditMaxBytes: cfg.Audit.MaxBytes,
+		Home: home, Logger: log.Named("policy")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("permission policy: %w", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	opts := guard.WatchOptions{
+		Load: func() (*config.Config, *guard.LoadedPolicy, error) {
+			next, err := config.Load(cfg.File)
+			if err != nil {
+				return nil, nil, err
+			}
+			lp, err := guard.LoadPolicy(orgPolicyDir, next)
+			return next, lp, err
+		},
+		Running: cfg,
+		Watch:   lp.Watch,
+		Hup:     hup,
+		Logger:  log.Named("policy"),
+	}
+	if record && cfg.File != "" {
+		opts.Applied = func(keys map[string]string) {
+			if err := config.WriteRunning(cfg.StateDir, cfg.File, keys); err != nil {
+				log.Warn("cannot record the running config for check", "error", err)
+			}
+		}
+	}
+	go func() {
+		defer signal.Stop(hup)
+		g.Watch(ctx, opts)
+	}()
+	return g, lp, nil
+}
+
+// serve runs the router for an editor on stdin/stdout.
+func serve(ctx context.Context, g *globals) (int, error) {
+	log, closer, err := newLogger(g)
+	if err != nil {
+		return 2, err
+	}
+	defer closer.Close()
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return 1, err
+	}
+	pg, lp, err := startPolicy(ctx, cfg, log, true)
+	if err != nil {
+		return 1, err
+	}
+	defer pg.Close()
+	defer config.RemoveRunning(cfg.StateDir)
+	policyHash := "none"
+	if lp.Policy != nil {
+		policyHash = lp.Policy.Hash()
+	}
+	log.Info("starting", "version", router.Version(), "config", cfg.File, "agents", len(cfg.Agents), "policyHash", policyHash)
+	st, err := store.Open(filepath.Join(cfg.StateDir, "sessions"), store.Options{MaxTotalBytes: cfg.History.MaxTotalBytes,
+		MaxAge: cfg.History.MaxAge, MetadataOnly: cfg.History.MetadataOnly, Logger: log.Named("store")})
+	if err != nil {
+		// The editor still gets a router, without session history.
+		log.Error("cannot open the session store; sessions cannot be listed or reopened", "error", err)
+		st = nil
+	} else {
+		defer st.Close()
+	}
+	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly})
+	in, out, restore := editorStdio()
+	defer restore()
+	if err := r.Serve(ctx, in, out); err != nil {
+		return 1, err
+	}
+	return 0, nil
+}

@@ -1,0 +1,91 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// A running router records, in StateDir/running/PID.json, which config
+// file it runs and the fingerprint (Keys) of what it applied, so that
+// `acp-router check` can name the edits a running router has not applied
+// ("restart to apply"). The record holds hashes, never values.
+
+// Running is one running router's record.
+type Running struct {
+	PID  int               `json:"pid"`
+	File string            `json:"file"`
+	Keys map[string]string `json:"keys"`
+}
+
+func runningDir(stateDir string) string { return filepath.Join(stateDir, "running") }
+
+// WriteRunning records this process's applied config (again after each
+// reload). The file is replaced atomically.
+func WriteRunning(stateDir, file string, keys map[string]string) error {
+	dir := runningDir(stateDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("config: running record: %w", err)
+	}
+	b, err := json.Marshal(Running{PID: os.Getpid(), File: file, Keys: keys})
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, strconv.Itoa(os.Getpid())+".json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("config: running record: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// RemoveRunning deletes this process's record (at exit).
+func RemoveRunning(stateDir string) {
+	os.Remove(filepath.Join(runningDir(stateDir), strconv.Itoa(os.Getpid())+".json"))
+}
+
+// ReadRunning returns the records of the routers alive now that run the
+// config file; records of routers that are gone are removed.
+func ReadRunning(stateDir, file string) ([]Running, error) {
+	dir := runningDir(stateDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config: running records: %w", err)
+	}
+	var out []Running
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		pid, err := strconv.Atoi(name)
+		if !ok || err != nil {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if !alive(pid) {
+			os.Remove(path)
+			continue
+		}
+		b, err := os.ReadFile(path)
+		var r Running
+		if err != nil || json.Unmarshal(b, &r) != nil || r.File != file {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// alive: a process with that pid exists (a recycled pid counts: the
+// record is then only a stale hint, harmless for check).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,296 @@
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit"
+	"github.com/acp-router/acp-router/policy"
+)
+
+// The effects of a verdict.
+type Effect = policy.Effect
+
+const (
+	Allow = policy.Allow
+	Ask   = policy.Ask
+	Deny  = policy.Deny
+)
+
+// Built-in rule ids: the guard's own safeguards, and the policy's deny_modes.
+const (
+	RuleDeniedMode = policy.RuleDeniedMode
+
+	RuleInternal = "acp-router:internal-error"
+	RuleAudit    = "acp-router:audit-unavailable"
+	RuleTimeout  = "acp-router:decision-timeout"
+)
+
+// Request is one agent request for the policy to decide.
+type Request struct {
+	SessionID string // the router session's id, for the audit log
+	Agent     string // the agent's name
+	Mode      string // the agent's current mode in the session
+	Method    string
+	Params    json.RawMessage // the agent's params (its own session id)
+}
+
+// Verdict is the decision on one request and what it is about. Effect is
+// what the router carries out; Record may still turn an allow into a deny.
+type Verdict struct {
+	Effect  Effect
+	Source  string // for the audit log: rule, default, builtin, grant, user, turn
+	Rule    string // the deciding rule's id, "" for a default
+	Layer   string
+	Message string
+	Latency time.Duration
+
+	Method     string
+	SessionID  string
+	Agent      string
+	ToolCallID string // the agent's tool call id (permission requests)
+
+	dec  policy.Decision
+	sess *Session
+}
+
+// ErrorMessage is the message of the error a denied direct call gets.
+func (v *Verdict) ErrorMessage() string {
+	if v.Rule == "" {
+		return fmt.Sprintf("acp-router: denied by the %s layer's default", v.Layer)
+	}
+	if v.Message == "" {
+		return "acp-router: denied by " + v.Rule
+	}
+	return fmt.Sprintf("acp-router: denied by %s: %s", v.Rule, v.Message)
+}
+
+// DenyError is the JSON-RPC error a denied direct call gets (DESIGN §6).
+func (v *Verdict) DenyError() error {
+	return acp.NewError(acp.CodeInternalError, v.ErrorMessage(),
+		map[string]any{"rule": v.Rule, "decision": policy.Deny.String(), "layer": v.Layer, "source": v.Source})
+}
+
+// AuditFailed: the verdict was turned into a deny because the audit log
+// could not record it.
+func (v *Verdict) AuditFailed() bool { return v.Rule == RuleAudit }
+
+// Decide decides one agent request of session s with the policy in force:
+// the policy's rules and default first (deny always wins), then the
+// session's grants, then, for a direct call, the approvals of the running
+// turn. It waits on the filesystem (symlinks) at most DecideTimeout, then
+// denies: call it off any read loop that other sessions' traffic needs.
+// With no policy in force the verdict is ask (the editor decides).
+func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
+	start := time.Now()
+	v := &Verdict{Method: req.Method, SessionID: req.SessionID, Agent: req.Agent, sess: s}
+	var ref struct {
+		ToolCall struct {
+			ToolCallID string `json:"toolCallId"`
+		} `json:"toolCall"`
+	}
+	json.Unmarshal(req.Params, &ref)
+	v.ToolCallID = ref.ToolCall.ToolCallID
+	pol := g.Policy()
+	if pol == nil {
+		v.Effect, v.Source, v.Layer = policy.Ask, string(policy.SourceBuiltin), policy.LayerBuiltin
+		return v
+	}
+	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS),
+		Session: policy.Session{Agent: req.Agent, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
+	overflow := false
+	s.mu.Lock()
+	if ts := s.tools[toolKey(req.Agent, v.ToolCallID)]; req.Method == acp.MethodRequestPermission && ts != nil {
+		preq.Updates, overflow = slices.Clone(ts.updates), ts.overflow
+	}
+	grants, approvals := slices.Clone(s.grants), slices.Clone(s.approvals)
+	s.mu.Unlock()
+
+	v.dec = g.decideBounded(ctx, pol, preq)
+	d := &v.dec
+	v.Effect, v.Source, v.Rule, v.Layer, v.Message = d.Effect, string(d.Source), d.Rule, d.Layer, d.Message
+	if overflow && v.Effect == policy.Allow {
+		v.Effect, v.Source, v.Rule, v.Layer = policy.Ask, string(policy.SourceBuiltin), policy.RuleOpaque, policy.LayerBuiltin
+		v.Message = "the tool call had more updates than the router keeps as evidence"
+	}
+	if v.Effect != policy.Deny && d.Evidence != nil && d.Rule != policy.RuleDeniedMode {
+		for _, gr := range grants {
+			if gr.agent == req.Agent && gr.effect == policy.Deny && gr.ev.Covers(d.Evidence) {
+				v.Effect, v.Source, v.Rule, v.Layer = policy.Deny, "grant", "", "session"
+				v.Message = "you chose to always reject this in this session"
+				break
+			}
+		}
+	}
+	if v.Effect == policy.Ask && d.Evidence != nil && d.Rule != policy.RuleDeniedMode {
+		for _, gr := range grants {
+			if gr.agent == req.Agent && gr.effect == policy.Allow && gr.ev.Covers(d.Evidence) {
+				v.Effect, v.Source, v.Rule, v.Layer, v.Message = policy.Allow, "grant", "", "session", ""
+				break
+			}
+		}
+	}
+	if v.Effect == policy.Ask && req.Method != acp.MethodRequestPermission && d.Evidence != nil {
+		for _, a := range approvals {
+			if a.agent == req.Agent && a.ev.Covers(d.Evidence) {
+				v.Effect, v.Source, v.Rule, v.Layer, v.Message = policy.Allow, a.source, a.rule, "turn", ""
+				break
+			}
+		}
+	}
+	v.Latency = time.Since(start)
+	return v
+}
+
+// decideBounded is pol.Decide that fails closed: a panic, or a filesystem
+// that does not answer within DecideTimeout (or before ctx ends), is a
+// deny for this request only.
+func (g *Guard) decideBounded(ctx context.Context, pol *policy.Policy, req *policy.Request) policy.Decision {
+	deny := func(rule, msg string) policy.Decision {
+		return policy.Decision{Effect: policy.Deny, Rule: rule, Layer: policy.LayerBuiltin,
+			Source: policy.SourceBuiltin, Method: req.Method, PolicyHash: pol.Hash(), Message: msg}
+	}
+	if g.stuck.Load() >= maxStuck {
+		return deny(RuleTimeout, fmt.Sprintf("%d decisions are still waiting for the filesystem", maxStuck))
+	}
+	done := make(chan policy.Decision, 1)
+	go func() {
+		defer func() {
+			if e := recover(); e != nil {
+				g.log.Error("internal error deciding a request; denied", "method", req.Method, "panic", e)
+				done <- deny(RuleInternal, fmt.Sprintf("internal error while deciding: %v", e))
+			}
+		}()
+		done <- pol.Decide(req)
+	}()
+	timer := time.NewTimer(g.opts.DecideTimeout)
+	defer timer.Stop()
+	select {
+	case d := <-done:
+		return d
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	// The decision goes on in its goroutine until the filesystem answers;
+	// it is counted so that a filesystem that never does cannot pile them
+	// up.
+	g.stuck.Add(1)
+	go func() {
+		<-done
+		g.stuck.Add(-1)
+	}()
+	g.log.Error("a decision waited too long for the filesystem; denied", "method", req.Method, "timeout", g.opts.DecideTimeout)
+	return deny(RuleTimeout, fmt.Sprintf("the filesystem did not answer within %v", g.opts.DecideTimeout))
+}
+
+// Denies: the policy in force denies the request of agent in session s (a
+// deny rule matches some of its evidence). updates are the tool call's
+// updates for a permission request. The handoff brief uses it to hide what
+// an agent may not see.
+func (g *Guard) Denies(ctx context.Context, s *Session, agent, method string, p json.RawMessage, updates []json.RawMessage) bool {
+	pol := g.Policy()
+	if pol == nil || s == nil {
+		return false
+	}
+	d := g.decideBounded(ctx, pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS),
+		Session: policy.Session{Agent: agent, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home}})
+	return d.Effect == policy.Deny
+}
+
+// User choices on a permission request: the kind of the option the user
+// selected (schema PermissionOptionKind), or cancelled.
+const (
+	AllowOnce    = "allow_once"
+	AllowAlways  = "allow_always"
+	RejectOnce   = "reject_once"
+	RejectAlways = "reject_always"
+	Cancelled    = "cancelled"
+)
+
+// Record writes v to the audit log with the user's choice ("" when the
+// policy decided alone) and keeps what the choice means for the session:
+// an approval for the turn (a permission request allowed), a grant for
+// the session (an "always" choice). An allow that cannot be audited must
+// not happen: v becomes a deny (AuditFailed) and the error is returned.
+func (g *Guard) Record(v *Verdict, choice string) error {
+	if g == nil {
+		return nil
+	}
+	allowed := v.Effect == policy.Allow
+	if choice != "" {
+		v.Source = "user"
+		allowed = choice == AllowOnce || choice == AllowAlways
+	}
+	rec := audit.Record{Time: time.Now(), Session: v.SessionID, Agent: v.Agent,
+		Method: v.Method, ToolCallID: v.ToolCallID, Evidence: auditEvidence(&v.dec), Decision: v.Effect.String(),
+		Layer: v.Layer, Source: v.Source, UserChoice: choice, PolicyHash: v.dec.PolicyHash,
+		LatencyUs: v.Latency.Microseconds()}
+	if v.Rule != "" {
+		rec.Rule = &v.Rule
+	}
+	if err := g.write(rec); err != nil {
+		g.log.Error("cannot write the audit log", "error", err)
+		if allowed {
+			v.Effect, v.Source, v.Rule, v.Layer = policy.Deny, string(policy.SourceBuiltin), RuleAudit, policy.LayerBuiltin
+			v.Message = "the audit log cannot be written: " + err.Error()
+		}
+		return err
+	}
+	if choice == "" {
+		if allowed && v.Method == acp.MethodRequestPermission {
+			v.sess.approve(v)
+		}
+		return nil
+	}
+	switch choice {
+	case AllowOnce:
+		if v.Method == acp.MethodRequestPermission {
+			v.sess.approve(v)
+		}
+	case AllowAlways:
+		if v.Method == acp.MethodRequestPermission {
+			v.sess.approve(v)
+		}
+		v.sess.grant(v, policy.Allow)
+	case RejectAlways:
+		v.sess.grant(v, policy.Deny)
+	}
+	return nil
+}
+
+// auditItem is one piece of evidence as the audit log shows it: paths,
+// commands and domains, never file contents or environment values.
+type auditItem struct {
+	Type     string        `json:"type"`
+	Kinds    []policy.Kind `json:"kinds,omitempty"`
+	Path     string        `json:"path,omitempty"`
+	Forms    []string      `json:"forms,omitempty"`
+	Command  []string      `json:"command,omitempty"`
+	Env      []string      `json:"env,omitempty"`
+	Domain   string        `json:"domain,omitempty"`
+	Opaque   string        `json:"opaque,omitempty"`
+	Refused  string        `json:"refused,omitempty"`
+	Decision string        `json:"decision"`
+	Rule     string        `json:"rule,omitempty"`
+}
+
+func auditEvidence(d *policy.Decision) []auditItem {
+	out := make([]auditItem, 0, len(d.Findings))
+	for _, f := range d.Findings {
+		it := f.Item
+		if it == nil {
+			continue
+		}
+		a := auditItem{Type: it.Type.String(), Kinds: it.Kinds, Path: it.Path, Command: it.Argv, Env: it.Env,
+			Domain: it.Domain, Opaque: it.Opaque, Refused: it.Refused, Decision: f.Effect.String(), Rule: f.Rule}
+		if len(it.Forms) > 1 || (len(it.Forms) == 1 && it.Forms[0] != it.Path) {
+			a.Forms = it.Forms
+		}
+		out = append(out, a)
+	}
+	return out
+}

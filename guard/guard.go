@@ -1,0 +1,201 @@
+// Package guard is the permission policy at run time (DESIGN §2, §6),
+// between the pure policy package and the router, which only carries a
+// verdict out on the wire.
+//
+// It owns the policy in force (loaded from the config's permissions: and
+// the root-owned org directory, reloaded when they change), the filesystem
+// the policy resolves paths against, what each router session has shown of
+// its tool calls (evidence), the approvals of the running turn and the
+// user's "always" grants, and the audit log.
+//
+// The router's side of it is small:
+//
+//	v := g.Decide(ctx, sess, guard.Request{...})  // policy, grants, approvals
+//	... carry v.Effect out: relay, answer, or ask the editor ...
+//	err := g.Record(v, choice)                     // audit; approvals and grants
+//
+// Record fails closed: an allow that cannot be audited becomes a deny
+// (v.Effect changes), and the caller acts on v after Record.
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit"
+	"github.com/acp-router/acp-router/policy"
+)
+
+// Options configure a Guard; zero values take the defaults in brackets.
+type Options struct {
+	// AuditFile is the audit log; required once a policy is in force.
+	AuditFile string
+	// AuditMaxBytes rotates the audit log [the audit package's default].
+	AuditMaxBytes int64
+	// FS resolves the paths of requests [OSFS: the real filesystem].
+	FS policy.FS
+	// Home is ${home} and ~ in rules.
+	Home string
+	// DecideTimeout bounds one decision, the filesystem it waits on
+	// included; a decision that takes longer is denied [5s].
+	DecideTimeout time.Duration
+	Logger        hclog.Logger
+}
+
+// Guard holds the permission policy in force and the audit log. A reload
+// swaps the policy atomically; a decision uses the policy it started with.
+// A nil *Guard enforces nothing: every method is safe on it.
+type Guard struct {
+	opts Options
+	log  hclog.Logger
+	pol  atomic.Pointer[policy.Policy]
+
+	mu    sync.Mutex // guards audit and auditPath
+	audit *audit.Log
+	// auditPath is the log's file; it changes on a reload that names
+	// another one.
+	auditPath string
+
+	// stuck counts decisions still running after their timeout (a
+	// filesystem call that does not return); past maxStuck, decisions are
+	// denied at once rather than pile up goroutines.
+	stuck atomic.Int64
+}
+
+// maxStuck bounds the decisions left running after their timeout.
+const maxStuck = 64
+
+// New returns a guard enforcing p (nil: none until Set). The audit log is
+// opened with the first policy: a policy whose decisions cannot be audited
+// is refused, not enforced.
+func New(p *policy.Policy, opts Options) (*Guard, error) {
+	if opts.FS == nil {
+		opts.FS = OSFS{}
+	}
+	if opts.DecideTimeout == 0 {
+		opts.DecideTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	g := &Guard{opts: opts, log: opts.Logger, auditPath: opts.AuditFile}
+	if err := g.Set(p); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Policy is the policy in force; nil when none is.
+func (g *Guard) Policy() *policy.Policy {
+	if g == nil {
+		return nil
+	}
+	return g.pol.Load()
+}
+
+// Enforcing: a policy is in force.
+func (g *Guard) Enforcing() bool { return g.Policy() != nil }
+
+// Set replaces the policy in force (reload), opening the audit log first
+// if it is not open yet.
+func (g *Guard) Set(p *policy.Policy) error {
+	if p != nil {
+		g.mu.Lock()
+		err := g.openLocked()
+		g.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	g.pol.Store(p)
+	return nil
+}
+
+func (g *Guard) openLocked() error {
+	if g.audit != nil {
+		return nil
+	}
+	if g.auditPath == "" {
+		return errors.New("audit log: no file (set audit.file, or HOME or XDG_STATE_HOME)")
+	}
+	l, err := audit.Open(g.auditPath, g.opts.AuditMaxBytes)
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	g.audit = l
+	return nil
+}
+
+// SetAuditFile moves the audit log to path (a reload that names another
+// file): the new file is opened before the old one is closed, so no
+// decision is left without a log.
+func (g *Guard) SetAuditFile(path string, maxBytes int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if path == g.auditPath && maxBytes == g.opts.AuditMaxBytes {
+		return nil
+	}
+	if g.audit == nil {
+		g.auditPath, g.opts.AuditMaxBytes = path, maxBytes
+		return nil
+	}
+	l, err := audit.Open(path, maxBytes)
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	old := g.audit
+	g.audit, g.auditPath, g.opts.AuditMaxBytes = l, path, maxBytes
+	return old.Close()
+}
+
+// AuditFile is the audit log's file.
+func (g *Guard) AuditFile() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.auditPath
+}
+
+// Close closes the audit log.
+func (g *Guard) Close() error {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.audit == nil {
+		return nil
+	}
+	err := g.audit.Close()
+	g.audit = nil
+	return err
+}
+
+// write appends one record to the audit log.
+func (g *Guard) write(rec audit.Record) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.audit == nil {
+		return errors.New("the audit log is not open")
+	}
+	rec.DecisionID = g.audit.NewID()
+	return g.audit.Write(rec)
+}
+
+// Decides: the agent requests the policy decides (DESIGN §6), when one is
+// in force.
+func (g *Guard) Decides(method string) bool {
+	if !g.Enforcing() {
+		return false
+	}
+	switch method {
+	case acp.MethodRequestPermission, acp.MethodReadTextFile, acp.MethodWriteTextFile, acp.MethodTerminalCreate:
+		return true
+	}
+	return false
+}
