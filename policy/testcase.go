@@ -18,7 +18,7 @@ import (
 //	tests:
 //	  - call: "fs/read_text_file ${cwd}/.env"  # or a list of calls, or {method: M, params: {...}}
 //	    expect: deny                            # allow | ask | deny
-//	    rule: no-secrets                        # optional: the rule that must decide
+//	    rule: no-secrets                        # optional: the rule that must decide (see below)
 //	    agent: claude                           # optional session context
 //	    mode: default
 //	    cwd: /home/user/project                 # default /home/user/project
@@ -27,7 +27,10 @@ import (
 //	    symlinks: {/home/user/project/link: /home/user/.ssh}
 //
 // A list of calls states that every call gets the same decision (useful
-// for spellings of one request).
+// for spellings of one request). rule: must name a rule in force in the
+// test's layer or a layer above it, or a built-in safeguard (RuleOpaque,
+// ...); any other id fails every call of the test with that error,
+// whatever the decision.
 type TestCase struct {
 	Pos      Pos
 	Layer    string
@@ -359,12 +362,86 @@ func (p *Policy) RunTests(opts TestOptions) []TestResult {
 			}
 		}
 		for _, t := range l.Tests {
+			bad := sub.unknownRule(t.Rule, p)
 			for _, c := range t.Calls {
-				out = append(out, sub.runCall(t, c, opts))
+				res := sub.runCall(t, c, opts)
+				if bad != "" {
+					// Whatever the decision, a rule that cannot decide
+					// is the mistake to report.
+					res.Pass, res.Problem = false, bad
+				}
+				out = append(out, res)
 			}
 		}
 	}
 	return out
+}
+
+// unknownRule says why a test's rule: names no rule that can decide in p
+// (the test's layer and those above it), "" when it names one: a rule in
+// force or a built-in safeguard. all is the whole policy, to tell a typo
+// from a rule of a lower layer or one lower_layers_may drops. It is a
+// test failure rather than a load error because which ids exist is known
+// only once the layers are compiled, and a failing test already stops the
+// router from using the policy.
+func (p *Policy) unknownRule(id string, all *Policy) string {
+	builtin := []string{RuleRefused, RuleOpaque, RuleDeniedMode}
+	if id == "" || slices.Contains(builtin, id) || slices.ContainsFunc(p.rules, func(r *Rule) bool { return r.ID == id }) {
+		return ""
+	}
+	for _, r := range all.dropped {
+		if r.ID == id {
+			return fmt.Sprintf("the test names rule %q (%s), which the org layer's lower_layers_may drops", id, r.Pos)
+		}
+	}
+	for _, r := range all.rules {
+		if r.ID == id {
+			return fmt.Sprintf("the test names rule %q of the %s layer (%s): the %s layer's tests run without the layers below it",
+				id, r.Layer, r.Pos, p.layers[len(p.layers)-1].Name)
+		}
+	}
+	ids := slices.Clone(builtin)
+	for _, r := range p.rules {
+		ids = append(ids, r.ID)
+	}
+	if near := closest(id, ids); near != "" {
+		return fmt.Sprintf("the test names an unknown rule %q (did you mean %q?)", id, near)
+	}
+	return fmt.Sprintf("the test names an unknown rule %q", id)
+}
+
+// closest returns the id nearest to s by edit distance, if it is near
+// enough to be a typo of it (at most a third of s, at least 1 edit, at
+// most 3), else "". Ties go to the first.
+func closest(s string, ids []string) string {
+	limit := min(max(1, len(s)/3), 3)
+	best, bestD := "", limit+1
+	for _, id := range ids {
+		if d := editDistance(s, id); d < bestD {
+			best, bestD = id, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	row := make([]int, len(b)+1)
+	for j := range row {
+		row[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		diag := row[0]
+		row[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			diag, row[j] = row[j], min(row[j]+1, row[j-1]+1, diag+cost)
+		}
+	}
+	return row[len(b)]
 }
 
 func (p *Policy) runCall(t *TestCase, c *TestCall, opts TestOptions) TestResult {
