@@ -508,27 +508,34 @@ func (p *Policy) Untested(results []TestResult) []*Rule {
 	return out
 }
 
-// Shadow is a rule that can never take effect and the stricter rule that
-// matches everything it matches.
+// Shadow is a rule that can never decide and a rule that matches
+// everything it matches and decides there instead.
 type Shadow struct {
 	Rule, By *Rule
 }
 
-// Shadowed returns the rules that can never take effect because a
-// stricter rule without unless matches everything they match. The check
-// is static and conservative: it only reports what it can prove from the
-// patterns as written (the same or a wider list on every key of the
-// stricter rule: a prefix/** glob over a longer path, ** over more
-// command tokens, *.x over a subdomain, ...), so a rule it does not report
-// may still be shadowed in practice.
+// Shadowed returns the rules that can never decide anything: on
+// everything such a rule matches, another rule matches too and wins. A
+// rule wins when its decision is stricter, or equal and it comes first in
+// Rules (the stronger layer, then the smaller id): of rules that give an
+// item the same decision, the first decides and is the one the audit log
+// and explain name (decideItem). So of two identical deny rules, the one
+// with the smaller id (in the same layer) is named and the other is
+// reported, covered by it; their file order never matters, like rule
+// order for decisions (TestPropertyRuleOrder).
+//
+// The check is static and conservative: it only reports what it can
+// prove from the patterns as written (the same or a wider list on every
+// key of the winning rule: a prefix/** glob over a longer path, ** over
+// more command tokens, *.x over a subdomain, ...), so a rule it reports
+// never decides, and one it does not report may still never decide in
+// practice. A winning rule with unless only counts when the covered
+// rule's own unless spares at least everything it spares.
 func (p *Policy) Shadowed() []Shadow {
 	var out []Shadow
-	for _, r := range p.rules {
-		for _, s := range p.rules {
-			if s == r || s.Decision <= r.Decision || s.Unless != nil {
-				continue
-			}
-			if condSubsumes(s.When, r.When) {
+	for i, r := range p.rules {
+		for j, s := range p.rules {
+			if j != i && shadows(s, r, j < i) {
 				out = append(out, Shadow{r, s})
 				break
 			}
@@ -537,16 +544,46 @@ func (p *Policy) Shadowed() []Shadow {
 	return out
 }
 
+// shadows reports whether s decides every item r matches, so that r
+// never decides; first is whether s comes before r in Rules.
+func shadows(s, r *Rule, first bool) bool {
+	switch {
+	case s.Decision < r.Decision:
+		return false
+	case s.Decision == r.Decision,
+		// A deny that only possibly matches below a recursively read
+		// directory asks, and may tie with an ask rule there.
+		s.Decision == Deny && r.Decision == Ask && r.When.has("paths"):
+		if !first {
+			return false // on a tie, r decides
+		}
+	}
+	// An allow rule matches with the every-form quantifier, deny and ask
+	// with the any-form one; s is an allow only if r is one too.
+	if !condSubsumes(s.When, r.When, s.Decision == Allow) {
+		return false
+	}
+	if s.Unless == nil {
+		return true
+	}
+	// Whenever s's exception spares an item, r's must spare it too. Their
+	// quantifiers are those of the rules, reversed: compare only when they
+	// are the same.
+	return r.Unless != nil && (s.Decision == Allow) == (r.Decision == Allow) &&
+		condSubsumes(r.Unless, s.Unless, r.Decision != Allow)
+}
+
 // condSubsumes reports whether every item (and request) r matches, s
-// matches too.
-func condSubsumes(s, r *Cond) bool {
+// matches too. strict is whether s is matched with the every-form
+// quantifier (then r is too).
+func condSubsumes(s, r *Cond, strict bool) bool {
 	for key, sv := range s.src {
 		rv, ok := r.src[key]
 		if !ok {
 			return false
 		}
 		for _, re := range rv {
-			if !slices.ContainsFunc(sv, func(se string) bool { return entrySubsumes(key, se, re) }) {
+			if !slices.ContainsFunc(sv, func(se string) bool { return entrySubsumes(key, se, re, strict) }) {
 				return false
 			}
 		}
@@ -555,8 +592,8 @@ func condSubsumes(s, r *Cond) bool {
 }
 
 // entrySubsumes reports whether entry se of a matcher key matches all that
-// entry re matches.
-func entrySubsumes(key, se, re string) bool {
+// entry re matches (see condSubsumes for strict).
+func entrySubsumes(key, se, re string, strict bool) bool {
 	if se == re {
 		return true
 	}
@@ -564,6 +601,9 @@ func entrySubsumes(key, se, re string) bool {
 	case "agent", "mode", "env", "program", "title":
 		if strings.HasPrefix(se, "re:") || strings.HasPrefix(re, "re:") {
 			return false
+		}
+		if key == "program" && strict && strings.Contains(re, "/") && !strings.Contains(se, "/") {
+			return false // a strict program without a slash never matches a program written with a path
 		}
 		sp, err1 := compileText(se)
 		rp, err2 := compileText(re)
@@ -575,7 +615,7 @@ func entrySubsumes(key, se, re string) bool {
 	case "command":
 		sp, err1 := compileCommand(se)
 		rp, err2 := compileCommand(re)
-		return err1 == nil && err2 == nil && commandSubsumes(sp.toks, rp.toks)
+		return err1 == nil && err2 == nil && commandSubsumes(sp.toks, rp.toks, strict)
 	case "domains":
 		sp, err1 := compileDomain(se)
 		rp, err2 := compileDomain(re)
@@ -617,29 +657,32 @@ func pathSubsumes(s, r *pathPattern) bool {
 }
 
 // commandSubsumes reports whether the token pattern s matches every argv
-// r matches.
-func commandSubsumes(s, r []cmdToken) bool {
+// r matches (see condSubsumes for strict).
+func commandSubsumes(s, r []cmdToken, strict bool) bool {
 	if len(s) == 0 {
 		return len(r) == 0
 	}
 	switch s[0].kind {
 	case tokAny:
 		for k := 0; k <= len(r); k++ {
-			if commandSubsumes(s[1:], r[k:]) {
+			if commandSubsumes(s[1:], r[k:], strict) {
 				return true
 			}
 		}
 		return false
 	case tokOne:
-		return len(r) > 0 && r[0].kind != tokAny && commandSubsumes(s[1:], r[1:])
+		return len(r) > 0 && r[0].kind != tokAny && commandSubsumes(s[1:], r[1:], strict)
 	}
 	if len(r) == 0 || r[0].kind != tokLit {
 		return false
+	}
+	if r[0].slash && !s[0].slash && strict {
+		return false // as for program: strict git is never /usr/bin/git
 	}
 	if s[0].p.src != r[0].p.src && !(r[0].p.exact && s[0].p.match(r[0].p.lit)) {
 		if !(r[0].slash && !s[0].slash && r[0].p.exact && s[0].p.match(programName(r[0].p.lit))) {
 			return false
 		}
 	}
-	return commandSubsumes(s[1:], r[1:])
+	return commandSubsumes(s[1:], r[1:], strict)
 }
