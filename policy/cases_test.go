@@ -14,11 +14,14 @@ import (
 
 // caseFile is a file of testdata/cases: an org policy file and a user
 // permissions mapping, each with its own tests: (the schema of `acp-router
-// policy test`), plus what Warnings and Shadowed must report.
+// policy test`), plus what Warnings and Shadowed must report and the
+// tests that must fail ("LINE:COL: problem", one per failing call, in
+// order; every other call must pass).
 type caseFile struct {
 	org, user *Layer
 	warnings  []string
 	shadowed  []string
+	failures  []string
 }
 
 // loadCases parses one testdata/cases file.
@@ -55,6 +58,10 @@ func loadCases(t *testing.T, file string) *caseFile {
 			if err := val.Decode(&cf.shadowed); err != nil {
 				t.Fatal(err)
 			}
+		case "failures":
+			if err := val.Decode(&cf.failures); err != nil {
+				t.Fatal(err)
+			}
 		default:
 			t.Fatalf("%s: unknown key %q", file, key)
 		}
@@ -63,8 +70,8 @@ func loadCases(t *testing.T, file string) *caseFile {
 }
 
 // TestCases runs every testdata/cases/*.yaml: each call of each test must
-// get the expected decision (and rule), in both layers; warnings and
-// shadowed rules must be the expected ones.
+// get the expected decision (and rule), in both layers, or fail as the
+// file says; warnings and shadowed rules must be the expected ones.
 func TestCases(t *testing.T) {
 	files, err := filepath.Glob("testdata/cases/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -83,14 +90,24 @@ func TestCases(t *testing.T) {
 				t.Fatal("the file has no tests")
 			}
 			total += len(results)
+			want := cf.failures
 			for _, r := range results {
-				if !r.Pass {
-					call := "?"
-					if r.Call != nil {
-						call = r.Call.Text
-					}
-					t.Errorf("%s: %s: %s\n%s", r.Case.Pos, call, r.Problem, Explain(&r.Decision))
+				if r.Pass {
+					continue
 				}
+				got := r.Case.Pos.String() + ": " + r.Problem
+				if len(want) > 0 && got == file+":"+want[0] {
+					want = want[1:]
+					continue
+				}
+				call := "?"
+				if r.Call != nil {
+					call = r.Call.Text
+				}
+				t.Errorf("%s: %s: %s\n%s", r.Case.Pos, call, r.Problem, Explain(&r.Decision))
+			}
+			for _, w := range want {
+				t.Errorf("no test failed with %s:%s", file, w)
 			}
 			warnings := p.Warnings()
 			for _, w := range cf.warnings {

@@ -163,6 +163,11 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
 		}
 		sc.matchs = append(sc.matchs, Match{Rule: r.ID, Layer: r.Layer, Effect: eff, Possible: m == possible})
 		nMatch++
+		// Of rules with the same effect, the first in p.rules (the
+		// stronger layer, then the smaller id) decides and is the rule
+		// the audit log names: of two identical deny rules of a layer,
+		// the one with the smaller id, whatever their file order.
+		// Shadowed reports the other as never deciding.
 		if eff > bestEff || eff == bestEff && int(ri) < bestRule {
 			bestEff, bestRule = eff, int(ri)
 		}

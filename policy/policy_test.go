@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -191,6 +192,96 @@ tests:
 	// env-read matched the .env read (shadowed, but exercised).
 	if !slices.Equal(untested, []string{"corp", "push-feature", "src", "ssh-config", "sub"}) {
 		t.Errorf("untested %q", untested)
+	}
+}
+
+// TestShadowedEqual: a rule covered by one of the same decision that
+// decides first (Policy.Rules order: layer, then id) never decides and is
+// reported; everything else that can still decide something is not.
+func TestShadowedEqual(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		org, user string // rules: entries
+		want      []string
+	}{
+		{name: "identical denies: the later by id",
+			org: `
+  - {id: a, decision: deny, when: {paths: ["**/.env"]}}
+  - {id: b, decision: deny, when: {paths: ["**/.env"]}}`,
+			want: []string{"b (p.yaml:3:5) by a (p.yaml:2:5)"}},
+		{name: "file order does not matter",
+			org: `
+  - {id: b, decision: deny, when: {paths: ["**/.env"]}}
+  - {id: a, decision: deny, when: {paths: ["**/.env"]}}`,
+			want: []string{"b (p.yaml:2:5) by a (p.yaml:3:5)"}},
+		{name: "a wider deny first",
+			org: `
+  - {id: a, decision: deny, when: {paths: ["**/.env", "~/.ssh/**"]}}
+  - {id: b, decision: deny, when: {paths: ["~/.ssh/id_*"]}}`,
+			want: []string{"b (p.yaml:3:5) by a (p.yaml:2:5)"}},
+		{name: "a narrower rule first decides what it matches",
+			org: `
+  - {id: a, decision: deny, when: {paths: ["~/.ssh/id_*"]}}
+  - {id: b, decision: deny, when: {paths: ["**/.env", "~/.ssh/**"]}}`},
+		{name: "allow by allow",
+			org: `
+  - {id: a, decision: allow, when: {kind: [read], paths: ["${cwd}/**"]}}
+  - {id: b, decision: allow, when: {kind: [read], paths: ["${cwd}/src/*.go"]}}`,
+			want: []string{"b (p.yaml:3:5) by a (p.yaml:2:5)"}},
+		{name: "an allow of git does not allow /usr/bin/git",
+			org: `
+  - {id: a, decision: allow, when: {command: ["git **"]}}
+  - {id: b, decision: allow, when: {command: ["/usr/bin/git push **"]}}
+  - {id: c, decision: allow, when: {program: ["*"]}}
+  - {id: d, decision: allow, when: {program: [/usr/bin/env]}}`},
+		{name: "the org layer first",
+			org:  `[{id: z, decision: ask, when: {command: ["git push **"]}}]`,
+			user: `[{id: a, decision: ask, when: {command: ["git push origin **"]}}]`,
+			want: []string{"a (config.yaml:1:9) by z (p.yaml:1:9)"}},
+		{name: "an unless that may reopen",
+			org: `
+  - {id: a, decision: deny, when: {paths: ["/tmp/**"]}, unless: {paths: ["/tmp/ok/**"]}}
+  - {id: b, decision: deny, when: {paths: ["/tmp/x/**"]}}
+  - {id: c, decision: deny, when: {paths: ["/tmp/**"]}, unless: {paths: ["/tmp/keep/**"]}}`},
+		{name: "an unless the covered rule shares",
+			org: `
+  - {id: a, decision: deny, when: {paths: ["/tmp/**"]}, unless: {paths: ["/tmp/ok/**"]}}
+  - {id: b, decision: deny, when: {paths: ["/tmp/x/**"]}, unless: {paths: ["/tmp/ok/**", "/tmp/x/keep"]}}`,
+			want: []string{"b (p.yaml:3:5) by a (p.yaml:2:5)"}},
+		{name: "an allow's unless does not cover a deny's",
+			org: `
+  - {id: a, decision: deny, when: {kind: [read]}, unless: {paths: ["/tmp/**"]}}
+  - {id: b, decision: allow, when: {kind: [read]}, unless: {paths: ["/tmp/**"]}}`},
+		{name: "deny over ask on commands",
+			org: `
+  - {id: a, decision: ask, when: {command: ["git push **"]}}
+  - {id: b, decision: deny, when: {command: ["git **"]}}`,
+			want: []string{"a (p.yaml:2:5) by b (p.yaml:3:5)"}},
+		// Below a recursively read directory a deny only asks: on ~, both
+		// ask and a, first, is named.
+		{name: "deny over ask on paths, the ask first",
+			org: `
+  - {id: a, decision: ask, when: {paths: ["~/.ssh/config"]}}
+  - {id: b, decision: deny, when: {paths: ["~/.ssh/**"]}}`},
+		{name: "deny over ask on paths, the deny first",
+			org: `
+  - {id: a, decision: deny, when: {paths: ["~/.ssh/**"]}}
+  - {id: b, decision: ask, when: {paths: ["~/.ssh/config"]}}`,
+			want: []string{"b (p.yaml:3:5) by a (p.yaml:2:5)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			layers := []*Layer{mustParse(t, "p.yaml", "rules: "+tc.org+"\n")}
+			if tc.user != "" {
+				layers = append(layers, mustUser(t, "rules: "+tc.user+"\n"))
+			}
+			var got []string
+			for _, s := range mustCompile(t, layers...).Shadowed() {
+				got = append(got, fmt.Sprintf("%s (%s) by %s (%s)", s.Rule.ID, s.Rule.Pos, s.By.ID, s.By.Pos))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("shadowed %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

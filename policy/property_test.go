@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -220,4 +221,77 @@ func TestPropertyAddRule(t *testing.T) {
 	if kept == 0 {
 		t.Fatal("no rule-made deny was generated: the property was not exercised")
 	}
+}
+
+// TestPropertyShadowed: a rule Shadowed reports never decides an item,
+// though it may match one (the check is conservative). Policies are
+// random rules plus variants of them (same when, another decision, with
+// or without an unless) so that rules cover each other often; requests
+// include recursive reads, where a deny only asks.
+func TestPropertyShadowed(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	reqs := genRequests(t)
+	for _, s := range []string{
+		"terminal/create grep -r KEY ~",
+		"terminal/create rg KEY /",
+		"terminal/create grep -r KEY ~/.ssh",
+		"terminal/create cp -r src /tmp/x",
+		"session/request_permission search ${cwd}",
+	} {
+		c, err := ParseCall(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := c.Request((&TestCase{}).Session(""), NewMapFS([]string{TestCwd + "/src/"}, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+	}
+	decision := regexp.MustCompile(`decision: \w+`)
+	var reported, equal, matched int
+	for iter := range 300 {
+		dflt, rules := genPolicy(t, r, 1+r.IntN(12))
+		for n := r.IntN(8); n > 0; n-- {
+			v := rules[r.IntN(len(rules))]
+			v = strings.Replace(v, v[len("  - id: "):strings.IndexByte(v, '\n')], fmt.Sprintf("r%d", len(rules)), 1)
+			v = decision.ReplaceAllString(v, "decision: "+[]string{"allow", "ask", "deny"}[r.IntN(3)])
+			if i := strings.Index(v, "    unless: "); i >= 0 && r.IntN(2) == 0 {
+				v = v[:i]
+			} else if i < 0 && r.IntN(4) == 0 {
+				v += "    unless: " + genCond(r) + "\n"
+			}
+			if _, err := ParseFile("gen.yaml", []byte("rules:\n"+v)); err == nil {
+				rules = append(rules, v)
+			}
+		}
+		p := compileGen(t, dflt, rules)
+		never := map[string]bool{}
+		for _, s := range p.Shadowed() {
+			never[s.Rule.ID] = true
+			reported++
+			if s.Rule.Decision == s.By.Decision {
+				equal++
+			}
+		}
+		for _, req := range reqs {
+			d := p.Decide(req)
+			for _, f := range d.Findings {
+				if f.Source == SourceRule && never[f.Rule] {
+					t.Fatalf("iteration %d: rule %s is reported shadowed but decided %s of %s %s:\n%s\npolicy:\n%s",
+						iter, f.Rule, f.Item, req.Method, req.Params, Explain(&d), strings.Join(rules, ""))
+				}
+				for _, m := range f.Matches {
+					if never[m.Rule] {
+						matched++
+					}
+				}
+			}
+		}
+	}
+	if reported == 0 || equal == 0 || matched == 0 {
+		t.Fatalf("%d shadowed rules reported, %d by a rule of equal decision, %d matches of them: the property was not exercised",
+			reported, equal, matched)
+	}
+	t.Logf("%d shadowed rules reported, %d by a rule of equal decision, %d matches of them", reported, equal, matched)
 }

@@ -18,7 +18,7 @@ import (
 //	tests:
 //	  - call: "fs/read_text_file ${cwd}/.env"  # or a list of calls, or {method: M, params: {...}}
 //	    expect: deny                            # allow | ask | deny
-//	    rule: no-secrets                        # optional: the rule that must decide
+//	    rule: no-secrets                        # optional: the rule that must decide (see below)
 //	    agent: claude                           # optional session context
 //	    mode: default
 //	    cwd: /home/user/project                 # default /home/user/project
@@ -27,7 +27,10 @@ import (
 //	    symlinks: {/home/user/project/link: /home/user/.ssh}
 //
 // A list of calls states that every call gets the same decision (useful
-// for spellings of one request).
+// for spellings of one request). rule: must name a rule in force in the
+// test's layer or a layer above it, or a built-in safeguard (RuleOpaque,
+// ...); any other id fails every call of the test with that error,
+// whatever the decision.
 type TestCase struct {
 	Pos      Pos
 	Layer    string
@@ -359,12 +362,86 @@ func (p *Policy) RunTests(opts TestOptions) []TestResult {
 			}
 		}
 		for _, t := range l.Tests {
+			bad := sub.unknownRule(t.Rule, p)
 			for _, c := range t.Calls {
-				out = append(out, sub.runCall(t, c, opts))
+				res := sub.runCall(t, c, opts)
+				if bad != "" {
+					// Whatever the decision, a rule that cannot decide
+					// is the mistake to report.
+					res.Pass, res.Problem = false, bad
+				}
+				out = append(out, res)
 			}
 		}
 	}
 	return out
+}
+
+// unknownRule says why a test's rule: names no rule that can decide in p
+// (the test's layer and those above it), "" when it names one: a rule in
+// force or a built-in safeguard. all is the whole policy, to tell a typo
+// from a rule of a lower layer or one lower_layers_may drops. It is a
+// test failure rather than a load error because which ids exist is known
+// only once the layers are compiled, and a failing test already stops the
+// router from using the policy.
+func (p *Policy) unknownRule(id string, all *Policy) string {
+	builtin := []string{RuleRefused, RuleOpaque, RuleDeniedMode}
+	if id == "" || slices.Contains(builtin, id) || slices.ContainsFunc(p.rules, func(r *Rule) bool { return r.ID == id }) {
+		return ""
+	}
+	for _, r := range all.dropped {
+		if r.ID == id {
+			return fmt.Sprintf("the test names rule %q (%s), which the org layer's lower_layers_may drops", id, r.Pos)
+		}
+	}
+	for _, r := range all.rules {
+		if r.ID == id {
+			return fmt.Sprintf("the test names rule %q of the %s layer (%s): the %s layer's tests run without the layers below it",
+				id, r.Layer, r.Pos, p.layers[len(p.layers)-1].Name)
+		}
+	}
+	ids := slices.Clone(builtin)
+	for _, r := range p.rules {
+		ids = append(ids, r.ID)
+	}
+	if near := closest(id, ids); near != "" {
+		return fmt.Sprintf("the test names an unknown rule %q (did you mean %q?)", id, near)
+	}
+	return fmt.Sprintf("the test names an unknown rule %q", id)
+}
+
+// closest returns the id nearest to s by edit distance, if it is near
+// enough to be a typo of it (at most a third of s, at least 1 edit, at
+// most 3), else "". Ties go to the first.
+func closest(s string, ids []string) string {
+	limit := min(max(1, len(s)/3), 3)
+	best, bestD := "", limit+1
+	for _, id := range ids {
+		if d := editDistance(s, id); d < bestD {
+			best, bestD = id, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	row := make([]int, len(b)+1)
+	for j := range row {
+		row[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		diag := row[0]
+		row[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			diag, row[j] = row[j], min(row[j]+1, row[j-1]+1, diag+cost)
+		}
+	}
+	return row[len(b)]
 }
 
 func (p *Policy) runCall(t *TestCase, c *TestCall, opts TestOptions) TestResult {
@@ -431,27 +508,34 @@ func (p *Policy) Untested(results []TestResult) []*Rule {
 	return out
 }
 
-// Shadow is a rule that can never take effect and the stricter rule that
-// matches everything it matches.
+// Shadow is a rule that can never decide and a rule that matches
+// everything it matches and decides there instead.
 type Shadow struct {
 	Rule, By *Rule
 }
 
-// Shadowed returns the rules that can never take effect because a
-// stricter rule without unless matches everything they match. The check
-// is static and conservative: it only reports what it can prove from the
-// patterns as written (the same or a wider list on every key of the
-// stricter rule: a prefix/** glob over a longer path, ** over more
-// command tokens, *.x over a subdomain, ...), so a rule it does not report
-// may still be shadowed in practice.
+// Shadowed returns the rules that can never decide anything: on
+// everything such a rule matches, another rule matches too and wins. A
+// rule wins when its decision is stricter, or equal and it comes first in
+// Rules (the stronger layer, then the smaller id): of rules that give an
+// item the same decision, the first decides and is the one the audit log
+// and explain name (decideItem). So of two identical deny rules, the one
+// with the smaller id (in the same layer) is named and the other is
+// reported, covered by it; their file order never matters, like rule
+// order for decisions (TestPropertyRuleOrder).
+//
+// The check is static and conservative: it only reports what it can
+// prove from the patterns as written (the same or a wider list on every
+// key of the winning rule: a prefix/** glob over a longer path, ** over
+// more command tokens, *.x over a subdomain, ...), so a rule it reports
+// never decides, and one it does not report may still never decide in
+// practice. A winning rule with unless only counts when the covered
+// rule's own unless spares at least everything it spares.
 func (p *Policy) Shadowed() []Shadow {
 	var out []Shadow
-	for _, r := range p.rules {
-		for _, s := range p.rules {
-			if s == r || s.Decision <= r.Decision || s.Unless != nil {
-				continue
-			}
-			if condSubsumes(s.When, r.When) {
+	for i, r := range p.rules {
+		for j, s := range p.rules {
+			if j != i && shadows(s, r, j < i) {
 				out = append(out, Shadow{r, s})
 				break
 			}
@@ -460,16 +544,46 @@ func (p *Policy) Shadowed() []Shadow {
 	return out
 }
 
+// shadows reports whether s decides every item r matches, so that r
+// never decides; first is whether s comes before r in Rules.
+func shadows(s, r *Rule, first bool) bool {
+	switch {
+	case s.Decision < r.Decision:
+		return false
+	case s.Decision == r.Decision,
+		// A deny that only possibly matches below a recursively read
+		// directory asks, and may tie with an ask rule there.
+		s.Decision == Deny && r.Decision == Ask && r.When.has("paths"):
+		if !first {
+			return false // on a tie, r decides
+		}
+	}
+	// An allow rule matches with the every-form quantifier, deny and ask
+	// with the any-form one; s is an allow only if r is one too.
+	if !condSubsumes(s.When, r.When, s.Decision == Allow) {
+		return false
+	}
+	if s.Unless == nil {
+		return true
+	}
+	// Whenever s's exception spares an item, r's must spare it too. Their
+	// quantifiers are those of the rules, reversed: compare only when they
+	// are the same.
+	return r.Unless != nil && (s.Decision == Allow) == (r.Decision == Allow) &&
+		condSubsumes(r.Unless, s.Unless, r.Decision != Allow)
+}
+
 // condSubsumes reports whether every item (and request) r matches, s
-// matches too.
-func condSubsumes(s, r *Cond) bool {
+// matches too. strict is whether s is matched with the every-form
+// quantifier (then r is too).
+func condSubsumes(s, r *Cond, strict bool) bool {
 	for key, sv := range s.src {
 		rv, ok := r.src[key]
 		if !ok {
 			return false
 		}
 		for _, re := range rv {
-			if !slices.ContainsFunc(sv, func(se string) bool { return entrySubsumes(key, se, re) }) {
+			if !slices.ContainsFunc(sv, func(se string) bool { return entrySubsumes(key, se, re, strict) }) {
 				return false
 			}
 		}
@@ -478,8 +592,8 @@ func condSubsumes(s, r *Cond) bool {
 }
 
 // entrySubsumes reports whether entry se of a matcher key matches all that
-// entry re matches.
-func entrySubsumes(key, se, re string) bool {
+// entry re matches (see condSubsumes for strict).
+func entrySubsumes(key, se, re string, strict bool) bool {
 	if se == re {
 		return true
 	}
@@ -487,6 +601,9 @@ func entrySubsumes(key, se, re string) bool {
 	case "agent", "mode", "env", "program", "title":
 		if strings.HasPrefix(se, "re:") || strings.HasPrefix(re, "re:") {
 			return false
+		}
+		if key == "program" && strict && strings.Contains(re, "/") && !strings.Contains(se, "/") {
+			return false // a strict program without a slash never matches a program written with a path
 		}
 		sp, err1 := compileText(se)
 		rp, err2 := compileText(re)
@@ -498,7 +615,7 @@ func entrySubsumes(key, se, re string) bool {
 	case "command":
 		sp, err1 := compileCommand(se)
 		rp, err2 := compileCommand(re)
-		return err1 == nil && err2 == nil && commandSubsumes(sp.toks, rp.toks)
+		return err1 == nil && err2 == nil && commandSubsumes(sp.toks, rp.toks, strict)
 	case "domains":
 		sp, err1 := compileDomain(se)
 		rp, err2 := compileDomain(re)
@@ -540,29 +657,32 @@ func pathSubsumes(s, r *pathPattern) bool {
 }
 
 // commandSubsumes reports whether the token pattern s matches every argv
-// r matches.
-func commandSubsumes(s, r []cmdToken) bool {
+// r matches (see condSubsumes for strict).
+func commandSubsumes(s, r []cmdToken, strict bool) bool {
 	if len(s) == 0 {
 		return len(r) == 0
 	}
 	switch s[0].kind {
 	case tokAny:
 		for k := 0; k <= len(r); k++ {
-			if commandSubsumes(s[1:], r[k:]) {
+			if commandSubsumes(s[1:], r[k:], strict) {
 				return true
 			}
 		}
 		return false
 	case tokOne:
-		return len(r) > 0 && r[0].kind != tokAny && commandSubsumes(s[1:], r[1:])
+		return len(r) > 0 && r[0].kind != tokAny && commandSubsumes(s[1:], r[1:], strict)
 	}
 	if len(r) == 0 || r[0].kind != tokLit {
 		return false
+	}
+	if r[0].slash && !s[0].slash && strict {
+		return false // as for program: strict git is never /usr/bin/git
 	}
 	if s[0].p.src != r[0].p.src && !(r[0].p.exact && s[0].p.match(r[0].p.lit)) {
 		if !(r[0].slash && !s[0].slash && r[0].p.exact && s[0].p.match(programName(r[0].p.lit))) {
 			return false
 		}
 	}
-	return commandSubsumes(s[1:], r[1:])
+	return commandSubsumes(s[1:], r[1:], strict)
 }
