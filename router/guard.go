@@ -61,7 +61,7 @@ func (g *Guard) Set(p *policy.Policy) error {
 				g.mu.Unlock()
 				return errors.New("audit log: no file (set audit.file, or HOME or XDG_STATE_HOME)")
 			}
-			l, err := audit.Open(g.auditPath, g.auditMax)
+			l, err := audit.Open(g.auditPath, audit.Options{MaxBytes: g.auditMax})
 			if err != nil {
 				g.mu.Unlock()
 				return fmt.Errorf("audit log: %w", err)
