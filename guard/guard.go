@@ -124,7 +124,7 @@ func (g *Guard) openLocked() error {
 	if g.auditPath == "" {
 		return errors.New("audit log: no file (set audit.file, or HOME or XDG_STATE_HOME)")
 	}
-	l, err := audit.Open(g.auditPath, g.opts.AuditMaxBytes)
+	l, err := audit.Open(g.auditPath, audit.Options{MaxBytes: g.opts.AuditMaxBytes})
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
@@ -145,7 +145,7 @@ func (g *Guard) SetAuditFile(path string, maxBytes int64) error {
 		g.auditPath, g.opts.AuditMaxBytes = path, maxBytes
 		return nil
 	}
-	l, err := audit.Open(path, maxBytes)
+	l, err := audit.Open(path, audit.Options{MaxBytes: maxBytes})
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
