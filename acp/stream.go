@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"strconv"
 	"sync"
@@ -113,6 +114,9 @@ type Stream struct {
 	// longLine is the length of the last line longer than the reader's
 	// buffer (read loop only).
 	longLine int
+	// readErr is why reading ended, when it was not the peer closing
+	// (EOF) or us closing the stream.
+	readErr atomic.Value // error
 }
 
 const (
@@ -178,6 +182,7 @@ func (s *Stream) ReadObject(v any) error {
 			continue
 		}
 		if err != nil {
+			s.noteReadErr(err)
 			return err
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -683,6 +688,31 @@ func (s *Stream) failLocked(err error) {
 	if s.opts.OnFail != nil {
 		s.failOnce.Do(func() { go s.opts.OnFail(err) })
 	}
+}
+
+// noteReadErr keeps a read error that is not an orderly end.
+func (s *Stream) noteReadErr(err error) {
+	if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) || errors.Is(err, io.ErrClosedPipe) {
+		return
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if !closing {
+		s.readErr.CompareAndSwap(nil, readError{err})
+	}
+}
+
+// readError boxes an error for atomic.Value (one concrete type).
+type readError struct{ error }
+
+// ReadErr is why reading from the peer ended, when it was not an orderly
+// end (the peer closing its side, or Close): the stream broke.
+func (s *Stream) ReadErr() error {
+	if e, ok := s.readErr.Load().(readError); ok {
+		return e.error
+	}
+	return nil
 }
 
 // Err returns the write-side failure, if any.

@@ -466,7 +466,7 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 		reply(nil, err)
 		return
 	}
-	go func() {
+	r.spawn(func() {
 		res, err := c.Wait(ctx)
 		done()
 		if err == jsonrpc2.ErrClosed {
@@ -479,7 +479,7 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 			res, err = answer(res, err)
 		}
 		reply(res, err)
-	}()
+	})
 }
 
 // callEditor sends a request on behalf of agent instance inst (its request
@@ -767,7 +767,7 @@ func (r *Router) withdraw(match func(*outgoing) bool) {
 // agentExited cleans up after an agent instance: its requests to the
 // editor are withdrawn and its terminals killed and released (DESIGN §7).
 func (r *Router) agentExited(inst *upstream.Instance, err error) {
-	go func() {
+	r.spawn(func() {
 		r.withdraw(func(o *outgoing) bool { return o.inst == inst })
 		r.mu.Lock()
 		for key := range r.unbound {
@@ -796,7 +796,7 @@ func (r *Router) agentExited(inst *upstream.Instance, err error) {
 				}
 			}
 		}
-	}()
+	})
 }
 
 // replayed: a kind of update an agent's session/load replays (everything

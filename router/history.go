@@ -234,7 +234,7 @@ func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 	if p.Cwd != "" {
 		p.Cwd = filepath.Clean(p.Cwd)
 	}
-	go func() {
+	r.spawn(func() {
 		page, err := r.opts.Store.List(ctx, store.ListOptions{Cwd: p.Cwd, Cursor: p.Cursor, Limit: 50})
 		if errors.Is(err, store.ErrBadCursor) {
 			r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: invalid cursor", nil))
@@ -260,7 +260,7 @@ func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 				Title: m.Title, UpdatedAt: m.UpdatedAt.UTC().Format(time.RFC3339)})
 		}
 		r.replyTo(req)(mustJSON(out), nil)
-	}()
+	})
 }
 
 // loadSession handles session/load (replay) and session/resume (none): the
@@ -282,12 +282,12 @@ func (r *Router) loadSession(ctx context.Context, req *jsonrpc2.Request, replay 
 		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", p.Cwd), nil))
 		return
 	}
-	go func() {
+	r.spawn(func() {
 		held, release := r.hold(ctx, req)
 		defer release()
 		res, err := r.reopen(held, p.SessionID, filepath.Clean(p.Cwd), params(req), replay)
 		r.replyTo(req)(res, err)
-	}()
+	})
 }
 
 // reopen brings a stored session back (see loadSession) and returns the
@@ -488,7 +488,7 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 		SessionID string `json:"sessionId"`
 	}
 	json.Unmarshal(params(req), &p)
-	go func() {
+	r.spawn(func() {
 		downs := map[string]string{} // agent → downstream session id
 		r.mu.Lock()
 		s := r.sessions[p.SessionID]
@@ -527,7 +527,7 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 			}
 		}
 		r.replyTo(req)(json.RawMessage("{}"), nil)
-	}()
+	})
 }
 
 // restoreChoices gives a new downstream session the mode and option values

@@ -48,7 +48,7 @@ func (r *Router) enforceModeLocked(s *Session, d *downstream) {
 	done := make(chan struct{})
 	d.modeReset = done
 	r.log.Warn("agent is in a mode the policy denies; setting it back", "session", s.ID, "agent", agent, "mode", mode, "to", target)
-	go r.resetMode(s, d, mode, target, optionID, done)
+	r.spawn(func() { r.resetMode(s, d, mode, target, optionID, done) })
 }
 
 // resetMode sets d back from the denied mode from to target.

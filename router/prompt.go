@@ -217,13 +217,13 @@ func (r *Router) dequeue(s *Session, t *turn) {
 func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 	r.recordTurnStart(s, t)
 	if t.command != nil {
-		go func() {
+		r.spawn(func() {
 			text := t.command(ctx)
 			s.mu.Lock()
 			s.writeLocked(s.sayLocked(text))
 			s.mu.Unlock()
 			r.endTurn(ctx, s, t, endTurnResult, nil)
-		}()
+		})
 		return
 	}
 	s.mu.Lock()
@@ -240,7 +240,7 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		}
 		r.log.Info("agent restarted; opening a new session on it", "session", s.ID, "agent", t.agent)
 	}
-	go func() {
+	r.spawn(func() {
 		d, err := r.ensureDownstream(ctx, s, r.byName[t.agent])
 		if err != nil {
 			r.endTurn(ctx, s, t, nil, err)
@@ -248,7 +248,7 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		}
 		r.waitMode(ctx, s, d)
 		r.dispatch(ctx, s, t, d)
-	}()
+	})
 }
 
 // dispatch sends the prompt to the downstream session d.
@@ -360,7 +360,7 @@ func (r *Router) watchInstance(inst *upstream.Instance) {
 	}
 	r.watched[inst] = true
 	r.mu.Unlock()
-	go func() {
+	r.spawn(func() {
 		<-inst.Peer().Done()
 		r.mu.Lock()
 		delete(r.watched, inst)
@@ -376,7 +376,7 @@ func (r *Router) watchInstance(inst *upstream.Instance) {
 		for _, f := range ends {
 			f.end(nil, jsonrpc2.ErrClosed)
 		}
-	}()
+	})
 }
 
 // endTurn relays the turn's answer (unless the router already answered

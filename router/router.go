@@ -86,8 +86,8 @@ type Router struct {
 	elicits    *merge.IDTable             // (agent, elicitationId) ↔ editor-side id
 	unbound    map[string][]*acp.Message
 
-	// wg owns the router's goroutines: shutdown waits for them (bounded).
-	wg sync.WaitGroup
+	// owned are the router's goroutines: shutdown waits for them (bounded).
+	owned owner
 }
 
 // forward is an editor request in flight at an agent.
@@ -168,9 +168,18 @@ func New(cfg *config.Config, opts Options) *Router {
 const editorQueueBytes = 4 << 20
 
 // Serve speaks ACP to the editor on in/out until the editor closes its
-// input or ctx ends, then shuts every agent down.
+// input or ctx ends, then shuts every agent down. It returns nil when the
+// editor closed its input or ctx ended, and the error otherwise: the
+// editor's stream broke (a read error, or nothing can be written to it).
 func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
+	writeFailed := make(chan error, 1)
 	r.editor = acp.NewPeer(ctx, in, out, acp.StreamOptions{
+		OnFail: func(err error) {
+			select {
+			case writeFailed <- err:
+			default:
+			}
+		},
 		MaxLine:  r.opts.MaxLine,
 		Blocking: true, // a slow editor slows the agents down: intended
 		// Backpressure early: what waits for the editor is memory (a flood
@@ -179,14 +188,23 @@ func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser
 		AnswerInvalid: true,
 		Logger:        r.log.Named("editor"),
 	}, editorHandler{r})
+	var cause error
 	select {
 	case <-r.editor.Done():
-		r.log.Info("editor closed the connection")
+		if err := r.editor.Stream().ReadErr(); err != nil {
+			cause = fmt.Errorf("router: reading from the editor: %w", err)
+			r.log.Error("the editor's stream broke", "error", err)
+		} else {
+			r.log.Info("editor closed the connection")
+		}
+	case err := <-writeFailed:
+		cause = fmt.Errorf("router: writing to the editor: %w", err)
+		r.log.Error("the editor's stream broke", "error", err)
 	case <-ctx.Done():
 		r.log.Info("shutting down", "reason", context.Cause(ctx))
 	}
 	r.shutdown()
-	return nil
+	return cause
 }
 
 // shutdown stops every agent concurrently, then flushes what is queued for
@@ -202,10 +220,71 @@ func (r *Router) shutdown() {
 	case <-r.editor.Stream().Done():
 	case <-time.After(time.Second):
 	}
+	// Every agent is gone and the editor closed: what still runs waits on
+	// one of them and ends now. A goroutine that does not is a bug: named
+	// in the log, not waited for forever.
+	if n := r.owned.Wait(shutdownWait); n > 0 {
+		r.log.Warn("goroutines still running at shutdown", "count", n)
+	}
 }
 
+// shutdownWait bounds how long shutdown waits for the router's goroutines.
+const shutdownWait = 2 * time.Second
+
 // spawn runs f in a goroutine the router owns: shutdown waits for it.
-func (r *Router) spawn(f func()) { r.wg.Go(f) }
+func (r *Router) spawn(f func()) { r.owned.Go(f) }
+
+// owner counts the goroutines it started and waits for them. Unlike a
+// sync.WaitGroup it may start more while a Wait is under way (a goroutine
+// that ends a turn starts the next one during shutdown).
+type owner struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0, while a Wait waits
+}
+
+// Go runs f in a new goroutine.
+func (o *owner) Go(f func()) {
+	o.mu.Lock()
+	o.n++
+	o.mu.Unlock()
+	go func() {
+		defer o.done()
+		f()
+	}()
+}
+
+func (o *owner) done() {
+	o.mu.Lock()
+	o.n--
+	if o.n == 0 && o.idle != nil {
+		close(o.idle)
+		o.idle = nil
+	}
+	o.mu.Unlock()
+}
+
+// Wait waits until every goroutine ended or d passed; it returns how many
+// are still running.
+func (o *owner) Wait(d time.Duration) int {
+	o.mu.Lock()
+	if o.n == 0 {
+		o.mu.Unlock()
+		return 0
+	}
+	if o.idle == nil {
+		o.idle = make(chan struct{})
+	}
+	idle := o.idle
+	o.mu.Unlock()
+	select {
+	case <-idle:
+	case <-time.After(d):
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n
+}
 
 // editorHandler handles the editor's requests and notifications, in the
 // editor's read loop.
@@ -217,11 +296,11 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 	ctx = context.WithoutCancel(ctx)
 	switch req.Method {
 	case acp.MethodInitialize:
-		go r.replyTo(req)(r.initialize(ctx, req))
+		r.spawn(func() { r.replyTo(req)(r.initialize(ctx, req)) })
 	case acp.MethodAuthenticate:
-		go r.replyTo(req)(r.authenticate(ctx, req))
+		r.spawn(func() { r.replyTo(req)(r.authenticate(ctx, req)) })
 	case acp.MethodLogout:
-		go r.replyTo(req)(r.logout(ctx, req))
+		r.spawn(func() { r.replyTo(req)(r.logout(ctx, req)) })
 	case acp.MethodSessionNew:
 		r.newSession(ctx, req)
 	case acp.MethodSessionPrompt:
@@ -300,7 +379,7 @@ func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *u
 	r.mu.Lock()
 	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID}
 	r.mu.Unlock()
-	go func() {
+	r.spawn(func() {
 		res, err := c.Wait(ctx)
 		r.mu.Lock()
 		delete(r.forwards, key)
@@ -309,7 +388,7 @@ func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *u
 			err = inst.Agent.Error(inst, err)
 		}
 		reply(res, err)
-	}()
+	})
 }
 
 // hold registers a request the router holds itself (waiting for an agent
@@ -385,17 +464,21 @@ func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
 			return
 		}
 	}
-	go func() {
+	r.spawn(func() {
 		held, release := r.hold(ctx, req)
 		inst, err := r.byName[r.defaultAgent()].Ready(held)
 		release()
 		if err != nil {
-			r.log.Debug("no agent for method", "method", req.Method, "error", err)
-			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "method not found", map[string]string{"method": req.Method}))
+			// No agent can take it; the editor learns why (the default
+			// agent did not start), not only "method not found".
+			r.log.Warn("no agent for method", "method", req.Method, "agent", r.defaultAgent(), "error", err)
+			cause := r.startError(r.byName[r.defaultAgent()], err)
+			msg := fmt.Sprintf("method not found: no agent can take %s: %s", req.Method, errorText(cause))
+			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, msg, map[string]string{"method": req.Method, "agent": r.defaultAgent()}))
 			return
 		}
 		r.forwardOrNotify(ctx, req, inst, p)
-	}()
+	})
 }
 
 func (r *Router) forwardOrNotify(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage) {

@@ -147,7 +147,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			roots = append(roots, filepath.Clean(dir))
 		}
 	}
-	go func() {
+	r.spawn(func() {
 		held, release := r.hold(ctx, req)
 		a, enforce := r.route(cwd)
 		inst, err := a.Ready(held)
@@ -180,7 +180,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 		reply(s.newSessionResult(res), nil)
 		s.write(s.commandsLine())
 		s.openAfter(r.opts.OpenDelay)
-	}()
+	})
 }
 
 // openDownstream opens s on inst's agent (the first one registers s). The
@@ -450,7 +450,7 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 	if st := r.opts.Store; st != nil {
 		st.Release(s.ID) // the history stays
 	}
-	go func() {
+	r.spawn(func() {
 		var first error
 		for _, d := range downs {
 			inst, err := d.alive()
@@ -471,7 +471,7 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 			return
 		}
 		r.replyTo(req)(json.RawMessage("{}"), nil)
-	}()
+	})
 }
 
 // forget removes a closed session; prompts still queued end cancelled.

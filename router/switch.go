@@ -187,7 +187,7 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 	json.Unmarshal(p.Value, &value)
 	d := s.activeDown()
 	synthesized := d != nil && d.view.Options == nil
-	go func() {
+	r.spawn(func() {
 		var err error
 		if d != nil && p.ConfigID != merge.AgentOptionID && s.isModeOption(d, p.ConfigID) {
 			err = r.opts.Guard.ModeRefusal(d.agent.Name(), value)
@@ -211,7 +211,7 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 		res, _ := json.Marshal(map[string]any{"configOptions": s.optionsLocked()})
 		s.mu.Unlock()
 		reply(res, nil)
-	}()
+	})
 }
 
 // setModeRequest handles session/set_mode: AGENT:MODE switches to AGENT and
@@ -222,7 +222,7 @@ func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.R
 		ModeID string `json:"modeId"`
 	}
 	json.Unmarshal(params(req), &p)
-	go func() {
+	r.spawn(func() {
 		agent, mode, qualified := merge.SplitLegacyModeID(p.ModeID)
 		if !qualified || r.byName[agent] == nil {
 			agent, mode = s.activeName(), p.ModeID
@@ -242,7 +242,7 @@ func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.R
 			return
 		}
 		r.replyTo(req)(json.RawMessage("{}"), nil)
-	}()
+	})
 }
 
 // isModeOption: configID is the mode select of d (its own, or the one the
@@ -387,11 +387,11 @@ func (r *Router) learnCommands(agent string, commands []json.RawMessage) {
 		return
 	}
 	b, _ := json.Marshal(names)
-	go func() { // off the relay path
+	r.spawn(func() { // off the relay path
 		if err := upstream.WriteFileAtomic(commandsFile(r.cfg.StateDir, agent), b); err != nil {
 			r.log.Warn("cannot cache the agent's commands", "agent", agent, "error", err)
 		}
-	}()
+	})
 }
 
 func commandsFile(stateDir, agent string) string {
