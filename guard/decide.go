@@ -233,7 +233,6 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 		rec.Rule = &v.Rule
 	}
 	if err := g.write(rec); err != nil {
-		g.log.Error("cannot write the audit log", "error", err)
 		if allowed {
 			v.Effect, v.Source, v.Rule, v.Layer = policy.Deny, string(policy.SourceBuiltin), RuleAudit, policy.LayerBuiltin
 			v.Message = "the audit log cannot be written: " + err.Error()

@@ -61,6 +61,9 @@ type Guard struct {
 	// auditPath is the log's file; it changes on a reload that names
 	// another one.
 	auditPath string
+	// auditDown: the last write failed. A failure is logged when it
+	// starts and when writing works again, not at every decision.
+	auditDown bool
 
 	// stuck counts decisions still running after their timeout (a
 	// filesystem call that does not return); past maxStuck, decisions are
@@ -184,7 +187,16 @@ func (g *Guard) write(rec audit.Record) error {
 		return errors.New("the audit log is not open")
 	}
 	rec.DecisionID = g.audit.NewID()
-	return g.audit.Write(rec)
+	err := g.audit.Write(rec)
+	switch {
+	case err != nil && !g.auditDown:
+		g.auditDown = true
+		g.log.Error("cannot write the audit log; decisions that would allow are denied until it works again", "file", g.auditPath, "error", err)
+	case err == nil && g.auditDown:
+		g.auditDown = false
+		g.log.Info("the audit log works again", "file", g.auditPath)
+	}
+	return err
 }
 
 // Decides: the agent requests the policy decides (DESIGN §6), when one is

@@ -606,3 +606,49 @@ say more`, cwd), "end_turn")
 		t.Errorf("gamma's brief after a reload: %q", got)
 	}
 }
+
+// TestPolicyAuditUnavailable: when the audit directory goes away while the
+// router runs, a request the policy would allow is denied with a clear
+// error (an allow that cannot be audited must not happen), the log says so
+// once, turns that need no decision go on, and once the directory is back
+// decisions are allowed and audited again (issue 12, bad input).
+func TestPolicyAuditUnavailable(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
+	cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/read_text_file", readTextFile)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "read "+cwd+"/main.go", "end_turn")
+
+	auditDir := filepath.Dir(auditFile)
+	if err := os.RemoveAll(auditDir); err != nil {
+		t.Fatal(err)
+	}
+	e.MustPrompt(t, sid, "read "+cwd+"/main.go\nread "+cwd+"/main.go", "end_turn")
+	e.MustPrompt(t, sid, "say still here", "end_turn")
+	texts := e.Texts(sid)
+	if len(texts) < 4 || !strings.HasPrefix(texts[1], "read error: -32603 acp-router: denied by acp-router:audit-unavailable: the audit log cannot be written") ||
+		texts[1] != texts[2] || texts[3] != "still here" {
+		t.Fatalf("agent said\n%s\nwant the reads denied naming the audit log, then the turn without a decision to work", strings.Join(texts, "\n"))
+	}
+	if n := strings.Count(e.Stderr(), "cannot write the audit log"); n != 1 {
+		t.Errorf("the audit failure was logged %d times, want once:\n%s", n, e.Stderr())
+	}
+
+	if err := os.MkdirAll(auditDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.MustPrompt(t, sid, "read "+cwd+"/main.go", "end_turn")
+	if got := e.Texts(sid); got[len(got)-1] != "read: package main" {
+		t.Errorf("after the directory came back the agent said %q", got[len(got)-1])
+	}
+	if !strings.Contains(e.Stderr(), "the audit log works again") {
+		t.Errorf("no recovery line in the log:\n%s", e.Stderr())
+	}
+	if recs := readAudit(t, auditFile); len(recs) != 1 || recs[0].Decision != "allow" {
+		t.Errorf("the new audit file holds %d records, want the one allow", len(recs))
+	}
+}
