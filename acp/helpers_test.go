@@ -77,19 +77,6 @@ func recvWithin(t *testing.T, ch <-chan []byte, waitTimeout time.Duration) []byt
 	return nil
 }
 
-// expectEOF fails unless ch is closed without another line.
-func expectEOF(t *testing.T, ch <-chan []byte) {
-	t.Helper()
-	select {
-	case line, ok := <-ch:
-		if ok {
-			t.Fatalf("unexpected output line %s", line)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("timed out waiting for the output to close")
-	}
-}
-
 // write writes data to w, failing the test if that takes longer than
 // waitTimeout (an io.Pipe write blocks until the other side reads it).
 func write(t *testing.T, w io.Writer, data string) {

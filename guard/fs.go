@@ -23,26 +23,25 @@ func (OSFS) Resolve(p string) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("%q is not an absolute path", p)
 	}
-	for depth := 0; ; depth++ {
-		resolved, err := filepath.EvalSymlinks(p)
-		if err == nil {
-			return resolved, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) || depth > 255 {
-			return "", err
-		}
-		// Resolve what exists and keep the rest: a file about to be
-		// created lands where its existing directory really is.
-		dir, base := filepath.Dir(p), filepath.Base(p)
-		if dir == p {
-			return "", err
-		}
-		parent, err := OSFS{}.Resolve(dir)
-		if err != nil {
-			return "", err
-		}
-		return filepath.Join(parent, base), nil
+	resolved, err := filepath.EvalSymlinks(p)
+	if err == nil {
+		return resolved, nil
 	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	// Resolve what exists and keep the rest: a file about to be created
+	// lands where its existing directory really is. Each step is one
+	// component shorter, down to "/".
+	dir, base := filepath.Dir(p), filepath.Base(p)
+	if dir == p {
+		return "", err
+	}
+	parent, err := OSFS{}.Resolve(dir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(parent, base), nil
 }
 
 // Stat implements policy.FS.

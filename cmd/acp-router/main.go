@@ -31,8 +31,8 @@ usage:
       show the decision for one request and every rule that matched
   acp-router policy test [--config FILE]
       run the tests: of every policy layer; exit 1 on any failure
-  acp-router login AGENT
-      run an agent's own login in this terminal
+  acp-router login AGENT [-- ARGS...]
+      run an agent's own login in this terminal (ARGS: its terminal sign-in method's)
   acp-router version
 `
 
