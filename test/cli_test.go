@@ -152,3 +152,32 @@ tests:
 		t.Errorf("router with an invalid glob: exit %d, stderr %q; want 1 and file:line:col", code, errOut)
 	}
 }
+
+// TestPolicyTestFindsMistakes: `acp-router policy test` reports a test
+// that names a rule that does not exist as that error (not as "expected
+// deny, got ask"), and a deny rule covered by another deny — which can
+// never decide — with both rules' file:line (issue 12, point 9).
+func TestPolicyTestFindsMistakes(t *testing.T) {
+	t.Parallel()
+	policy := `default: ask
+rules:
+  - {id: no-env, decision: deny, when: {paths: ["**/.env"]}}
+  - {id: no-env-again, decision: deny, when: {paths: ["**/.env"]}}
+tests:
+  - {call: "fs/read_text_file ${cwd}/.env", expect: deny, rule: no-envs}
+`
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, policy)
+	code, out, errOut := runRouterCmd(t, nil, "policy", "test", "--config", cfg)
+	if code != 1 {
+		t.Errorf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{`unknown rule "no-envs"`, `did you mean "no-env"`,
+		"never takes effect: deny rule no-env-again (" + cfg + ":", "shadowed by deny rule no-env (" + cfg + ":"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("policy test output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "expected deny") {
+		t.Errorf("the unknown rule is reported as a wrong decision:\n%s", out)
+	}
+}
