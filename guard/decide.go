@@ -100,6 +100,11 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		v.Effect, v.Source, v.Layer = policy.Ask, string(policy.SourceBuiltin), policy.LayerBuiltin
 		return v
 	}
+	if s == nil {
+		// A nil *Session keeps nothing: the policy alone decides, with no
+		// cwd (nothing is "in the project"), and Record keeps nothing.
+		s = &Session{}
+	}
 	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS),
 		Session: policy.Session{Agent: req.Agent, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
@@ -126,7 +131,9 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 			}
 		}
 	}
-	if v.Effect == policy.Ask && d.Evidence != nil && d.Rule != policy.RuleDeniedMode {
+	// A tool call whose evidence overflowed is asked about: a grant
+	// covers only what the router still sees of it.
+	if v.Effect == policy.Ask && d.Evidence != nil && d.Rule != policy.RuleDeniedMode && !overflow {
 		for _, gr := range grants {
 			if gr.agent == req.Agent && gr.effect == policy.Allow && gr.ev.Covers(d.Evidence) {
 				v.Effect, v.Source, v.Rule, v.Layer, v.Message = policy.Allow, "grant", "", "session", ""

@@ -4,8 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/acp-router/acp-router/config"
 )
 
 func TestOSFSResolve(t *testing.T) {
@@ -150,4 +154,137 @@ func TestReloadRelevant(t *testing.T) {
 			t.Errorf("relevant(%s) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+// TestLoadPolicy: the user layer from a config's permissions: and the files
+// it includes (absolute, relative to the config, under ~/), what is
+// watched for a reload, and errors with their position.
+func TestLoadPolicy(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	os.MkdirAll(filepath.Join(home, "policies"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "inc"), 0o755)
+	write := func(path, text string) {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "inc", "abs.yaml"), "rules:\n  - {id: from-abs, decision: deny, when: {program: dd}}\n")
+	write(filepath.Join(dir, "rel.yaml"), "rules:\n  - {id: from-rel, decision: deny, when: {program: mkfs}}\n")
+	write(filepath.Join(home, "policies", "home.yaml"), "rules:\n  - {id: from-home, decision: deny, when: {program: shred}}\n")
+	write(filepath.Join(dir, "broken.yaml"), "rulez: []\n")
+	env := func(name string) (string, bool) {
+		if name == "HOME" {
+			return home, true
+		}
+		return "", false
+	}
+	cfgFile := filepath.Join(dir, "config.yaml")
+	org := noOrg(t)
+	tests := []struct {
+		name       string
+		perms      string
+		wantErr    string
+		wantNone   bool
+		wantRules  []string
+		wantWatch  map[string][]string
+		wantFailed int
+	}{
+		{name: "no permissions: no policy", wantNone: true,
+			wantWatch: map[string][]string{org: {""}, dir: {"config.yaml"}}},
+		{name: "permissions and includes",
+			perms:     "permissions:\n  default: ask\n  include: [" + filepath.Join(dir, "inc", "abs.yaml") + ", rel.yaml, ~/policies/home.yaml]\n  rules:\n    - {id: own, decision: deny, when: {program: rm}}\n",
+			wantRules: []string{"own", "from-abs", "from-rel", "from-home"},
+			wantWatch: map[string][]string{org: {""}, dir: {"config.yaml", "rel.yaml"}, filepath.Join(dir, "inc"): {"abs.yaml"}, filepath.Join(home, "policies"): {"home.yaml"}}},
+		{name: "a missing include", perms: "permissions:\n  include: [missing.yaml]\n",
+			wantErr: cfgFile + ":6:13: include: open " + filepath.Join(dir, "missing.yaml")},
+		{name: "a broken include", perms: "permissions:\n  include: [broken.yaml]\n", wantErr: filepath.Join(dir, "broken.yaml") + ":1:1"},
+		{name: "a broken rule", perms: "permissions:\n  rules:\n    - {id: x, decision: maybe}\n", wantErr: cfgFile + ":7:"},
+		{name: "failing tests are results, not an error",
+			perms:      "permissions:\n  default: ask\n  tests:\n    - {call: \"fs/read_text_file /etc/hosts\", expect: allow}\n    - {call: \"fs/read_text_file /etc/hosts\", expect: ask}\n",
+			wantFailed: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			write(cfgFile, configYAML(tt.perms))
+			cfg, err := config.Parse(cfgFile, []byte(configYAML(tt.perms)), env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.File = cfgFile
+			lp, err := LoadPolicy(org, cfg)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("LoadPolicy: %v, want an error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (lp.Policy == nil) != tt.wantNone {
+				t.Fatalf("Policy = %v", lp.Policy)
+			}
+			if tt.wantWatch != nil && !reflect.DeepEqual(lp.Watch, tt.wantWatch) {
+				t.Errorf("Watch = %v, want %v", lp.Watch, tt.wantWatch)
+			}
+			if lp.Policy != nil {
+				var ids []string
+				for _, r := range lp.Policy.Rules() {
+					ids = append(ids, r.ID)
+				}
+				if tt.wantRules != nil && !sameSet(ids, tt.wantRules) {
+					t.Errorf("rules %v, want %v", ids, tt.wantRules)
+				}
+			}
+			failed, terr := lp.Failed(), lp.TestsError()
+			if len(failed) != tt.wantFailed || (terr != nil) != (tt.wantFailed > 0) {
+				t.Fatalf("Failed = %v, TestsError = %v", failed, terr)
+			}
+			if terr != nil && (!strings.Contains(terr.Error(), "1 of the policy's tests failed:") || !strings.Contains(terr.Error(), cfgFile+":8:7:")) {
+				t.Errorf("TestsError = %v", terr)
+			}
+		})
+	}
+}
+
+// TestLoadPolicyOrg: the org layer is loaded whatever the config says,
+// before the user layer.
+func TestLoadPolicyOrg(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to create root-owned files (CI runs as root)")
+	}
+	org := t.TempDir()
+	os.Chmod(org, 0o755)
+	os.WriteFile(filepath.Join(org, "10-org.yaml"), []byte("default: ask\nrules:\n  - {id: org-rule, decision: deny, when: {program: dd}}\n"), 0o644)
+	for name, perms := range map[string]string{"org only": "", "org and user": "permissions:\n  rules:\n    - {id: user-rule, decision: deny, when: {program: rm}}\n"} {
+		t.Run(name, func(t *testing.T) {
+			lp, err := LoadPolicy(org, parseConfig(t, configYAML(perms)))
+			if err != nil || lp.Policy == nil {
+				t.Fatalf("LoadPolicy: %v", err)
+			}
+			var layers []string
+			for _, l := range lp.Policy.Layers() {
+				layers = append(layers, l.Name)
+			}
+			want := []string{"org"}
+			if perms != "" {
+				want = append(want, "user")
+			}
+			if !slices.Equal(layers, want) {
+				t.Errorf("layers %v, want %v", layers, want)
+			}
+		})
+	}
+	os.Chmod(org, 0o777)
+	if _, err := LoadPolicy(org, parseConfig(t, configYAML(""))); !errors.Is(err, ErrOrgPolicyUnsafe) {
+		t.Errorf("a world-writable org directory: %v", err)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

@@ -31,7 +31,7 @@ type WatchOptions struct {
 	Hup <-chan os.Signal
 	// Applied, when set, is told the fingerprint (config.Keys) of the
 	// config in force at start and after each reload: the keys a reload
-	// could not apply keep their running value.
+	// could not apply keep their running value. The map is the callee's.
 	Applied func(keys map[string]string)
 	Logger  hclog.Logger
 }
@@ -45,13 +45,16 @@ type WatchOptions struct {
 // other changed key is logged as "restart to apply", by name: agents,
 // routing and commands are fixed for the router's life.
 func (g *Guard) Watch(ctx context.Context, opts WatchOptions) {
+	if g == nil {
+		return // nothing to keep up to date
+	}
 	log := opts.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	running := opts.Running.Keys()
 	if opts.Applied != nil {
-		opts.Applied(running)
+		opts.Applied(maps.Clone(running)) // its own: running changes on a later reload
 	}
 	watch := opts.Watch
 	w, err := fsnotify.NewWatcher()
@@ -120,7 +123,7 @@ func (g *Guard) Watch(ctx context.Context, opts WatchOptions) {
 			log.Warn("restart to apply: "+strings.Join(pending, ", "), "trigger", why)
 		}
 		if opts.Applied != nil {
-			opts.Applied(running)
+			opts.Applied(maps.Clone(running)) // its own: running changes on a later reload
 		}
 	}
 	for {

@@ -34,6 +34,7 @@ const (
 	maxTools       = 1024 // tool calls tracked per session and turn
 	maxToolUpdates = 64   // updates kept per tool call
 	maxGrants      = 256  // "always" choices kept per session
+	maxApprovals   = 1024 // approvals kept per session and turn
 )
 
 // toolState is what an agent said about one of its tool calls: the
@@ -212,6 +213,12 @@ func (s *Session) approve(v *Verdict) {
 		return
 	}
 	s.mu.Lock()
+	if len(s.approvals) >= maxApprovals {
+		// Every decision reads them all: an agent that makes the user (or
+		// the policy) allow request after request in one turn must not
+		// grow them without bound. A forgotten approval asks again.
+		s.approvals = s.approvals[1:]
+	}
 	s.approvals = append(s.approvals, approval{agent: v.Agent, ev: v.dec.Evidence, source: v.Source, rule: v.Rule})
 	s.mu.Unlock()
 }

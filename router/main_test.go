@@ -1,0 +1,143 @@
+package router
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// envFakeAgent makes the test binary a scripted ACP agent (TestMain), for
+// the tests that need a real agent instance (its own read loop) behind an
+// in-process router.
+const envFakeAgent = "ROUTER_TEST_FAKE_AGENT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envFakeAgent) != "" {
+		os.Exit(fakeAgent())
+	}
+	os.Exit(m.Run())
+}
+
+// fakeAgent speaks ACP on stdin/stdout until EOF. session/new answers
+// sessionId "sess-N". session/prompt runs the last text block of its
+// prompt as a script, one command a line, on its own goroutine (the agent
+// keeps reading meanwhile), then answers end_turn:
+//
+//	say TEXT   an agent_message_chunk with TEXT
+//	read PATH  an fs/read_text_file request; not waited for
+//	wait       waits for the answers to this prompt's reads, and says each
+//	           ("read PATH: ok CONTENT" or "read PATH: error MESSAGE")
+//
+// Other requests get -32601.
+func fakeAgent() int {
+	var mu sync.Mutex
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		mu.Lock()
+		defer mu.Unlock()
+		os.Stdout.Write(append(b, '\n'))
+	}
+	type answer struct {
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	var (
+		pmu     sync.Mutex
+		pending = map[string]chan answer{}
+		nextID  int
+		nextSes int
+	)
+	run := func(id json.RawMessage, sid, script string) {
+		say := func(text string) {
+			send(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": sid,
+				"update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]string{"type": "text", "text": text}}}})
+		}
+		type read struct {
+			path string
+			ch   chan answer
+		}
+		var reads []read
+		for _, line := range strings.Split(script, "\n") {
+			cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+			switch cmd {
+			case "say":
+				say(arg)
+			case "read":
+				ch := make(chan answer, 1)
+				pmu.Lock()
+				nextID++
+				rid := fmt.Sprintf(`"read-%d"`, nextID)
+				pending[rid] = ch
+				pmu.Unlock()
+				reads = append(reads, read{arg, ch})
+				send(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(rid), "method": "fs/read_text_file", "params": map[string]string{"sessionId": sid, "path": arg}})
+			case "wait":
+				for _, r := range reads {
+					a := <-r.ch
+					var res struct{ Content string }
+					if a.Error != nil {
+						say(fmt.Sprintf("read %s: error %s", r.path, a.Error.Message))
+					} else if json.Unmarshal(a.Result, &res) == nil {
+						say(fmt.Sprintf("read %s: ok %s", r.path, res.Content))
+					}
+				}
+				reads = nil
+			}
+		}
+		send(map[string]any{"jsonrpc": "2.0", "id": id, "result": map[string]string{"stopReason": "end_turn"}})
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+			answer
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		reply := func(result any) { send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result}) }
+		switch {
+		case m.Method == "" && len(m.ID) > 0:
+			pmu.Lock()
+			ch := pending[string(m.ID)]
+			delete(pending, string(m.ID))
+			pmu.Unlock()
+			if ch != nil {
+				ch <- m.answer
+			}
+		case m.Method == "initialize":
+			reply(map[string]any{"protocolVersion": 1, "agentCapabilities": map[string]any{}})
+		case m.Method == "session/new":
+			nextSes++
+			reply(map[string]any{"sessionId": fmt.Sprintf("sess-%d", nextSes)})
+		case m.Method == "session/prompt":
+			var p struct {
+				SessionID string `json:"sessionId"`
+				Prompt    []struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				} `json:"prompt"`
+			}
+			json.Unmarshal(m.Params, &p)
+			script := ""
+			for _, b := range p.Prompt {
+				if b.Type == "text" {
+					script = b.Text
+				}
+			}
+			go run(m.ID, p.SessionID, script)
+		case m.Method != "" && len(m.ID) > 0:
+			send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
+		}
+	}
+	return 0
+}
