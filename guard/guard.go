@@ -196,11 +196,13 @@ func (g *Guard) Close() error {
 func (g *Guard) write(rec audit.Record) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	var err error
 	if g.audit == nil {
-		return errors.New("the audit log is not open")
+		err = errors.New("the audit log is not open")
+	} else {
+		rec.DecisionID = g.audit.NewID()
+		err = g.audit.Write(rec)
 	}
-	rec.DecisionID = g.audit.NewID()
-	err := g.audit.Write(rec)
 	switch {
 	case err != nil && !g.auditDown:
 		g.auditDown = true
