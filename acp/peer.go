@@ -27,6 +27,9 @@ type Peer struct {
 	conn   *jsonrpc2.Conn
 	stream *Stream
 	user   func(*Message) bool
+	// ready is closed once conn is set: nothing is read before, so no
+	// handler or hook can see the Peer half built.
+	ready chan struct{}
 
 	mu      sync.Mutex
 	pending map[string]func(*Message) // our requests in flight, by IDKey
@@ -49,7 +52,7 @@ type Peer struct {
 // notifications (in the read loop: it must not wait for responses inline).
 // opts.Intercept, when set, sees messages before the Conn.
 func NewPeer(ctx context.Context, r io.ReadCloser, w io.WriteCloser, opts StreamOptions, h jsonrpc2.Handler) *Peer {
-	p := &Peer{pending: map[string]func(*Message){}, inbound: map[string]int{}, user: opts.Intercept}
+	p := &Peer{pending: map[string]func(*Message){}, inbound: map[string]int{}, user: opts.Intercept, ready: make(chan struct{})}
 	opts.Intercept = p.intercept
 	p.stream = NewStream(r, w, opts)
 	log := opts.Logger
@@ -59,6 +62,7 @@ func NewPeer(ctx context.Context, r io.ReadCloser, w io.WriteCloser, opts Stream
 	p.conn = jsonrpc2.NewConn(ctx, connStream{p.stream, p}, h,
 		jsonrpc2.SetLogger(log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})),
 		jsonrpc2.OnRecv(p.onRecv), jsonrpc2.OnSend(p.onSend))
+	close(p.ready)
 	return p
 }
 
@@ -172,6 +176,7 @@ type connStream struct {
 }
 
 func (s connStream) ReadObject(v any) error {
+	<-s.p.ready
 	s.p.mu.Lock()
 	for _, key := range s.p.answered {
 		delete(s.p.pending, key)

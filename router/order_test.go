@@ -229,6 +229,7 @@ permissions:
 	// read loop started, a race with a handler that answers at once
 	// (reported separately; not what this test is about).
 	r.editor = acp.NewPeer(context.Background(), inR, outW, acp.StreamOptions{Blocking: true, QueueBytes: editorQueueBytes, AnswerInvalid: true}, editorHandler{r})
+	close(r.editorSet)
 	read := make(chan struct{})
 	go func() {
 		defer close(read)

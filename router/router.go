@@ -68,6 +68,9 @@ type Router struct {
 	agents []*upstream.Agent
 	byName map[string]*upstream.Agent
 	editor *acp.Peer
+	// editorSet is closed once editor is set: the editor's handler waits
+	// for it (the peer starts reading before NewPeer returns).
+	editorSet chan struct{}
 
 	mu         sync.Mutex
 	initParams json.RawMessage // the editor's initialize params, for agents
@@ -145,6 +148,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		terminals: map[string]terminal{},
 		elicits:   merge.NewIDTable(),
 		unbound:   map[string][]*acp.Message{},
+		editorSet: make(chan struct{}),
 	}
 	uopts := upstream.Options{
 		Logger:        opts.Logger.Named("agent"),
@@ -188,6 +192,7 @@ func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser
 		AnswerInvalid: true,
 		Logger:        r.log.Named("editor"),
 	}, editorHandler{r})
+	close(r.editorSet)
 	var cause error
 	select {
 	case <-r.editor.Done():
@@ -292,6 +297,7 @@ type editorHandler struct{ r *Router }
 
 func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	r := h.r
+	<-r.editorSet
 	defer r.survive("editor", req)
 	ctx = context.WithoutCancel(ctx)
 	switch req.Method {
