@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -243,6 +244,7 @@ type Editor struct {
 type editorConfig struct {
 	slowRead time.Duration
 	env      []string
+	setpgid  bool
 }
 
 // EditorOption configures StartEditor.
@@ -251,6 +253,10 @@ type EditorOption func(*editorConfig)
 // withSlowRead makes the editor sleep d after reading each line, so that the
 // peer's writes back up.
 func withSlowRead(d time.Duration) EditorOption { return func(c *editorConfig) { c.slowRead = d } }
+
+// withOwnProcessGroup starts the process in a process group of its own, so
+// that a test can signal that group without signalling itself.
+func withOwnProcessGroup() EditorOption { return func(c *editorConfig) { c.setpgid = true } }
 
 // withEnv adds environment variables to the started process.
 func withEnv(kv ...string) EditorOption {
@@ -274,6 +280,7 @@ func StartEditor(t testing.TB, argv []string, opts ...EditorOption) *Editor {
 		o(&cfg)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: cfg.setpgid}
 	cmd.Env = append(withoutEnv(withoutEnv(os.Environ(), envFakeAgent), envFakeSleeper), cfg.env...)
 	// Race-enabled fake agents would otherwise sleep 1 s at exit.
 	cmd.Env = append(withoutEnv(cmd.Env, "GORACE"), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))

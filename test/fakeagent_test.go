@@ -242,11 +242,19 @@ func writeFileAtomic(path, content string) {
 }
 
 func (a *fakeAgent) spawnGrandchild() error {
+	return spawnSleeper(a.opts.GrandchildPidFile, false)
+}
+
+// spawnSleeper starts a SIGTERM-ignoring sleeper that writes its pid to
+// pidFile. By default it stays in the agent's process group (no Setpgid):
+// only a group kill reaches it. With setsid it gets a session and group of
+// its own, as a tool that daemonizes does: no signal to the agent's group
+// reaches it. It keeps the agent's stderr open, like a tool subprocess.
+func spawnSleeper(pidFile string, setsid bool) error {
 	cmd := exec.Command(os.Args[0])
 	// The sleeper writes its pid itself, once it ignores SIGTERM.
-	cmd.Env = append(withoutEnv(os.Environ(), envFakeAgent), envFakeSleeper+"="+a.opts.GrandchildPidFile)
-	// Same process group as the agent (no Setpgid): only a group kill
-	// reaches it. It keeps the agent's stderr open, like a tool subprocess.
+	cmd.Env = append(withoutEnv(os.Environ(), envFakeAgent), envFakeSleeper+"="+pidFile)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -657,6 +665,11 @@ func (a *fakeAgent) prompt(m wireMsg) {
 //	ext-flood N              N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603)
 //	terminal-create CMD...   terminal/create only; say "terminal-id: ID" or the error
 //	terminal-output ID       terminal/output for ID; say "terminal-output: OUTPUT" or the error
+//	child PIDFILE            start a tool of its own: a SIGTERM-ignoring sleeper in the agent's
+//	                         process group that writes its pid to PIDFILE
+//	child-setsid PIDFILE     the same in a session of its own (a daemonizing tool)
+//	ignore-sigpipe           keep running when stdout or stderr lose their reader, as Node.js
+//	                         agents do (a Go program dies of SIGPIPE on fd 1 or 2)
 //
 // A session/cancel (unless nocancel) ends the turn at the next command with
 // stopReason "cancelled".
@@ -844,6 +857,12 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			a.say(s.id, "terminal-output: "+jsonString(res, "output"))
 		case "elicit-complete":
 			a.notify("elicitation/complete", map[string]any{"elicitationId": rest})
+		case "ignore-sigpipe":
+			signal.Ignore(syscall.SIGPIPE)
+		case "child", "child-setsid":
+			if err := spawnSleeper(rest, cmd == "child-setsid"); err != nil {
+				return nil, &RPCError{Code: -32603, Message: "fake agent: " + line + ": " + err.Error()}
+			}
 		default:
 			return nil, &RPCError{Code: -32602, Message: "fake agent: unknown script command: " + line}
 		}

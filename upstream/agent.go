@@ -1,5 +1,6 @@
 // Package upstream owns one downstream agent: its process (spawned in its own
-// process group), the ACP connection to it, initialize, stderr re-logging,
+// process group, under a watchdog so that it never outlives the router: see
+// watchdog.go), the ACP connection to it, initialize, stderr re-logging,
 // restart with a bounded budget, stall detection, stopping it when idle and
 // the shutdown sequence (DESIGN §7).
 package upstream
@@ -131,8 +132,9 @@ type Instance struct {
 	Agent *Agent
 	Gen   int // increases with every start
 
-	cmd     *exec.Cmd
-	pgid    int
+	cmd     *exec.Cmd // the agent, or its watchdog
+	wd      *watchdog // nil when the agent runs without one
+	pgid    int       // the agent's pid and process group
 	peer    *acp.Peer
 	started time.Time
 	ready   chan struct{} // closed when initialize finished (either way)
@@ -407,38 +409,69 @@ func (a *Agent) spawn(inst *Instance) error {
 	}
 	cfg := a.Config
 	cmd := exec.Command(cfg.Command, cfg.Args...)
+	if cmd.Err != nil { // not found in PATH
+		return fmt.Errorf("start %q: %w", cfg.Command, cmd.Err)
+	}
 	cmd.Dir = cfg.Cwd
 	cmd.Env = Environ(cfg, os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Under a watchdog, so that the agent and its children do not outlive
+	// the router however it ends (watchdog.go).
+	var wd *watchdog
+	if exe := watchdogExecutable(); exe != "" {
+		var err error
+		if wd, cmd, err = newWatchdog(exe, cmd, a.opts.KillGrace); err != nil {
+			return fmt.Errorf("start %q: %w", cfg.Command, err)
+		}
+	}
 
 	// Our own pipes rather than cmd.StdoutPipe: Wait would close those as
 	// soon as the process exits, losing output still buffered in them.
 	inR, inW, err := os.Pipe()
 	if err != nil {
+		wd.abandon(nil)
 		return err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		inR.Close()
-		inW.Close()
+		closeAll(inR, inW)
+		wd.abandon(nil)
 		return err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW, outR, outW)
+		wd.abandon(nil)
 		return err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	err = cmd.Start()
 	closeAll(inR, outW, errW)
+	wd.closeChildEnds()
+	pid := 0
+	if err == nil {
+		pid = cmd.Process.Pid
+		if wd != nil {
+			timeout := cfg.StartupTimeout
+			if timeout <= 0 {
+				timeout = config.DefaultStartupTimeout
+			}
+			pid, err = wd.agentPid(timeout)
+		}
+	}
 	if err != nil {
 		closeAll(inW, outR, errR)
+		wd.abandon(cmd)
 		return fmt.Errorf("start %q: %w", cfg.Command, err)
 	}
 	inst.mu.Lock()
-	inst.cmd, inst.pgid, inst.started = cmd, cmd.Process.Pid, time.Now()
+	inst.cmd, inst.wd, inst.pgid, inst.started = cmd, wd, pid, time.Now()
 	inst.mu.Unlock()
-	a.log.Info("agent started", "pid", cmd.Process.Pid, "command", cfg.Command)
+	if wd != nil {
+		a.log.Info("agent started", "pid", pid, "command", cfg.Command, "watchdog", cmd.Process.Pid)
+	} else {
+		a.log.Info("agent started", "pid", pid, "command", cfg.Command)
+	}
 
 	go func() {
 		a.relayStderr(errR)
@@ -564,13 +597,21 @@ func (a *Agent) SetAuth(methodID string) {
 // reap waits for the process and records how it ended.
 func (a *Agent) reap(inst *Instance) {
 	err := inst.cmd.Wait()
-	if err == nil {
-		err = errors.New("exited with status 0")
-	} else {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			err = fmt.Errorf("exited: %s", exit.ProcessState)
+	var ws syscall.WaitStatus
+	waited := inst.cmd.ProcessState != nil
+	if waited {
+		ws = inst.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
+	if inst.wd != nil {
+		// The agent's own status, unless the watchdog was killed before
+		// it could tell (then its own status says how).
+		if st, ok := inst.wd.agentStatus(); ok {
+			ws = st
 		}
+		inst.wd.close()
+	}
+	if waited {
+		err = exitError(ws)
 	}
 	// Its last stderr lines belong in the error report; a grandchild may
 	// keep the pipe open, so do not wait for EOF long.

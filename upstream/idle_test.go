@@ -30,6 +30,8 @@ const (
 const waitTimeout = 10 * time.Second
 
 func TestMain(m *testing.M) {
+	// The test binary is the "router": agents run under it as a watchdog.
+	RunWatchdogIfRequested()
 	if os.Getenv(envFakeAgent) != "" {
 		os.Exit(fakeAgent())
 	}
@@ -179,7 +181,7 @@ func (ia *idleAgent) ready(t *testing.T) (*Instance, int) {
 	}
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
-	return inst, inst.cmd.Process.Pid
+	return inst, inst.pgid // the agent (its watchdog is cmd)
 }
 
 // waitIdleStop waits until inst was stopped for being idle and its process

@@ -62,6 +62,8 @@ func orDefault(v, d string) string {
 }
 
 func main() {
+	// Re-run as an agent's watchdog, before anything else (upstream).
+	upstream.RunWatchdogIfRequested()
 	// A write to a closed stdout must be an error we handle, not SIGPIPE.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	code, err := run(os.Args[1:])

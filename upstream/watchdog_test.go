@@ -1,0 +1,207 @@
+//go:build unix
+
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acp-router/acp-router/config"
+)
+
+// startShell starts an agent running an sh script under the watchdog (this
+// test binary, hooked in TestMain) and returns its instance once spawned;
+// exits receives what OnExit reported.
+func startShell(t *testing.T, script string) (*Agent, *Instance, chan error) {
+	t.Helper()
+	if !watchdogHooked.Load() {
+		t.Fatal("TestMain did not call RunWatchdogIfRequested")
+	}
+	exits := make(chan error, 1)
+	a := New(config.Agent{Name: "sh", Command: "sh", Args: []string{"-c", script}, StartupTimeout: waitTimeout, StallTimeout: waitTimeout,
+		// The watchdog is this race-enabled binary: it would sleep 1 s at exit.
+		Env: map[string]string{"GORACE": "atexit_sleep_ms=0"}},
+		Options{KillGrace: 500 * time.Millisecond, OnExit: func(_ *Instance, err error) { exits <- err }})
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	inst := a.inst
+	a.mu.Unlock()
+	t.Cleanup(func() {
+		a.Stop()
+		<-inst.Exited()
+	})
+	return a, inst, exits
+}
+
+// spawned waits until inst's process exists and returns the agent's pid.
+func spawned(t *testing.T, inst *Instance) int {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		inst.mu.Lock()
+		pid, cmd := inst.pgid, inst.cmd
+		inst.mu.Unlock()
+		if cmd != nil {
+			if inst.wd == nil || pid == cmd.Process.Pid {
+				t.Fatalf("agent pid %d, watchdog %v: want the agent under a watchdog", pid, inst.wd)
+			}
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent was not spawned")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWatchdogReportsAgentExit pins that the watchdog changes nothing in how
+// an agent's end is reported: the error is the one the agent's own status
+// gives when it is a direct child (os.ProcessState), and a start failure
+// reads as a direct start's.
+func TestWatchdogReportsAgentExit(t *testing.T) {
+	t.Parallel()
+	direct := func(script string) string {
+		err := exec.Command("sh", "-c", script).Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return "exited: " + exit.ProcessState.String()
+		}
+		return "exited with status 0"
+	}
+	for _, script := range []string{"exit 0", "exit 3", "kill -KILL $$", "kill -TERM $$", "kill -SEGV $$"} {
+		t.Run(script, func(t *testing.T) {
+			t.Parallel()
+			_, inst, exits := startShell(t, script)
+			spawned(t, inst)
+			select {
+			case err := <-exits:
+				if want := direct(script); err.Error() != want {
+					t.Errorf("OnExit: %q, want %q", err, want)
+				}
+			case <-time.After(waitTimeout):
+				t.Fatal("no exit reported")
+			}
+		})
+	}
+	t.Run("not executable", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "agent")
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("start %q: %v", path, exec.Command(path).Start())
+		a := New(config.Agent{Name: "x", Command: path, StartupTimeout: waitTimeout}, Options{})
+		err := a.spawn(&Instance{Agent: a})
+		if err == nil || err.Error() != want {
+			t.Errorf("spawn: %v, want %s", err, want)
+		}
+	})
+}
+
+// TestWatchdogRouterGone pins what the watchdog does when its lifeline
+// closes, as when the router is killed: the agent (which ignores SIGTERM) and
+// its child die within KillGrace; on Linux a child that left the agent's
+// process group dies too (the watchdog is its subreaper).
+func TestWatchdogRouterGone(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	child, daemon := filepath.Join(dir, "child"), filepath.Join(dir, "daemon")
+	script := fmt.Sprintf(`trap "" TERM; sleep 300 & echo $! > %s.tmp; mv %s.tmp %s;`, child, child, child)
+	if runtime.GOOS == "linux" {
+		script += fmt.Sprintf(` setsid sh -c 'echo $$ > %s.tmp; mv %s.tmp %s; exec sleep 300' &`, daemon, daemon, daemon)
+	}
+	script += " while :; do sleep 1; done"
+	_, inst, exits := startShell(t, script)
+	pids := map[string]int{"agent": spawned(t, inst), "child": readPid(t, child)}
+	if runtime.GOOS == "linux" {
+		pids["daemon"] = readPid(t, daemon)
+		if pg, _ := syscall.Getpgid(pids["daemon"]); pg == pids["agent"] {
+			t.Fatal("the daemon is in the agent's process group")
+		}
+	}
+	t.Cleanup(func() {
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+
+	inst.wd.lifeline.Close() // what the kernel does when the router ends
+	select {
+	case err := <-exits:
+		if want := "exited: signal: killed"; err.Error() != want {
+			t.Errorf("OnExit: %q, want %q", err, want)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the watchdog did not end the agent")
+	}
+	for name, p := range pids {
+		if err := syscall.Kill(p, 0); !errors.Is(err, syscall.ESRCH) && !zombie(p) {
+			t.Errorf("%s (pid %d) is alive after the watchdog exited", name, p)
+		}
+	}
+}
+
+// TestWatchdogForwardsSIGTERM pins that a SIGTERM sent to the watchdog alone
+// reaches the agent's group, and that SIGHUP and SIGINT do not end it while
+// the router lives.
+func TestWatchdogForwardsSIGTERM(t *testing.T) {
+	t.Parallel()
+	_, inst, exits := startShell(t, "while :; do sleep 1; done")
+	spawned(t, inst)
+	wd := inst.cmd.Process.Pid
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		syscall.Kill(wd, sig)
+	}
+	select {
+	case err := <-exits:
+		t.Fatalf("SIGHUP and SIGINT ended the agent: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	syscall.Kill(wd, syscall.SIGTERM)
+	select {
+	case err := <-exits:
+		if want := "exited: signal: terminated"; err.Error() != want {
+			t.Errorf("OnExit: %q, want %q", err, want)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("SIGTERM to the watchdog did not end the agent")
+	}
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pid in %s", path)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// zombie: pid has exited and waits to be reaped by a parent outside the
+// test (init in a container may never do it).
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
