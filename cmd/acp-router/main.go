@@ -16,6 +16,7 @@ import (
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/upstream"
 )
 
 const usage = `acp-router routes an editor's ACP sessions to several coding agents.
