@@ -25,6 +25,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/internal/owner"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
@@ -90,7 +91,7 @@ type Router struct {
 	unbound    map[string][]*acp.Message
 
 	// owned are the router's goroutines: shutdown waits for them (bounded).
-	owned owner
+	owned owner.Group
 }
 
 // forward is an editor request in flight at an agent.
@@ -238,58 +239,6 @@ const shutdownWait = 2 * time.Second
 
 // spawn runs f in a goroutine the router owns: shutdown waits for it.
 func (r *Router) spawn(f func()) { r.owned.Go(f) }
-
-// owner counts the goroutines it started and waits for them. Unlike a
-// sync.WaitGroup it may start more while a Wait is under way (a goroutine
-// that ends a turn starts the next one during shutdown).
-type owner struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0, while a Wait waits
-}
-
-// Go runs f in a new goroutine.
-func (o *owner) Go(f func()) {
-	o.mu.Lock()
-	o.n++
-	o.mu.Unlock()
-	go func() {
-		defer o.done()
-		f()
-	}()
-}
-
-func (o *owner) done() {
-	o.mu.Lock()
-	o.n--
-	if o.n == 0 && o.idle != nil {
-		close(o.idle)
-		o.idle = nil
-	}
-	o.mu.Unlock()
-}
-
-// Wait waits until every goroutine ended or d passed; it returns how many
-// are still running.
-func (o *owner) Wait(d time.Duration) int {
-	o.mu.Lock()
-	if o.n == 0 {
-		o.mu.Unlock()
-		return 0
-	}
-	if o.idle == nil {
-		o.idle = make(chan struct{})
-	}
-	idle := o.idle
-	o.mu.Unlock()
-	select {
-	case <-idle:
-	case <-time.After(d):
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.n
-}
 
 // editorHandler handles the editor's requests and notifications, in the
 // editor's read loop.

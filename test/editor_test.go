@@ -353,6 +353,11 @@ func (e *Editor) cleanup() {
 		}
 	}
 	e.terms.killAll()
+	// Every goroutine of the router has an owner and ends at shutdown
+	// (issue 12, point 7): the router names those that did not.
+	if strings.Contains(e.stderr.String(), "goroutines still running") {
+		t.Errorf("the router left goroutines running at shutdown")
+	}
 	e.mu.Lock()
 	for _, v := range e.violations {
 		t.Errorf("protocol violation seen by the editor: %s", v)

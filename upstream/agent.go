@@ -23,6 +23,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/internal/owner"
 )
 
 // Errors an agent reports; they are wrapped with the reason.
@@ -97,6 +98,9 @@ type Agent struct {
 	opts   Options
 	log    hclog.Logger
 	tail   *tail
+	// owned are the agent's goroutines (its processes' lives, stderr,
+	// idle watch): Stop waits for them, bounded.
+	owned owner.Group
 
 	mu       sync.Mutex
 	inst     *Instance // the current or last instance
@@ -239,7 +243,7 @@ func (a *Agent) startLocked() (*Instance, error) {
 	a.gen++
 	inst := &Instance{Agent: a, Gen: a.gen, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.inst, a.state, a.err = inst, Starting, nil
-	go a.run(inst, prev, delay)
+	a.owned.Go(func() { a.run(inst, prev, delay) })
 	return inst, nil
 }
 
@@ -338,7 +342,7 @@ func (a *Agent) run(inst, prev *Instance, delay time.Duration) {
 	a.mu.Unlock()
 	close(inst.ready)
 	if running && a.Config.IdleTimeout > 0 {
-		go a.watchIdle(inst, a.Config.IdleTimeout)
+		a.owned.Go(func() { a.watchIdle(inst, a.Config.IdleTimeout) })
 	}
 }
 
@@ -473,10 +477,10 @@ func (a *Agent) spawn(inst *Instance) error {
 		a.log.Info("agent started", "pid", pid, "command", cfg.Command)
 	}
 
-	go func() {
+	a.owned.Go(func() {
 		a.relayStderr(errR)
 		close(inst.stderrDone)
-	}()
+	})
 	var handler jsonrpc2.Handler = noHandler{}
 	if a.opts.Handler != nil {
 		handler = a.opts.Handler(inst)
@@ -502,7 +506,7 @@ func (a *Agent) spawn(inst *Instance) error {
 		Intercept: intercept,
 		Logger:    a.log,
 	}, handler)
-	go a.reap(inst)
+	a.owned.Go(func() { a.reap(inst) })
 	return nil
 }
 
@@ -555,13 +559,13 @@ func (a *Agent) initialize(inst *Instance) error {
 func (a *Agent) call(ctx context.Context, inst *Instance, method string, params any) (json.RawMessage, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
+	a.owned.Go(func() {
 		select {
 		case <-inst.exited:
 			cancel()
 		case <-ctx.Done():
 		}
-	}()
+	})
 	c, err := inst.peer.Call(ctx, method, params, nil, nil)
 	var res json.RawMessage
 	if err == nil {
@@ -654,7 +658,7 @@ func (a *Agent) failInstance(inst *Instance, err error) {
 	default:
 		if !stopping {
 			inst.peer.Stream().Abort(err)
-			go a.kill(inst)
+			a.owned.Go(func() { a.kill(inst) })
 		}
 	}
 }
@@ -699,7 +703,15 @@ func (a *Agent) Stop() {
 	a.state, a.err = Stopped, ErrStopped
 	a.mu.Unlock()
 	a.stopInstance(inst)
+	// The process is gone: what still runs for it ends now.
+	if n := a.owned.Wait(stopWait); n > 0 {
+		a.log.Warn("goroutines still running after the agent stopped", "count", n)
+	}
 }
+
+// stopWait bounds how long Stop waits for the agent's goroutines once its
+// process is gone.
+const stopWait = 2 * time.Second
 
 // Restart ends the current instance as failed (reason); the next Ready
 // starts a new one.

@@ -1,14 +1,14 @@
-package router
+package owner
 
 import (
 	"testing"
 	"time"
 )
 
-// TestOwner: Wait waits for every goroutine, also for those started while
+// TestGroup: Wait waits for every goroutine, also for those started while
 // it waits, and gives up after its bound naming how many still run.
-func TestOwner(t *testing.T) {
-	var o owner
+func TestGroup(t *testing.T) {
+	var o Group
 	release := make(chan struct{})
 	o.Go(func() {
 		<-release
