@@ -625,6 +625,11 @@ func (a *fakeAgent) prompt(m wireMsg) {
 	}()
 }
 
+// fakeScriptExt holds script commands that other test files add (in an
+// init function, so that the re-executed fake agent has them too): name →
+// what it does with the rest of the line.
+var fakeScriptExt = map[string]func(a *fakeAgent, s *fakeSession, rest string){}
+
 // runScript runs a prompt's script, one command per line:
 //
 //	say TEXT                 agent_message_chunk
@@ -845,6 +850,10 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 		case "elicit-complete":
 			a.notify("elicitation/complete", map[string]any{"elicitationId": rest})
 		default:
+			if ext := fakeScriptExt[cmd]; ext != nil {
+				ext(a, s, rest)
+				continue
+			}
 			return nil, &RPCError{Code: -32602, Message: "fake agent: unknown script command: " + line}
 		}
 	}
