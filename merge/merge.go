@@ -96,16 +96,36 @@ func AuthMethods(agents []AgentAuth, terminalArgs func(agent string, args []stri
 // sessions, a session's tool calls): an id passes through unchanged unless
 // another agent already uses it, and is then rewritten as ID~AGENT (plus a
 // counter if needed). The zero value is not usable; use NewIDTable.
+//
+// A table is bounded by its owner retiring the ids of finished objects
+// (Done, RetireDone, Retire, Trim). A retired id is forgotten, but the
+// editor may still show it (a completed tool call stays in the thread), so
+// it must never be handed out again for another agent's object: once an
+// agent has retired ids, every id of the other agents is rewritten, as if
+// it collided. That costs nothing to remember (a set of agent names) and
+// keeps the single-agent case, by far the common one, passing every id
+// through. The agent name "" is the owner's own (the router's): its ids are
+// unique by construction, so its retired ids are not remembered and its ids
+// are never rewritten for that reason.
 type IDTable struct {
 	out  map[agentID]string
 	back map[string]agentID
+	// order holds the editor-side ids in the order they were assigned,
+	// oldest first, for Trim. It may hold ids removed since; it is
+	// compacted as it grows.
+	order []string
+	// done holds the ids whose objects are finished and not retired yet,
+	// oldest first (isDone: the same, as a set).
+	done    []string
+	isDone  map[string]bool
+	retired map[string]bool // agents some of whose ids were retired
 }
 
 type agentID struct{ agent, id string }
 
 // NewIDTable returns an empty table.
 func NewIDTable() *IDTable {
-	return &IDTable{out: map[agentID]string{}, back: map[string]agentID{}}
+	return &IDTable{out: map[agentID]string{}, back: map[string]agentID{}, isDone: map[string]bool{}, retired: map[string]bool{}}
 }
 
 // Out returns the id the editor sees for agent's id, assigning one if new.
@@ -116,7 +136,7 @@ func (t *IDTable) Out(agent, id string) string {
 	}
 	v := id
 	for n := 1; ; n++ {
-		if _, taken := t.back[v]; !taken {
+		if _, taken := t.back[v]; !taken && (n > 1 || !t.retiredByOther(agent)) {
 			break
 		}
 		v = id + "~" + agent
@@ -125,7 +145,32 @@ func (t *IDTable) Out(agent, id string) string {
 		}
 	}
 	t.out[k], t.back[v] = v, k
+	if len(t.order) >= 2*len(t.back)+64 {
+		live := t.order[:0]
+		for _, o := range t.order {
+			if _, ok := t.back[o]; ok {
+				live = append(live, o)
+			}
+		}
+		clear(t.order[len(live):])
+		t.order = live
+	}
+	t.order = append(t.order, v)
 	return v
+}
+
+// retiredByOther: an agent other than agent has retired ids, which the
+// editor may still show (see IDTable).
+func (t *IDTable) retiredByOther(agent string) bool {
+	if agent == "" {
+		return false
+	}
+	for a := range t.retired {
+		if a != agent {
+			return true
+		}
+	}
+	return false
 }
 
 // Lookup returns the id the editor sees for agent's id, if assigned.
@@ -140,12 +185,81 @@ func (t *IDTable) In(id string) (agent, agentsID string, ok bool) {
 	return k.agent, k.id, ok
 }
 
-// Remove forgets an editor-side id.
+// Remove forgets an editor-side id the editor has forgotten too: it may be
+// handed out again.
 func (t *IDTable) Remove(id string) {
 	if k, ok := t.back[id]; ok {
 		delete(t.back, id)
 		delete(t.out, k)
+		delete(t.isDone, id)
 	}
+}
+
+// Retire forgets an editor-side id whose object is finished but may still
+// be shown: it is never handed out again for another agent (see IDTable).
+// Lookup no longer finds it, so what its agent sends about it later is
+// unknown.
+func (t *IDTable) Retire(id string) {
+	k, ok := t.back[id]
+	if !ok {
+		return
+	}
+	t.Remove(id)
+	if k.agent != "" {
+		t.retired[k.agent] = true
+	}
+}
+
+// Done marks an editor-side id whose object is finished (a tool call
+// completed or failed): RetireDone retires it.
+func (t *IDTable) Done(id string) {
+	if _, ok := t.back[id]; ok && !t.isDone[id] {
+		t.isDone[id] = true
+		t.done = append(t.done, id)
+	}
+}
+
+// RetireDone retires the ids marked Done but the keep most recent ones, and
+// returns how many it retired.
+func (t *IDTable) RetireDone(keep int) int {
+	n := 0
+	for len(t.done) > keep {
+		id := t.done[0]
+		t.done[0] = ""
+		t.done = t.done[1:]
+		if t.isDone[id] {
+			t.Retire(id)
+			n++
+		}
+	}
+	if len(t.done) == 0 {
+		t.done = nil // let the backing array go
+	}
+	return n
+}
+
+// RetireAll retires every id of the table.
+func (t *IDTable) RetireAll() {
+	for id := range t.back {
+		t.Retire(id)
+	}
+	t.order, t.done = nil, nil
+}
+
+// Trim retires the oldest ids, finished or not, until at most max remain,
+// and returns how many it retired.
+func (t *IDTable) Trim(max int) int {
+	n := 0
+	for len(t.back) > max && len(t.order) > 0 {
+		id := t.order[0]
+		t.order[0] = ""
+		t.order = t.order[1:]
+		if _, ok := t.back[id]; ok {
+			t.Retire(id)
+			n++
+		}
+	}
+	return n
 }
 
 // Len is the number of ids in the table.

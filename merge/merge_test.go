@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
@@ -187,4 +188,106 @@ func assertJSONEqual(t *testing.T, got, want []byte) {
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("JSON differs\n got: %s\nwant: %s", got, want)
 	}
+}
+
+// TestIDTableRetire pins the bounds of an id table: retired ids are
+// forgotten but never handed out again for another agent's object (the
+// editor may still show them), the single-agent case keeps passing ids
+// through, finished ids are retired oldest first past a window, and Trim
+// caps the table.
+func TestIDTableRetire(t *testing.T) {
+	t.Run("single agent passes through", func(t *testing.T) {
+		tab := NewIDTable()
+		for i := range 3 {
+			id := tab.Out("claude", "call-1")
+			if id != "call-1" {
+				t.Fatalf("round %d: Out = %q", i, id)
+			}
+			tab.Retire(id)
+			if _, ok := tab.Lookup("claude", "call-1"); ok {
+				t.Fatalf("round %d: retired id still maps out", i)
+			}
+		}
+		if tab.Len() != 0 {
+			t.Errorf("Len = %d after retiring all", tab.Len())
+		}
+	})
+	t.Run("retired ids are not handed out to another agent", func(t *testing.T) {
+		tab := NewIDTable()
+		tab.Retire(tab.Out("claude", "call-1"))
+		steps := []struct{ agent, id, want string }{
+			{"codex", "call-1", "call-1~codex"}, // the editor still shows claude's call-1
+			{"codex", "call-2", "call-2~codex"}, // it may show any id claude retired
+			{"claude", "call-2", "call-2"},      // claude's own pass through
+			{"", "acp-router-ask-1", "acp-router-ask-1"},
+		}
+		for _, s := range steps {
+			if got := tab.Out(s.agent, s.id); got != s.want {
+				t.Errorf("Out(%s, %s) = %q, want %q", s.agent, s.id, got, s.want)
+			}
+		}
+		// The router's own ids ("") are unique by construction: retiring
+		// them changes nothing for the agents.
+		tab2 := NewIDTable()
+		tab2.Retire(tab2.Out("", "acp-router-ask-1"))
+		if got := tab2.Out("codex", "x"); got != "x" {
+			t.Errorf("after the router retired its id: Out(codex, x) = %q", got)
+		}
+	})
+	t.Run("done ids retired past the window", func(t *testing.T) {
+		tab := NewIDTable()
+		for i := range 10 {
+			id := tab.Out("a", strconv.Itoa(i))
+			tab.Done(id)
+			tab.Done(id) // twice: counted once
+		}
+		if n := tab.RetireDone(3); n != 7 {
+			t.Errorf("RetireDone(3) = %d, want 7", n)
+		}
+		for i := range 10 {
+			_, ok := tab.Lookup("a", strconv.Itoa(i))
+			if ok != (i >= 7) {
+				t.Errorf("id %d kept = %v, want the 3 newest kept", i, ok)
+			}
+		}
+		tab.Remove("8") // removed meanwhile: not counted
+		if n := tab.RetireDone(0); n != 2 {
+			t.Errorf("RetireDone(0) = %d, want 2", n)
+		}
+		if tab.Len() != 0 || len(tab.done) != 0 {
+			t.Errorf("Len = %d, done = %d", tab.Len(), len(tab.done))
+		}
+	})
+	t.Run("trim oldest first, memory bounded", func(t *testing.T) {
+		tab := NewIDTable()
+		retired := 0
+		for i := range 100000 {
+			tab.Out("a", strconv.Itoa(i))
+			retired += tab.Trim(100)
+		}
+		if tab.Len() != 100 || retired != 100000-100 {
+			t.Fatalf("Len = %d, retired %d", tab.Len(), retired)
+		}
+		if _, ok := tab.Lookup("a", "99999"); !ok {
+			t.Error("the newest id was trimmed")
+		}
+		if _, ok := tab.Lookup("a", "99899"); ok {
+			t.Error("an old id survived")
+		}
+		if len(tab.order) > 2*100+64 {
+			t.Errorf("order holds %d ids for 100 live", len(tab.order))
+		}
+		tab.RetireAll()
+		if tab.Len() != 0 || len(tab.out) != 0 || len(tab.order) != 0 {
+			t.Errorf("after RetireAll: Len %d, out %d, order %d", tab.Len(), len(tab.out), len(tab.order))
+		}
+		// Ids retired as they finish leave order, too.
+		for i := range 100000 {
+			tab.Done(tab.Out("a", strconv.Itoa(i)))
+			tab.RetireDone(0)
+		}
+		if tab.Len() != 0 || len(tab.order) > 64 || len(tab.isDone) != 0 {
+			t.Errorf("after finished ids: Len %d, order %d, isDone %d", tab.Len(), len(tab.order), len(tab.isDone))
+		}
+	})
 }

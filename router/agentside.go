@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
@@ -16,14 +18,9 @@ import (
 	"github.com/acp-router/acp-router/upstream"
 )
 
-// Bounds on what one agent instance can make the router hold.
-const (
-	// maxUnbound: updates held for sessions not bound yet (an agent may
-	// announce a session before answering session/new).
-	maxUnbound = 256
-	// maxPending: its requests waiting for the editor's answer.
-	maxPending = 1024
-)
+// maxPending bounds one agent instance's requests waiting for the editor's
+// answer (the other bounds: bounds.go).
+const maxPending = 1024
 
 // agentHandler handles one agent instance's requests and notifications, in
 // that agent's read loop.
@@ -62,12 +59,17 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	r.mu.Lock()
 	s := r.downs[key]
 	if s == nil {
-		if len(r.unbound[key]) >= maxUnbound {
-			r.log.Warn("update for an unknown session dropped", "agent", inst.Agent.Name(), "session", u.SessionID)
-			r.unbound[key] = r.unbound[key][1:]
+		if r.tombs.has(key) { // closed or evicted: the rest of its turn
+			r.mu.Unlock()
+			r.closedDrops.add(1, "agent", inst.Agent.Name(), "session", u.SessionID)
+			return true
 		}
-		r.unbound[key] = append(r.unbound[key], m)
+		// Maybe a session the agent announces before answering
+		// session/new (STYLE.md): parked until bind, within bounds.
+		p := r.parkingLocked(inst)
+		dropped := p.park(u.SessionID, m)
 		r.mu.Unlock()
+		p.drops.add(dropped, "session", u.SessionID)
 		return true
 	}
 	r.mu.Unlock()
@@ -82,6 +84,28 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		}
 	}
 	return true
+}
+
+// parkingLocked returns inst's parking place, made on first use. Those of
+// instances whose connection is gone are dropped then, in case an update
+// was parked after agentExited ran.
+func (r *Router) parkingLocked(inst *upstream.Instance) *parking {
+	if p := r.parked[inst]; p != nil {
+		return p
+	}
+	for other := range r.parked {
+		if pe := other.Peer(); pe != nil {
+			select {
+			case <-pe.Done():
+				delete(r.parked, other)
+			default:
+			}
+		}
+	}
+	p := &parking{ids: map[string][]*acp.Message{}, drops: newDrops(r.log, hclog.Warn, "updates for unknown sessions dropped",
+		"agent", inst.Agent.Name(), "maxIDs", maxUnboundIDs, "maxPerID", maxUnbound, "maxBytes", maxUnboundBytes)}
+	r.parked[inst] = p
+	return p
 }
 
 // updateParams is what the relay reads of a session/update, decoded once.
@@ -190,8 +214,15 @@ func rawString(raw json.RawMessage, out *string) error {
 func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updateParams) {
 	up := &u.Update
 	name := d.agent.Name()
+	var retired int // tool call ids retired unfinished, logged unlocked
+	defer func() {
+		if retired > 0 {
+			r.toolDrops.add(retired, "session", s.ID, "agent", name)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.lastUse = time.Now()
 	t := s.turn
 	if t != nil && t.synthetic && t.d == d {
 		r.log.Debug("update of a cancelled turn dropped", "session", s.ID)
@@ -258,12 +289,24 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		if !content {
 			break
 		}
+		// A finished tool call's id is kept for the updates that may
+		// follow, then retired (turn end, or maxDoneTools later); a
+		// late update for a retired id is never forwarded.
 		id, seen := s.toolIDs.Lookup(name, up.ToolCallID)
+		fresh := false
 		if up.Kind == "tool_call" {
+			fresh = !seen
 			id, seen = s.toolIDs.Out(name, up.ToolCallID), true
 		}
 		if seen {
 			line = s.agentLine(d, m, s.idEdits(name, up.ToolCallID, id, up.MessageID, up.Meta))
+			if up.Status == "completed" || up.Status == "failed" {
+				s.toolIDs.Done(id)
+				s.toolIDs.RetireDone(maxDoneTools)
+			}
+		}
+		if fresh {
+			retired = s.toolIDs.Trim(maxToolIDs)
 		}
 	case "user_message_chunk":
 		// An agent echoing its prompt must not show the router's brief as
@@ -308,6 +351,7 @@ func (s *Session) idEdits(agent, toolID, editorToolID, messageID string, meta js
 		if id := s.msgIDs.Out(agent, messageID); id != messageID {
 			edits = append(edits, idEdit{[]string{"update", "messageId"}, id})
 		}
+		s.msgIDs.Trim(maxMsgIDs) // a message gone on that long is over
 	}
 	for _, path := range metaToolCallIDs {
 		var id string
@@ -546,6 +590,17 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		if !caps.Terminal {
 			return missing("terminal")
 		}
+		r.mu.Lock()
+		open := 0
+		for _, t := range r.terminals {
+			if t.agent == inst.Agent.Name() {
+				open++
+			}
+		}
+		r.mu.Unlock()
+		if open >= maxTerminals {
+			return acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d terminals open already; release some first", inst.Agent.Name(), open), nil)
+		}
 	case acp.MethodTerminalOutput, acp.MethodTerminalWaitForExit, acp.MethodTerminalKill, acp.MethodTerminalRelease:
 		if !caps.Terminal {
 			return missing("terminal")
@@ -605,18 +660,24 @@ func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.
 	json.Unmarshal(p, &tc)
 	agent := inst.Agent.Name()
 	var edit *idEdit
+	retired := 0
 	s.mu.Lock()
+	s.lastUse = time.Now()
 	switch {
 	case method == acp.MethodRequestPermission && tc.ToolCall.ToolCallID != "":
 		if id := s.toolIDs.Out(agent, tc.ToolCall.ToolCallID); id != tc.ToolCall.ToolCallID {
 			edit = &idEdit{[]string{"toolCall", "toolCallId"}, id}
 		}
+		retired = s.toolIDs.Trim(maxToolIDs)
 	case tc.ToolCallID != "":
 		if id, ok := s.toolIDs.Lookup(agent, tc.ToolCallID); ok && id != tc.ToolCallID {
 			edit = &idEdit{[]string{"toolCallId"}, id}
 		}
 	}
 	s.mu.Unlock()
+	if retired > 0 {
+		r.toolDrops.add(retired, "session", s.ID, "agent", agent)
+	}
 	if edit != nil {
 		if out, err := setPath(p, edit.path, edit.id); err == nil {
 			p = out
@@ -650,6 +711,7 @@ func (r *Router) translateElicitation(inst *upstream.Instance, p json.RawMessage
 	if ep.ElicitationID != nil {
 		r.mu.Lock()
 		id := r.elicits.Out(inst.Agent.Name(), *ep.ElicitationID)
+		r.elicits.Trim(maxElicits) // never completed: the editor gave up on them long ago
 		r.mu.Unlock()
 		if id != *ep.ElicitationID {
 			if p, err = acp.SetField(p, "elicitationId", id); err != nil {
@@ -770,11 +832,9 @@ func (r *Router) agentExited(inst *upstream.Instance, err error) {
 	r.spawn(func() {
 		r.withdraw(func(o *outgoing) bool { return o.inst == inst })
 		r.mu.Lock()
-		for key := range r.unbound {
-			if strings.HasPrefix(key, tableKey(inst)+" ") {
-				delete(r.unbound, key)
-			}
-		}
+		parked := r.parked[inst]
+		delete(r.parked, inst)
+		r.tombs.removePrefix(tableKey(inst) + " ")
 		var gone []string
 		sessions := map[string]string{}
 		for id, t := range r.terminals {
@@ -785,6 +845,10 @@ func (r *Router) agentExited(inst *upstream.Instance, err error) {
 			}
 		}
 		r.mu.Unlock()
+		if parked != nil {
+			parked.drops.add(parked.count(), "reason", "the agent exited")
+			parked.drops.flush()
+		}
 		if r.editor == nil {
 			return
 		}

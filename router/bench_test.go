@@ -50,6 +50,12 @@ type relayFixture struct {
 // router's stdout is.
 func newRelayFixture(tb testing.TB, translate bool) *relayFixture {
 	tb.Helper()
+	return newRelayFixtureOpts(tb, translate, Options{})
+}
+
+// newRelayFixtureOpts is newRelayFixture with the router's options.
+func newRelayFixtureOpts(tb testing.TB, translate bool, opts Options) *relayFixture {
+	tb.Helper()
 	sh := "/bin/sh" // never started; the config only needs a command that exists
 	yaml := fmt.Sprintf("version: 1\nagents:\n  - name: %s\n    command: %s\nrouting: {default: %s}\nhandoff: {max_bytes: 16384}\nstate_dir: %s\n",
 		benchAgent, sh, benchAgent, tb.TempDir())
@@ -57,7 +63,7 @@ func newRelayFixture(tb testing.TB, translate bool) *relayFixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := New(cfg, Options{})
+	r := New(cfg, opts)
 	f := &relayFixture{r: r, sid: "0199a3c2-7f1e-7c3b-9d5e-2f4b8a6c1e90", done: make(chan struct{})}
 
 	pr, pw, err := os.Pipe()
@@ -78,7 +84,7 @@ func newRelayFixture(tb testing.TB, translate bool) *relayFixture {
 	}()
 	editorIn, editorInW := io.Pipe() // the editor says nothing
 	r.editor = acp.NewPeer(context.Background(), editorIn, pw, acp.StreamOptions{Blocking: true, AnswerInvalid: true}, editorHandler{r})
-	close(r.editorSet)
+	r.editorSet()
 	f.stop = func() {
 		editorInW.Close() // the editor leaves: its stream drains and closes pw
 		<-r.editor.Stream().Done()

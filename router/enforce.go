@@ -250,6 +250,10 @@ func (r *Router) denyNotice(s *Session, v *guard.Verdict, pr *permRequest) {
 		}
 	}
 	s.writeLocked(s.updateLine(update))
+	if editorID, _ := update["toolCallId"].(string); editorID != "" {
+		s.toolIDs.Done(editorID) // failed: finished
+		s.toolIDs.RetireDone(maxDoneTools)
+	}
 }
 
 // askSeq numbers the router's own tool calls (its permission requests).
@@ -283,6 +287,8 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 		status = "completed"
 	}
 	s.writeLocked(s.updateLine(map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": editorToolID, "status": status}))
+	s.toolIDs.Done(editorToolID)
+	s.toolIDs.RetireDone(maxDoneTools)
 	s.mu.Unlock()
 	if !allowed {
 		msg := fmt.Sprintf("acp-router: the user did not allow %s", title)

@@ -77,16 +77,19 @@ func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title 
 			t.reply.WriteString(c.Text)
 		}
 	case "tool_call":
+		if len(t.rec.Tools) >= maxBriefTools {
+			return
+		}
 		tool := merge.ToolRecord{ID: toolID, Status: status}
 		if title != nil {
-			tool.Title = *title
+			tool.Title = briefTitle(*title)
 		}
 		t.rec.Tools = append(t.rec.Tools, tool)
 	case "tool_call_update":
 		for i := range t.rec.Tools {
 			if tool := &t.rec.Tools[i]; tool.ID == toolID {
 				if title != nil && *title != "" {
-					tool.Title = *title
+					tool.Title = briefTitle(*title)
 				}
 				if status != "" {
 					tool.Status = status
@@ -94,6 +97,21 @@ func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title 
 			}
 		}
 	}
+}
+
+// A turn's record keeps at most maxBriefTools tool calls, titles of at
+// most maxBriefTitle bytes: a brief is bounded anyway (handoff.max_bytes),
+// and an agent running thousands of tool calls in one turn must not make
+// the record, or the search for a call's record, grow with them.
+const (
+	maxBriefTools = 256
+	maxBriefTitle = 256
+)
+
+func briefTitle(title string) string {
+	c := merge.Capped{Max: maxBriefTitle}
+	c.WriteString(title)
+	return c.String()
 }
 
 // hiddenNote replaces what the brief must not tell: nothing from paths a

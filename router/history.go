@@ -286,6 +286,11 @@ func (r *Router) loadSession(ctx context.Context, req *jsonrpc2.Request, replay 
 		held, release := r.hold(ctx, req)
 		defer release()
 		res, err := r.reopen(held, p.SessionID, filepath.Clean(p.Cwd), params(req), replay)
+		if err == nil {
+			r.mu.Lock()
+			r.closedIDs.remove(p.SessionID) // the editor opened it again
+			r.mu.Unlock()
+		}
 		r.replyTo(req)(res, err)
 	})
 }
@@ -296,6 +301,11 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	r.mu.Lock()
 	live := r.sessions[id]
 	r.mu.Unlock()
+	if live != nil && !live.waitReady(ctx) {
+		// Brought back for a prompt a moment ago (evict.go) but that
+		// failed: load it as if it had not been.
+		live = nil
+	}
 	if live != nil {
 		// The editor reopens a session this router still runs: show the
 		// history again, keep everything else.
@@ -306,46 +316,19 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 		}
 		return live.stateResult(), nil
 	}
-	h, err := r.opts.Store.Load(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, acp.NewError(acp.CodeResourceNotFound, fmt.Sprintf("acp-router: no session %q is kept (session/list shows those that are)", id), map[string]string{"sessionId": id})
-	}
+	h, err := r.loadStored(ctx, id)
 	if err != nil {
-		return nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot load the session: "+err.Error(), nil)
+		return nil, err
 	}
-	var extra storedSession
-	json.Unmarshal(h.Meta.Extra, &extra)
-	newParams := rewriteNewParams(extra.NewParams, editorParams, cwd)
-	var roots []string
-	var np struct {
-		Dirs []string `json:"additionalDirectories"`
-	}
-	json.Unmarshal(newParams, &np)
-	for _, dir := range np.Dirs {
-		if filepath.IsAbs(dir) {
-			roots = append(roots, filepath.Clean(dir))
-		}
-	}
-	active := h.Meta.ActiveAgent
-	if r.byName[active] == nil {
-		active = r.cfg.Routing.Default
-	}
-	s := &Session{ID: id, Cwd: cwd, Enforce: extra.Enforce, r: r, newParams: newParams, active: active,
-		down: map[string]*downstream{}, opening: map[string]chan struct{}{}, stored: map[string]store.Agent{},
-		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, policy: guard.NewSession(cwd, roots), title: h.Meta.Title, open: true}
-	var seen map[string]int
-	s.history, seen = r.turnsFrom(s, h.Updates)
-	s.nextSeq = len(s.history)
-	for _, t := range s.history {
-		s.histBytes += recordSize(&t)
-	}
-	for name, a := range h.Meta.Agents {
-		a.Extra = mustJSON(seen[name]) // the first turn it has not seen
-		s.stored[name] = a
-	}
+	s := r.emptySession(id)
+	r.fillFromStore(s, h, cwd, editorParams)
+	active := s.active
 	r.mu.Lock()
 	if other := r.sessions[id]; other != nil { // loaded twice at once
 		r.mu.Unlock()
+		if !other.waitReady(ctx) {
+			return nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: session %q could not be reopened; try again", id), map[string]string{"sessionId": id})
+		}
 		return other.stateResult(), nil
 	}
 	r.sessions[id] = s
@@ -366,6 +349,64 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	// session's own; recording it would add one per load).
 	r.writeEditor(s.commandsLine())
 	return res, nil
+}
+
+// loadStored reads a stored session, with the errors the editor gets.
+func (r *Router) loadStored(ctx context.Context, id string) (*store.History, error) {
+	h, err := r.opts.Store.Load(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, acp.NewError(acp.CodeResourceNotFound, fmt.Sprintf("acp-router: no session %q is kept (session/list shows those that are)", id), map[string]string{"sessionId": id})
+	}
+	if err != nil {
+		return nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot load the session: "+err.Error(), nil)
+	}
+	return h, nil
+}
+
+// emptySession is a router session with id, no agent attached yet, open
+// for updates (the editor knows it).
+func (r *Router) emptySession(id string) *Session {
+	return &Session{ID: id, r: r, down: map[string]*downstream{}, opening: map[string]chan struct{}{}, stored: map[string]store.Agent{},
+		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), open: true, lastUse: time.Now()}
+}
+
+// fillFromStore sets up s (from emptySession, not in use by anyone else
+// yet but for its turn and queue) from its stored history h: cwd, MCP
+// servers and directories from editorParams when given, else as stored;
+// the agents it used, to re-attach when it uses them; the brief's turns.
+func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorParams json.RawMessage) {
+	var extra storedSession
+	json.Unmarshal(h.Meta.Extra, &extra)
+	newParams := rewriteNewParams(extra.NewParams, editorParams, cwd)
+	var roots []string
+	var np struct {
+		Dirs []string `json:"additionalDirectories"`
+	}
+	json.Unmarshal(newParams, &np)
+	for _, dir := range np.Dirs {
+		if filepath.IsAbs(dir) {
+			roots = append(roots, filepath.Clean(dir))
+		}
+	}
+	active := h.Meta.ActiveAgent
+	if r.byName[active] == nil {
+		active = r.cfg.Routing.Default
+	}
+	s.Cwd, s.Enforce, s.newParams, s.roots = cwd, extra.Enforce, newParams, roots
+	s.policy = guard.NewSession(cwd, roots)
+	history, seen := r.turnsFrom(s, h.Updates)
+	histBytes := 0
+	for _, t := range history {
+		histBytes += recordSize(&t)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active, s.title = active, h.Meta.Title
+	s.history, s.nextSeq, s.histBytes = history, len(history), histBytes
+	for name, a := range h.Meta.Agents {
+		a.Extra = mustJSON(seen[name]) // the first turn it has not seen
+		s.stored[name] = a
+	}
 }
 
 // replay writes the stored updates to the editor, as they were sent.
@@ -434,7 +475,7 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 		replaying: method == acp.MethodSessionLoad && dropReplay}
 	key := downKey(inst, d.id)
 	r.mu.Lock()
-	r.downs[key] = s
+	r.bindDownLocked(key, s)
 	r.mu.Unlock()
 	s.mu.Lock()
 	s.down[name] = d
@@ -492,6 +533,7 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 		downs := map[string]string{} // agent → downstream session id
 		r.mu.Lock()
 		s := r.sessions[p.SessionID]
+		r.closedIDs.add(p.SessionID)
 		r.mu.Unlock()
 		if s != nil {
 			s.mu.Lock()

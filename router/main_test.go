@@ -15,9 +15,14 @@ import (
 // in-process router.
 const envFakeAgent = "ROUTER_TEST_FAKE_AGENT"
 
+// TestMain runs the test binary as one of the tests' agents when asked:
+// fakeAgent (scripted prompts) or testAgent (evict_test.go).
 func TestMain(m *testing.M) {
-	if os.Getenv(envFakeAgent) != "" {
+	switch {
+	case os.Getenv(envFakeAgent) != "":
 		os.Exit(fakeAgent())
+	case os.Getenv(envTestAgent) != "":
+		os.Exit(testAgent())
 	}
 	os.Exit(m.Run())
 }

@@ -52,10 +52,10 @@ type edMsg struct {
 	Error  json.RawMessage `json:"error"`
 }
 
-// testEditor is the editor's end of a router served in-process over
+// orderEditor is the editor's end of a router served in-process over
 // pipes: it records what it receives, answers fs/read_text_file with
 // "content of PATH", and matches responses to its calls.
-type testEditor struct {
+type orderEditor struct {
 	t   *testing.T
 	wmu sync.Mutex
 	w   io.WriteCloser
@@ -67,7 +67,7 @@ type testEditor struct {
 	nextID  int
 }
 
-func (e *testEditor) send(v any) {
+func (e *orderEditor) send(v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err)
@@ -78,7 +78,7 @@ func (e *testEditor) send(v any) {
 }
 
 // call sends a request; its response arrives on the channel.
-func (e *testEditor) call(method string, params any) (string, <-chan *edMsg) {
+func (e *orderEditor) call(method string, params any) (string, <-chan *edMsg) {
 	e.mu.Lock()
 	e.nextID++
 	id := fmt.Sprint(e.nextID)
@@ -90,7 +90,7 @@ func (e *testEditor) call(method string, params any) (string, <-chan *edMsg) {
 }
 
 // mustCall calls and waits for a successful result.
-func (e *testEditor) mustCall(method string, params any) json.RawMessage {
+func (e *orderEditor) mustCall(method string, params any) json.RawMessage {
 	e.t.Helper()
 	_, ch := e.call(method, params)
 	select {
@@ -105,7 +105,7 @@ func (e *testEditor) mustCall(method string, params any) json.RawMessage {
 	return nil
 }
 
-func (e *testEditor) read(r io.Reader) {
+func (e *orderEditor) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -135,7 +135,7 @@ func (e *testEditor) read(r io.Reader) {
 }
 
 // waitFor waits until a received message satisfies pred.
-func (e *testEditor) waitFor(what string, timeout time.Duration, pred func(*edMsg) bool) {
+func (e *orderEditor) waitFor(what string, timeout time.Duration, pred func(*edMsg) bool) {
 	e.t.Helper()
 	deadline := time.After(timeout)
 	for {
@@ -157,7 +157,7 @@ func (e *testEditor) waitFor(what string, timeout time.Duration, pred func(*edMs
 // transcript is what session sid showed the editor so far, in order:
 // the text of each message chunk, "request PATH" for each
 // fs/read_text_file, and "end" for the response to the prompt endID.
-func (e *testEditor) transcript(sid, endID string) []string {
+func (e *orderEditor) transcript(sid, endID string) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []string
@@ -189,7 +189,7 @@ func (e *testEditor) transcript(sid, endID string) []string {
 // newOrderRouter serves a router in-process with one agent, the fake agent
 // (a real process, so a real read loop), and a guard on fs whose policy
 // allows reads in the session's cwd; it returns the editor's end.
-func newOrderRouter(t *testing.T, fs *slowFS, decideTimeout time.Duration) *testEditor {
+func newOrderRouter(t *testing.T, fs *slowFS, decideTimeout time.Duration) *orderEditor {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -223,13 +223,13 @@ permissions:
 	r := New(cfg, Options{Guard: g, OpenDelay: time.Millisecond})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	e := &testEditor{t: t, w: inW, changed: make(chan struct{}), calls: map[string]chan *edMsg{}}
+	e := &orderEditor{t: t, w: inW, changed: make(chan struct{}), calls: map[string]chan *edMsg{}}
 	// Wired as Serve wires it, but from this goroutine, which then writes
 	// the editor's first message: Serve assigns r.editor after the peer's
 	// read loop started, a race with a handler that answers at once
 	// (reported separately; not what this test is about).
 	r.editor = acp.NewPeer(context.Background(), inR, outW, acp.StreamOptions{Blocking: true, QueueBytes: editorQueueBytes, AnswerInvalid: true}, editorHandler{r})
-	close(r.editorSet)
+	r.editorSet()
 	read := make(chan struct{})
 	go func() {
 		defer close(read)

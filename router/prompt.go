@@ -45,20 +45,25 @@ var endTurnResult = json.RawMessage(`{"stopReason":"end_turn"}`)
 
 // prompt handles session/prompt, inline in the editor's read loop. Prompts
 // of one session are serialized: one that arrives while a turn runs (or
-// drains after a synthetic cancel) waits its turn.
+// drains after a synthetic cancel, or while the session is brought back
+// from the store: evict.go) waits its turn, up to maxQueued.
 func (r *Router) prompt(ctx context.Context, req *jsonrpc2.Request) {
 	p := params(req)
-	s := r.sessionOf(p)
+	s, id := r.sessionFor(ctx, p)
 	if s == nil {
-		var ref acp.SessionRef
-		json.Unmarshal(p, &ref)
-		r.replyTo(req)(nil, errUnknownSession(ref.SessionID))
+		r.replyTo(req)(nil, errUnknownSession(id))
 		return
 	}
 	s.openNow()
 	t := r.parseTurn(s, req)
 	s.mu.Lock()
-	if s.turn != nil {
+	s.lastUse = time.Now()
+	if s.turn != nil || s.reviving {
+		if len(s.queue) >= maxQueued {
+			s.mu.Unlock()
+			r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: %d prompts are waiting in this session already", maxQueued), map[string]string{"sessionId": s.ID}))
+			return
+		}
 		s.queue = append(s.queue, t)
 		s.mu.Unlock()
 		r.holdFunc(req, func() { r.dequeue(s, t) })
@@ -399,6 +404,8 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 		s.queue = s.queue[1:]
 	}
 	s.turn = next
+	s.lastUse = time.Now()
+	s.retireTurnIDsLocked()
 	s.mu.Unlock()
 
 	if t.rec != nil {
@@ -416,6 +423,15 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 		r.unhold(next.req)
 		r.startTurn(ctx, s, next)
 	}
+}
+
+// retireTurnIDsLocked retires, at a turn's end, the ids of its messages
+// and finished tool calls (merge.IDTable: never handed out again). A tool
+// call still running keeps its id, within maxToolIDs; a late update for a
+// retired one is not forwarded (relayUpdate).
+func (s *Session) retireTurnIDsLocked() {
+	s.toolIDs.RetireDone(0)
+	s.msgIDs.RetireAll()
 }
 
 // cancel forwards session/cancel to the agent running the turn (a one-turn

@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -59,6 +61,13 @@ type Options struct {
 	Guard *guard.Guard
 	// Upstream timings, for tests; see upstream.Options.
 	ShutdownGrace, KillGrace time.Duration
+	// EvictIdle: a session with no activity for this long is evicted from
+	// memory; it stays in the store and comes back on its next use
+	// (evict.go). Only with a Store [30m].
+	EvictIdle time.Duration
+	// MaxSessions: past this many sessions in memory, idle ones are
+	// evicted least recently used first, before EvictIdle [1024].
+	MaxSessions int
 }
 
 // Router serves one editor connection.
@@ -69,9 +78,6 @@ type Router struct {
 	agents []*upstream.Agent
 	byName map[string]*upstream.Agent
 	editor *acp.Peer
-	// editorSet is closed once editor is set: the editor's handler waits
-	// for it (the peer starts reading before NewPeer returns).
-	editorSet chan struct{}
 
 	mu         sync.Mutex
 	initParams json.RawMessage // the editor's initialize params, for agents
@@ -84,11 +90,27 @@ type Router struct {
 	forwards   map[string]*forward         // editor request id → its forward to an agent
 	watched    map[*upstream.Instance]bool // instances whose connection watchInstance waits on
 	held       map[string]func()
-	toEditor   map[string]*outgoing       // router requests to the editor, by editor-side id
-	pending    map[*upstream.Instance]int // toEditor entries per agent instance
-	terminals  map[string]terminal        // terminal id → owner
-	elicits    *merge.IDTable             // (agent, elicitationId) ↔ editor-side id
-	unbound    map[string][]*acp.Message
+	toEditor   map[string]*outgoing            // router requests to the editor, by editor-side id
+	pending    map[*upstream.Instance]int      // toEditor entries per agent instance
+	terminals  map[string]terminal             // terminal id → owner
+	elicits    *merge.IDTable                  // (agent, elicitationId) ↔ editor-side id
+	parked     map[*upstream.Instance]*parking // updates for sessions not bound yet (bounds.go)
+	tombs      tombstones                      // downstream sessions closed or evicted
+	closedIDs  tombstones                      // router sessions closed (or deleted) recently: never brought back by a prompt
+	calls      int                             // forwards other than prompts (maxForwards)
+	msgNonce   string                          // in the router's own messageIds
+	msgSeq     atomic.Uint64
+
+	// Drops counted and logged once (bounds.go).
+	closedDrops *drops // updates for closed or evicted sessions
+	toolDrops   *drops // tool call ids retired before their tool call finished
+
+	sweep chan struct{} // wakes the evictor early (evict.go); capacity 1
+
+	// editorReady is closed once Serve has set editor: the editor's
+	// handler runs as soon as the peer reads, before NewPeer returns.
+	editorReady chan struct{}
+	editorSet   func()
 
 	// owned are the router's goroutines: shutdown waits for them (bounded).
 	owned owner.Group
@@ -99,6 +121,7 @@ type forward struct {
 	inst     *upstream.Instance
 	editorID json.RawMessage // the request's id on the editor connection
 	agentID  json.RawMessage // and on the agent connection
+	session  string          // the router session it is about, or ""
 	// A prompt's turn: end ends it (once: done, under Router.mu).
 	end  func(json.RawMessage, error)
 	done bool
@@ -131,6 +154,12 @@ func New(cfg *config.Config, opts Options) *Router {
 	if opts.DrainGrace == 0 {
 		opts.DrainGrace = 30 * time.Second
 	}
+	if opts.EvictIdle == 0 {
+		opts.EvictIdle = 30 * time.Minute
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = 1024
+	}
 	r := &Router{
 		cfg:       cfg,
 		opts:      opts,
@@ -148,9 +177,14 @@ func New(cfg *config.Config, opts Options) *Router {
 		pending:   map[*upstream.Instance]int{},
 		terminals: map[string]terminal{},
 		elicits:   merge.NewIDTable(),
-		unbound:   map[string][]*acp.Message{},
-		editorSet: make(chan struct{}),
+		parked:    map[*upstream.Instance]*parking{},
+		msgNonce:  strconv.FormatInt(time.Now().UnixNano(), 36),
+		sweep:     make(chan struct{}, 1),
 	}
+	r.editorReady = make(chan struct{})
+	r.editorSet = sync.OnceFunc(func() { close(r.editorReady) })
+	r.closedDrops = newDrops(r.log, hclog.Debug, "updates for closed sessions dropped")
+	r.toolDrops = newDrops(r.log, hclog.Warn, "tool call ids retired before their tool call finished", "limit", maxToolIDs)
 	uopts := upstream.Options{
 		Logger:        opts.Logger.Named("agent"),
 		StateDir:      cfg.StateDir,
@@ -193,7 +227,9 @@ func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser
 		AnswerInvalid: true,
 		Logger:        r.log.Named("editor"),
 	}, editorHandler{r})
-	close(r.editorSet)
+	r.editorSet() // the handlers, already reading, may use r.editor from now on
+	evictCtx, stopEvict := context.WithCancel(ctx)
+	r.spawn(func() { r.evictIdle(evictCtx) })
 	var cause error
 	select {
 	case <-r.editor.Done():
@@ -209,6 +245,7 @@ func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser
 	case <-ctx.Done():
 		r.log.Info("shutting down", "reason", context.Cause(ctx))
 	}
+	stopEvict()
 	r.shutdown()
 	return cause
 }
@@ -221,6 +258,8 @@ func (r *Router) shutdown() {
 		wg.Go(a.Stop)
 	}
 	wg.Wait()
+	r.closedDrops.flush()
+	r.toolDrops.flush()
 	r.editor.Close()
 	select {
 	case <-r.editor.Stream().Done():
@@ -246,7 +285,7 @@ type editorHandler struct{ r *Router }
 
 func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	r := h.r
-	<-r.editorSet
+	<-r.editorReady // Serve has set r.editor
 	defer r.survive("editor", req)
 	ctx = context.WithoutCancel(ctx)
 	switch req.Method {
@@ -322,22 +361,39 @@ func paramsAny(p json.RawMessage) any {
 // forwardCall sends req to an agent and relays the answer to the editor.
 // It returns at once; the request can be
 // withdrawn with $/cancel_request.
-func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage) {
+func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage, session string) {
 	reply := r.replyTo(req)
 	editorID := acp.RawID(req.ID)
+	r.mu.Lock()
+	full := r.calls >= maxForwards
+	if !full {
+		r.calls++
+	}
+	r.mu.Unlock()
+	if full {
+		reply(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: %d requests are waiting for agents already; try again later", maxForwards), map[string]string{"method": req.Method}))
+		return
+	}
+	uncount := func() {
+		r.mu.Lock()
+		r.calls--
+		r.mu.Unlock()
+	}
 	c, err := inst.Peer().Call(ctx, req.Method, paramsAny(p), editorID, nil)
 	if err != nil {
+		uncount()
 		reply(nil, inst.Agent.Error(inst, err))
 		return
 	}
 	key := acp.IDKey(editorID)
 	r.mu.Lock()
-	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID}
+	r.forwards[key] = &forward{inst: inst, editorID: editorID, agentID: c.ID, session: session}
 	r.mu.Unlock()
 	r.spawn(func() {
 		res, err := c.Wait(ctx)
 		r.mu.Lock()
 		delete(r.forwards, key)
+		r.calls--
 		r.mu.Unlock()
 		if err != nil {
 			err = inst.Agent.Error(inst, err)
@@ -412,13 +468,27 @@ func (r *Router) cancelRequest(ctx context.Context, req *jsonrpc2.Request) {
 // -32601 itself.
 func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
 	p := params(req)
-	if s := r.sessionOf(p); s != nil {
-		d := s.activeDown()
-		if inst, err := d.alive(); err == nil {
-			r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, d.id))
-			return
-		}
+	if s, _ := r.sessionFor(ctx, p); s != nil {
+		s.whenReady(func(err error) {
+			if err == nil {
+				s.touch()
+				if d := s.activeDown(); d != nil {
+					if inst, err := d.alive(); err == nil {
+						r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, d.id), s.ID)
+						return
+					}
+				}
+			}
+			r.forwardToDefault(ctx, req, p)
+		})
+		return
 	}
+	r.forwardToDefault(ctx, req, p)
+}
+
+// forwardToDefault sends a method the router does not know to the routing
+// default agent.
+func (r *Router) forwardToDefault(ctx context.Context, req *jsonrpc2.Request, p json.RawMessage) {
 	r.spawn(func() {
 		held, release := r.hold(ctx, req)
 		inst, err := r.byName[r.defaultAgent()].Ready(held)
@@ -432,18 +502,20 @@ func (r *Router) forwardUnknown(ctx context.Context, req *jsonrpc2.Request) {
 			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, msg, map[string]string{"method": req.Method, "agent": r.defaultAgent()}))
 			return
 		}
-		r.forwardOrNotify(ctx, req, inst, p)
+		r.forwardOrNotify(ctx, req, inst, p, "")
 	})
 }
 
-func (r *Router) forwardOrNotify(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage) {
+// forwardOrNotify forwards req, about router session session (or ""), to
+// inst.
+func (r *Router) forwardOrNotify(ctx context.Context, req *jsonrpc2.Request, inst *upstream.Instance, p json.RawMessage, session string) {
 	if req.Notif {
 		if err := inst.Peer().Notify(ctx, req.Method, paramsAny(p)); err != nil {
 			r.log.Debug("cannot forward notification", "method", req.Method, "error", err)
 		}
 		return
 	}
-	r.forwardCall(ctx, req, inst, p)
+	r.forwardCall(ctx, req, inst, p, session)
 }
 
 func (r *Router) defaultAgent() string {
@@ -472,28 +544,33 @@ func (r *Router) sessionOf(p json.RawMessage) *Session {
 // agent.
 func (r *Router) sessionRequest(ctx context.Context, req *jsonrpc2.Request) {
 	p := params(req)
-	s := r.sessionOf(p)
+	s, id := r.sessionFor(ctx, p)
 	if s == nil {
-		var ref acp.SessionRef
-		json.Unmarshal(p, &ref)
-		r.replyTo(req)(nil, errUnknownSession(ref.SessionID))
+		r.replyTo(req)(nil, errUnknownSession(id))
 		return
 	}
-	s.openNow()
-	switch req.Method {
-	case acp.MethodSetConfigOption:
-		r.setConfigOption(ctx, s, req)
-	case acp.MethodSetMode:
-		r.setModeRequest(ctx, s, req)
-	default:
-		d := s.activeDown()
-		inst, err := d.alive()
+	s.whenReady(func(err error) {
 		if err != nil {
 			r.replyTo(req)(nil, err)
 			return
 		}
-		r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, d.id))
-	}
+		s.touch()
+		s.openNow()
+		switch req.Method {
+		case acp.MethodSetConfigOption:
+			r.setConfigOption(ctx, s, req)
+		case acp.MethodSetMode:
+			r.setModeRequest(ctx, s, req)
+		default:
+			d := s.activeDown()
+			inst, err := d.alive()
+			if err != nil {
+				r.replyTo(req)(nil, err)
+				return
+			}
+			r.forwardOrNotify(ctx, req, inst, rewriteSessionID(p, s.ID, d.id), s.ID)
+		}
+	})
 }
 
 // rewriteSessionID replaces params.sessionId when from and to differ.

@@ -47,7 +47,6 @@ type Session struct {
 	title     string             // the first title an agent sent: the session's
 	toolIDs   *merge.IDTable     // tool call ids forwarded to the editor, by agent
 	msgIDs    *merge.IDTable     // message ids, by agent
-	msgSeq    int                // for the router's own messageIds
 	history   []merge.TurnRecord // finished turns, for handoff briefs
 	histBytes int                // their size, as record counts it
 	nextSeq   int                // Seq of the next recorded turn
@@ -58,6 +57,15 @@ type Session struct {
 	// stored are the agents a reopened session used before, not
 	// re-attached yet (history.go).
 	stored map[string]store.Agent
+	// lastUse: the last activity in the session; idle ones are evicted
+	// from memory (evict.go).
+	lastUse time.Time
+	// reviving: the session is being brought back from the store; prompts
+	// queue meanwhile. ready is closed when that is over (nil: the session
+	// never was evicted), reviveErr then says why it failed, if it did.
+	reviving  bool
+	ready     chan struct{}
+	reviveErr error
 }
 
 // downstream is the session of one agent behind a router session, and what
@@ -170,7 +178,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			return
 		}
 		s := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: p, active: a.Name(), down: map[string]*downstream{}, opening: map[string]chan struct{}{},
-			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, policy: guard.NewSession(cwd, roots)}
+			toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, policy: guard.NewSession(cwd, roots), lastUse: time.Now()}
 		res, err := r.openDownstream(ctx, s, inst, acp.RawID(req.ID))
 		if err != nil {
 			reply(nil, err)
@@ -249,11 +257,14 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 			}
 		}
 		r.sessions[s.ID] = s
+		r.wakeEvictorLocked()
 		r.recordCreate(s)
 	}
-	r.downs[key] = s
-	early := r.unbound[key]
-	delete(r.unbound, key)
+	r.bindDownLocked(key, s)
+	var early []*acp.Message
+	if p := r.parked[inst]; p != nil {
+		early = p.take(res.SessionID)
+	}
 	r.mu.Unlock()
 	s.mu.Lock()
 	s.down[inst.Agent.Name()] = d
@@ -266,6 +277,13 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 		}
 	}
 	return true
+}
+
+// bindDownLocked routes the downstream session key to s. Called with r.mu
+// held.
+func (r *Router) bindDownLocked(key string, s *Session) {
+	r.downs[key] = s
+	r.tombs.remove(key) // reopened on the agent process that had it
 }
 
 // newSessionResult is the editor's session/new answer: the agent's result
@@ -432,8 +450,18 @@ func (s *Session) updateLine(update any) []byte {
 
 // closeSession handles session/close: each agent closes its downstream
 // session when it supports close; otherwise the router cancels the running
-// turn itself. The router forgets the session either way.
+// turn itself. The router forgets the session either way, first: what its
+// agents still send for it (the rest of a cancelled turn) is dropped at
+// once (forget).
 func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
+	var ref acp.SessionRef
+	json.Unmarshal(params(req), &ref)
+	if ref.SessionID != "" {
+		// Live or evicted (evict.go): a prompt must not bring it back.
+		r.mu.Lock()
+		r.closedIDs.add(ref.SessionID)
+		r.mu.Unlock()
+	}
 	s := r.sessionOf(params(req))
 	if s == nil {
 		r.replyTo(req)(json.RawMessage("{}"), nil)
@@ -474,7 +502,10 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 	})
 }
 
-// forget removes a closed session; prompts still queued end cancelled.
+// forget removes a closed session; prompts still queued end cancelled. Its
+// downstream sessions are remembered as closed (tombstones), so that their
+// late updates are dropped, not parked as updates for sessions not bound
+// yet.
 func (r *Router) forget(s *Session) {
 	s.mu.Lock()
 	s.closed = true
@@ -486,9 +517,14 @@ func (r *Router) forget(s *Session) {
 	}
 	s.mu.Unlock()
 	r.mu.Lock()
-	delete(r.sessions, s.ID)
+	if r.sessions[s.ID] == s { // not one reopened under its id since
+		delete(r.sessions, s.ID)
+	}
 	for _, k := range keys {
-		delete(r.downs, k)
+		if r.downs[k] == s {
+			delete(r.downs, k)
+		}
+		r.tombs.add(k)
 	}
 	r.mu.Unlock()
 	for _, t := range queued {

@@ -118,10 +118,14 @@ func (s *Session) commandsLineLocked() []byte {
 
 // sayLocked is a message chunk written by the router, with its own
 // messageId.
+//
+// The id is unique across the router's processes and the session's
+// incarnations (reopened, brought back after eviction), which start with
+// the history the editor already shows: a reused id would append to an old
+// message there.
 func (s *Session) sayLocked(text string) []byte {
-	s.msgSeq++
 	return s.updateLine(map[string]any{"sessionUpdate": "agent_message_chunk",
-		"messageId": fmt.Sprintf("acp-router-%s-%d", s.ID, s.msgSeq),
+		"messageId": fmt.Sprintf("acp-router-%s-%s-%d", s.ID, s.r.msgNonce, s.r.msgSeq.Add(1)),
 		"content":   map[string]string{"type": "text", "text": text}})
 }
 

@@ -633,6 +633,11 @@ func (a *fakeAgent) prompt(m wireMsg) {
 	}()
 }
 
+// fakeScriptExt holds script commands that other test files add (in an
+// init function, so that the re-executed fake agent has them too): name →
+// what it does with the rest of the line.
+var fakeScriptExt = map[string]func(a *fakeAgent, s *fakeSession, rest string){}
+
 // runScript runs a prompt's script, one command per line:
 //
 //	say TEXT                 agent_message_chunk
@@ -864,6 +869,10 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 				return nil, &RPCError{Code: -32603, Message: "fake agent: " + line + ": " + err.Error()}
 			}
 		default:
+			if ext := fakeScriptExt[cmd]; ext != nil {
+				ext(a, s, rest)
+				continue
+			}
 			return nil, &RPCError{Code: -32602, Message: "fake agent: unknown script command: " + line}
 		}
 	}
