@@ -77,7 +77,7 @@ func newRelayFixture(tb testing.TB, translate bool) *relayFixture {
 		}
 	}()
 	editorIn, editorInW := io.Pipe() // the editor says nothing
-	r.editor = acp.NewPeer(context.Background(), editorIn, pw, acp.StreamOptions{Blocking: true, AnswerInvalid: true}, editorHandler{r})
+	r.editor = acp.NewPeer(context.Background(), editorIn, pw, acp.StreamOptions{LaneBytes: editorLaneBytes, QueueBytes: editorQueueBytes, AnswerInvalid: true}, editorHandler{r})
 	f.stop = func() {
 		editorInW.Close() // the editor leaves: its stream drains and closes pw
 		<-r.editor.Stream().Done()

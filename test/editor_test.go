@@ -243,6 +243,7 @@ type Editor struct {
 type editorConfig struct {
 	slowRead time.Duration
 	env      []string
+	stdout   func(io.Reader) io.Reader
 }
 
 // EditorOption configures StartEditor.
@@ -251,6 +252,12 @@ type EditorOption func(*editorConfig)
 // withSlowRead makes the editor sleep d after reading each line, so that the
 // peer's writes back up.
 func withSlowRead(d time.Duration) EditorOption { return func(c *editorConfig) { c.slowRead = d } }
+
+// withStdout puts wrap between the process's stdout and the editor's
+// reader (to pause or throttle the editor's reading).
+func withStdout(wrap func(io.Reader) io.Reader) EditorOption {
+	return func(c *editorConfig) { c.stdout = wrap }
+}
 
 // withEnv adds environment variables to the started process.
 func withEnv(kv ...string) EditorOption {
@@ -304,6 +311,10 @@ func StartEditor(t testing.TB, argv []string, opts ...EditorOption) *Editor {
 		t.Fatal(err)
 	}
 	e.stdin = stdin
+	var out io.Reader = stdout
+	if cfg.stdout != nil {
+		out = cfg.stdout(stdout)
+	}
 	cmd.Stderr = e.stderr
 	// Children of the process may keep stderr open; do not wait for them.
 	cmd.WaitDelay = 2 * time.Second
@@ -315,7 +326,7 @@ func StartEditor(t testing.TB, argv []string, opts ...EditorOption) *Editor {
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
-		e.readLoop(stdout)
+		e.readLoop(out)
 	}()
 	go func() {
 		err := cmd.Wait()
