@@ -52,34 +52,52 @@ func updateLine(tb testing.TB, size int) []byte {
 // lines read by ReadObject and forwarded byte for byte by an Intercept that
 // WriteRaw's them to the editor's stream. "discard" measures the stream
 // alone; "pipe" writes to an OS pipe drained by another goroutine, as the
-// router's stdout is.
+// router's stdout is; "lanes/…" is the same with the editor's lanes, as the
+// router relays: WriteRawLane into the session's lane, then WaitRoom.
 func BenchmarkStreamRelay(b *testing.B) {
-	b.Run("discard", func(b *testing.B) { benchRelay(b, discardCloser{}) })
-	b.Run("pipe", func(b *testing.B) {
-		r, w, err := os.Pipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		drained := make(chan struct{})
-		go func() {
-			io.Copy(io.Discard, r)
-			r.Close()
-			close(drained)
-		}()
-		benchRelay(b, w)
-		<-drained
-	})
+	blocking := StreamOptions{Blocking: true}
+	lanes := StreamOptions{LaneBytes: 2 << 20, QueueBytes: 16 << 20} // the router's
+	for _, v := range []struct {
+		name string
+		opts StreamOptions
+	}{{"", blocking}, {"lanes/", lanes}} {
+		b.Run(v.name+"discard", func(b *testing.B) { benchRelay(b, discardCloser{}, v.opts) })
+		b.Run(v.name+"pipe", func(b *testing.B) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			drained := make(chan struct{})
+			go func() {
+				io.Copy(io.Discard, r)
+				r.Close()
+				close(drained)
+			}()
+			benchRelay(b, w, v.opts)
+			<-drained
+		})
+	}
 }
 
-func benchRelay(b *testing.B, out io.WriteCloser) {
+func benchRelay(b *testing.B, out io.WriteCloser, opts StreamOptions) {
 	line := updateLine(b, 4<<10)
 	src := &repeatReader{line: append(line, '\n'), n: b.N}
-	editor := NewStream(io.NopCloser(strings.NewReader("")), out, StreamOptions{Blocking: true})
+	editor := NewStream(io.NopCloser(strings.NewReader("")), out, opts)
 	agent := NewStream(io.NopCloser(src), discardCloser{}, StreamOptions{Intercept: func(m *Message) bool {
 		if m.Kind != KindNotification || m.Method != MethodSessionUpdate {
 			b.Fatalf("unexpected %s %q", m.Kind, m.Method)
 		}
-		if err := editor.WriteRaw(m.Raw); err != nil {
+		if opts.LaneBytes == 0 {
+			if err := editor.WriteRaw(m.Raw); err != nil {
+				b.Fatal(err)
+			}
+			return true
+		}
+		const sid = "0199a3c2-7f1e-7c3b-9d5e-2f4b8a6c1e90" // the router knows it: no LaneOf
+		if err := editor.WriteRawLane(sid, m.Raw); err != nil {
+			b.Fatal(err)
+		}
+		if err := editor.WaitRoom(sid); err != nil {
 			b.Fatal(err)
 		}
 		return true

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,12 +45,26 @@ type StreamOptions struct {
 	MaxLine int
 	// QueueBytes bounds the bytes waiting to be written; default
 	// DefaultQueueBytes. One message larger than the bound is still accepted
-	// when the queue is empty.
+	// when the queue is empty. With lanes, it is the hard cap WaitRoom
+	// waits for, whatever the lane.
 	QueueBytes int
-	// Blocking makes writers wait for room in a full queue (backpressure, for
-	// the editor). Otherwise a write that would overflow fails the stream with
-	// ErrQueueFull (for agents: the peer is not reading).
+	// Blocking makes writers wait for room in a full queue (backpressure).
+	// Otherwise a write that would overflow fails the stream with
+	// ErrQueueFull (for agents: the peer is not reading). Lanes ignore it.
 	Blocking bool
+	// LaneBytes, when positive, splits the queue into lanes, one per
+	// session (see LaneOf), plus one shared lane for messages without a
+	// session. Order is kept within a lane; the writer serves the lanes in
+	// turn, up to maxBatch bytes each, so that a session with megabytes
+	// queued delays another's message by one batch, not by its backlog (the
+	// editor). A write never waits and never fails for want of room: the
+	// producers that can flood call WaitRoom once they hold no lock, and it
+	// waits until their lane holds less than LaneBytes queued (the batch
+	// being written is not counted: the producer reads its next message
+	// while the writer writes) and the whole queue less than QueueBytes. A
+	// lane thus holds at most LaneBytes, plus what its producers write
+	// between two WaitRoom calls, plus the batch being written.
+	LaneBytes int
 	// StallTimeout, when positive, declares the peer hung when queued bytes
 	// make no progress for that long.
 	StallTimeout time.Duration
@@ -82,10 +97,20 @@ type Stream struct {
 	rc   io.Closer
 	w    io.WriteCloser
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	queue    [][]byte
-	queued   int
+	mu   sync.Mutex
+	cond *sync.Cond // wakes the writer goroutine
+	room *sync.Cond // wakes writers waiting for room (Blocking, WaitRoom)
+	// The queue: the shared lane (the only one without LaneBytes), the
+	// session lanes that hold bytes (queued or being written), and the
+	// lanes with messages queued, in the order the writer serves them:
+	// first the fresh ones (the first fresh of ring: they had nothing
+	// queued), in the order they came, then the others in turn.
+	shared   *lane
+	lanes    map[string]*lane
+	ring     []*lane
+	fresh    int
+	spare    *lane // a drained lane, for the next new one
+	queued   int   // bytes in all lanes, "\n" included, until written
 	closing  bool  // no new writes; the writer drains and closes w
 	err      error // set once the write side failed
 	progress time.Time
@@ -108,6 +133,14 @@ type Stream struct {
 	idMu     sync.Mutex
 	idTokens map[string]json.RawMessage
 	idSeq    uint64
+	// With lanes, by IDKey: answerLanes, the session each of the peer's
+	// pending requests named (the lane of its answer); callLanes, the lane
+	// of each of our requests pending at the peer (the lane of a
+	// $/cancel_request for it). Each is bounded by maxLaneIDs; lost counts
+	// the ids that could not be remembered.
+	answerLanes map[string]string
+	callLanes   map[string]string
+	lost        int
 
 	writtenBytes atomic.Int64
 
@@ -138,8 +171,25 @@ const (
 	directBurst = 2
 	// maxBatch: the writer takes queued messages up to this many bytes at
 	// a time (at least one), and frees their room when they are written.
+	// With lanes it is also the quantum: the most a lane's turn writes.
 	maxBatch = 64 << 10
+	// maxLaneIDs bounds the requests whose lane a stream remembers, each
+	// way; the answers to others, and $/cancel_request for them, go in the
+	// shared lane.
+	maxLaneIDs = 4096
 )
+
+// lane is one FIFO of the write queue.
+type lane struct {
+	key    string
+	msgs   [][]byte // queued from head on
+	head   int
+	bytes  int  // queued, "\n" included: what WaitRoom weighs
+	taken  int  // taken by the writer, not written yet
+	ringed bool // in Stream.ring: it has messages queued
+}
+
+func (l *lane) empty() bool { return l.head == len(l.msgs) }
 
 // NewStream starts the writer goroutine (and the stall watchdog when a stall
 // timeout is set). r is read by ReadObject; w is closed when the stream is.
@@ -156,14 +206,21 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 		r:        bufio.NewReaderSize(r, 64<<10),
 		rc:       r,
 		w:        w,
+		shared:   &lane{},
 		done:     make(chan struct{}),
 		idTokens: map[string]json.RawMessage{},
 		direct:   newDirectWriter(w),
+	}
+	if opts.LaneBytes > 0 {
+		s.lanes = map[string]*lane{}
+		s.answerLanes = map[string]string{}
+		s.callLanes = map[string]string{}
 	}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
 	s.cond = sync.NewCond(&s.mu)
+	s.room = sync.NewCond(&s.mu)
 	go s.writeLoop()
 	if opts.StallTimeout > 0 {
 		go s.watchdog()
@@ -204,6 +261,9 @@ func (s *Stream) ReadObject(v any) error {
 				s.log.Warn("response without a usable id dropped", "id", string(m.ID), "error", truncate(m.Error, 200))
 				continue
 			}
+			if s.callLanes != nil {
+				s.takeLane(s.callLanes, m.ID)
+			}
 		case KindRequest:
 			if string(m.ID) == "null" {
 				// jsonrpc2 would treat it as a notification and never answer.
@@ -226,6 +286,11 @@ func (s *Stream) ReadObject(v any) error {
 			// Classify accepted it, so this is a jsonrpc2 limitation.
 			s.invalid(m, fmt.Errorf("%w: %v", ErrNotRPC, err))
 			continue
+		}
+		if m.Kind == KindRequest && s.answerLanes != nil {
+			if key := SessionID(m.Params); key != "" {
+				s.putLane(s.answerLanes, m.ID, key)
+			}
 		}
 		return nil
 	}
@@ -277,7 +342,7 @@ func (s *Stream) answerInvalid(id json.RawMessage, e []byte) {
 	line = append(line, `,"error":`...)
 	line = append(line, e...)
 	line = append(line, '}')
-	if err := s.WriteRaw(line); err != nil {
+	if err := s.WriteRawLane("", line); err != nil {
 		s.log.Debug("cannot answer invalid message", "error", err)
 	}
 }
@@ -429,13 +494,18 @@ func IsToken(id json.RawMessage) bool {
 	return bytes.HasPrefix(id, []byte(`"\u0000acp-router-id:`))
 }
 
-// WriteObject implements jsonrpc2.ObjectStream: it encodes obj and queues it.
+// WriteObject implements jsonrpc2.ObjectStream: it encodes obj and queues
+// it, in the lane LaneOf names.
 func (s *Stream) WriteObject(obj any) error {
 	b, err := encodeLine(obj)
 	if err != nil {
 		return err
 	}
-	return s.WriteRaw(s.restoreID(b))
+	key := ""
+	if s.lanes != nil {
+		key = s.LaneOf(b) // before restoreID: answerLanes has the Conn's ids
+	}
+	return s.WriteRawLane(key, s.restoreID(b))
 }
 
 // encodeLine is json.Marshal(obj). What jsonrpc2 writes marshals itself
@@ -473,10 +543,21 @@ func compact(b []byte) bool {
 	return true
 }
 
-// WriteRaw queues one encoded message (without its trailing newline). The
-// relay uses it to forward a peer's line byte for byte. msg is retained
-// until written: the caller must not modify it.
+// WriteRaw queues one encoded message (without its trailing newline), in
+// the lane LaneOf names. The relay uses it to forward a peer's line byte for
+// byte. msg is retained until written: the caller must not modify it.
 func (s *Stream) WriteRaw(msg []byte) error {
+	key := ""
+	if s.lanes != nil {
+		key = s.LaneOf(msg)
+	}
+	return s.WriteRawLane(key, msg)
+}
+
+// WriteRawLane is WriteRaw into the lane of session key ("": the shared
+// lane), for a caller that knows it: the message is not read to find it.
+// Without lanes, key is ignored.
+func (s *Stream) WriteRawLane(key string, msg []byte) error {
 	n := len(msg) + 1
 	s.mu.Lock()
 	for {
@@ -488,7 +569,7 @@ func (s *Stream) WriteRaw(msg []byte) error {
 			s.mu.Unlock()
 			return ErrClosed
 		}
-		if s.queued == 0 || s.queued+n <= s.opts.QueueBytes {
+		if s.lanes != nil || s.queued == 0 || s.queued+n <= s.opts.QueueBytes {
 			break
 		}
 		if !s.opts.Blocking {
@@ -496,8 +577,9 @@ func (s *Stream) WriteRaw(msg []byte) error {
 			s.mu.Unlock()
 			return s.err
 		}
-		s.cond.Wait()
+		s.room.Wait()
 	}
+	l := s.laneLocked(key)
 	var now time.Time
 	if s.direct != nil {
 		now = time.Now()
@@ -510,7 +592,7 @@ func (s *Stream) WriteRaw(msg []byte) error {
 		if s.queued == 0 && !s.writing && n <= maxDirect && s.burst <= directBurst {
 			s.writing = true
 			s.mu.Unlock()
-			return s.writeDirect(msg)
+			return s.writeDirect(l, msg)
 		}
 	}
 	if s.queued == 0 {
@@ -519,17 +601,253 @@ func (s *Stream) WriteRaw(msg []byte) error {
 		}
 		s.progress = now
 	}
-	s.queue = append(s.queue, msg)
-	s.queued += n
-	s.cond.Broadcast()
+	s.pushLocked(l, msg, false)
+	s.cond.Signal()
 	s.mu.Unlock()
 	return nil
 }
 
+// laneLocked returns the lane of session key, made if need be.
+func (s *Stream) laneLocked(key string) *lane {
+	if s.lanes == nil || key == "" {
+		return s.shared
+	}
+	if l := s.lanes[key]; l != nil {
+		return l
+	}
+	l := s.spare
+	if l != nil {
+		s.spare = nil
+	} else {
+		l = &lane{}
+	}
+	l.key = key
+	s.lanes[key] = l
+	return l
+}
+
+// pushLocked queues msg at the end of lane l, or at its front and with l
+// first in the ring (the rest of a message a direct write began: nothing
+// may come between). A lane that had nothing queued nor being written is
+// served after the fresh lanes before it, ahead of the lanes with a
+// backlog: its message waits for the batch being written, not for their
+// turns. (One whose last batch is still being written goes to the back: it
+// is a backlog that the writer happened to drain.)
+func (s *Stream) pushLocked(l *lane, msg []byte, front bool) {
+	n := len(msg) + 1
+	l.bytes += n
+	s.queued += n
+	switch {
+	case !front:
+		l.msgs = append(l.msgs, msg)
+	case l.head > 0:
+		l.head--
+		l.msgs[l.head] = msg
+	default:
+		l.msgs = slices.Insert(l.msgs, 0, msg)
+	}
+	switch {
+	case front:
+		if i := slices.Index(s.ring, l); i >= 0 {
+			s.ring = slices.Delete(s.ring, i, i+1)
+			if i < s.fresh {
+				s.fresh--
+			}
+		}
+		s.ring = slices.Insert(s.ring, 0, l)
+		s.fresh++
+	case l.ringed:
+	case l.taken > 0:
+		s.ring = append(s.ring, l)
+	default:
+		s.ring = slices.Insert(s.ring, s.fresh, l)
+		s.fresh++
+	}
+	l.ringed = true
+}
+
+// takeLocked moves queued messages into batch, up to maxBatch bytes (at
+// least one message), serving the lanes in turn: each lane of the ring,
+// once at most, gives what fits; one that keeps messages goes to the back.
+func (s *Stream) takeLocked(batch []queued) []queued {
+	size := 0
+	for turns := len(s.ring); turns > 0; turns-- {
+		l := s.ring[0]
+		if size > 0 && size+len(l.msgs[l.head]) >= maxBatch {
+			break // its turn starts the next batch
+		}
+		s.fresh = max(s.fresh-1, 0)
+		for !l.empty() && (size == 0 || size+len(l.msgs[l.head]) < maxBatch) {
+			msg := l.msgs[l.head]
+			l.msgs[l.head] = nil
+			l.head++
+			batch = append(batch, queued{msg, l})
+			size += len(msg) + 1
+			l.bytes -= len(msg) + 1
+			l.taken += len(msg) + 1
+		}
+		copy(s.ring, s.ring[1:])
+		if !l.empty() { // the batch is full
+			s.ring[len(s.ring)-1] = l
+			break
+		}
+		s.ring[len(s.ring)-1] = nil
+		s.ring = s.ring[:len(s.ring)-1]
+		l.msgs, l.head, l.ringed = l.msgs[:0], 0, false
+	}
+	return batch
+}
+
+// queued is a message taken for writing, and its lane.
+type queued struct {
+	msg []byte
+	l   *lane
+}
+
+// releaseLocked frees the room of n bytes of lane l that were written.
+func (s *Stream) releaseLocked(l *lane, n int) {
+	l.taken -= n
+	s.queued -= n
+	s.dropLocked(l)
+}
+
+// dropLocked forgets session lane l if it holds nothing.
+func (s *Stream) dropLocked(l *lane) {
+	if l.bytes == 0 && l.taken == 0 && !l.ringed && l != s.shared {
+		delete(s.lanes, l.key)
+		l.key = ""
+		s.spare = l
+	}
+}
+
+// LaneOf is the lane of an encoded message we write: the session its
+// params name (a request or a notification); for a response, the session
+// the request it answers named (remembered when the request was read), else
+// the one its result names (session/new: the answer goes before the new
+// session's updates); for a $/cancel_request, the lane of the request it
+// withdraws (so that it cannot overtake it); else the shared lane, "". On
+// the editor's stream every sessionId is a router session id.
+func (s *Stream) LaneOf(msg []byte) string {
+	var f [4]json.RawMessage
+	if MembersOfValid(msg, laneMembers, f[:]) != nil {
+		return ""
+	}
+	id, method, params, result := f[0], f[1], f[2], f[3]
+	if method == nil {
+		if key, ok := s.takeLane(s.answerLanes, id); ok {
+			return key
+		}
+		return SessionID(result)
+	}
+	key := SessionID(params)
+	switch {
+	case key != "" && len(id) > 0:
+		s.putLane(s.callLanes, id, key)
+	case key == "" && string(method) == `"`+MethodCancelRequest+`"`:
+		var r [1]json.RawMessage
+		if MembersOfValid(params, requestIDMembers, r[:]) == nil && r[0] != nil {
+			s.idMu.Lock()
+			key = s.callLanes[IDKey(r[0])] // the answer is still to come
+			s.idMu.Unlock()
+		}
+	}
+	return key
+}
+
+var (
+	laneMembers      = []string{"id", "method", "params", "result"}
+	sessionMembers   = []string{"sessionId"}
+	requestIDMembers = []string{"requestId"}
+)
+
+// SessionID returns the string member sessionId of the valid JSON object
+// obj (params or a result), or "", without decoding the rest: the key of
+// the session's lane.
+func SessionID(obj json.RawMessage) string {
+	if len(obj) == 0 {
+		return ""
+	}
+	var f [1]json.RawMessage
+	if MembersOfValid(obj, sessionMembers, f[:]) != nil || len(f[0]) < 2 || f[0][0] != '"' {
+		return ""
+	}
+	raw := f[0]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var id string
+	json.Unmarshal(raw, &id)
+	return id
+}
+
+// putLane remembers the lane of request id in m (a lane map), within
+// maxLaneIDs.
+func (s *Stream) putLane(m map[string]string, id json.RawMessage, key string) {
+	if m == nil || len(id) == 0 {
+		return
+	}
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	if len(m) >= maxLaneIDs {
+		if s.lost++; s.lost == 1 {
+			s.log.Warn("too many requests pending to remember their lanes", "limit", maxLaneIDs)
+		}
+		return
+	}
+	m[IDKey(id)] = key
+}
+
+// takeLane returns and forgets the lane of request id in m.
+func (s *Stream) takeLane(m map[string]string, id json.RawMessage) (string, bool) {
+	if m == nil || len(id) == 0 {
+		return "", false
+	}
+	k := IDKey(id)
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	key, ok := m[k]
+	delete(m, k)
+	return key, ok
+}
+
+// WaitRoom waits until the lane of session key ("": the shared lane) has
+// less than LaneBytes queued (not counting what the writer is writing) and
+// the whole queue less than QueueBytes (without lanes: until the queue
+// holds less than QueueBytes). Producers that can
+// flood the peer call it after each message, holding no lock: only their
+// own lane's backlog holds them back, and the hard cap only when many
+// lanes are full at once. It returns the stream's failure, or ErrClosed
+// once it is closing, instead of waiting.
+func (s *Stream) WaitRoom(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case s.err != nil:
+			return s.err
+		case s.closing:
+			return ErrClosed
+		case s.queued < s.opts.QueueBytes && (s.lanes == nil || s.laneBytesLocked(key) < s.opts.LaneBytes):
+			return nil
+		}
+		s.room.Wait()
+	}
+}
+
+func (s *Stream) laneBytesLocked(key string) int {
+	if key == "" {
+		return s.shared.bytes
+	}
+	if l := s.lanes[key]; l != nil {
+		return l.bytes
+	}
+	return 0
+}
+
 // writeDirect writes msg and "\n" to w as far as it goes without blocking
 // and queues the rest, first, for the writer goroutine. The caller has set
-// s.writing.
-func (s *Stream) writeDirect(msg []byte) error {
+// s.writing. l is msg's lane.
+func (s *Stream) writeDirect(l *lane, msg []byte) error {
 	if s.log.IsTrace() {
 		s.log.Trace("send", "message", truncate(msg, traceBytes))
 	}
@@ -545,8 +863,8 @@ func (s *Stream) writeDirect(msg []byte) error {
 	// (or the rest of this one, below), or the close. A wake-up for
 	// nothing costs two thread switches on every direct write.
 	defer func() {
-		if len(s.queue) > 0 || s.closing {
-			s.cond.Broadcast()
+		if len(s.ring) > 0 || s.closing {
+			s.cond.Signal()
 		}
 	}()
 	switch {
@@ -557,10 +875,9 @@ func (s *Stream) writeDirect(msg []byte) error {
 		return s.err
 	case written < len(line):
 		rest := msg[min(written, len(msg)):] // maybe only the "\n" is left
-		s.queue = append(s.queue, nil)
-		copy(s.queue[1:], s.queue)
-		s.queue[0] = rest
-		s.queued += len(rest) + 1
+		s.pushLocked(l, rest, true)
+	default:
+		s.dropLocked(l) // made for this message, maybe
 	}
 	return nil
 }
@@ -568,33 +885,30 @@ func (s *Stream) writeDirect(msg []byte) error {
 func (s *Stream) writeLoop() {
 	defer close(s.done)
 	bw := bufio.NewWriterSize(progressWriter{s}, 64<<10)
-	var batch [][]byte
+	var batch []queued
 	for {
 		s.mu.Lock()
-		for s.err == nil && (s.writing || len(s.queue) == 0 && !s.closing) {
+		for s.err == nil && (s.writing || len(s.ring) == 0 && !s.closing) {
 			s.cond.Wait()
 		}
-		if s.err != nil || len(s.queue) == 0 {
+		if s.err != nil || len(s.ring) == 0 {
 			s.mu.Unlock()
 			s.w.Close()
 			return
 		}
-		size := 0
-		for len(s.queue) > 0 && (len(batch) == 0 || size+len(s.queue[0]) < maxBatch) {
-			batch = append(batch, s.queue[0])
-			size += len(s.queue[0]) + 1
-			s.queue[0] = nil
-			s.queue = s.queue[1:]
-		}
+		batch = s.takeLocked(batch)
 		s.writing = true
+		// What was taken no longer weighs on its lane: a producer waiting
+		// for room reads its next message while the batch is written.
+		s.room.Broadcast()
 		s.mu.Unlock()
 
 		var err error
-		for _, msg := range batch {
+		for _, q := range batch {
 			if s.log.IsTrace() {
-				s.log.Trace("send", "message", truncate(msg, traceBytes))
+				s.log.Trace("send", "message", truncate(q.msg, traceBytes))
 			}
-			if _, err = bw.Write(msg); err == nil {
+			if _, err = bw.Write(q.msg); err == nil {
 				err = bw.WriteByte('\n')
 			}
 			if err != nil {
@@ -604,15 +918,17 @@ func (s *Stream) writeLoop() {
 		if err == nil {
 			err = bw.Flush()
 		}
-		clear(batch)
-		batch = batch[:0]
 		s.mu.Lock()
 		s.writing = false
-		if s.err == nil {
-			s.queued -= size
+		if s.err == nil { // else the lanes are gone
+			for _, q := range batch {
+				s.releaseLocked(q.l, len(q.msg)+1)
+			}
 		}
-		s.cond.Broadcast()
+		s.room.Broadcast()
 		s.mu.Unlock()
+		clear(batch)
+		batch = batch[:0]
 		if err != nil {
 			s.fail(fmt.Errorf("write: %w", err))
 		}
@@ -682,8 +998,12 @@ func (s *Stream) failLocked(err error) {
 		return
 	}
 	s.err = err
-	s.queue, s.queued = nil, 0
+	s.shared, s.ring, s.fresh, s.queued = &lane{}, nil, 0, 0
+	if s.lanes != nil {
+		s.lanes = map[string]*lane{}
+	}
 	s.cond.Broadcast()
+	s.room.Broadcast()
 	go s.w.Close()
 	if s.opts.OnFail != nil {
 		s.failOnce.Do(func() { go s.opts.OnFail(err) })
@@ -729,6 +1049,7 @@ func (s *Stream) Close() error {
 	s.mu.Lock()
 	s.closing = true
 	s.cond.Broadcast()
+	s.room.Broadcast()
 	s.mu.Unlock()
 	return s.rc.Close()
 }

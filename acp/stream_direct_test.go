@@ -82,7 +82,7 @@ func TestStreamDirectPartial(t *testing.T) {
 		}
 		if i == 1 {
 			s.mu.Lock()
-			queue := slices.Clone(s.queue)
+			queue := slices.Clone(s.shared.msgs[s.shared.head:])
 			s.mu.Unlock()
 			if s.Written() != int64(capacity) || len(queue) != 1 || !bytes.Equal(queue[0], m[page:]) {
 				t.Fatalf("after the second message, %d bytes written and %d queued; want %d written and the rest of the second queued", s.Written(), len(queue), capacity)
@@ -124,10 +124,11 @@ func pipeSize(t *testing.T, f *os.File) int {
 
 // TestStreamDirectOrder: concurrent writers through direct writes, partial
 // writes and the queue, with a reader that lags: nothing lost or
-// reordered.
+// reordered. With lanes, the writers share three session lanes and wait for
+// room after each message, as the router's agent read paths do.
 func TestStreamDirectOrder(t *testing.T) {
-	for _, opts := range []StreamOptions{{}, {Blocking: true, QueueBytes: 16 << 10}} {
-		t.Run(fmt.Sprintf("blocking=%v", opts.Blocking), func(t *testing.T) {
+	for _, opts := range []StreamOptions{{}, {Blocking: true, QueueBytes: 16 << 10}, {LaneBytes: 16 << 10, QueueBytes: 64 << 10}} {
+		t.Run(fmt.Sprintf("blocking=%v,lanes=%v", opts.Blocking, opts.LaneBytes > 0), func(t *testing.T) {
 			s, out := pipeStream(t, opts)
 			slow := &slowReader{r: out, until: time.Now().Add(100 * time.Millisecond)}
 			res := collect(t, slow)
@@ -144,10 +145,14 @@ func TestStreamDirectOrder(t *testing.T) {
 							time.Sleep(2 * directGap) // a pause: the next may be written directly
 						}
 						var err error
+						sid := fmt.Sprint("s", w%3)
 						if n%2 == 0 {
-							err = s.WriteRaw(fmt.Appendf(nil, `{"w":%d,"n":%d,"pad":"%s"}`, w, n, pad))
+							err = s.WriteRaw(fmt.Appendf(nil, `{"method":"m","params":{"sessionId":%q},"w":%d,"n":%d,"pad":"%s"}`, sid, w, n, pad))
 						} else {
-							err = s.WriteObject(map[string]any{"w": w, "n": n, "pad": pad})
+							err = s.WriteObject(map[string]any{"method": "m", "params": map[string]any{"sessionId": sid}, "w": w, "n": n, "pad": pad})
+						}
+						if err == nil && opts.LaneBytes > 0 {
+							err = s.WaitRoom(sid)
 						}
 						if err != nil {
 							t.Errorf("writer %d message %d: %v", w, n, err)
@@ -221,4 +226,34 @@ func TestStreamDirectWriteError(t *testing.T) {
 	}
 	waitClosed(t, s.Done(), "the writer to stop")
 	f.once(t)
+}
+
+// TestStreamLaneDirectPartial: the rest of a message a direct write began
+// is written before anything else, whatever lane came first meanwhile.
+func TestStreamLaneDirectPartial(t *testing.T) {
+	s, out := pipeStream(t, StreamOptions{LaneBytes: 1 << 20})
+	capacity, page := pipeSize(t, out), os.Getpagesize()
+	msgs := [][]byte{laneMsg("a", 0, 0, capacity-page-1), laneMsg("b", 1, 0, 2*page+100), laneMsg("c", 2, 0, 100), laneMsg("a", 0, 1, 100)}
+	for i, m := range msgs {
+		if i < 2 {
+			time.Sleep(2 * directGap) // not a burst: written directly
+		}
+		if err := s.WriteRaw(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := laneHeld(s, "b"); n == 0 || s.Written() != int64(capacity) {
+		t.Fatalf("%d bytes written, %d queued in lane b: want the pipe full and the rest of b's message queued", s.Written(), n)
+	}
+	res := collect(t, out)
+	s.Close()
+	got := recvAll(t, res)
+	if len(got) != len(msgs) {
+		t.Fatalf("got %d messages, want %d", len(got), len(msgs))
+	}
+	for i := range msgs {
+		if !bytes.Equal(got[i], msgs[i]) {
+			t.Fatalf("message %d: %.60s… (%d bytes), want %.60s… (%d bytes)", i, got[i], len(got[i]), msgs[i], len(msgs[i]))
+		}
+	}
 }

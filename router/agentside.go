@@ -40,6 +40,27 @@ func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc
 	default:
 		h.r.agentRequest(ctx, h.inst, req)
 	}
+	// As in the relay: the agent's next message waits for room in the
+	// lane of what this one became for the editor.
+	h.r.waitEditor(h.r.editorLane(h.inst, req))
+}
+
+// editorLane is the lane of the editor's write queue that what the router
+// writes for an agent's request or notification goes in: its router
+// session (as toEditorSession translates it), else its sessionId as it is
+// (extension methods pass it unchanged), else the shared lane.
+func (r *Router) editorLane(inst *upstream.Instance, req *jsonrpc2.Request) string {
+	id := acp.SessionID(params(req))
+	if id == "" {
+		return ""
+	}
+	r.mu.Lock()
+	s := r.downs[downKey(inst, id)]
+	r.mu.Unlock()
+	if s != nil {
+		return s.ID
+	}
+	return id
 }
 
 // interceptAgent is the relay's hot path: session/update notifications go
@@ -82,6 +103,10 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		} else {
 			r.relayUpdate(s, d, m, u)
 		}
+		// Backpressure from a slow editor, only from this session's
+		// backlog, and holding no lock: the editor's read loop
+		// (session/cancel) takes s.mu.
+		r.waitEditor(s.ID)
 	}
 	return true
 }

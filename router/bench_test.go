@@ -83,7 +83,7 @@ func newRelayFixtureOpts(tb testing.TB, translate bool, opts Options) *relayFixt
 		}
 	}()
 	editorIn, editorInW := io.Pipe() // the editor says nothing
-	r.editor = acp.NewPeer(context.Background(), editorIn, pw, acp.StreamOptions{Blocking: true, AnswerInvalid: true}, editorHandler{r})
+	r.editor = acp.NewPeer(context.Background(), editorIn, pw, acp.StreamOptions{LaneBytes: editorLaneBytes, QueueBytes: editorQueueBytes, AnswerInvalid: true}, editorHandler{r})
 	r.editorSet()
 	f.stop = func() {
 		editorInW.Close() // the editor leaves: its stream drains and closes pw

@@ -347,7 +347,7 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	res := s.stateResult()
 	// The commands now: sent, not recorded (the stored stream has the
 	// session's own; recording it would add one per load).
-	r.writeEditor(s.commandsLine())
+	r.writeEditor(s.ID, s.commandsLine())
 	return res, nil
 }
 
@@ -409,10 +409,12 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 	}
 }
 
-// replay writes the stored updates to the editor, as they were sent.
+// replay writes the stored updates to the editor, as they were sent, as
+// fast as the editor takes them.
 func (r *Router) replay(h *store.History) {
 	for _, line := range h.Updates {
-		r.writeEditor(line)
+		r.writeEditor(h.Meta.ID, line)
+		r.waitEditor(h.Meta.ID)
 	}
 }
 

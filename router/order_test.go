@@ -228,7 +228,7 @@ permissions:
 	// the editor's first message: Serve assigns r.editor after the peer's
 	// read loop started, a race with a handler that answers at once
 	// (reported separately; not what this test is about).
-	r.editor = acp.NewPeer(context.Background(), inR, outW, acp.StreamOptions{Blocking: true, QueueBytes: editorQueueBytes, AnswerInvalid: true}, editorHandler{r})
+	r.editor = acp.NewPeer(context.Background(), inR, outW, acp.StreamOptions{LaneBytes: editorLaneBytes, QueueBytes: editorQueueBytes, AnswerInvalid: true}, editorHandler{r})
 	r.editorSet()
 	read := make(chan struct{})
 	go func() {

@@ -7,7 +7,10 @@
 // never wait there. Requests are dispatched inline (so they keep their order
 // on the wire) and their answers awaited in a goroutine; session updates
 // are relayed in the agent's read path, so every update an agent sent
-// before a response is queued for the editor before that response.
+// before a response is queued for the editor before that response, in the
+// same lane: the session's (the editor's queue has one per session). Writes
+// to the editor never wait; the agents' read paths wait for room in their
+// session's lane afterwards, holding no lock (waitEditor).
 package router
 
 import (
@@ -203,8 +206,19 @@ func New(cfg *config.Config, opts Options) *Router {
 	return r
 }
 
-// editorQueueBytes bounds what waits to be written to the editor.
-const editorQueueBytes = 4 << 20
+// What waits to be written to the editor is memory. The editor's write
+// queue has a lane per session; editorLaneBytes bounds one session's
+// backlog: a flood of 1 MiB updates holds at most about 4 MiB (the bound,
+// the last message its agent's read path wrote, the one being written).
+// A smaller bound leaves the agent's reading and the writing too little
+// slack to overlap (1 MiB: relay of 1 MiB updates 30% slower). The
+// fairness does not depend on it. editorQueueBytes is the hard cap on all
+// lanes together, reached only when several sessions flood at once (or one
+// message is that large): then every agent waits.
+const (
+	editorLaneBytes  = 2 << 20
+	editorQueueBytes = 16 << 20
+)
 
 // Serve speaks ACP to the editor on in/out until the editor closes its
 // input or ctx ends, then shuts every agent down. It returns nil when the
@@ -219,10 +233,14 @@ func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser
 			default:
 			}
 		},
-		MaxLine:  r.opts.MaxLine,
-		Blocking: true, // a slow editor slows the agents down: intended
-		// Backpressure early: what waits for the editor is memory (a flood
-		// of 1 MiB updates held 64 MiB), and batches are 64 KiB anyway.
+		MaxLine: r.opts.MaxLine,
+		// Lanes: a write to the editor never waits, so that no lock and no
+		// read loop (the editor's: session/cancel) waits for a slow
+		// editor, and the writer takes the sessions in turn, so that one
+		// session's flood does not delay another's answer. A slow editor
+		// still slows the agents down (intended): their read paths wait
+		// for room in their session's lane, holding no lock (waitEditor).
+		LaneBytes:     editorLaneBytes,
 		QueueBytes:    editorQueueBytes,
 		AnswerInvalid: true,
 		Logger:        r.log.Named("editor"),

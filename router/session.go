@@ -406,7 +406,7 @@ func (s *Session) openNow() {
 		s.timer.Stop()
 	}
 	for _, line := range s.held {
-		s.r.writeEditor(line)
+		s.r.writeEditor(s.ID, line)
 	}
 	s.held = nil
 }
@@ -428,13 +428,27 @@ func (s *Session) writeLocked(line []byte) {
 	case !s.open:
 		s.held = append(s.held, line)
 	default:
-		s.r.writeEditor(line)
+		s.r.writeEditor(s.ID, line)
 	}
 }
 
-func (r *Router) writeEditor(line []byte) {
-	if err := r.editor.Stream().WriteRaw(line); err != nil {
+// writeEditor queues a line of router session sid for the editor, in the
+// session's lane. It never waits (the editor's stream has lanes), so it may
+// be called holding s.mu; whoever can flood the editor calls waitEditor
+// next, holding no lock.
+func (r *Router) writeEditor(sid string, line []byte) {
+	if err := r.editor.Stream().WriteRawLane(sid, line); err != nil {
 		r.log.Debug("cannot write to the editor", "error", err)
+	}
+}
+
+// waitEditor waits for room in the lane of router session sid ("": the
+// shared lane) of the editor's write queue: the backpressure of a slow
+// editor on what can flood it (an agent's read path, the history replay).
+// Never called holding a lock, nor in the editor's read loop.
+func (r *Router) waitEditor(sid string) {
+	if err := r.editor.Stream().WaitRoom(sid); err != nil {
+		r.log.Trace("no room to wait for in the editor's queue", "session", sid, "error", err)
 	}
 }
 

@@ -245,6 +245,7 @@ type editorConfig struct {
 	slowRead time.Duration
 	env      []string
 	setpgid  bool
+	stdout   func(io.Reader) io.Reader
 }
 
 // EditorOption configures StartEditor.
@@ -257,6 +258,12 @@ func withSlowRead(d time.Duration) EditorOption { return func(c *editorConfig) {
 // withOwnProcessGroup starts the process in a process group of its own, so
 // that a test can signal that group without signalling itself.
 func withOwnProcessGroup() EditorOption { return func(c *editorConfig) { c.setpgid = true } }
+
+// withStdout puts wrap between the process's stdout and the editor's
+// reader (to pause or throttle the editor's reading).
+func withStdout(wrap func(io.Reader) io.Reader) EditorOption {
+	return func(c *editorConfig) { c.stdout = wrap }
+}
 
 // withEnv adds environment variables to the started process.
 func withEnv(kv ...string) EditorOption {
@@ -311,6 +318,10 @@ func StartEditor(t testing.TB, argv []string, opts ...EditorOption) *Editor {
 		t.Fatal(err)
 	}
 	e.stdin = stdin
+	var out io.Reader = stdout
+	if cfg.stdout != nil {
+		out = cfg.stdout(stdout)
+	}
 	cmd.Stderr = e.stderr
 	// Children of the process may keep stderr open; do not wait for them.
 	cmd.WaitDelay = 2 * time.Second
@@ -322,7 +333,7 @@ func StartEditor(t testing.TB, argv []string, opts ...EditorOption) *Editor {
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
-		e.readLoop(stdout)
+		e.readLoop(out)
 	}()
 	go func() {
 		err := cmd.Wait()

@@ -66,6 +66,10 @@ type fakeOpts struct {
 	// ReplayAfterAnswer sends part of a session/load replay after the
 	// answer, as Gemini CLI does (it streams its history without waiting).
 	ReplayAfterAnswer bool `json:"replayAfterAnswer,omitempty"`
+	// LogRecvTimes adds a "recv METHOD UNIXNANO" line to the log for every
+	// request and notification, stamped when its line was read (stdin is
+	// read by its own goroutine, never by one that writes stdout).
+	LogRecvTimes bool `json:"logRecvTimes,omitempty"`
 }
 
 const defaultInitResult = `{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},"mcpCapabilities":{"http":false,"sse":false},"sessionCapabilities":{}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
@@ -98,6 +102,8 @@ type fakeAgent struct {
 
 	wmu  sync.Mutex // serializes stdout writes
 	hung atomic.Bool
+	// writeFailed: a write to stdout failed (the router is gone).
+	writeFailed atomic.Bool
 
 	logMu sync.Mutex
 	logF  *os.File
@@ -191,6 +197,7 @@ func runFakeAgent(optsJSON string) int {
 	sc.Buffer(make([]byte, 64*1024), 64<<20+4096)
 	for sc.Scan() {
 		line := sc.Bytes()
+		at := time.Now()
 		if len(strings.TrimSpace(string(line))) == 0 {
 			continue
 		}
@@ -198,6 +205,9 @@ func runFakeAgent(optsJSON string) int {
 		if err := json.Unmarshal(line, &m); err != nil {
 			fmt.Fprintf(os.Stderr, "fake agent: dropping malformed line (%d bytes): %v\n", len(line), err)
 			continue
+		}
+		if opts.LogRecvTimes && m.Method != "" {
+			a.logf("recv %s %d", m.Method, at.UnixNano())
 		}
 		a.dispatch(m)
 	}
@@ -292,7 +302,7 @@ func (a *fakeAgent) writeRaw(b []byte) {
 	if a.hung.Load() {
 		blockForever()
 	}
-	if _, err := os.Stdout.Write(b); err != nil {
+	if _, err := os.Stdout.Write(b); err != nil && !a.writeFailed.Swap(true) {
 		fmt.Fprintln(os.Stderr, "fake agent: write stdout:", err)
 	}
 }
@@ -645,6 +655,9 @@ var fakeScriptExt = map[string]func(a *fakeAgent, s *fakeSession, rest string){}
 //	updates N SIZE           N chunks of exactly SIZE bytes, "#%06d " + padding
 //	                         (the number continues across commands of a turn)
 //	big N                    one chunk of N bytes
+//	flood SIZE               chunks of exactly SIZE bytes, numbered as by updates, without
+//	                         pause until session/cancel (even after nocancel) or until
+//	                         stdout fails; the turn then ends "cancelled"
 //	permission               tool_call + session/request_permission; say "permission: OUTCOME"
 //	read PATH                fs/read_text_file; say "read: CONTENT" or "read error: CODE MESSAGE"
 //	write PATH CONTENT       fs/write_text_file; say "write: ok" or "write error: CODE MESSAGE"
@@ -719,6 +732,22 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 				head := fmt.Sprintf("#%06d ", tr.seq)
 				tr.seq++
 				a.say(s.id, head+strings.Repeat("u", size-len(head)))
+			}
+		case "flood":
+			size, err := strconv.Atoi(rest)
+			if err != nil || size < 16 {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: bad flood command: " + line}
+			}
+			pad := strings.Repeat("f", size)
+			for !a.writeFailed.Load() {
+				select {
+				case <-tr.cancelled:
+					return map[string]any{"stopReason": "cancelled"}, nil
+				default:
+				}
+				head := fmt.Sprintf("#%06d ", tr.seq)
+				tr.seq++
+				a.say(s.id, head+pad[len(head):])
 			}
 		case "big":
 			n, err := strconv.Atoi(rest)
