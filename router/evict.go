@@ -141,22 +141,9 @@ func (r *Router) evict(s *Session, last, now time.Time) bool {
 		return false
 	}
 	s.closed = true // what still arrives for it is not written or recorded
-	keys := make([]string, 0, len(s.down))
-	for _, d := range s.down {
-		keys = append(keys, downKey(d.inst, d.id))
-	}
+	keys := s.downKeysLocked()
 	s.mu.Unlock()
-	r.mu.Lock()
-	if r.sessions[s.ID] == s {
-		delete(r.sessions, s.ID)
-	}
-	for _, k := range keys {
-		if r.downs[k] == s {
-			delete(r.downs, k)
-		}
-		r.tombs.add(k)
-	}
-	r.mu.Unlock()
+	r.unregister(s, keys)
 	r.opts.Store.Release(s.ID)
 	r.log.Info("idle session evicted from memory; it comes back on its next use", "session", s.ID, "idle", now.Sub(last).Round(time.Millisecond))
 	return true

@@ -516,21 +516,21 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 	})
 }
 
-// forget removes a closed session; prompts still queued end cancelled. Its
-// downstream sessions are remembered as closed (tombstones), so that their
-// late updates are dropped, not parked as updates for sessions not bound
-// yet.
-func (r *Router) forget(s *Session) {
-	s.mu.Lock()
-	s.closed = true
-	queued := s.queue
-	s.queue = nil
-	var keys []string
+// downKeysLocked are the keys of s's downstream sessions (Router.downs).
+func (s *Session) downKeysLocked() []string {
+	keys := make([]string, 0, len(s.down))
 	for _, d := range s.down {
 		keys = append(keys, downKey(d.inst, d.id))
 	}
-	s.mu.Unlock()
+	return keys
+}
+
+// unregister removes s and its downstream sessions (keys) from the
+// router's tables, unless another session took their place since, and
+// remembers the downstream sessions as gone (tombstones).
+func (r *Router) unregister(s *Session, keys []string) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.sessions[s.ID] == s { // not one reopened under its id since
 		delete(r.sessions, s.ID)
 	}
@@ -540,7 +540,20 @@ func (r *Router) forget(s *Session) {
 		}
 		r.tombs.add(k)
 	}
-	r.mu.Unlock()
+}
+
+// forget removes a closed session; prompts still queued end cancelled. Its
+// downstream sessions are remembered as closed (tombstones), so that their
+// late updates are dropped, not parked as updates for sessions not bound
+// yet.
+func (r *Router) forget(s *Session) {
+	s.mu.Lock()
+	s.closed = true
+	queued := s.queue
+	s.queue = nil
+	keys := s.downKeysLocked()
+	s.mu.Unlock()
+	r.unregister(s, keys)
 	for _, t := range queued {
 		r.unhold(t.req)
 		r.replyTo(t.req)(cancelledResult, nil)

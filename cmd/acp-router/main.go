@@ -134,6 +134,20 @@ func newLogger(g *globals) (hclog.Logger, io.Closer, error) {
 	}), closer, nil
 }
 
+// start builds the logger and loads the config, for the subcommands that
+// run the router; code is the exit code when err is set. The caller closes
+// closer.
+func start(g *globals) (log hclog.Logger, closer io.Closer, cfg *config.Config, code int, err error) {
+	if log, closer, err = newLogger(g); err != nil {
+		return nil, nil, nil, 2, err
+	}
+	if cfg, err = loadConfig(g); err != nil {
+		closer.Close()
+		return nil, nil, nil, 1, err
+	}
+	return log, closer, cfg, 0, nil
+}
+
 func loadConfig(g *globals) (*config.Config, error) {
 	path, err := config.Lookup(g.config, os.LookupEnv)
 	if err != nil {

@@ -67,15 +67,11 @@ func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger, reco
 
 // serve runs the router for an editor on stdin/stdout.
 func serve(ctx context.Context, g *globals) (int, error) {
-	log, closer, err := newLogger(g)
+	log, closer, cfg, code, err := start(g)
 	if err != nil {
-		return 2, err
+		return code, err
 	}
 	defer closer.Close()
-	cfg, err := loadConfig(g)
-	if err != nil {
-		return 1, err
-	}
 	pg, lp, err := startPolicy(ctx, cfg, log, true)
 	if err != nil {
 		return 1, err

@@ -23,15 +23,11 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 	if fs.NArg() == 0 || (*yes && *no) {
 		return 2, errors.New(`usage: acp-router try [--config FILE] [--agent NAME] [--yes|--no] "PROMPT"`)
 	}
-	log, closer, err := newLogger(g)
+	log, closer, cfg, code, err := start(g)
 	if err != nil {
-		return 2, err
+		return code, err
 	}
 	defer closer.Close()
-	cfg, err := loadConfig(g)
-	if err != nil {
-		return 1, err
-	}
 	if *agent != "" {
 		if _, ok := cfg.Agent(*agent); !ok {
 			return 2, fmt.Errorf("no agent %q in %s", *agent, cfg.File)
