@@ -105,11 +105,14 @@ type Stream struct {
 	// lanes with messages queued, in the order the writer serves them:
 	// first the fresh ones (the first fresh of ring: they had nothing
 	// queued), in the order they came, then the others in turn.
-	shared   *lane
-	lanes    map[string]*lane
-	ring     []*lane
-	fresh    int
-	spare    *lane // a drained lane, for the next new one
+	shared *lane
+	lanes  map[string]*lane
+	ring   []*lane
+	fresh  int
+	spare  *lane // a drained lane, for the next new one
+	// aliases send one key's messages to another's lane (a subagent
+	// session's to its top-level session's: they must interleave as sent).
+	aliases  map[string]string
 	queued   int   // bytes in all lanes, "\n" included, until written
 	closing  bool  // no new writes; the writer drains and closes w
 	err      error // set once the write side failed
@@ -607,8 +610,29 @@ func (s *Stream) WriteRawLane(key string, msg []byte) error {
 	return nil
 }
 
+// AliasLane makes key's messages use the lane of to from now on ("" ends
+// the alias). Without lanes it does nothing.
+func (s *Stream) AliasLane(key, to string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lanes == nil || key == "" {
+		return
+	}
+	if to == "" || to == key {
+		delete(s.aliases, key)
+		return
+	}
+	if s.aliases == nil {
+		s.aliases = map[string]string{}
+	}
+	s.aliases[key] = to
+}
+
 // laneLocked returns the lane of session key, made if need be.
 func (s *Stream) laneLocked(key string) *lane {
+	if to, ok := s.aliases[key]; ok {
+		key = to
+	}
 	if s.lanes == nil || key == "" {
 		return s.shared
 	}
@@ -835,6 +859,9 @@ func (s *Stream) WaitRoom(key string) error {
 }
 
 func (s *Stream) laneBytesLocked(key string) int {
+	if to, ok := s.aliases[key]; ok {
+		key = to
+	}
 	if key == "" {
 		return s.shared.bytes
 	}

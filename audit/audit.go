@@ -94,17 +94,20 @@ type Record struct {
 	Time       time.Time `json:"time"`
 	DecisionID string    `json:"decisionId"`
 	Session    string    `json:"session,omitempty"`
-	Agent      string    `json:"agent,omitempty"`
-	Method     string    `json:"method"`
-	ToolCallID string    `json:"toolCallId,omitempty"`
-	Evidence   any       `json:"evidence"`
-	Decision   string    `json:"decision"`
-	Rule       *string   `json:"rule"` // null when no rule decided
-	Layer      string    `json:"layer,omitempty"`
-	Source     string    `json:"source"` // rule | default | grant | user | builtin
-	UserChoice string    `json:"userChoice,omitempty"`
-	PolicyHash string    `json:"policyHash"`
-	LatencyUs  int64     `json:"latencyUs"`
+	// ParentSession is the session a subagent session (Session) belongs
+	// to, up to its top-level session.
+	ParentSession string  `json:"parentSession,omitempty"`
+	Agent         string  `json:"agent,omitempty"`
+	Method        string  `json:"method"`
+	ToolCallID    string  `json:"toolCallId,omitempty"`
+	Evidence      any     `json:"evidence"`
+	Decision      string  `json:"decision"`
+	Rule          *string `json:"rule"` // null when no rule decided
+	Layer         string  `json:"layer,omitempty"`
+	Source        string  `json:"source"` // rule | default | grant | user | builtin
+	UserChoice    string  `json:"userChoice,omitempty"`
+	PolicyHash    string  `json:"policyHash"`
+	LatencyUs     int64   `json:"latencyUs"`
 }
 
 // Options configure a Log. The zero value is the defaults.

@@ -33,10 +33,13 @@ const (
 // Request is one agent request for the policy to decide.
 type Request struct {
 	SessionID string // the router session's id, for the audit log
-	Agent     string // the agent's name
-	Mode      string // the agent's current mode in the session
-	Method    string
-	Params    json.RawMessage // the agent's params (its own session id)
+	// ParentID is the top-level session of a subagent session (SessionID
+	// is the child's), for the audit log; "" for a top-level session.
+	ParentID string
+	Agent    string // the agent's name
+	Mode     string // the agent's current mode in the session
+	Method   string
+	Params   json.RawMessage // the agent's params (its own session id)
 }
 
 // Verdict is the decision on one request and what it is about. Effect is
@@ -51,6 +54,7 @@ type Verdict struct {
 
 	Method     string
 	SessionID  string
+	ParentID   string // the top-level session of a subagent session
 	Agent      string
 	ToolCallID string // the agent's tool call id (permission requests)
 
@@ -87,7 +91,7 @@ func (v *Verdict) AuditFailed() bool { return v.Rule == RuleAudit }
 // With no policy in force the verdict is ask (the editor decides).
 func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	start := time.Now()
-	v := &Verdict{Method: req.Method, SessionID: req.SessionID, Agent: req.Agent, sess: s}
+	v := &Verdict{Method: req.Method, SessionID: req.SessionID, ParentID: req.ParentID, Agent: req.Agent, sess: s}
 	var ref struct {
 		ToolCall struct {
 			ToolCallID string `json:"toolCallId"`
@@ -208,6 +212,23 @@ func (g *Guard) Denies(ctx context.Context, s *Session, agent, method string, p 
 	return d.Effect == policy.Deny
 }
 
+// RuleUnknownSession: a request naming a session the router does not
+// route (never created or announced for that agent), refused.
+const RuleUnknownSession = "acp-router:unknown-session"
+
+// RecordRefused audits a request the router refused before any decision:
+// it names session id the router does not route. Safe on a nil Guard.
+func (g *Guard) RecordRefused(agent, method, sessionID, reason string) {
+	pol := g.Policy()
+	if pol == nil {
+		return
+	}
+	rule := RuleUnknownSession
+	g.write(audit.Record{Time: time.Now(), Session: sessionID, Agent: agent, Method: method,
+		Evidence: []any{map[string]string{"refused": reason}}, Decision: policy.Deny.String(), Rule: &rule,
+		Layer: policy.LayerBuiltin, Source: string(policy.SourceBuiltin), PolicyHash: pol.Hash()})
+}
+
 // User choices on a permission request: the kind of the option the user
 // selected (schema PermissionOptionKind), or cancelled.
 const (
@@ -232,7 +253,7 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 		v.Source = "user"
 		allowed = choice == AllowOnce || choice == AllowAlways
 	}
-	rec := audit.Record{Time: time.Now(), Session: v.SessionID, Agent: v.Agent,
+	rec := audit.Record{Time: time.Now(), Session: v.SessionID, ParentSession: v.ParentID, Agent: v.Agent,
 		Method: v.Method, ToolCallID: v.ToolCallID, Evidence: auditEvidence(&v.dec), Decision: v.Effect.String(),
 		Layer: v.Layer, Source: v.Source, UserChoice: choice, PolicyHash: v.dec.PolicyHash,
 		LatencyUs: v.Latency.Microseconds()}

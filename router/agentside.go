@@ -98,8 +98,8 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	d := s.down[inst.Agent.Name()]
 	s.mu.Unlock()
 	if d != nil && d.inst == inst {
-		if s.seq.busy() {
-			s.seq.do(r, func() { r.relayUpdate(s, d, m, u) })
+		if s.order().busy() {
+			s.order().do(r, func() { r.relayUpdate(s, d, m, u) })
 		} else {
 			r.relayUpdate(s, d, m, u)
 		}
@@ -137,6 +137,8 @@ func (r *Router) parkingLocked(inst *upstream.Instance) *parking {
 type updateParams struct {
 	SessionID string       `json:"sessionId"`
 	Update    updateFields `json:"update"`
+	// raw is the update object as the agent sent it.
+	raw json.RawMessage
 }
 
 type updateFields struct {
@@ -151,6 +153,9 @@ type updateFields struct {
 	Meta              json.RawMessage   `json:"_meta"`
 	Content           json.RawMessage   `json:"content"`
 	Status            string            `json:"status"`
+	// Session ids inside a session_message (subagent.go).
+	Sender    *string `json:"senderSessionId"`
+	Recipient *string `json:"recipientSessionId"`
 	// What the permission policy reads of a tool call (DESIGN §6).
 	ToolKind  json.RawMessage `json:"kind"`
 	Locations json.RawMessage `json:"locations"`
@@ -167,7 +172,8 @@ func (up *updateFields) toolUpdate() *guard.ToolUpdate {
 var (
 	updateTop    = []string{"sessionId", "update"}
 	updateMember = []string{"sessionUpdate", "toolCallId", "messageId", "currentModeId", "status",
-		"title", "availableCommands", "cost", "configOptions", "_meta", "content", "kind", "locations", "rawInput"}
+		"title", "availableCommands", "cost", "configOptions", "_meta", "content", "kind", "locations", "rawInput",
+		"senderSessionId", "recipientSessionId"}
 )
 
 // decodeUpdate reads what the relay needs of a session/update the Stream
@@ -187,7 +193,8 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 	if top[1] == nil || string(top[1]) == "null" {
 		return u, nil
 	}
-	var f [14]json.RawMessage
+	u.raw = top[1]
+	var f [16]json.RawMessage
 	if err := acp.MembersOfValid(top[1], updateMember, f[:]); err != nil {
 		return nil, err
 	}
@@ -214,6 +221,14 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 		}
 	}
 	up.ConfigOptions, up.Meta, up.Content, up.ToolKind, up.Locations, up.RawInput = f[8], f[9], f[10], f[11], f[12], f[13]
+	for i, dst := range []**string{&up.Sender, &up.Recipient} {
+		if raw := f[14+i]; raw != nil && string(raw) != "null" {
+			*dst = new(string)
+			if err := rawString(raw, *dst); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return u, nil
 }
 
@@ -245,9 +260,37 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			r.toolDrops.add(retired, "session", s.ID, "agent", name)
 		}
 	}()
+	if up.Kind == "subagent_update" {
+		if d.replaying {
+			return // the editor has it from the router's own replay
+		}
+		// Learned before s.mu is taken: it registers the child with the
+		// router (r.mu).
+		child := r.learnChild(d.inst, s, d, u.raw)
+		if child == nil {
+			return
+		}
+		edits, _ := r.sessionIDEdits(d.inst, child, up)
+		s.mu.Lock()
+		s.writeLocked(s.agentLine(d, m, edits))
+		s.mu.Unlock()
+		return
+	}
+	var sessionEdits []idEdit
+	if up.Sender != nil || up.Recipient != nil {
+		var ok bool
+		if sessionEdits, ok = r.sessionIDEdits(d.inst, nil, up); !ok {
+			r.log.Warn("session_message naming a session the router does not know dropped", "session", s.ID, "agent", name, "kind", up.Kind)
+			return
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastUse = time.Now()
+	if s.parent != nil {
+		r.relayChildLocked(s, d, m, u, sessionEdits)
+		return
+	}
 	t := s.turn
 	if t != nil && t.synthetic && t.d == d {
 		r.log.Debug("update of a cancelled turn dropped", "session", s.ID)
@@ -342,7 +385,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		}
 	default: // message chunks, plans, kinds the router does not know
 		if content {
-			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
+			line = s.agentLine(d, m, append(s.idEdits(name, "", "", up.MessageID, up.Meta), sessionEdits...))
 		}
 	}
 	if line != nil && t != nil && t.d == d {
@@ -495,8 +538,8 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 		r.enforce(ctx, inst, req, p, reply)
 		return
 	}
-	if s := r.agentSession(inst, p); s != nil && s.seq.busy() {
-		s.seq.do(r, func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
+	if s := r.agentSession(inst, p); s != nil && s.order().busy() {
+		s.order().do(r, func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
 		return
 	}
 	r.relayRequest(ctx, inst, req, p, reply, nil)

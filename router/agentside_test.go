@@ -77,6 +77,7 @@ func TestDecodeUpdate(t *testing.T) {
 // normalize makes raw members comparable: compacted, and empty for null.
 func normalize(u *updateParams) updateParams {
 	out := *u
+	out.raw = nil // the struct decode has no raw update
 	for _, r := range []*json.RawMessage{&out.Update.ConfigOptions, &out.Update.Meta, &out.Update.Content, &out.Update.ToolKind, &out.Update.Locations, &out.Update.RawInput} {
 		if string(*r) == "null" {
 			*r = nil

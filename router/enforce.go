@@ -113,19 +113,31 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 	r.mu.Lock()
 	s := r.downs[downKey(inst, ref.SessionID)]
 	r.mu.Unlock()
+	agent := inst.Agent.Name()
 	if s == nil {
+		// A session the router never created or learned — such as a
+		// subagent never announced on a session of this agent instance —
+		// does not exist: relaying its request would bypass the policy.
+		r.log.Warn("request for an unknown session refused", "agent", agent, "method", req.Method, "session", ref.SessionID)
+		r.opts.Guard.RecordRefused(agent, req.Method, ref.SessionID, "unknown session")
 		reply(nil, errUnknownSession(ref.SessionID))
 		return
 	}
-	agent := inst.Agent.Name()
-	s.seq.async(r, func() {
-		s.mu.Lock()
+	s.order().async(r, func() {
+		// A subagent session is decided with its top-level session's
+		// context: the agent's mode there, its cwd, roots and grants.
+		root := s.root()
+		root.mu.Lock()
 		mode := ""
-		if d := s.down[agent]; d != nil {
+		if d := root.down[agent]; d != nil {
 			mode, _, _, _ = merge.CurrentMode(d.view)
 		}
-		s.mu.Unlock()
-		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, Agent: agent, Mode: mode, Method: req.Method, Params: p})
+		root.mu.Unlock()
+		parentID := ""
+		if root != s {
+			parentID = root.ID
+		}
+		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode, Method: req.Method, Params: p})
 		r.carryOut(ctx, s, inst, req, p, v, reply)
 	})
 }

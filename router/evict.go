@@ -49,7 +49,7 @@ func (s *Session) touch() {
 // idleLocked: nothing of s is under way in the session itself (the router's
 // tables are checked by evictSweep).
 func (s *Session) idleLocked() bool {
-	return s.turn == nil && len(s.queue) == 0 && len(s.opening) == 0 && !s.reviving && !s.closed && s.open && !s.seq.busy()
+	return s.turn == nil && len(s.queue) == 0 && len(s.opening) == 0 && !s.reviving && !s.closed && s.open && !s.order().busy()
 }
 
 // evictIdle evicts idle sessions until ctx ends.
@@ -144,6 +144,7 @@ func (r *Router) evict(s *Session, last, now time.Time) bool {
 	keys := s.downKeysLocked()
 	s.mu.Unlock()
 	r.unregister(s, keys)
+	r.forgetChildren(s)
 	r.opts.Store.Release(s.ID)
 	r.log.Info("idle session evicted from memory; it comes back on its next use", "session", s.ID, "idle", now.Sub(last).Round(time.Millisecond))
 	return true

@@ -109,8 +109,10 @@ func optionValues(options json.RawMessage) map[string]json.RawMessage {
 
 // recordLineLocked stores one update line the editor is sent.
 func (s *Session) recordLineLocked(line []byte) {
-	if st := s.r.opts.Store; st != nil && s.ID != "" {
-		st.Append(s.ID, line) // ErrDropped: the store notes the gap itself
+	// A subagent session's lines are its top-level session's history: a
+	// load of that session replays them, interleaved as they were sent.
+	if st, root := s.r.opts.Store, s.root(); st != nil && root.ID != "" {
+		st.Append(root.ID, line) // ErrDropped: the store notes the gap itself
 	}
 }
 

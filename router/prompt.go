@@ -313,8 +313,8 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 			res = m.Result
 		}
 		// After every update the agent sent before it (order.go).
-		if s.seq.busy() {
-			s.seq.do(r, func() { fw.end(res, err) })
+		if s.order().busy() {
+			s.order().do(r, func() { fw.end(res, err) })
 		} else {
 			fw.end(res, err)
 		}
@@ -441,8 +441,12 @@ func (s *Session) retireTurnIDsLocked() {
 func (r *Router) cancel(ctx context.Context, req *jsonrpc2.Request) {
 	s := r.sessionOf(params(req))
 	if s == nil {
+		if child := r.childOf(params(req)); child != nil {
+			r.cancelChild(ctx, child)
+		}
 		return
 	}
+	r.cancelChildren(ctx, s)
 	s.mu.Lock()
 	t := s.turn
 	d := s.down[s.active]

@@ -107,6 +107,12 @@ type Router struct {
 	// Drops counted and logged once (bounds.go).
 	closedDrops *drops // updates for closed or evicted sessions
 	toolDrops   *drops // tool call ids retired before their tool call finished
+	childDrops  *drops // subagent announcements past maxChildren
+
+	// children are the subagent sessions, by the id the editor knows
+	// (subagent.go); they are not in sessions: only session/cancel may
+	// name one.
+	children map[string]*Session
 
 	sweep chan struct{} // wakes the evictor early (evict.go); capacity 1
 
@@ -188,6 +194,8 @@ func New(cfg *config.Config, opts Options) *Router {
 	r.editorSet = sync.OnceFunc(func() { close(r.editorReady) })
 	r.closedDrops = newDrops(r.log, hclog.Debug, "updates for closed sessions dropped")
 	r.toolDrops = newDrops(r.log, hclog.Warn, "tool call ids retired before their tool call finished", "limit", maxToolIDs)
+	r.childDrops = newDrops(r.log, hclog.Warn, "subagent sessions past the bound dropped; their requests fail closed", "limit", maxChildren)
+	r.children = map[string]*Session{}
 	uopts := upstream.Options{
 		Logger:        opts.Logger.Named("agent"),
 		StateDir:      cfg.StateDir,
@@ -278,6 +286,7 @@ func (r *Router) shutdown() {
 	wg.Wait()
 	r.closedDrops.flush()
 	r.toolDrops.flush()
+	r.childDrops.flush()
 	r.editor.Close()
 	select {
 	case <-r.editor.Stream().Done():

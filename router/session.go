@@ -31,8 +31,19 @@ type Session struct {
 	newParams json.RawMessage
 
 	// seq keeps the order of what the session's agents send while a
-	// decision waits (order.go).
+	// decision waits (order.go); a subagent session uses its top-level
+	// session's (order()).
 	seq sequencer
+
+	// Subagent sessions (subagent.go): parent is the session that
+	// announced this one (nil for a top-level session); kids are the
+	// children it announced, children the count of all depths (on the
+	// top-level session); childCancel: the agent permits session/cancel
+	// on this child.
+	parent      *Session
+	kids        []*Session
+	children    int
+	childCancel bool
 
 	mu        sync.Mutex
 	active    string                   // the active agent's name
@@ -554,6 +565,7 @@ func (r *Router) forget(s *Session) {
 	keys := s.downKeysLocked()
 	s.mu.Unlock()
 	r.unregister(s, keys)
+	r.forgetChildren(s)
 	for _, t := range queued {
 		r.unhold(t.req)
 		r.replyTo(t.req)(cancelledResult, nil)

@@ -114,6 +114,7 @@ type fakeAgent struct {
 	nextID   int64 // own request ids start at 0, like real agents
 	pending  map[int64]chan wireMsg
 	sessions map[string]*fakeSession
+	children map[string]*fakeSession // subagent sessions a script ran commands as ("as")
 	nSess    int
 }
 
@@ -415,6 +416,7 @@ func (a *fakeAgent) handleNotification(m wireMsg) {
 		SessionID string `json:"sessionId"`
 	}
 	_ = json.Unmarshal(m.Params, &p)
+	a.logf("cancel %s", p.SessionID)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s := a.sessions[p.SessionID]; s != nil && s.turn != nil {
@@ -650,6 +652,7 @@ var fakeScriptExt = map[string]func(a *fakeAgent, s *fakeSession, rest string){}
 
 // runScript runs a prompt's script, one command per line:
 //
+//	as SID CMD...            run CMD under session id SID (a subagent session's)
 //	say TEXT                 agent_message_chunk
 //	whoami                   say the agent's name
 //	updates N SIZE           N chunks of exactly SIZE bytes, "#%06d " + padding
@@ -719,6 +722,21 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 		cmd, rest, _ := strings.Cut(line, " ")
 		args := strings.Fields(rest)
 		switch cmd {
+		case "as":
+			sid, sub, _ := strings.Cut(rest, " ")
+			a.mu.Lock()
+			child := a.children[sid]
+			if child == nil {
+				if a.children == nil {
+					a.children = map[string]*fakeSession{}
+				}
+				child = &fakeSession{id: sid, cwd: s.cwd}
+				a.children[sid] = child
+			}
+			a.mu.Unlock()
+			if _, rerr := a.runScript(child, tr, sub, paramsSize); rerr != nil {
+				return nil, rerr
+			}
 		case "say":
 			a.say(s.id, rest)
 		case "whoami":

@@ -43,6 +43,7 @@ func indent(s, prefix string) string {
 // auditRecord is what the tests read of an audit line.
 type auditRecord struct {
 	Session    string          `json:"session"`
+	Parent     string          `json:"parentSession"`
 	Agent      string          `json:"agent"`
 	Method     string          `json:"method"`
 	ToolCallID string          `json:"toolCallId"`
