@@ -151,6 +151,50 @@ func TestSubagentSessions(t *testing.T) {
 		}
 	})
 
+	t.Run("nested children and bad announcements", func(t *testing.T) {
+		// A grandchild announced on the child; an announcement naming the
+		// parent itself (a top-level session) is dropped; the grandchild's
+		// write is decided with the top-level session's context.
+		e.MustPrompt(t, sid, strings.Join([]string{
+			announce(sid),
+			"as child-1 " + announce("grandchild"),
+			"as grandchild say deep",
+			"as grandchild write " + cwd + "/secret.txt deeper",
+		}, "\n"), "end_turn")
+		var announced, deep []string
+		for _, m := range e.Rec.All() {
+			var p struct {
+				SessionID string `json:"sessionId"`
+				Update    struct {
+					Kind      string `json:"sessionUpdate"`
+					SessionID string `json:"sessionId"`
+					Content   struct {
+						Text string `json:"text"`
+					} `json:"content"`
+				} `json:"update"`
+			}
+			if m.Method != "session/update" || json.Unmarshal(m.Params, &p) != nil {
+				continue
+			}
+			if p.Update.Kind == "subagent_update" {
+				announced = append(announced, p.SessionID+">"+p.Update.SessionID)
+			}
+			if p.SessionID == "grandchild" {
+				deep = append(deep, p.Update.Content.Text)
+			}
+		}
+		if strings.Join(announced, " ") != sid+">"+childID+" "+childID+">grandchild" {
+			t.Errorf("announcements seen by the editor: %q", announced)
+		}
+		if strings.Join(deep, "|") != "deep|write error: -32603 acp-router: denied by no-secret" {
+			t.Errorf("the grandchild's messages: %q", deep)
+		}
+		recs := readAudit(t, auditFile)
+		if last := recs[len(recs)-1]; last.Session != "grandchild" || last.Parent != sid || last.rule() != "no-secret" {
+			t.Errorf("last audit record %+v; want the grandchild's write denied, naming the top-level session", last)
+		}
+	})
+
 	t.Run("two agents announce the same child id", func(t *testing.T) {
 		sid2 := e.NewSession(t, cwd)
 		e.MustPrompt(t, sid2, "/agent beta", "end_turn")
