@@ -11,29 +11,149 @@ import (
 	"github.com/acp-router/acp-router/acp"
 )
 
-// Capabilities merges the capabilities the router understands (DESIGN §7):
-// a prompt content type or MCP transport is advertised when any agent
-// supports it (the router adapts what it forwards to the others); the
-// session capabilities are the router's own (close, additionalDirectories);
-// logout is advertised when any agent supports it. Everything else an agent
-// advertises is not promised to the editor.
-func Capabilities(agents []acp.AgentCapabilities) acp.AgentCapabilities {
+// Capabilities is what the router advertises as its agentCapabilities,
+// decided capability by capability by capabilityTable: own says what the
+// router implements itself; agents are the capabilities of every agent
+// whose initialize answer is known, live or cached.
+func Capabilities(agents []acp.AgentCapabilities, own Own) acp.AgentCapabilities {
 	var out acp.AgentCapabilities
-	marker := acp.Marker("{}")
-	for _, c := range agents {
-		p := c.PromptCapabilities
-		out.PromptCapabilities.Image = out.PromptCapabilities.Image || p.Image
-		out.PromptCapabilities.Audio = out.PromptCapabilities.Audio || p.Audio
-		out.PromptCapabilities.EmbeddedContext = out.PromptCapabilities.EmbeddedContext || p.EmbeddedContext
-		out.MCPCapabilities.HTTP = out.MCPCapabilities.HTTP || c.MCPCapabilities.HTTP
-		out.MCPCapabilities.SSE = out.MCPCapabilities.SSE || c.MCPCapabilities.SSE
-		if acp.Supported(c.Auth.Logout) {
-			out.Auth.Logout = marker
+	for _, c := range capabilityTable {
+		if c.advertised(agents, own) {
+			c.set(&out)
 		}
 	}
-	out.SessionCapabilities.Close = marker
-	out.SessionCapabilities.AdditionalDirectories = marker
 	return out
+}
+
+// Own is what the router implements itself, whichever agent serves a
+// session.
+type Own struct {
+	// Store: the router keeps sessions (history.go) and answers
+	// session/load, list, resume and delete for every agent.
+	Store bool
+}
+
+// capRule says when the router advertises a capability. The rule for
+// every one (issue 13): advertise it only where the router keeps it true
+// for every agent a session may be switched to: because the router
+// implements it itself, or adapts what it forwards to an agent without
+// it. Everything else is masked, so an editor never relies on a promise
+// the next agent would break.
+type capRule int
+
+const (
+	// masked: never advertised, whatever the agents say.
+	masked capRule = iota
+	// adapted: advertised when some agent has it; the router adapts
+	// what it forwards to an agent without it (adapt.go).
+	adapted
+	// routerOwn: always advertised; the router implements it for every
+	// agent.
+	routerOwn
+	// storeOwn: advertised when the router keeps sessions (Own.Store).
+	storeOwn
+)
+
+// capability is one row of capabilityTable.
+type capability struct {
+	path string // in the initialize result, dotted
+	rule capRule
+	why  string
+	// has reports whether an agent has it (adapted rows).
+	has func(*acp.AgentCapabilities) bool
+	// set writes it into what the router advertises (rows not masked).
+	set func(*acp.AgentCapabilities)
+}
+
+func (c capability) advertised(agents []acp.AgentCapabilities, own Own) bool {
+	switch c.rule {
+	case adapted:
+		for i := range agents {
+			if c.has(&agents[i]) {
+				return true
+			}
+		}
+	case routerOwn:
+		return true
+	case storeOwn:
+		return own.Store
+	}
+	return false
+}
+
+var marker = acp.Marker("{}")
+
+// capabilityTable decides every capability an agent may advertise in its
+// initialize answer: the schema's (stable and unstable, as of
+// @agentclientprotocol/sdk 2.4.0: testdata/agent-capabilities.schema.json)
+// and the extensions the recorded agents send (claude-agent-acp 0.100.0,
+// codex-acp, opencode: testdata/real-agents). A path covers what is below
+// it. Tests check that every one of those has a row, and that Capabilities
+// advertises exactly the rows it should. When a masked capability gets
+// implemented, its row becomes routerOwn, or adapted with the adaptation.
+var capabilityTable = []capability{
+	{path: "agentCapabilities.loadSession", rule: storeOwn,
+		why: "the router replays its own copy of the thread, then re-attaches each agent by its load, resume, or a new session and a brief (history.go); without the store one agent's load would not survive a switch",
+		set: func(o *acp.AgentCapabilities) { o.LoadSession = true }},
+	{path: "agentCapabilities.sessionCapabilities.list", rule: storeOwn,
+		why: "the router lists the sessions it keeps, of every agent",
+		set: func(o *acp.AgentCapabilities) { o.SessionCapabilities.List = marker }},
+	{path: "agentCapabilities.sessionCapabilities.resume", rule: storeOwn,
+		why: "as loadSession, without the replay",
+		set: func(o *acp.AgentCapabilities) { o.SessionCapabilities.Resume = marker }},
+	{path: "agentCapabilities.sessionCapabilities.delete", rule: storeOwn,
+		why: "the router deletes its record, and each agent's session where the agent supports it",
+		set: func(o *acp.AgentCapabilities) { o.SessionCapabilities.Delete = marker }},
+	{path: "agentCapabilities.sessionCapabilities.close", rule: routerOwn,
+		why: "the router ends its session itself and closes the agents' sessions where they support it",
+		set: func(o *acp.AgentCapabilities) { o.SessionCapabilities.Close = marker }},
+	{path: "agentCapabilities.sessionCapabilities.additionalDirectories", rule: routerOwn,
+		why: "the router keeps them as the session's roots for the policy and passes them to the agents that take them (adaptNewSession warns for the others); Zed drops extra worktree roots without it",
+		set: func(o *acp.AgentCapabilities) { o.SessionCapabilities.AdditionalDirectories = marker }},
+	{path: "agentCapabilities.sessionCapabilities.fork", rule: masked,
+		why: "the router refuses session/fork: a fork of a thread several agents served has no single agent session to fork"},
+	{path: "agentCapabilities.sessionCapabilities.systemPrompt", rule: masked,
+		why: "not adapted yet: after a switch or a restart the next agent would get a systemPrompt it may not take (notes/acp-currency.md row 6; the protocol issue)"},
+	{path: "agentCapabilities.sessionCapabilities.title", rule: masked,
+		why: "session/set_title would reach only the active agent, and the router's own title (and store) would not follow it (acp-currency row 7)"},
+	{path: "agentCapabilities.sessionCapabilities.status", rule: masked,
+		why: "session/status is not answered for the sessions only the router's store has (acp-currency row 8)"},
+	{path: "agentCapabilities.sessionCapabilities.archive", rule: masked,
+		why: "the router neither closes an archived session nor honours archived in its session/list (acp-currency row 9)"},
+	{path: "agentCapabilities.promptCapabilities.image", rule: adapted,
+		why: "adaptPrompt turns an image into a text marker for an agent without it",
+		has: func(c *acp.AgentCapabilities) bool { return c.PromptCapabilities.Image },
+		set: func(o *acp.AgentCapabilities) { o.PromptCapabilities.Image = true }},
+	{path: "agentCapabilities.promptCapabilities.audio", rule: adapted,
+		why: "adaptPrompt turns audio into a text marker for an agent without it",
+		has: func(c *acp.AgentCapabilities) bool { return c.PromptCapabilities.Audio },
+		set: func(o *acp.AgentCapabilities) { o.PromptCapabilities.Audio = true }},
+	{path: "agentCapabilities.promptCapabilities.embeddedContext", rule: adapted,
+		why: "adaptPrompt turns an embedded resource into its text for an agent without it",
+		has: func(c *acp.AgentCapabilities) bool { return c.PromptCapabilities.EmbeddedContext },
+		set: func(o *acp.AgentCapabilities) { o.PromptCapabilities.EmbeddedContext = true }},
+	{path: "agentCapabilities.mcpCapabilities.http", rule: adapted,
+		why: "adaptNewSession leaves an HTTP MCP server out, with a warning, for an agent without the transport",
+		has: func(c *acp.AgentCapabilities) bool { return c.MCPCapabilities.HTTP },
+		set: func(o *acp.AgentCapabilities) { o.MCPCapabilities.HTTP = true }},
+	{path: "agentCapabilities.mcpCapabilities.sse", rule: adapted,
+		why: "as http",
+		has: func(c *acp.AgentCapabilities) bool { return c.MCPCapabilities.SSE },
+		set: func(o *acp.AgentCapabilities) { o.MCPCapabilities.SSE = true }},
+	{path: "agentCapabilities.mcpCapabilities.acp", rule: masked,
+		why: "MCP over ACP (mcp/message) would need routing by serverId to the agent of the session that declared the server (acp-currency row 12)"},
+	{path: "agentCapabilities.auth.logout", rule: adapted,
+		why: "the router's logout goes to every running agent that supports it; the others have nothing to log out of",
+		has: func(c *acp.AgentCapabilities) bool { return acp.Supported(c.Auth.Logout) },
+		set: func(o *acp.AgentCapabilities) { o.Auth.Logout = marker }},
+	{path: "agentCapabilities.auth.status", rule: masked,
+		why: "auth/status would reach one agent; the router does not merge the agents' states. Their auth/status_update notifications are forwarded attributed to the agent (_meta.acp-router.agent)"},
+	{path: "agentCapabilities.providers", rule: masked,
+		why: "providers/* name no session: they would configure the routing default agent only, not the agent a session is switched to"},
+	{path: "agentCapabilities._meta", rule: masked,
+		why: "extensions are each agent's promise, not the router's: claudeCode.promptQueueing (the router queues a session's prompts itself), authStatus (_auth/status_update is forwarded attributed to its agent). The _meta of every group above is dropped likewise"},
+	{path: "_meta", rule: masked,
+		why: "the initialize result's own extensions, such as Claude's steering (input sent to the agent while its turn runs): not kept true, since the router runs a session's prompts one at a time and the next agent may not steer"},
 }
 
 // AgentAuth is one agent's advertised auth methods, as sent.

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
@@ -76,7 +77,7 @@ func TestCapabilitiesFromRealAgents(t *testing.T) {
 			for _, a := range tt.agents {
 				caps = append(caps, a.AgentCapabilities)
 			}
-			got, err := json.Marshal(Capabilities(caps))
+			got, err := json.Marshal(Capabilities(caps, Own{}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,13 +87,211 @@ func TestCapabilitiesFromRealAgents(t *testing.T) {
 }
 
 func TestCapabilitiesNeverPromisesLoadOrList(t *testing.T) {
-	// claude advertises loadSession, list, resume, fork: the router cannot
-	// honour them across agents yet, so they must not reach the editor.
+	// claude advertises loadSession, list, resume, fork: without its store
+	// the router cannot honour them across agents, so they must not reach
+	// the editor; with it, the router honours them for every agent.
 	claude := fixtureInit(t, "agentclientprotocol-claude-agent-acp-0.100.0.jsonl")
-	got := Capabilities([]acp.AgentCapabilities{claude.AgentCapabilities})
+	got := Capabilities([]acp.AgentCapabilities{claude.AgentCapabilities}, Own{})
 	if got.LoadSession || got.SessionCapabilities.List != nil || got.SessionCapabilities.Resume != nil || got.SessionCapabilities.Delete != nil {
 		t.Fatalf("router advertises session capabilities it does not honour: %+v", got)
 	}
+	got = Capabilities(nil, Own{Store: true})
+	if !got.LoadSession || got.SessionCapabilities.List == nil || got.SessionCapabilities.Resume == nil || got.SessionCapabilities.Delete == nil {
+		t.Fatalf("with its store the router honours load, list, resume and delete for every agent: %+v", got)
+	}
+}
+
+// TestCapabilitiesNewestAgents pins what the router advertises in front of
+// the newest agents (claude-agent-acp 0.100.0 as recorded: systemPrompt,
+// providers, delete, additionalDirectories, auth.logout, _meta.authStatus
+// and steering; codex-acp: mcpCapabilities.acp, auth.logout): only what it
+// keeps true whichever of them serves the session (capabilityTable).
+func TestCapabilitiesNewestAgents(t *testing.T) {
+	claude := fixtureInit(t, "agentclientprotocol-claude-agent-acp-0.100.0.jsonl")
+	codex := fixtureInit(t, "codex-acp-0.16.0-mock.jsonl")
+	caps := []acp.AgentCapabilities{claude.AgentCapabilities, codex.AgentCapabilities}
+	got, err := json.Marshal(Capabilities(caps, Own{Store: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertJSONEqual(t, got, []byte(`{"loadSession":true,
+		"promptCapabilities":{"image":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},
+		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{}},
+		"auth":{"logout":{}}}`))
+}
+
+// capabilitySchema is merge/testdata/agent-capabilities.schema.json: the
+// capability names of the ACP schema, by group.
+type capabilitySchema map[string][]string
+
+func loadCapabilitySchema(t *testing.T) map[string]capabilitySchema {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "agent-capabilities.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Stable   capabilitySchema `json:"stable"`
+		Unstable capabilitySchema `json:"unstable"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]capabilitySchema{"stable": f.Stable, "unstable": f.Unstable}
+}
+
+// tableRow returns the row of capabilityTable that decides path: the row
+// of the path or of one above it. The _meta of a group is decided by the
+// row of agentCapabilities._meta (see its why).
+func tableRow(path string) (capability, bool) {
+	if strings.HasPrefix(path, "agentCapabilities.") && strings.HasSuffix(path, "._meta") {
+		path = "agentCapabilities._meta"
+	}
+	for _, c := range capabilityTable {
+		if path == c.path || strings.HasPrefix(path, c.path+".") {
+			return c, true
+		}
+	}
+	return capability{}, false
+}
+
+// TestCapabilityTableCoversSchema: every capability the schema defines, and
+// every one a recorded agent advertises, has a row saying whether the
+// router advertises it and why.
+func TestCapabilityTableCoversSchema(t *testing.T) {
+	groups := []string{"promptCapabilities", "mcpCapabilities", "sessionCapabilities", "auth"}
+	for version, schema := range loadCapabilitySchema(t) {
+		if len(schema["agentCapabilities"]) == 0 {
+			t.Fatalf("%s: no capabilities read", version)
+		}
+		for _, name := range schema["agentCapabilities"] {
+			if slices.Contains(groups, name) {
+				continue
+			}
+			if _, ok := tableRow("agentCapabilities." + name); !ok {
+				t.Errorf("%s schema: agentCapabilities.%s has no row in capabilityTable", version, name)
+			}
+		}
+		for _, g := range groups {
+			for _, name := range schema[g] {
+				if _, ok := tableRow("agentCapabilities." + g + "." + name); !ok {
+					t.Errorf("%s schema: agentCapabilities.%s.%s has no row in capabilityTable", version, g, name)
+				}
+			}
+		}
+	}
+
+	entries, err := os.ReadDir(filepath.Join("..", "testdata", "real-agents"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		for _, res := range fixtureResults(t, e.Name()) {
+			var init struct {
+				ProtocolVersion int                        `json:"protocolVersion"`
+				Caps            map[string]json.RawMessage `json:"agentCapabilities"`
+				Meta            map[string]json.RawMessage `json:"_meta"`
+			}
+			if json.Unmarshal(res, &init) != nil || init.ProtocolVersion == 0 || init.Caps == nil {
+				continue
+			}
+			var paths []string
+			for k, v := range init.Caps {
+				var sub map[string]json.RawMessage
+				if slices.Contains(groups, k) && json.Unmarshal(v, &sub) == nil {
+					for kk := range sub {
+						paths = append(paths, "agentCapabilities."+k+"."+kk)
+					}
+					continue
+				}
+				paths = append(paths, "agentCapabilities."+k)
+			}
+			for k := range init.Meta {
+				paths = append(paths, "_meta."+k)
+			}
+			for _, p := range paths {
+				if _, ok := tableRow(p); !ok {
+					t.Errorf("%s advertises %s, which has no row in capabilityTable", e.Name(), p)
+				}
+			}
+		}
+	}
+}
+
+// TestCapabilityTable checks each row against what Capabilities does: a
+// masked capability is never advertised, even when every agent has it; one
+// the router implements always is; an adapted one is when some agent has
+// it; a store one is with the store. Each row says why.
+func TestCapabilityTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range capabilityTable {
+		t.Run(c.path, func(t *testing.T) {
+			if c.why == "" {
+				t.Error("the row does not say why")
+			}
+			if seen[c.path] {
+				t.Error("two rows for one path")
+			}
+			seen[c.path] = true
+			if c.rule != masked && c.set == nil || c.rule == adapted && c.has == nil {
+				t.Fatal("the row cannot be applied")
+			}
+			path := strings.Split(c.path, ".")
+			if path[0] != "agentCapabilities" {
+				if c.rule != masked {
+					t.Errorf("only agentCapabilities are merged; %s can only be masked", c.path)
+				}
+				return
+			}
+			var every acp.AgentCapabilities
+			for _, r := range capabilityTable {
+				if r.set != nil {
+					r.set(&every)
+				}
+			}
+			advertised := func(agents []acp.AgentCapabilities, own Own) bool {
+				out, err := json.Marshal(Capabilities(agents, own))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return jsonAt(out, path[1:]) != nil
+			}
+			all, none := []acp.AgentCapabilities{every, every}, []acp.AgentCapabilities{{}, {}}
+			want := map[capRule][4]bool{ // all agents; some agent; no agent; no agent, with the store
+				masked:    {false, false, false, false},
+				adapted:   {true, true, false, false},
+				routerOwn: {true, true, true, true},
+				storeOwn:  {false, false, false, true},
+			}[c.rule]
+			got := [4]bool{
+				advertised(all, Own{}),
+				advertised([]acp.AgentCapabilities{{}, every}, Own{}),
+				advertised(none, Own{}),
+				advertised(none, Own{Store: true}),
+			}
+			if got != want {
+				t.Errorf("advertised with all agents / some agent / none / none and the store: %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// jsonAt is the value at path in a JSON object, nil if absent, false or
+// null.
+func jsonAt(raw []byte, path []string) json.RawMessage {
+	for _, k := range path {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) != nil {
+			return nil
+		}
+		if raw = m[k]; raw == nil {
+			return nil
+		}
+	}
+	if s := string(raw); s == "false" || s == "null" {
+		return nil
+	}
+	return raw
 }
 
 func TestAuthMethodsFromRealAgents(t *testing.T) {

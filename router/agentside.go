@@ -146,6 +146,7 @@ type updateFields struct {
 	ToolCallID        string            `json:"toolCallId"`
 	MessageID         string            `json:"messageId"`
 	Title             *string           `json:"title"`
+	HasTitle          bool              `json:"-"` // a title member, null included
 	AvailableCommands []json.RawMessage `json:"availableCommands"`
 	ConfigOptions     json.RawMessage   `json:"configOptions"`
 	CurrentModeID     string            `json:"currentModeId"`
@@ -204,6 +205,7 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 			return nil, err
 		}
 	}
+	up.HasTitle = f[5] != nil
 	if f[5] != nil && string(f[5]) != "null" {
 		up.Title = new(string)
 		if err := rawString(f[5], up.Title); err != nil {
@@ -249,8 +251,9 @@ func rawString(raw json.RawMessage, out *string) error {
 // downstream session d: content (chunks, tool calls, plans) of the turn d
 // runs, or of the active agent out of turn, is forwarded; commands, options
 // and modes of the active agent are merged with the router's and re-sent,
-// those of other agents only remembered; usage is merged; the session keeps
-// the first title; a tool call update is forwarded only after its tool call.
+// those of other agents only remembered; usage is merged; the title is the
+// router's (sessionInfoLocked); a tool call update is forwarded only after
+// its tool call.
 func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updateParams) {
 	up := &u.Update
 	name := d.agent.Name()
@@ -342,11 +345,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			line = s.usageLineLocked(m.Params)
 		}
 	case "session_info_update":
-		if up.Title != nil && *up.Title != "" && s.title == "" {
-			s.title = *up.Title
-			line = s.agentLine(d, m, nil)
-			r.recordMetaLocked(s)
-		}
+		line = r.sessionInfoLocked(s, d, m, up, active, content)
 	case "tool_call", "tool_call_update":
 		// A tool call is forwarded only with its turn's content; an update
 		// only for a tool call the editor has seen (Zed draws a red "Tool
@@ -392,6 +391,36 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		t.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
 	}
 	s.writeLocked(line)
+}
+
+// sessionInfoLocked applies a session_info_update of d to the router's
+// title and returns what the editor gets of it (nil: nothing). The title is
+// the router's (DESIGN §5): the first one any agent sends, then each one
+// the active agent sends, in its turns or out of them (null or "" clears
+// it); a title from another agent, such as a one-turn command's, does not
+// rename the thread, and what came with it is dropped. An update without a
+// title (Codex sends one with only _meta per state change; updatedAt) is
+// forwarded as it is, ids translated, when it is the turn's agent's or the
+// active agent's (issue 13, part 4).
+func (r *Router) sessionInfoLocked(s *Session, d *downstream, m *acp.Message, up *updateFields, active, content bool) []byte {
+	if !up.HasTitle {
+		if content || active {
+			return s.agentLine(d, m, nil)
+		}
+		return nil
+	}
+	title := ""
+	if up.Title != nil {
+		title = *up.Title
+	}
+	if !active && (title == "" || s.title != "") {
+		return nil
+	}
+	if title != s.title {
+		s.title = title
+		r.recordMetaLocked(s)
+	}
+	return s.agentLine(d, m, nil)
 }
 
 // idEdit replaces the id at path (inside params) on the way to the editor.
@@ -850,16 +879,53 @@ func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance,
 		}
 		p, _ = acp.SetField(p, "elicitationId", id)
 	} else {
-		_, translated, err := r.toEditorSession(inst, req.Method, p)
+		sid, translated, err := r.toEditorSession(inst, req.Method, p)
 		if err != nil {
 			r.log.Debug("notification for an unknown session dropped", "agent", inst.Agent.Name(), "method", req.Method)
 			return
 		}
 		p = translated
+		if sid == "" {
+			// It names no session of the router's (Claude's
+			// _auth/status_update, auth/status_update, an
+			// extension's): on the editor's one connection it would
+			// pass for the router's, or any agent's. It says whose it
+			// is (issue 13, part 4).
+			if p, err = attribute(p, inst.Agent.Name()); err != nil {
+				r.log.Warn("notification dropped: its params cannot say which agent sent it", "agent", inst.Agent.Name(), "method", req.Method, "error", err)
+				return
+			}
+		}
 	}
 	if err := r.editor.Notify(ctx, req.Method, paramsAny(p)); err != nil {
 		r.log.Debug("cannot forward notification", "method", req.Method, "error", err)
 	}
+}
+
+// metaKey is the router's key in the _meta of what it forwards:
+// {"acp-router": {"agent": NAME}} names the agent a notification that
+// belongs to no session came from.
+const metaKey = "acp-router"
+
+// attribute returns notification params p with _meta[metaKey].agent set to
+// agent, replacing whatever the agent put there (an agent cannot pass for
+// another). Params that are not an object (or absent) cannot carry it.
+func attribute(p json.RawMessage, agent string) (json.RawMessage, error) {
+	tag := map[string]map[string]string{metaKey: {"agent": agent}}
+	if len(p) == 0 || string(p) == "null" {
+		return mustJSON(map[string]any{"_meta": tag}), nil
+	}
+	var top [1]json.RawMessage
+	if err := acp.Members(p, []string{"_meta"}, top[:]); err != nil {
+		return nil, err
+	}
+	meta := json.RawMessage(mustJSON(tag))
+	if top[0] != nil && string(top[0]) != "null" {
+		if m, err := acp.SetField(top[0], metaKey, tag[metaKey]); err == nil {
+			meta = m
+		}
+	}
+	return acp.SetField(p, "_meta", meta)
 }
 
 // agentCancelRequest forwards an agent's $/cancel_request for one of its

@@ -55,6 +55,9 @@ func TestDecodeUpdate(t *testing.T) {
 		if err := json.Unmarshal(m.Params, want); err != nil {
 			t.Fatalf("struct decode of %s: %v", line, err)
 		}
+		var members struct{ Update map[string]json.RawMessage }
+		json.Unmarshal(m.Params, &members)
+		_, want.Update.HasTitle = members.Update["title"]
 		got, err := decodeUpdate(m)
 		if err != nil {
 			t.Fatalf("decodeUpdate(%s): %v", line, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 
@@ -36,10 +37,21 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: initialize needs params with protocolVersion", nil)
 	}
 	// Agents speak v1 with the editor's own capabilities and clientInfo, so
-	// they only ever use what the editor has (notes/acp-protocol.md §14).
+	// they only ever use what the editor has (notes/acp-protocol.md §14),
+	// less what the router does not route (routedClientCaps).
 	agentParams, err := acp.SetField(p, "protocolVersion", acp.ProtocolVersion)
 	if err != nil {
 		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: malformed initialize params", nil)
+	}
+	var raw struct {
+		ClientCapabilities json.RawMessage `json:"clientCapabilities"`
+	}
+	json.Unmarshal(p, &raw)
+	if caps, masked := routedCaps(raw.ClientCapabilities); masked != nil {
+		r.log.Info("client capabilities not passed to agents: the router does not route their traffic", "capabilities", masked)
+		if agentParams, err = acp.SetField(agentParams, "clientCapabilities", caps); err != nil {
+			return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: malformed initialize params", nil)
+		}
 	}
 	r.mu.Lock()
 	r.initParams, r.clientCaps = agentParams, in.ClientCapabilities
@@ -64,20 +76,119 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 	if methods == nil {
 		methods = []json.RawMessage{}
 	}
-	advertised := merge.Capabilities(caps)
-	if r.opts.Store != nil { // history.go honours these for every agent
-		marker := acp.Marker("{}")
-		advertised.LoadSession = true
-		advertised.SessionCapabilities.List = marker
-		advertised.SessionCapabilities.Resume = marker
-		advertised.SessionCapabilities.Delete = marker
-	}
+	advertised := merge.Capabilities(caps, merge.Own{Store: r.opts.Store != nil})
 	return json.Marshal(map[string]any{
 		"protocolVersion":   acp.ProtocolVersion,
 		"agentCapabilities": advertised,
 		"authMethods":       methods,
 		"agentInfo":         acp.Implementation{Name: "acp-router", Title: "ACP Router", Version: r.opts.Version},
 	})
+}
+
+// routedClientCaps lists, by path in clientCapabilities, the editor's
+// capabilities the agents are told about. The rule (issue 13): never pass a
+// client capability whose traffic the router does not route. An agent that
+// believes the editor can do something the router then refuses or garbles
+// fails in the middle of a turn; told nothing, it does without. What is not
+// listed is not passed, so a capability the schema adds reaches the agents
+// only once someone has checked that the router routes it. The false
+// entries say why a capability is held back: flip one when its routing
+// lands.
+var routedClientCaps = map[string]bool{
+	// fs/read_text_file and fs/write_text_file: checked against the
+	// editor's capabilities and the policy, relayed with ids translated
+	// (agentside.go, enforce.go).
+	"fs": true,
+	// terminal/*: relayed; each terminal is usable only by the agent that
+	// created it.
+	"terminal": true,
+	// elicitation/create and elicitation/complete: relayed, request and
+	// elicitation ids translated.
+	"elicitation": true,
+	// auth.terminal: the agents' terminal sign-in methods re-launch the
+	// router as `acp-router login AGENT` (merge.AuthMethods).
+	"auth": true,
+	// The router builds the option list itself, and shows boolean options
+	// only to editors with session.configOptions.boolean.
+	"session.configOptions": true,
+	// notice updates: forwarded, live only (notes/acp-currency.md row 2).
+	"session.notices": true,
+	// compaction_update and compaction_summary_chunk: forwarded with the
+	// turn's content (row 3).
+	"session.compaction": true,
+	// The editor's session extensions: see _meta.
+	"session._meta": true,
+	// The editor's extensions (Zed: terminal_output, terminal-auth): the
+	// router forwards extension methods and the _meta it does not know.
+	"_meta": true,
+	// plan_update and plan_removed (row 4) would be forwarded, but their
+	// planIds are not kept apart across agents and a switch clears only
+	// the legacy plan (DESIGN §5): the old agent's plan would stay on
+	// screen. Without it agents send the legacy plan, which the router
+	// keeps coherent.
+	"plan": false,
+	// Subagent sessions (issue 13, part 2): the router does not route child
+	// sessions yet (their updates are never delivered, their requests are
+	// refused). Without it agents do subagent work in the parent session.
+	// Set it to true when child routing lands.
+	"subagents": false,
+}
+
+// routedCaps returns the editor's clientCapabilities as agents get them
+// (routedClientCaps) and the paths held back, sorted; nil when nothing is
+// held back. A capability set to null is not advertised anyway and is not
+// reported.
+func routedCaps(raw json.RawMessage) (json.RawMessage, []string) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	out, masked, ok := filterCaps(raw, "")
+	if !ok {
+		return json.RawMessage("{}"), []string{"clientCapabilities (not an object)"}
+	}
+	if masked == nil {
+		return nil, nil
+	}
+	slices.Sort(masked)
+	return mustJSON(out), masked
+}
+
+func filterCaps(raw json.RawMessage, prefix string) (map[string]json.RawMessage, []string, bool) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil || fields == nil {
+		return nil, nil, false
+	}
+	out := make(map[string]json.RawMessage, len(fields))
+	var masked []string
+	for k, v := range fields {
+		path := prefix + k
+		switch {
+		case string(v) == "null":
+			out[k] = v
+		case routedClientCaps[path]:
+			out[k] = v
+		case routedBelow(path):
+			sub, m, ok := filterCaps(v, path+".")
+			if !ok {
+				masked = append(masked, path)
+				continue
+			}
+			out[k], masked = mustJSON(sub), append(masked, m...)
+		default:
+			masked = append(masked, path)
+		}
+	}
+	return out, masked, true
+}
+
+// routedBelow: some capability under path is routed.
+func routedBelow(path string) bool {
+	for p, ok := range routedClientCaps {
+		if ok && strings.HasPrefix(p, path+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // agentInits collects each agent's initialize result, live or cached, in

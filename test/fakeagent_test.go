@@ -109,6 +109,7 @@ type fakeAgent struct {
 	logF  *os.File
 
 	initialized atomic.Bool
+	initParams  atomic.Value // json.RawMessage: the last initialize params, for script commands
 
 	mu       sync.Mutex
 	nextID   int64 // own request ids start at 0, like real agents
@@ -427,6 +428,7 @@ func (a *fakeAgent) handleNotification(m wireMsg) {
 func (a *fakeAgent) handleRequest(m wireMsg) {
 	switch m.Method {
 	case "initialize":
+		a.initParams.Store(m.Params)
 		go func() {
 			if d, err := time.ParseDuration(a.opts.InitDelay); err == nil {
 				time.Sleep(d)
