@@ -127,11 +127,10 @@ var routedClientCaps = map[string]bool{
 	// screen. Without it agents send the legacy plan, which the router
 	// keeps coherent.
 	"plan": false,
-	// Subagent sessions (issue 13, part 2): the router does not route child
-	// sessions yet (their updates are never delivered, their requests are
-	// refused). Without it agents do subagent work in the parent session.
-	// Set it to true when child routing lands.
-	"subagents": false,
+	// Subagent sessions: routed (subagent.go): children announced on a
+	// routed session are translated, ordered with their parent, and their
+	// requests decided with the parent's policy state.
+	"subagents": true,
 }
 
 // routedCaps returns the editor's clientCapabilities as agents get them

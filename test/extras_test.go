@@ -156,7 +156,7 @@ func TestSessionInfoUpdates(t *testing.T) {
 // not systemPrompt, title, fork, providers, auth.status, MCP over ACP, nor
 // the agents' _meta (steering, promptQueueing, authStatus). The other way,
 // the agents get the editor's capabilities less those whose traffic the
-// router does not route: subagents and plan.
+// router does not route: plan (subagents are routed, so they pass).
 func TestNewestAgentCapabilities(t *testing.T) {
 	t.Parallel()
 	everything := `{"protocolVersion":1,"agentCapabilities":{"loadSession":true,
@@ -199,7 +199,7 @@ func TestNewestAgentCapabilities(t *testing.T) {
 
 	wantCaps := `{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true,"auth":{"terminal":true},
 		"session":{"configOptions":{"boolean":{}},"notices":{}},"elicitation":{"form":{},"url":{}},
-		"_meta":{"terminal_output":true,"terminal-auth":true}}`
+		"_meta":{"terminal_output":true,"terminal-auth":true},"subagents":{}}`
 	texts := e.Texts(sid)
 	var inits []string
 	for _, text := range texts {
