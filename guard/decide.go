@@ -110,7 +110,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		s = &Session{}
 	}
 	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS),
-		Session: policy.Session{Agent: req.Agent, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
+		Session: policy.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
 	s.mu.Lock()
 	if ts := s.tools[toolKey(req.Agent, v.ToolCallID)]; req.Method == acp.MethodRequestPermission && ts != nil {
@@ -208,7 +208,7 @@ func (g *Guard) Denies(ctx context.Context, s *Session, agent, method string, p 
 		return false
 	}
 	d := g.decideBounded(ctx, pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS),
-		Session: policy.Session{Agent: agent, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home}})
+		Session: policy.Session{Agent: agent, AgentInfo: g.agentID(agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home}})
 	return d.Effect == policy.Deny
 }
 

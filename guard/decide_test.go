@@ -78,7 +78,11 @@ func TestDecide(t *testing.T) {
 			want:   outcome{Ask, "default", "", "user"}},
 		// deny_modes: nothing is allowed without asking; deny rules still deny.
 		{name: "a denied mode: an allow is asked about", mode: "yolo", method: acp.MethodReadTextFile, params: readParams(testCwd + "/README.md"),
-			want: outcome{Ask, "builtin", policy.RuleDeniedMode, "builtin"}},
+			want: outcome{Ask, "builtin", policy.RuleDeniedMode, "user"}},
+		{name: "a mode that approves by itself: an allow is asked about", mode: "auto", method: acp.MethodReadTextFile, params: readParams(testCwd + "/README.md"),
+			want: outcome{Ask, "builtin", policy.RuleSelfApprovingMode, "builtin"}},
+		{name: "a mode that asks: allowed", mode: "default", method: acp.MethodReadTextFile, params: readParams(testCwd + "/README.md"),
+			want: outcome{Allow, "rule", "reads-in-project", "user"}},
 		{name: "a denied mode: a deny stays", mode: "yolo", method: acp.MethodReadTextFile, params: readParams(testCwd + "/.env"),
 			want: outcome{Deny, "rule", "no-secrets", "user"}},
 	}

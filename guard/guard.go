@@ -65,6 +65,12 @@ type Guard struct {
 	// starts and when writing works again, not at every decision.
 	auditDown bool
 
+	agentsMu sync.Mutex
+	// infos are the names agents give themselves (SetAgentInfo), by the
+	// config's name for them; reported the agent/info pairs logged.
+	infos    map[string]string
+	reported map[string]bool
+
 	// stuck counts decisions still running after their timeout (a
 	// filesystem call that does not return); past maxStuck, decisions are
 	// denied at once rather than pile up goroutines.

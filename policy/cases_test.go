@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,12 +17,41 @@ import (
 // permissions mapping, each with its own tests: (the schema of `acp-router
 // policy test`), plus what Warnings and Shadowed must report and the
 // tests that must fail ("LINE:COL: problem", one per failing call, in
-// order; every other call must pass).
+// order; every other call must pass), and the verdicts of modes and
+// agents.
 type caseFile struct {
 	org, user *Layer
 	warnings  []string
 	shadowed  []string
 	failures  []string
+	modes     []modeCase
+	agents    []agentCase
+}
+
+// modeCase is one expected mode verdict: expect is allow or deny; rule
+// the built-in rule that denies; by "LINE:COL" of the deciding deny_modes
+// or allow_modes entry ("" for none); why a part of Why.
+type modeCase struct {
+	Agent  string `yaml:"agent"`
+	Info   string `yaml:"info"`
+	Mode   string `yaml:"mode"`
+	Expect string `yaml:"expect"`
+	Rule   string `yaml:"rule"`
+	Layer  string `yaml:"layer"`
+	By     string `yaml:"by"`
+	Why    string `yaml:"why"`
+	// Target is the mode the router moves the agent to from Mode, given
+	// the agent's modes From.
+	From   []string `yaml:"from"`
+	Target string   `yaml:"target"`
+}
+
+// agentCase is one expected agent status: expect is ok, warn or refuse.
+type agentCase struct {
+	Agent   string `yaml:"agent"`
+	Info    string `yaml:"info"`
+	Expect  string `yaml:"expect"`
+	Problem string `yaml:"problem"`
 }
 
 // loadCases parses one testdata/cases file.
@@ -60,6 +90,14 @@ func loadCases(t *testing.T, file string) *caseFile {
 			}
 		case "failures":
 			if err := val.Decode(&cf.failures); err != nil {
+				t.Fatal(err)
+			}
+		case "modes":
+			if err := val.Decode(&cf.modes); err != nil {
+				t.Fatal(err)
+			}
+		case "agents":
+			if err := val.Decode(&cf.agents); err != nil {
 				t.Fatal(err)
 			}
 		default:
@@ -122,7 +160,63 @@ func TestCases(t *testing.T) {
 			if !slices.Equal(shadowed, cf.shadowed) {
 				t.Errorf("shadowed = %q, want %q", shadowed, cf.shadowed)
 			}
+			for _, mc := range cf.modes {
+				checkMode(t, p, file, mc)
+			}
+			for _, ac := range cf.agents {
+				checkAgent(t, p, ac)
+			}
 		})
 	}
 	t.Logf("%d calls in %d files", total, len(files))
+}
+
+func checkMode(t *testing.T, p *Policy, file string, mc modeCase) {
+	t.Helper()
+	a := AgentID{Name: mc.Agent, Info: mc.Info}
+	v := p.Mode(a, mc.Mode)
+	name := fmt.Sprintf("agent %s (%s) mode %s", mc.Agent, mc.Info, mc.Mode)
+	got := "allow"
+	if v.Denied {
+		got = "deny"
+	}
+	by := ""
+	if v.By != nil {
+		by = strings.TrimPrefix(v.By.Pos.String(), file+":")
+	}
+	switch {
+	case got != mc.Expect:
+		t.Errorf("%s: %s (%s), want %s", name, got, v.Why(), mc.Expect)
+	case v.Rule != mc.Rule:
+		t.Errorf("%s: rule %q, want %q", name, v.Rule, mc.Rule)
+	case mc.Layer != "" && v.Layer != mc.Layer:
+		t.Errorf("%s: layer %q, want %q", name, v.Layer, mc.Layer)
+	case by != mc.By:
+		t.Errorf("%s: decided by the entry at %q, want %q (%s)", name, by, mc.By, v.Why())
+	case !strings.Contains(v.Why(), mc.Why):
+		t.Errorf("%s: why %q lacks %q", name, v.Why(), mc.Why)
+	}
+	if p.ModeDenied(a, mc.Mode) != v.Denied {
+		t.Errorf("%s: ModeDenied disagrees with Mode", name)
+	}
+	if mc.From != nil {
+		if got := p.ModeTarget(a, mc.From); got != mc.Target {
+			t.Errorf("%s: target among %q is %q, want %q", name, mc.From, got, mc.Target)
+		}
+	}
+}
+
+func checkAgent(t *testing.T, p *Policy, ac agentCase) {
+	t.Helper()
+	st := p.Agent(AgentID{Name: ac.Agent, Info: ac.Info})
+	got := "ok"
+	switch {
+	case st.Refused:
+		got = "refuse"
+	case st.Problem != "":
+		got = "warn"
+	}
+	if got != ac.Expect || !strings.Contains(st.Problem, ac.Problem) {
+		t.Errorf("agent %s (%s): %s %q, want %s %q", ac.Agent, ac.Info, got, st.Problem, ac.Expect, ac.Problem)
+	}
 }

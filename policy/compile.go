@@ -20,10 +20,17 @@ type Policy struct {
 	dflt      Effect
 	dfltLayer string
 	denyModes []ModeRef
-	warnings  []string
-	hash      string
-	idx       index
-	scratch   sync.Pool
+	// allowModes are the allow_modes in force; droppedModes those
+	// lower_layers_may removed.
+	allowModes   []ModeRef
+	droppedModes []ModeRef
+	// unknown is where unknown_agents: refuse is set; nil when no layer
+	// sets it (warn).
+	unknown  *SettingRef
+	warnings []string
+	hash     string
+	idx      index
+	scratch  sync.Pool
 }
 
 // DefaultEffect is the effective default when no layer sets one.
@@ -33,8 +40,9 @@ const DefaultEffect = Ask
 // layer, then the user layer); nil layers are skipped. The effective
 // default is the strictest of the layers' defaults (Ask when none sets
 // one); deny_modes of every layer apply; the org layer's lower_layers_may
-// drops the rules of later layers whose decision it does not list (each
-// drop is a warning).
+// drops the rules of later layers whose decision it does not list, and
+// their allow_modes when it does not list allow (each drop is a warning);
+// unknown_agents: refuse in any layer applies.
 func Compile(layers ...*Layer) (*Policy, error) {
 	p := &Policy{}
 	var allowed []Effect // nil: everything
@@ -48,6 +56,21 @@ func Compile(layers ...*Layer) (*Policy, error) {
 			p.dflt, p.dfltLayer = l.Default, l.Name
 		}
 		p.denyModes = append(p.denyModes, l.DenyModes...)
+		if allowed != nil && !slices.Contains(allowed, Allow) {
+			// An allowed mode is wider than any allow rule: the agent
+			// acts on everything that mode covers without the router
+			// seeing it. A layer that may not allow may not do that.
+			for _, m := range l.AllowModes {
+				p.droppedModes = append(p.droppedModes, m)
+				p.warnings = append(p.warnings, fmt.Sprintf("%s: allow_modes %q is dropped: the org layer allows lower layers only %s",
+					m.Pos, m.String(), effectList(allowed)))
+			}
+		} else {
+			p.allowModes = append(p.allowModes, l.AllowModes...)
+		}
+		if l.UnknownAgents == UnknownRefuse && p.unknown == nil {
+			p.unknown = &SettingRef{Pos: l.UnknownAgentsPos, Layer: l.Name}
+		}
 		var kept []*Rule
 		for _, r := range l.Rules {
 			if r.When == nil || r.Decision == None {
@@ -125,103 +148,6 @@ func (p *Policy) Rules() []*Rule { return p.rules }
 // Dropped returns the rules lower_layers_may removed.
 func (p *Policy) Dropped() []*Rule { return p.dropped }
 
-// DenyModes returns the deny_modes of every layer.
-func (p *Policy) DenyModes() []ModeRef { return p.denyModes }
-
-// ModeDenied reports whether deny_modes forbids the agent's mode.
-func (p *Policy) ModeDenied(agent, mode string) bool {
-	for _, m := range p.denyModes {
-		if (m.Agent == "*" || m.Agent == agent) && m.Mode == mode {
-			return true
-		}
-	}
-	return false
-}
-
-// autoApprove is the built-in table of agent modes that stop asking
-// (DESIGN §6): while an agent is in one, it does what these kinds of tool
-// call do without asking, so the router never sees a request for them.
-var autoApprove = []struct {
-	family, mode string
-	kinds        []Kind
-}{
-	// acceptEdits also runs mkdir, touch, rm, mv, cp and sed inside the
-	// working directory without asking (notes/anchors-policy.md §1).
-	{"claude", "acceptEdits", []Kind{KindEdit, KindDelete, KindMove, KindExecute}},
-	{"claude", "auto", allKinds},
-	{"claude", "bypassPermissions", allKinds},
-	{"gemini", "autoEdit", []Kind{KindEdit, KindDelete, KindMove}},
-	{"gemini", "yolo", allKinds},
-	{"codex", "full-access", allKinds},
-}
-
-// AutoApproved returns the kinds of tool call that the agent's mode
-// approves without asking (nil for a mode that keeps asking). agent is
-// matched by family: a name containing "claude", "gemini" or "codex".
-func AutoApproved(agent, mode string) []Kind {
-	for _, e := range autoApprove {
-		if e.mode == mode && strings.Contains(strings.ToLower(agent), e.family) {
-			return e.kinds
-		}
-	}
-	return nil
-}
-
-// Warnings returns what `acp-router check` should warn about: rules
-// dropped by lower_layers_may, rule ids used in two layers, and, for each
-// of the given agents (the config's agent names; claude, gemini and codex
-// when none are given), each mode of the built-in table that deny_modes
-// does not forbid although deny or ask rules exist for a kind it approves
-// without asking.
-func (p *Policy) Warnings(agents ...string) []string {
-	out := slices.Clone(p.warnings)
-	if len(agents) == 0 {
-		agents = []string{"claude", "gemini", "codex"}
-	}
-	for _, a := range agents {
-		for _, e := range autoApprove {
-			if !strings.Contains(strings.ToLower(a), e.family) || p.ModeDenied(a, e.mode) {
-				continue
-			}
-			var kinds kindSet
-			for _, k := range e.kinds {
-				kinds |= kindBit(k)
-			}
-			var ids []string
-			for _, r := range p.rules {
-				if r.Decision == Allow || r.When.agents != nil && !anyText(r.When.agents, a) {
-					continue
-				}
-				if r.When.modes != nil && !anyText(r.When.modes, e.mode) {
-					continue
-				}
-				if ruleKinds(r.When)&kinds != 0 {
-					ids = append(ids, r.ID)
-				}
-			}
-			if len(ids) > 0 {
-				out = append(out, fmt.Sprintf("agent %q: mode %q approves %s without asking, so deny/ask rules (%s) are not enforced while it is on; add %q to deny_modes",
-					a, e.mode, joinKinds(e.kinds), strings.Join(ids, ", "), a+":"+e.mode))
-			}
-		}
-	}
-	return out
-}
-
-// ruleKinds returns the kinds of the items a cond can match.
-func ruleKinds(c *Cond) kindSet {
-	if c.kinds != 0 {
-		return c.kinds
-	}
-	switch t, _ := c.itemType(); t {
-	case ItemCommand:
-		return kindBit(KindExecute)
-	case ItemDomain:
-		return kindBit(KindFetch)
-	}
-	return ^kindSet(0)
-}
-
 // computeHash digests the normalised policy.
 func (p *Policy) computeHash() string {
 	type ruleDoc struct {
@@ -241,16 +167,23 @@ func (p *Policy) computeHash() string {
 		return m
 	}
 	var doc struct {
-		Default   string
-		DenyModes []string
-		Rules     []ruleDoc
+		Default       string
+		DenyModes     []string
+		AllowModes    []string `json:",omitempty"`
+		RefuseUnknown bool     `json:",omitempty"`
+		Rules         []ruleDoc
 	}
 	doc.Default = p.dflt.String()
-	for _, m := range p.denyModes {
-		doc.DenyModes = append(doc.DenyModes, m.String())
+	refs := func(ms []ModeRef) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.String())
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
 	}
-	slices.Sort(doc.DenyModes)
-	doc.DenyModes = slices.Compact(doc.DenyModes)
+	doc.DenyModes, doc.AllowModes = refs(p.denyModes), refs(p.allowModes)
+	doc.RefuseUnknown = p.unknown != nil
 	for _, r := range p.rules {
 		doc.Rules = append(doc.Rules, ruleDoc{r.ID, r.Layer, r.Decision.String(), r.Message, norm(r.When), norm(r.Unless)})
 	}

@@ -98,13 +98,16 @@ func (p *Policy) Evaluate(ev *Evidence) Decision {
 
 	d := Decision{Method: ev.Method, PolicyHash: p.hash, Evidence: ev, Findings: make([]Finding, len(ev.Items))}
 	sc.matchs = make([]Match, 0, 2*len(ev.Items)+4) // one backing array for every finding's Matches
-	modeDenied := ev.Mode != "" && p.ModeDenied(ev.Agent, ev.Mode)
+	var mode ModeVerdict
+	if ev.Mode != "" {
+		mode = p.Mode(AgentID{ev.Agent, ev.AgentInfo}, ev.Mode)
+	}
 	best := -1
 	for i := range ev.Items {
 		f := p.decideItem(ev, &ev.Items[i], sc)
-		if modeDenied && f.Effect == Allow {
-			f.Effect, f.Rule, f.Layer, f.Source = Ask, RuleDeniedMode, LayerBuiltin, SourceBuiltin
-			f.Message = "the agent is in mode " + ev.Mode + ", which deny_modes forbids"
+		if mode.Denied && f.Effect == Allow {
+			f.Effect, f.Rule, f.Layer, f.Source = Ask, mode.Rule, mode.Layer, SourceBuiltin
+			f.Message = "the agent is in mode " + ev.Mode + ", which the policy does not allow: " + mode.Why()
 		}
 		d.Findings[i] = f
 		if best < 0 || f.Effect > d.Findings[best].Effect {

@@ -41,7 +41,9 @@
 //
 //	default: ask                      # allow | ask | deny (strictest of the layers wins; ask if none)
 //	deny_modes: ["claude:bypassPermissions", "*:yolo"]
-//	lower_layers_may: [deny, ask]     # org files only: decisions user rules may have
+//	allow_modes: ["claude:acceptEdits"]  # modes of the built-in table allowed after all
+//	unknown_agents: refuse            # warn (default) | refuse agents the router cannot keep asking
+//	lower_layers_may: [deny, ask]     # org files only: decisions user rules may have (allow: also allow_modes)
 //	include: [more-rules.yaml]        # permissions: only; read by the caller, folded in with AddInclude
 //	rules:
 //	  - id: no-secrets                # required, unique in the layer
@@ -61,6 +63,13 @@
 // (-x or --long; -rf is -r and -f), env (names of variables the command
 // line sets), domains (host, *.host for strict subdomains, or *). See
 // TestCase for tests:.
+//
+// Modes (modes.go): with a policy in force, the modes of the built-in
+// table that approve tool calls by themselves are denied unless
+// allow_modes allows them, and deny_modes denies any mode (deny wins).
+// AGENT in both is the router's name for the agent, the table's name for
+// it (claude, codex, gemini, opencode; found from the agent's agentInfo
+// name, else from the router's name), or * for every agent.
 //
 // Items the router cannot see through (eval, source, a variable or command
 // substitution as a program or an argument, a shell that reads its script

@@ -34,7 +34,11 @@ type Request struct {
 // Session is what a decision needs to know about the session.
 type Session struct {
 	Agent string // the router's name for the agent (config agents[].name)
-	Mode  string // the agent's current mode id, "" if unknown
+	// AgentInfo is the name the agent gives itself (agentInfo.name of its
+	// initialize result), "" if unknown: with Agent, what the built-in
+	// table of modes knows it as.
+	AgentInfo string
+	Mode      string // the agent's current mode id, "" if unknown
 	// Cwd is the session's working directory (absolute). ${cwd}.
 	Cwd string
 	// Roots are the directories of ${roots} besides Cwd (additional
@@ -149,9 +153,10 @@ func (it *Item) String() string {
 
 // Evidence is everything a request is about.
 type Evidence struct {
-	Method string `json:"method"`
-	Agent  string `json:"agent,omitempty"`
-	Mode   string `json:"mode,omitempty"`
+	Method    string `json:"method"`
+	Agent     string `json:"agent,omitempty"`
+	AgentInfo string `json:"agentInfo,omitempty"`
+	Mode      string `json:"mode,omitempty"`
 	// Titles are the tool call's titles (request_permission; every title
 	// the tool call had).
 	Titles []string `json:"titles,omitempty"`
@@ -208,7 +213,7 @@ type extractor struct {
 func newExtractor(req *Request) *extractor {
 	s := req.Session
 	x := &extractor{fs: req.FS}
-	x.ev = &Evidence{Method: req.Method, Agent: s.Agent, Mode: s.Mode, Items: make([]Item, 0, 16)}
+	x.ev = &Evidence{Method: req.Method, Agent: s.Agent, AgentInfo: s.AgentInfo, Mode: s.Mode, Items: make([]Item, 0, 16)}
 	if path.IsAbs(s.Cwd) {
 		x.cwd = path.Clean(s.Cwd)
 		x.ev.Cwds = x.forms(x.cwd)

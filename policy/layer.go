@@ -36,6 +36,14 @@ type Layer struct {
 	DefaultPos Pos
 	// DenyModes are the AGENT:MODE pairs the layer forbids.
 	DenyModes []ModeRef
+	// AllowModes are the AGENT:MODE pairs the layer allows although the
+	// built-in table says they approve by themselves, or, for an agent
+	// the table does not know, the modes the layer has vetted.
+	AllowModes []ModeRef
+	// UnknownAgents is the layer's unknown_agents: UnknownWarn,
+	// UnknownRefuse, or "" when no file sets it.
+	UnknownAgents    string
+	UnknownAgentsPos Pos
 	// LowerLayersMay (org layer only) lists the decisions rules of lower
 	// layers may have; nil when not set (everything allowed).
 	LowerLayersMay []Effect
@@ -48,11 +56,12 @@ type Layer struct {
 	Tests    []*TestCase
 }
 
-// ModeRef is one deny_modes entry.
+// ModeRef is one deny_modes or allow_modes entry.
 type ModeRef struct {
-	Agent string // an agent name, or * for every agent
+	Agent string // an agent name, an agent of the built-in table, or * for every agent
 	Mode  string
 	Pos   Pos
+	Layer string // the layer of the file it is in
 }
 
 func (m ModeRef) String() string { return m.Agent + ":" + m.Mode }
@@ -78,9 +87,9 @@ type Rule struct {
 
 // Keys of a permissions mapping, a rule and a matcher.
 var (
-	orgKeys     = []string{"default", "deny_modes", "lower_layers_may", "rules", "tests"}
-	userKeys    = []string{"default", "deny_modes", "include", "rules", "tests"}
-	includeKeys = []string{"default", "deny_modes", "rules", "tests"}
+	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests"}
+	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
+	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message"}
 	testKeys    = []string{"call", "expect", "rule", "agent", "mode", "cwd", "roots", "files", "symlinks"}
 	matcherKeys = []string{"agent", "kind", "method", "title", "paths", "command", "program", "flags_any",
@@ -126,8 +135,9 @@ func (l *Layer) AddInclude(file string, data []byte) error {
 }
 
 // Merge folds o, another file of the same layer, into l: the stricter
-// default wins, deny_modes, rules and tests add up, lower_layers_may keeps
-// only what both allow. A rule id already used in l is an error.
+// default and unknown_agents win, deny_modes, allow_modes, rules and tests
+// add up, lower_layers_may keeps only what both allow. A rule id already
+// used in l is an error.
 func (l *Layer) Merge(o *Layer) error {
 	p := &parser{file: firstOr(o.Files, "")}
 	seen := map[string]*Rule{}
@@ -146,7 +156,17 @@ func (l *Layer) Merge(o *Layer) error {
 	if o.Default > l.Default {
 		l.Default, l.DefaultPos = o.Default, o.DefaultPos
 	}
-	l.DenyModes = append(l.DenyModes, o.DenyModes...)
+	for _, m := range o.DenyModes {
+		m.Layer = l.Name
+		l.DenyModes = append(l.DenyModes, m)
+	}
+	for _, m := range o.AllowModes {
+		m.Layer = l.Name
+		l.AllowModes = append(l.AllowModes, m)
+	}
+	if o.UnknownAgents != "" && (l.UnknownAgents == "" || l.UnknownAgents == UnknownWarn && o.UnknownAgents == UnknownRefuse) {
+		l.UnknownAgents, l.UnknownAgentsPos = o.UnknownAgents, o.UnknownAgentsPos
+	}
 	switch {
 	case o.LowerLayersMay == nil:
 	case l.LowerLayersMay == nil:
@@ -241,19 +261,16 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 		l.Default = p.effect("default", v)
 		l.DefaultPos = p.pos(v)
 	}
-	if v := f["deny_modes"]; v != nil {
-		for i, item := range p.list("deny_modes", v, true) {
-			path := fmt.Sprintf("deny_modes[%d]", i)
-			s, ok := p.str(path, item)
-			if !ok {
-				continue
+	l.DenyModes = p.modes("deny_modes", f["deny_modes"], l.Name)
+	l.AllowModes = p.modes("allow_modes", f["allow_modes"], l.Name)
+	if v := f["unknown_agents"]; v != nil {
+		if s, ok := p.str("unknown_agents", v); ok {
+			switch s {
+			case UnknownWarn, UnknownRefuse:
+				l.UnknownAgents, l.UnknownAgentsPos = s, p.pos(v)
+			default:
+				p.errorf(v, "unknown_agents", "must be %s or %s, got %q", UnknownWarn, UnknownRefuse, s)
 			}
-			agent, mode, found := strings.Cut(s, ":")
-			if !found || agent == "" || mode == "" || strings.Contains(mode, ":") {
-				p.errorf(item, path, `expected "AGENT:MODE" (AGENT may be *), got %q`, s)
-				continue
-			}
-			l.DenyModes = append(l.DenyModes, ModeRef{agent, mode, p.pos(item)})
 		}
 	}
 	if v := f["lower_layers_may"]; v != nil {
@@ -294,6 +311,28 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 		}
 	}
 	return l
+}
+
+// modes reads a deny_modes or allow_modes list (nil n: none).
+func (p *parser) modes(key string, n *yaml.Node, layer string) []ModeRef {
+	if n == nil {
+		return nil
+	}
+	var out []ModeRef
+	for i, item := range p.list(key, n, true) {
+		path := fmt.Sprintf("%s[%d]", key, i)
+		s, ok := p.str(path, item)
+		if !ok {
+			continue
+		}
+		agent, mode, found := strings.Cut(s, ":")
+		if !found || agent == "" || mode == "" || strings.Contains(mode, ":") {
+			p.errorf(item, path, `expected "AGENT:MODE" (AGENT may be *), got %q`, s)
+			continue
+		}
+		out = append(out, ModeRef{agent, mode, p.pos(item), layer})
+	}
+	return out
 }
 
 // rule reads one rule.

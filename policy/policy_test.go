@@ -137,8 +137,9 @@ func TestLayers(t *testing.T) {
 	if len(p.Dropped()) != 2 {
 		t.Errorf("dropped %d rules, want 2", len(p.Dropped()))
 	}
-	if !p.ModeDenied("claude", "auto") || !p.ModeDenied("gemini", "yolo") || p.ModeDenied("claude", "default") {
-		t.Error("deny_modes of both layers must apply, and only them")
+	claude, gemini := AgentID{Name: "claude"}, AgentID{Name: "gemini"}
+	if v, w := p.Mode(claude, "auto"), p.Mode(gemini, "yolo"); v.Rule != RuleDeniedMode || v.Layer != LayerOrg || w.Rule != RuleDeniedMode || w.Layer != LayerUser || p.ModeDenied(claude, "default") {
+		t.Errorf("deny_modes of both layers must apply, and only them: %+v %+v", v, w)
 	}
 	if !strings.HasPrefix(p.Hash(), "sha256:") || p.Hash() != mustCompile(t, a, u).Hash() {
 		t.Error("hash not stable")
@@ -146,8 +147,8 @@ func TestLayers(t *testing.T) {
 	if p.Hash() == mustCompile(t, a).Hash() {
 		t.Error("hash ignores the user layer")
 	}
-	if kinds := AutoApproved("my-claude", "acceptEdits"); !slices.Contains(kinds, KindEdit) || AutoApproved("codex", "auto") != nil {
-		t.Errorf("AutoApproved table: %v", kinds)
+	if kinds := SelfApproving(AgentID{Name: "my-claude"}, "acceptEdits"); !slices.Contains(kinds, KindEdit) || SelfApproving(AgentID{Name: "codex"}, "auto") != nil {
+		t.Errorf("SelfApproving table: %v", kinds)
 	}
 }
 
@@ -340,20 +341,27 @@ rules:
 	}
 }
 
-// TestWarnings: modes that stop asking are reported unless denied.
+// TestWarnings: modes that approve by themselves are reported when
+// allow_modes allows them while deny or ask rules cover what they
+// approve; agents the router cannot keep asking are reported with what to
+// do.
 func TestWarnings(t *testing.T) {
 	p := mustCompile(t, mustParse(t, "p.yaml", `
-deny_modes: ["claude:bypassPermissions", "claude:auto"]
+deny_modes: ["claude:bypassPermissions"]
+allow_modes: ["claude:acceptEdits", "claude:auto", "claude:default", "codex:agent"]
 rules:
   - {id: no-env, decision: deny, when: {kind: [edit], paths: ["**/.env"]}}
   - {id: fetch-asks, decision: ask, when: {kind: [fetch]}}
   - {id: pastebin, decision: deny, when: {domains: [pastebin.com]}}
 `))
-	w := strings.Join(p.Warnings("claude", "codex-work"), "\n")
+	w := strings.Join(p.Warnings(AgentID{Name: "claude"}, AgentID{Name: "codex-work"}, AgentID{Name: "oc", Info: "OpenCode"}, AgentID{Name: "fake", Info: "fake"}), "\n")
 	for _, want := range []string{
-		`agent "claude": mode "acceptEdits" approves edit, delete, move, execute without asking, so deny/ask rules (no-env) are not enforced`,
-		`add "claude:acceptEdits" to deny_modes`,
-		`agent "codex-work": mode "full-access"`,
+		`agent "claude": mode "acceptEdits" approves edit, delete, move, execute without asking, and allow_modes "claude:acceptEdits" (p.yaml:3:15) allows it, so deny/ask rules (no-env) are not enforced`,
+		`agent "claude": mode "auto" approves`,
+		`agent "codex-work": mode "agent" approves`,
+		`p.yaml:3:52: allow_modes "claude:default" has no effect`,
+		`agent "oc": OpenCode (opencode acp 1.18) asks nothing under its default permissions, in any mode; set "permission": {"edit": "ask", "bash": "ask", "webfetch": "ask"} in its opencode.json`,
+		`agent "fake": the router does not know its modes`,
 	} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings lack %q:\n%s", want, w)
@@ -362,8 +370,10 @@ rules:
 	if strings.Contains(w, "acceptEdits\" approves edit, delete, move, execute without asking, so deny/ask rules (no-env, pastebin)") {
 		t.Errorf("a domain rule is not about edits:\n%s", w)
 	}
-	if strings.Contains(w, "bypassPermissions") || strings.Contains(w, `"auto"`) {
-		t.Errorf("a denied mode is warned about:\n%s", w)
+	for _, not := range []string{"bypassPermissions", `"agent-full-access"`, "refuses"} {
+		if strings.Contains(w, not) {
+			t.Errorf("warnings mention %s:\n%s", not, w)
+		}
 	}
 }
 
@@ -418,6 +428,62 @@ func TestCovers(t *testing.T) {
 	} {
 		if got := tc.approved.Covers(tc.call); got != tc.want {
 			t.Errorf("%s: Covers = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestModeSettingsMerge: files of one layer add up their allow_modes (in
+// that layer) and the stricter unknown_agents wins; both change the hash.
+func TestModeSettingsMerge(t *testing.T) {
+	a := mustParse(t, "10-a.yaml", "unknown_agents: refuse\n")
+	b := mustParse(t, "20-b.yaml", "unknown_agents: warn\nallow_modes: ['claude:auto']\n")
+	if err := a.Merge(b); err != nil {
+		t.Fatal(err)
+	}
+	if a.UnknownAgents != UnknownRefuse || a.UnknownAgentsPos.File != "10-a.yaml" {
+		t.Errorf("unknown_agents %q at %s, want refuse from 10-a.yaml", a.UnknownAgents, a.UnknownAgentsPos)
+	}
+	if len(a.AllowModes) != 1 || a.AllowModes[0].Layer != LayerOrg {
+		t.Errorf("allow_modes %+v", a.AllowModes)
+	}
+	p := mustCompile(t, a)
+	if p.UnknownAgents() == nil || p.UnknownAgents().Layer != LayerOrg {
+		t.Errorf("UnknownAgents %+v", p.UnknownAgents())
+	}
+	plain := mustCompile(t, mustParse(t, "x.yaml", "default: ask\n"))
+	for _, other := range []string{"unknown_agents: refuse\n", "allow_modes: ['claude:auto']\n"} {
+		if mustCompile(t, mustParse(t, "x.yaml", "default: ask\n"+other)).Hash() == plain.Hash() {
+			t.Errorf("the hash ignores %q", other)
+		}
+	}
+	if mustCompile(t, mustParse(t, "x.yaml", "default: ask\nunknown_agents: warn\n")).Hash() != plain.Hash() {
+		t.Error("unknown_agents: warn (the default) changes the hash")
+	}
+}
+
+// TestExplainModes: what check and policy explain print about an agent's
+// modes.
+func TestExplainModes(t *testing.T) {
+	p := mustCompile(t, mustParse(t, "p.yaml", "deny_modes: ['*:plan']\nallow_modes: ['claude:acceptEdits']\nunknown_agents: refuse\n"))
+	got := p.ExplainModes(AgentID{Name: "work", Info: "@agentclientprotocol/claude-agent-acp"})
+	for _, want := range []string{
+		`agent "work": Claude Agent (@agentclientprotocol/claude-agent-acp 0.101) (from agentInfo @agentclientprotocol/claude-agent-acp): asks in default, plan`,
+		`allowed acceptEdits        it approves edit, delete, move, execute by itself (approves edits and file commands in the working directory); allowed by allow_modes "claude:acceptEdits" (p.yaml:2:15)`,
+		`denied  auto               it approves every tool call by itself (a model approves each action); the policy allows it only with allow_modes: ["claude:auto"]`,
+		`denied  plan               deny_modes "*:plan" (p.yaml:1:14)`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ExplainModes lacks %q:\n%s", want, got)
+		}
+	}
+	got = p.ExplainModes(AgentID{Name: "fake", Info: "fake"}, "default")
+	for _, want := range []string{
+		`agent "fake" (fake): not in the built-in table of modes`,
+		`allowed default            the router does not know what it approves`,
+		`the router refuses its sessions: unknown_agents: refuse (org layer, p.yaml:3:17)`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ExplainModes lacks %q:\n%s", want, got)
 		}
 	}
 }

@@ -215,6 +215,7 @@ func (r *Router) agentInits() ([]acp.AgentCapabilities, []merge.AgentAuth) {
 		if res == nil {
 			continue
 		}
+		r.opts.Guard.SetAgentInfo(a.Name(), agentInfoName(res))
 		caps = append(caps, res.AgentCapabilities)
 		if a.Config.Auth != config.AuthHide {
 			auth = append(auth, merge.AgentAuth{Agent: a.Name(), Methods: res.AuthMethods})

@@ -10,14 +10,33 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/upstream"
 )
 
-// deny_modes (DESIGN §6): enforced on every mode the router observes — in
-// session/new results, current_mode_update and config_option_update — not
-// only on the editor's requests. An agent found in a denied mode is set
-// back to its first allowed mode, the event is audited and shown to the
-// user; if that fails, prompts in the session are refused until the agent
-// reports an allowed mode.
+// Denied modes (DESIGN §6, issue 13: deny_modes, and the modes that
+// approve by themselves unless allow_modes allows them): enforced on every
+// mode the router observes — in session/new results, current_mode_update
+// and config_option_update — not only on the editor's requests. An agent
+// found in a denied mode is set back to its first mode that asks (else its
+// first allowed one), the event is audited and shown to the user; if that
+// fails, prompts in the session are refused until the agent reports an
+// allowed mode.
+
+// admit tells the guard the name inst's agent gives itself (the built-in
+// table of modes finds the agent by it) and asks whether the policy admits
+// the agent at all (unknown_agents: refuse). Called before every
+// downstream session is opened or re-attached.
+func (r *Router) admit(inst *upstream.Instance) error {
+	r.opts.Guard.SetAgentInfo(inst.Agent.Name(), agentInfoName(inst.Init()))
+	return r.opts.Guard.AdmitAgent(inst.Agent.Name())
+}
+
+func agentInfoName(res *acp.InitializeResult) string {
+	if res == nil || res.AgentInfo == nil {
+		return ""
+	}
+	return res.AgentInfo.Name
+}
 
 // modeResetTimeout bounds the agent's answer to the reset.
 const modeResetTimeout = 10 * time.Second
@@ -38,13 +57,7 @@ func (r *Router) enforceModeLocked(s *Session, d *downstream) {
 	if d.modeReset != nil {
 		return // a reset is under way; it checks again when it ends
 	}
-	target := ""
-	for _, v := range values {
-		if !g.ModeDenied(agent, v) {
-			target = v
-			break
-		}
-	}
+	target := g.ModeTarget(agent, values)
 	done := make(chan struct{})
 	d.modeReset = done
 	r.log.Warn("agent is in a mode the policy denies; setting it back", "session", s.ID, "agent", agent, "mode", mode, "to", target)

@@ -208,6 +208,9 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 // a new session on the very next line (STYLE.md). It returns the agent's
 // session/new result.
 func (r *Router) openDownstream(ctx context.Context, s *Session, inst *upstream.Instance, preferID json.RawMessage) (json.RawMessage, error) {
+	if err := r.admit(inst); err != nil {
+		return nil, err
+	}
 	p := adaptNewSession(s.newParams, agentCaps(inst), inst.Agent.Name(), r.log)
 	bound := false
 	bind := func(m *acp.Message) { bound = r.bind(s, inst, m) }
@@ -358,6 +361,9 @@ func (r *Router) openDownstreamOn(ctx context.Context, s *Session, a *upstream.A
 	inst, err := a.Ready(ctx)
 	if err != nil {
 		return nil, r.startError(a, err)
+	}
+	if err := r.admit(inst); err != nil {
+		return nil, err
 	}
 	// The session it had there before — on the agent's previous process,
 	// or before the router restarted — is re-attached if the agent can.

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
+	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/upstream"
 )
 
 // loadWithPolicy loads the config and the permission policy of every
@@ -38,10 +42,7 @@ func check(g *globals, args []string) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	var agents []string
-	for _, a := range cfg.Agents {
-		agents = append(agents, a.Name)
-	}
+	agents := agentIDs(cfg)
 	warnings := config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
 	warnings = append(warnings, describePolicy(os.Stdout, lp, orgPolicyDir, agents)...)
 	warnings = append(warnings, pendingRestarts(cfg)...)
@@ -52,11 +53,30 @@ func check(g *globals, args []string) (int, error) {
 	return 0, nil
 }
 
+// agentIDs are the config's agents as the built-in table of modes sees
+// them: by name, and by the agentInfo name of the initialize result the
+// router cached when it last ran them (none before the first run).
+func agentIDs(cfg *config.Config) []policy.AgentID {
+	var out []policy.AgentID
+	for _, a := range cfg.Agents {
+		id := policy.AgentID{Name: a.Name}
+		if raw := upstream.New(a, upstream.Options{StateDir: cfg.StateDir}).CachedInit(); raw != nil {
+			var res acp.InitializeResult
+			if json.Unmarshal(raw, &res) == nil && res.AgentInfo != nil {
+				id.Info = res.AgentInfo.Name
+			}
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
 // describePolicy writes each layer of the policy with its hash and files,
-// the effective default, deny_modes and the file and line of every rule in
-// force (and of those lower_layers_may dropped). It returns the policy's
-// warnings for check.
-func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents []string) []string {
+// the effective default, deny_modes, allow_modes, unknown_agents and the
+// file and line of every rule in force (and of those lower_layers_may
+// dropped), then the modes of each agent the policy denies and why. It
+// returns the policy's warnings for check.
+func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents []policy.AgentID) []string {
 	pol := lp.Policy
 	if pol == nil {
 		fmt.Fprintf(w, "permission policy: none (no org layer in %s, no permissions: in the config)\n", orgDir)
@@ -72,6 +92,16 @@ func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents [
 		}
 		for _, m := range l.DenyModes {
 			fmt.Fprintf(w, "    deny mode %s   (%s)\n", m, m.Pos)
+		}
+		for _, m := range l.AllowModes {
+			if slices.Contains(pol.DroppedModes(), m) {
+				fmt.Fprintf(w, "    dropped allow mode %s: the org layer's lower_layers_may does not allow it   (%s)\n", m, m.Pos)
+			} else {
+				fmt.Fprintf(w, "    allow mode %s   (%s)\n", m, m.Pos)
+			}
+		}
+		if l.UnknownAgents != "" {
+			fmt.Fprintf(w, "    unknown agents: %s   (%s)\n", l.UnknownAgents, l.UnknownAgentsPos)
 		}
 		if l.LowerLayersMay != nil {
 			var may []string
@@ -89,6 +119,12 @@ func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents [
 			if r.Layer == l.Name {
 				fmt.Fprintf(w, "    dropped %s %s: the org layer's lower_layers_may does not allow it   (%s)\n", r.Decision, r.ID, r.Pos)
 			}
+		}
+	}
+	fmt.Fprintln(w, "  modes (those of the built-in table that approve by themselves are denied unless allow_modes allows them):")
+	for _, a := range agents {
+		for l := range strings.Lines(pol.ExplainModes(a)) {
+			fmt.Fprint(w, "    "+l)
 		}
 	}
 	passed := len(lp.Results) - len(lp.Failed())

@@ -56,9 +56,22 @@ func policyCmd(g *globals, args []string) (int, error) {
 			return 1, err
 		}
 		home, _ := os.UserHomeDir()
-		sess := policy.Session{Agent: *agent, Mode: *mode, Cwd: *cwd, Home: home}
+		id := policy.AgentID{Name: *agent}
+		for _, a := range agentIDs(cfg) {
+			if a.Name == *agent {
+				id = a
+			}
+		}
+		sess := policy.Session{Agent: *agent, AgentInfo: id.Info, Mode: *mode, Cwd: *cwd, Home: home}
 		if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess); err != nil {
 			return 2, err
+		}
+		if lp.Policy != nil {
+			var extra []string
+			if *mode != "" {
+				extra = append(extra, *mode)
+			}
+			fmt.Fprint(os.Stdout, "modes:    "+lp.Policy.ExplainModes(id, extra...))
 		}
 		return 0, nil
 	}
