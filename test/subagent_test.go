@@ -255,3 +255,44 @@ func TestSubagentReplayAndClose(t *testing.T) {
 		t.Errorf("last audit record %+v; want the closed child's write refused as an unknown session", last)
 	}
 }
+
+// TestSubagentBound: a session's children are bounded (1,024 at all
+// depths); announcements past the bound are dropped and logged once, the
+// children they named do not exist (their requests fail closed), and the
+// session goes on.
+func TestSubagentBound(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, subagentPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	var script []string
+	for i := range 1100 {
+		script = append(script, announce(fmt.Sprintf("c%d", i)))
+	}
+	script = append(script, "as c1099 write "+cwd+"/over.txt x", "say still here")
+	e.MustPrompt(t, sid, strings.Join(script, "\n"), "end_turn")
+	announced := 0
+	for _, m := range e.Rec.All() {
+		if m.Update() == "subagent_update" {
+			announced++
+		}
+	}
+	if announced != 1024 {
+		t.Errorf("%d children announced to the editor, want the bound, 1024", announced)
+	}
+	if got := e.Texts(sid); len(got) == 0 || got[len(got)-1] != "still here" {
+		t.Errorf("the session did not go on: %q", got)
+	}
+	if n := strings.Count(e.Stderr(), "subagent sessions past the bound dropped"); n != 1 {
+		t.Errorf("the drop was logged %d times, want once", n)
+	}
+	recs := readAudit(t, auditFile)
+	if last := recs[len(recs)-1]; last.Session != "c1099" || last.rule() != "acp-router:unknown-session" {
+		t.Errorf("last audit record %+v; want the unannounced child's write refused", last)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "over.txt")); err == nil {
+		t.Error("a child past the bound wrote a file")
+	}
+}
