@@ -86,9 +86,9 @@ var marker = acp.Marker("{}")
 // capabilityTable decides every capability an agent may advertise in its
 // initialize answer: the schema's (stable and unstable, as of
 // @agentclientprotocol/sdk 2.4.0: testdata/agent-capabilities.schema.json)
-// and the extensions the recorded agents send (claude-agent-acp 0.100.0,
-// codex-acp, opencode: testdata/real-agents). A path covers what is below
-// it. Tests check that every one of those has a row, and that Capabilities
+// and the extensions the recorded agents send (claude-agent-acp 0.100.0 and
+// 0.101.0, codex-acp 0.16.0 and 2.6.0, opencode: testdata/real-agents). A
+// path covers what is below it. Tests check that every one of those has a row, and that Capabilities
 // advertises exactly the rows it should. When a masked capability gets
 // implemented, its row becomes routerOwn, or adapted with the adaptation.
 var capabilityTable = []capability{
@@ -120,6 +120,8 @@ var capabilityTable = []capability{
 		why: "session/status is not answered for the sessions only the router's store has (acp-currency row 8)"},
 	{path: "agentCapabilities.sessionCapabilities.archive", rule: masked,
 		why: "the router neither closes an archived session nor honours archived in its session/list (acp-currency row 9)"},
+	{path: "agentCapabilities.sessionCapabilities.subagents", rule: masked,
+		why: "sent by codex-acp 2.6.0 (testdata/real-agents/agentclientprotocol-codex-acp-2.6.0-*), in no schema the router has: the router routes the children an agent announces with subagent_update whether or not it advertises this, and does not promise more on behalf of the agents a session may be switched to"},
 	{path: "agentCapabilities.promptCapabilities.image", rule: adapted,
 		why: "adaptPrompt turns an image into a text marker for an agent without it",
 		has: func(c *acp.AgentCapabilities) bool { return c.PromptCapabilities.Image },
