@@ -82,8 +82,11 @@ var families = []*agentFamily{
 			{"agent", allKinds, `"auto review": a model approves escalations`},
 			{"agent-full-access", allKinds, "nothing is asked"},
 			{"full-access", allKinds, "older versions; nothing is asked"},
+			// Measured with 2.6.0 (test/codex_test.go): an edit inside the
+			// workspace runs without a request; it asks only outside.
+			{"workspace-write", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "approves edits and commands inside the workspace"},
 		},
-		asking: []string{"read-only", "workspace-write"},
+		asking: []string{"read-only"},
 		toAsk:  `set approval_policy = "on-request" (or "untrusted") in Codex's config.toml (an org can limit allowed_approval_policies in requirements.toml)`},
 	{id: "gemini", title: "Gemini CLI",
 		self: []selfMode{

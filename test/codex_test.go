@@ -129,6 +129,14 @@ func TestCodex(t *testing.T) {
 		if v := optionValue(jsonPath(resp.Result, "configOptions"), "mode"); v != "read-only" {
 			t.Errorf("mode option %q, want read-only (agent is denied)", v)
 		}
+		// workspace-write edits the workspace without asking: under a
+		// policy it is refused like agent (a bypass before: a write there
+		// reached the disk with no request and no audit line).
+		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		defer cancel()
+		if _, rerr := rig.e.Call(ctx, "session/set_mode", map[string]any{"sessionId": sid, "modeId": "codex:workspace-write"}); rerr == nil || !strings.Contains(rerr.Message, "workspace-write") {
+			t.Errorf("session/set_mode codex:workspace-write under a policy: %v, want a refusal naming the mode", rerr)
+		}
 		if cur, _ := sessionModes(t, resp.Result); cur != "codex:read-only" {
 			// Seen with 2.6.0: the legacy modes still say agent (the
 			// reset went through session/set_config_option).
