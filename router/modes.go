@@ -105,7 +105,7 @@ func (r *Router) resetMode(s *Session, d *downstream, from, target, optionID str
 		} else if optionID != "" {
 			d.view.Options = merge.SetCurrentValue(d.view.Options, optionID, target)
 		}
-		if d.view.Modes != nil && optionID == "" {
+		if d.view.Modes != nil { // the legacy modes say the same (Codex answers only the option)
 			d.view.Modes.CurrentModeID = target
 		}
 		d.modeErr = nil

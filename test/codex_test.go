@@ -138,9 +138,9 @@ func TestCodex(t *testing.T) {
 			t.Errorf("session/set_mode codex:workspace-write under a policy: %v, want a refusal naming the mode", rerr)
 		}
 		if cur, _ := sessionModes(t, resp.Result); cur != "codex:read-only" {
-			// Seen with 2.6.0: the legacy modes still say agent (the
-			// reset went through session/set_config_option).
-			t.Logf("legacy current mode %q after the reset to read-only", cur)
+			// The reset goes through session/set_config_option; the
+			// legacy modes must say the same.
+			t.Errorf("legacy current mode %q after the reset to read-only", cur)
 		}
 		s := fake.Script(responsesScript{
 			Write: &fileWrite{Path: path, Content: "top secret\n"},
