@@ -623,9 +623,13 @@ func (a *Agent) reap(inst *Instance) {
 	case <-inst.stderrDone:
 	case <-time.After(500 * time.Millisecond):
 	}
+	// Under a.mu too: stopIdle closes the connection (the agent exits at
+	// EOF) before it marks the instance stopping, both under a.mu.
+	a.mu.Lock()
 	inst.mu.Lock()
 	stopping, reason := inst.stopping, inst.reason
 	inst.mu.Unlock()
+	a.mu.Unlock()
 	if stopping {
 		a.log.Debug("agent exited", "status", err)
 	} else {
