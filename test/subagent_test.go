@@ -296,3 +296,18 @@ func TestSubagentBound(t *testing.T) {
 		t.Error("a child past the bound wrote a file")
 	}
 }
+
+// TestSubagentExplain: `policy explain --subagent-cwd` shows a child's
+// decision: made with the top-level session's cwd, whatever cwd the child
+// announced (a read in the child's own "cwd" is not a read in the project).
+func TestSubagentExplain(t *testing.T) {
+	t.Parallel()
+	project, elsewhere := t.TempDir(), t.TempDir()
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, subagentPolicy)
+	code, out, errOut := runRouterCmd(t, nil, "policy", "explain", "--config", cfg, "--cwd", project, "--subagent-cwd", elsewhere,
+		"fs/read_text_file", elsewhere+"/notes.txt")
+	if code != 0 || !strings.Contains(out, "subagent: a child that announced cwd "+elsewhere+" is decided as its top-level session: cwd "+project) ||
+		!strings.Contains(out, "decision: ASK") {
+		t.Errorf("exit %d\n%s%s\nwant the child's read outside the parent's project asked, not allowed", code, out, errOut)
+	}
+}

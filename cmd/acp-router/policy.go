@@ -15,7 +15,7 @@ import (
 
 // policyCmd is `acp-router policy explain|test`.
 func policyCmd(g *globals, args []string) (int, error) {
-	const use = "usage: acp-router policy explain [--config FILE] [--agent A] [--cwd DIR] [--mode M] METHOD ARGS... | policy test [--config FILE]"
+	const use = "usage: acp-router policy explain [--config FILE] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS... | policy test [--config FILE]"
 	if len(args) == 0 {
 		return 2, errors.New(use)
 	}
@@ -24,6 +24,7 @@ func policyCmd(g *globals, args []string) (int, error) {
 	agent := fs.String("agent", "", "the agent making the request (default: routing.default)")
 	cwd := fs.String("cwd", "", "the session's working directory (default: the current directory)")
 	mode := fs.String("mode", "", "the agent's current mode")
+	child := fs.String("subagent-cwd", "", "explain the call as a subagent session's that announced this cwd (it is decided with --cwd, its top-level session's)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2, nil
 	}
@@ -63,6 +64,12 @@ func policyCmd(g *globals, args []string) (int, error) {
 			}
 		}
 		sess := policy.Session{Agent: *agent, AgentInfo: id.Info, Mode: *mode, Cwd: *cwd, Home: home}
+		if *child != "" {
+			// A subagent session is decided with its top-level session's
+			// context (router/subagent.go): what it announces never widens
+			// what the parent may touch.
+			fmt.Fprintf(os.Stdout, "subagent: a child that announced cwd %s is decided as its top-level session: cwd %s, that session's roots, %s's mode there and its grants\n", *child, *cwd, *agent)
+		}
 		if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess); err != nil {
 			return 2, err
 		}
