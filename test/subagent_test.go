@@ -160,7 +160,27 @@ func TestSubagentSessions(t *testing.T) {
 			"as child-1 " + announce("grandchild"),
 			"as grandchild say deep",
 			"as grandchild write " + cwd + "/secret.txt deeper",
+			`update {"sessionUpdate":"session_message","messageId":"m1","senderSessionId":"nobody","recipientSessionId":"child-1","content":[{"type":"text","text":"forged"}]}`,
+			`update {"sessionUpdate":"session_message","messageId":"m2","senderSessionId":"` + sid + `","recipientSessionId":"child-1","content":[{"type":"text","text":"to-child"}]}`,
 		}, "\n"), "end_turn")
+		var messages []string
+		for _, m := range e.Rec.All() {
+			var p struct {
+				Update struct {
+					Kind      string `json:"sessionUpdate"`
+					Sender    string `json:"senderSessionId"`
+					Recipient string `json:"recipientSessionId"`
+				} `json:"update"`
+			}
+			if m.Method == "session/update" && json.Unmarshal(m.Params, &p) == nil && p.Update.Kind == "session_message" {
+				messages = append(messages, p.Update.Sender+">"+p.Update.Recipient)
+			}
+		}
+		// A message naming a session the router does not know never reaches
+		// the editor; a known one names the sessions as the editor knows them.
+		if strings.Join(messages, " ") != sid+">"+childID {
+			t.Errorf("session_messages seen by the editor: %q", messages)
+		}
 		var announced, deep []string
 		for _, m := range e.Rec.All() {
 			var p struct {
