@@ -15,10 +15,12 @@ import (
 // (Resolve must apply them after resolving the symlinks before them, as the
 // kernel does).
 type FS interface {
-	// Resolve returns path with every symlink resolved. For a path that
-	// does not exist, the deepest existing ancestor is resolved and the
-	// rest appended. An error (a loop, no permission) makes the path
-	// impossible to allow.
+	// Resolve returns path with every symlink resolved, as the kernel
+	// would: a symlink whose target does not exist is still followed (a
+	// write through it creates the target). For a path that does not
+	// exist, the deepest existing ancestor is resolved and the rest
+	// appended. An error (a loop, no permission, a /proc magic link: see
+	// ProcMagicLink) makes the path impossible to allow.
 	Resolve(path string) (string, error)
 	// Stat reports whether path exists (following symlinks) and whether it
 	// is a directory.
@@ -66,7 +68,50 @@ func NewMapFS(files []string, symlinks map[string]string) *MapFS {
 	return m
 }
 
-var errLoop = errors.New("too many levels of symbolic links")
+var (
+	errLoop = errors.New("too many levels of symbolic links")
+	// errProcLink: see ProcMagicLink.
+	errProcLink = errors.New("a /proc magic link is never resolved")
+)
+
+// ProcMagicLink reports whether p (absolute, clean) is one of the kernel's
+// magic links: /proc/PID/root, cwd, exe, fd/N or map_files/X, also under
+// /proc/PID/task/TID/, with PID a number, self or thread-self. What they
+// point to depends on the process that looks (the agent's command, not
+// the router), so a resolver refuses them.
+func ProcMagicLink(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/proc/")
+	if !ok {
+		return false
+	}
+	c := strings.Split(rest, "/")
+	if !procID(c[0]) && c[0] != "self" && c[0] != "thread-self" {
+		return false
+	}
+	c = c[1:]
+	if len(c) >= 3 && c[0] == "task" && procID(c[1]) {
+		c = c[2:]
+	}
+	switch {
+	case len(c) == 1:
+		return c[0] == "root" || c[0] == "cwd" || c[0] == "exe"
+	case len(c) == 2:
+		return c[0] == "fd" || c[0] == "map_files"
+	}
+	return false
+}
+
+func procID(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resolve implements FS, walking path one component at a time as the
 // kernel does.
@@ -91,6 +136,9 @@ func (m *MapFS) Resolve(p string) (string, error) {
 		}
 		cur = append(cur, '/')
 		cur = append(cur, c...)
+		if ProcMagicLink(string(cur)) {
+			return "", errProcLink
+		}
 		if target, ok := m.symlinks[string(cur)]; ok {
 			if hops++; hops > 40 {
 				return "", errLoop
