@@ -206,3 +206,81 @@ func boolKeys(m map[string]string) map[string]bool {
 	}
 	return out
 }
+
+// FileID identifies a file the way the kernel does: a hard link to a file
+// is the same file under another name.
+type FileID struct {
+	Dev, Ino uint64
+	Nlink    uint64 // the number of names the file has
+}
+
+// IdentityFS is an FS that can also tell which file a path is: the router's
+// real filesystem does, to find a hard link to a denied file under a name no
+// rule denies. Identity follows symlinks; ok is false when path does not
+// name an existing regular file.
+type IdentityFS interface {
+	FS
+	Identity(path string) (id FileID, ok bool)
+}
+
+// DenyRoot is a literal path under which a deny or ask rule's paths may
+// match: the part of a pattern before its first meta character, anchored
+// at / or the home directory (~/.ssh for ~/.ssh/**, /etc/shadow for
+// /etc/shadow). The files under it can be enumerated, to know them under
+// another name (a hard link). Patterns anchored anywhere (**/.env) or at
+// the session's directories have none.
+type DenyRoot struct {
+	Path    string
+	Rule    string
+	Layer   string
+	Effect  Effect
+	Message string
+	// Kinds are the rule's kind matcher; nil: any kind.
+	Kinds []Kind
+}
+
+// DenyRoots returns the DenyRoots of the deny and ask rules of p, with ~
+// and ${home} as home (skipped when home is not absolute). A root of "/"
+// alone is skipped: it cannot be enumerated. A rule's unless is not
+// applied: a file it carves out is still under the root.
+func (p *Policy) DenyRoots(home string) []DenyRoot {
+	var out []DenyRoot
+	for _, r := range p.rules {
+		if r.Decision != Deny && r.Decision != Ask || r.When == nil {
+			continue
+		}
+		c := r.When
+		var kinds []Kind
+		for i, k := range allKinds {
+			if c.kinds&(1<<i) != 0 {
+				kinds = append(kinds, k)
+			}
+		}
+		for i := range c.paths {
+			pp := &c.paths[i]
+			base := "/"
+			switch pp.anchor {
+			case anchorRoot:
+			case anchorHome:
+				if !path.IsAbs(home) {
+					continue
+				}
+				base = path.Clean(home)
+			default:
+				continue
+			}
+			lit := base
+			for _, comp := range strings.Split(pp.rest, "/") {
+				if comp == "" || strings.ContainsAny(comp, `*?[{\`) {
+					break
+				}
+				lit = path.Join(lit, comp)
+			}
+			if lit == "/" {
+				continue
+			}
+			out = append(out, DenyRoot{Path: lit, Rule: r.ID, Layer: r.Layer, Effect: r.Decision, Message: r.Message, Kinds: kinds})
+		}
+	}
+	return out
+}
