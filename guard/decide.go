@@ -99,7 +99,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	}
 	json.Unmarshal(req.Params, &ref)
 	v.ToolCallID = ref.ToolCall.ToolCallID
-	pol := g.Policy()
+	pol, links := g.inForce()
 	if pol == nil {
 		v.Effect, v.Source, v.Layer = policy.Ask, string(policy.SourceBuiltin), policy.LayerBuiltin
 		return v
@@ -121,6 +121,10 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 
 	v.dec = g.decideBounded(ctx, pol, preq)
 	d := &v.dec
+	if hd, ok := links.verdict(d.Evidence, preq.FS); ok && hd.Effect > d.Effect {
+		// A hard link to a denied file: the rule that denies the file.
+		d.Effect, d.Source, d.Rule, d.Layer, d.Message = hd.Effect, hd.Source, hd.Rule, hd.Layer, hd.Message
+	}
 	v.Effect, v.Source, v.Rule, v.Layer, v.Message = d.Effect, string(d.Source), d.Rule, d.Layer, d.Message
 	if overflow && v.Effect == policy.Allow {
 		v.Effect, v.Source, v.Rule, v.Layer = policy.Ask, string(policy.SourceBuiltin), policy.RuleOpaque, policy.LayerBuiltin

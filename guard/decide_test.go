@@ -833,6 +833,8 @@ func TestDecideOSFS(t *testing.T) {
 		os.WriteFile(filepath.Join(cwd, f), nil, 0o644)
 	}
 	os.Symlink(filepath.Join(root, "outside"), filepath.Join(cwd, "out"))
+	// Dangling: a write through it creates outside/.env.
+	os.Symlink("../outside/.env", filepath.Join(cwd, "build.log"))
 	g, err := New(loadTestPolicy(t, testPermissions), Options{AuditFile: filepath.Join(t.TempDir(), "audit.jsonl"), Home: testHome})
 	if err != nil {
 		t.Fatal(err)
@@ -849,6 +851,10 @@ func TestDecideOSFS(t *testing.T) {
 		{"ls of files that exist", acp.MethodTerminalCreate, terminalParams("ls", "README.md", "src"), outcome{Allow, "rule", "safe-commands", "user"}},
 		{"a glob that finds a secret", acp.MethodTerminalCreate, terminalParams("sh", "-c", "ls .e*"), outcome{Deny, "rule", "no-secrets", "user"}},
 		{"a secret by its relative name", acp.MethodTerminalCreate, terminalParams("ls", ".env"), outcome{Deny, "rule", "no-secrets", "user"}},
+		{"a write through a dangling symlink", acp.MethodWriteTextFile, writeParams(filepath.Join(cwd, "build.log")), outcome{Deny, "rule", "no-secrets", "user"}},
+		{"a read through a dangling symlink", acp.MethodReadTextFile, readParams(filepath.Join(cwd, "build.log")), outcome{Deny, "rule", "no-secrets", "user"}},
+		{"a redirect through a dangling symlink", acp.MethodTerminalCreate, terminalParams("sh", "-c", "echo x >> build.log"), outcome{Deny, "rule", "no-secrets", "user"}},
+		{"a read through /proc/self/root", acp.MethodReadTextFile, readParams("/proc/self/root" + filepath.Join(cwd, "README.md")), outcome{Ask, "default", "", "user"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,42 +7,92 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/acp-router/acp-router/policy"
 )
 
 // OSFS is the real filesystem, as the policy sees it (policy.FS): symlinks
-// resolved the way the kernel does, the deepest existing ancestor for a
-// path that does not exist yet.
+// resolved the way the kernel does, one component at a time, dangling
+// ones included (a write through a link creates its target); the deepest
+// existing ancestor for a path that does not exist yet. A path through a
+// /proc magic link (policy.ProcMagicLink) is refused: it names another
+// process's root, cwd or descriptors.
 type OSFS struct{}
 
 var _ policy.FS = OSFS{}
+
+// maxHops is the kernel's bound on symlinks followed in one lookup
+// (ELOOP past it).
+const maxHops = 40
 
 // Resolve implements policy.FS.
 func (OSFS) Resolve(p string) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("%q is not an absolute path", p)
 	}
-	resolved, err := filepath.EvalSymlinks(p)
-	if err == nil {
-		return resolved, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	// Resolve what exists and keep the rest: a file about to be created
-	// lands where its existing directory really is. Each step is one
-	// component shorter, down to "/".
-	dir, base := filepath.Dir(p), filepath.Base(p)
-	if dir == p {
-		return "", err
-	}
-	parent, err := OSFS{}.Resolve(dir)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(parent, base), nil
+	return resolveFrom("/", p, 0)
 }
+
+// resolveFrom resolves rest (absolute, or relative to cur, a resolved
+// directory) after hops symlinks already followed.
+func resolveFrom(cur, rest string, hops int) (string, error) {
+	if filepath.IsAbs(rest) {
+		cur = "/"
+	}
+	for rest != "" {
+		var c string
+		c, rest, _ = strings.Cut(rest, "/")
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		if policy.ProcMagicLink(next) {
+			return "", fmt.Errorf("%s: %w", next, errProcLink)
+		}
+		fi, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// The deepest existing ancestor is resolved; the rest is
+			// appended as written.
+			return filepath.Join(next, rest), nil
+		case err != nil:
+			return "", err
+		case fi.Mode()&os.ModeSymlink == 0:
+			cur = next
+			continue
+		}
+		if hops++; hops > maxHops {
+			return "", fmt.Errorf("%s: %w", next, errLoop)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		// The target, relative to the link's directory, then the rest.
+		if target == "" {
+			return "", fmt.Errorf("%s: empty symlink", next)
+		}
+		if rest != "" {
+			target += "/" + rest
+		}
+		return resolveFrom(cur, target, hops)
+	}
+	return cur, nil
+}
+
+var (
+	// errLoop: more than maxHops symlinks in one path (ELOOP).
+	errLoop = errors.New("too many levels of symbolic links")
+	// errProcLink: a path through /proc/PID/root, cwd, exe, fd/N or
+	// map_files, which the router cannot resolve as the agent's command
+	// will.
+	errProcLink = errors.New("a /proc magic link is never resolved")
+)
 
 // Stat implements policy.FS.
 func (OSFS) Stat(p string) (exists, dir bool) {
@@ -113,6 +163,9 @@ func (c *cachedOSFS) resolve(p string) (string, error) {
 		return "", err
 	}
 	full := filepath.Join(realDir, filepath.Base(p))
+	if policy.ProcMagicLink(full) {
+		return "", fmt.Errorf("%s: %w", full, errProcLink)
+	}
 	fi, err := os.Lstat(full)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -120,6 +173,8 @@ func (c *cachedOSFS) resolve(p string) (string, error) {
 	case err != nil:
 		return "", err
 	case fi.Mode()&os.ModeSymlink != 0:
+		// Followed even when its target does not exist, with OSFS's
+		// bound on hops.
 		return OSFS{}.Resolve(full)
 	}
 	return full, nil

@@ -54,7 +54,7 @@ type Options struct {
 type Guard struct {
 	opts Options
 	log  hclog.Logger
-	pol  atomic.Pointer[policy.Policy]
+	pol  atomic.Pointer[inForce]
 
 	mu    sync.Mutex // guards audit and auditPath
 	audit *audit.Log
@@ -100,12 +100,28 @@ func New(p *policy.Policy, opts Options) (*Guard, error) {
 	return g, nil
 }
 
+// inForce is a policy and what was learnt from the filesystem when it was
+// loaded, swapped together.
+type inForce struct {
+	p     *policy.Policy
+	links *hardLinks // nil: not checked (not the real filesystem)
+}
+
 // Policy is the policy in force; nil when none is.
 func (g *Guard) Policy() *policy.Policy {
+	p, _ := g.inForce()
+	return p
+}
+
+// inForce is the policy in force and its hard-link set.
+func (g *Guard) inForce() (*policy.Policy, *hardLinks) {
 	if g == nil {
-		return nil
+		return nil, nil
 	}
-	return g.pol.Load()
+	if f := g.pol.Load(); f != nil {
+		return f.p, f.links
+	}
+	return nil, nil
 }
 
 // Enforcing: a policy is in force.
@@ -129,7 +145,16 @@ func (g *Guard) Set(p *policy.Policy) error {
 			return err
 		}
 	}
-	g.pol.Store(p)
+	f := &inForce{p: p}
+	if _, real := g.opts.FS.(OSFS); real && p != nil {
+		// The files under the literal deny paths, by identity (bounded):
+		// a hard link to one is known under its other name.
+		f.links = scanDenyRoots(p.DenyRoots(g.opts.Home), maxDenyFiles, denyWalkBudget)
+		if f.links.incomplete != "" {
+			g.log.Warn("the files under the denied paths are not all known; reads of files with several names will ask", "reason", f.links.incomplete)
+		}
+	}
+	g.pol.Store(f)
 	return nil
 }
 

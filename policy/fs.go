@@ -15,10 +15,12 @@ import (
 // (Resolve must apply them after resolving the symlinks before them, as the
 // kernel does).
 type FS interface {
-	// Resolve returns path with every symlink resolved. For a path that
-	// does not exist, the deepest existing ancestor is resolved and the
-	// rest appended. An error (a loop, no permission) makes the path
-	// impossible to allow.
+	// Resolve returns path with every symlink resolved, as the kernel
+	// would: a symlink whose target does not exist is still followed (a
+	// write through it creates the target). For a path that does not
+	// exist, the deepest existing ancestor is resolved and the rest
+	// appended. An error (a loop, no permission, a /proc magic link: see
+	// ProcMagicLink) makes the path impossible to allow.
 	Resolve(path string) (string, error)
 	// Stat reports whether path exists (following symlinks) and whether it
 	// is a directory.
@@ -66,7 +68,50 @@ func NewMapFS(files []string, symlinks map[string]string) *MapFS {
 	return m
 }
 
-var errLoop = errors.New("too many levels of symbolic links")
+var (
+	errLoop = errors.New("too many levels of symbolic links")
+	// errProcLink: see ProcMagicLink.
+	errProcLink = errors.New("a /proc magic link is never resolved")
+)
+
+// ProcMagicLink reports whether p (absolute, clean) is one of the kernel's
+// magic links: /proc/PID/root, cwd, exe, fd/N or map_files/X, also under
+// /proc/PID/task/TID/, with PID a number, self or thread-self. What they
+// point to depends on the process that looks (the agent's command, not
+// the router), so a resolver refuses them.
+func ProcMagicLink(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/proc/")
+	if !ok {
+		return false
+	}
+	c := strings.Split(rest, "/")
+	if !procID(c[0]) && c[0] != "self" && c[0] != "thread-self" {
+		return false
+	}
+	c = c[1:]
+	if len(c) >= 3 && c[0] == "task" && procID(c[1]) {
+		c = c[2:]
+	}
+	switch {
+	case len(c) == 1:
+		return c[0] == "root" || c[0] == "cwd" || c[0] == "exe"
+	case len(c) == 2:
+		return c[0] == "fd" || c[0] == "map_files"
+	}
+	return false
+}
+
+func procID(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resolve implements FS, walking path one component at a time as the
 // kernel does.
@@ -91,6 +136,9 @@ func (m *MapFS) Resolve(p string) (string, error) {
 		}
 		cur = append(cur, '/')
 		cur = append(cur, c...)
+		if ProcMagicLink(string(cur)) {
+			return "", errProcLink
+		}
 		if target, ok := m.symlinks[string(cur)]; ok {
 			if hops++; hops > 40 {
 				return "", errLoop
@@ -155,6 +203,84 @@ func boolKeys(m map[string]string) map[string]bool {
 	out := make(map[string]bool, len(m))
 	for k := range m {
 		out[k] = false
+	}
+	return out
+}
+
+// FileID identifies a file the way the kernel does: a hard link to a file
+// is the same file under another name.
+type FileID struct {
+	Dev, Ino uint64
+	Nlink    uint64 // the number of names the file has
+}
+
+// IdentityFS is an FS that can also tell which file a path is: the router's
+// real filesystem does, to find a hard link to a denied file under a name no
+// rule denies. Identity follows symlinks; ok is false when path does not
+// name an existing regular file.
+type IdentityFS interface {
+	FS
+	Identity(path string) (id FileID, ok bool)
+}
+
+// DenyRoot is a literal path under which a deny or ask rule's paths may
+// match: the part of a pattern before its first meta character, anchored
+// at / or the home directory (~/.ssh for ~/.ssh/**, /etc/shadow for
+// /etc/shadow). The files under it can be enumerated, to know them under
+// another name (a hard link). Patterns anchored anywhere (**/.env) or at
+// the session's directories have none.
+type DenyRoot struct {
+	Path    string
+	Rule    string
+	Layer   string
+	Effect  Effect
+	Message string
+	// Kinds are the rule's kind matcher; nil: any kind.
+	Kinds []Kind
+}
+
+// DenyRoots returns the DenyRoots of the deny and ask rules of p, with ~
+// and ${home} as home (skipped when home is not absolute). A root of "/"
+// alone is skipped: it cannot be enumerated. A rule's unless is not
+// applied: a file it carves out is still under the root.
+func (p *Policy) DenyRoots(home string) []DenyRoot {
+	var out []DenyRoot
+	for _, r := range p.rules {
+		if r.Decision != Deny && r.Decision != Ask || r.When == nil {
+			continue
+		}
+		c := r.When
+		var kinds []Kind
+		for i, k := range allKinds {
+			if c.kinds&(1<<i) != 0 {
+				kinds = append(kinds, k)
+			}
+		}
+		for i := range c.paths {
+			pp := &c.paths[i]
+			base := "/"
+			switch pp.anchor {
+			case anchorRoot:
+			case anchorHome:
+				if !path.IsAbs(home) {
+					continue
+				}
+				base = path.Clean(home)
+			default:
+				continue
+			}
+			lit := base
+			for _, comp := range strings.Split(pp.rest, "/") {
+				if comp == "" || strings.ContainsAny(comp, `*?[{\`) {
+					break
+				}
+				lit = path.Join(lit, comp)
+			}
+			if lit == "/" {
+				continue
+			}
+			out = append(out, DenyRoot{Path: lit, Rule: r.ID, Layer: r.Layer, Effect: r.Decision, Message: r.Message, Kinds: kinds})
+		}
 	}
 	return out
 }

@@ -1,0 +1,95 @@
+package guard
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// TestOSFSResolveLinks: symlinks followed as the kernel does, dangling
+// ones to their target (a write through one creates it), relative ones
+// from the link's directory, in chains, with a bound on loops; /proc magic
+// links refused. The per-decision cache answers exactly as OSFS.
+func TestOSFSResolveLinks(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := func(p ...string) string { return filepath.Join(append([]string{root}, p...)...) }
+	for _, d := range []string{"home/.config", "proj/src", "proj/sub/deep"} {
+		os.MkdirAll(j(d), 0o755)
+	}
+	os.WriteFile(j("proj", "src", "a.go"), nil, 0o644)
+	links := map[string]string{
+		"proj/build.log":       j("home", ".bashrc"),      // dangling, absolute
+		"proj/rel.log":         "../home/.profile",        // dangling, relative
+		"proj/sub/deep/up":     "../../..",                // a relative link to an ancestor
+		"proj/sub/deep/up2":    "../../../home/.config/x", // dangling through an ancestor
+		"proj/chain1":          "chain2",                  // a chain ending dangling
+		"proj/chain2":          "sub/chain3",              //
+		"proj/sub/chain3":      "../../home/.ssh/authorized_keys",
+		"proj/loop1":           "loop2",
+		"proj/loop2":           "loop1",
+		"proj/self":            "self",
+		"proj/dirdangle":       j("home", "newdir"),            // a dangling link used as a directory
+		"proj/ok":              "src/a.go",                     // not dangling
+		"proj/proc":            "/proc/self/root",              // to a magic link
+		"proj/sub/deep/dotdot": "../../src/../../home/.bashrc", // ".." in a dangling target
+	}
+	for l, target := range links {
+		if err := os.Symlink(target, j(l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		in, want string
+		err      error // want an error wrapping it; nil: no error
+	}{
+		{j("proj", "build.log"), j("home", ".bashrc"), nil},
+		{j("proj", "rel.log"), j("home", ".profile"), nil},
+		{j("proj", "sub", "deep", "up", "home", ".bashrc"), j("home", ".bashrc"), nil},
+		{j("proj", "sub", "deep", "up2"), j("home", ".config", "x"), nil},
+		{j("proj", "chain1"), j("home", ".ssh", "authorized_keys"), nil},
+		{j("proj", "dirdangle", "f"), j("home", "newdir", "f"), nil},
+		{j("proj", "ok"), j("proj", "src", "a.go"), nil},
+		{j("proj", "sub", "deep", "dotdot"), j("home", ".bashrc"), nil},
+		{j("proj", "build.log") + "/..", j("home"), nil},
+		{j("proj", "loop1"), "", errLoop},
+		{j("proj", "self", "x"), "", errLoop},
+		{j("proj", "proc", "etc", "shadow"), "", errProcLink},
+		{"/proc/self/root/etc/shadow", "", errProcLink},
+		{"/proc/self/cwd/.env", "", errProcLink},
+		{"/proc/thread-self/root/etc", "", errProcLink},
+		{"/proc/1/root", "", errProcLink},
+		{"/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/cwd/x", "", errProcLink},
+		{"/proc/self/fd/0", "", errProcLink},
+		{"/dev/stderr", "", errProcLink}, // -> /proc/self/fd/2: the router's own
+	}
+	check := func(t *testing.T, name string, resolve func(string) (string, error)) {
+		t.Helper()
+		for _, tt := range tests {
+			got, err := resolve(tt.in)
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Errorf("%s Resolve(%s) = %q, %v; want error %v", name, tt.in, got, err, tt.err)
+				}
+				continue
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("%s Resolve(%s) = %q, %v; want %q", name, tt.in, got, err, tt.want)
+			}
+		}
+	}
+	check(t, "OSFS", OSFS{}.Resolve)
+	// The cache, cold and warm, in both orders: ancestors first or last.
+	c := newCachedOSFS()
+	check(t, "cached", c.Resolve)
+	check(t, "cached (warm)", c.Resolve)
+	c = newCachedOSFS()
+	for i := len(tests) - 1; i >= 0; i-- {
+		c.Resolve(tests[i].in)
+	}
+	check(t, "cached (reverse)", c.Resolve)
+}
