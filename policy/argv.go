@@ -13,8 +13,7 @@ import (
 // shells running a script, and ordinary programs with the paths and
 // domains in their arguments.
 func (x *extractor) argv(args []arg, cx cmdCtx) {
-	if cx.depth > maxDepth {
-		x.opaque(cx.origin, "commands nested too deeply", KindExecute)
+	if x.full || x.tooDeep(cx) {
 		return
 	}
 	prog := args[0]
@@ -69,6 +68,9 @@ func (x *extractor) commandItem(args []arg, cx cmdCtx) Item {
 	var known []string
 	for i, a := range args {
 		it.Argv[i] = a.s
+		if strings.IndexByte(a.s, 0) >= 0 {
+			it.Opaque = "an argument contains a NUL byte"
+		}
 		if a.opaque == "" && i > 0 {
 			known = append(known, a.s)
 		}

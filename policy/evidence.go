@@ -169,9 +169,15 @@ type Evidence struct {
 	vars vars
 }
 
-// maxItems bounds the evidence of one request; beyond it the request
-// gets one opaque item instead of the rest.
-const maxItems = 256
+// Issue 14 point 3: every limit fails closed. Past maxItems the evidence
+// is too large to allow (one opaque item says so), but every further item
+// is still extracted, so that deny and ask rules see all of it; past
+// maxEvidence, the hard bound on the time and memory of one decision, the
+// request is refused.
+const (
+	maxItems    = 256
+	maxEvidence = 1 << 14
+)
 
 // Extract builds the evidence of a request (DESIGN §6). It never fails:
 // what it cannot read becomes an opaque or refused item.
@@ -207,7 +213,19 @@ type extractor struct {
 	fs   FS
 	cwd  string // the session's cwd, cleaned ("" if not absolute)
 	home string
-	full bool // maxItems reached
+	// truncated: maxItems reached, nothing may be allowed; full:
+	// maxEvidence reached, the request is refused and nothing more added.
+	truncated, full bool
+	deep            bool                // a command nested past maxDepth was recorded
+	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
+}
+
+// itemKey is what two equal items (sameItem) share.
+type itemKey struct {
+	typ          ItemType
+	kinds        kindSet
+	nargs        int
+	path, domain string
 }
 
 func newExtractor(req *Request) *extractor {
@@ -259,11 +277,17 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	if x.full {
 		return
 	}
-	if len(x.ev.Items) >= maxItems {
+	if len(x.ev.Items) >= maxEvidence {
 		x.full = true
 		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: kindBit(KindOther),
-			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence", maxItems)})
+			Origin: "request", Refused: fmt.Sprintf("more than %d pieces of evidence: too large to decide", maxEvidence)})
 		return
+	}
+	if len(x.ev.Items) >= maxItems && !x.truncated {
+		x.truncated = true
+		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: kindBit(KindOther),
+			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence: too many to allow"+
+				" (deny and ask rules saw every piece)", maxItems)})
 	}
 	for _, k := range kinds {
 		if b := kindBit(k); it.kinds&b == 0 {
@@ -275,11 +299,16 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 		it.canon = canonArgs(it.Argv, nil)
 	}
 	// The same path, command or domain twice is one item.
-	for i := range x.ev.Items {
+	if x.seen == nil {
+		x.seen = map[itemKey][]int32{}
+	}
+	key := itemKey{it.Type, it.kinds, len(it.Argv), it.Path, it.Domain}
+	for _, i := range x.seen[key] {
 		if sameItem(&x.ev.Items[i], &it) {
 			return
 		}
 	}
+	x.seen[key] = append(x.seen[key], int32(len(x.ev.Items)))
 	x.ev.Items = append(x.ev.Items, it)
 }
 
@@ -577,6 +606,18 @@ func (x *extractor) toolPath(p string, recursive bool, origin string, cwds []str
 // path records a path item. p may be relative (to each of cwds, or the
 // session's cwd when cwds is nil); kind "" means the kinds given in more.
 func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin string, cwds []string, more ...Kind) {
+	if x.full {
+		return
+	}
+	nul := ""
+	if i := strings.IndexByte(p, 0); i >= 0 {
+		// The system reads a path only up to its first NUL byte (or
+		// refuses it): what is before it is the path deny rules see.
+		nul = "the path contains a NUL byte"
+		if p = p[:i]; p == "" {
+			p = "."
+		}
+	}
 	kinds := more
 	if kind != "" {
 		kinds = []Kind{kind}
@@ -604,7 +645,7 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 			fulls = append(fulls, x.home+p[1:])
 		}
 	}
-	it := Item{Type: ItemPath, Origin: origin, Recursive: recursive}
+	it := Item{Type: ItemPath, Origin: origin, Recursive: recursive, Opaque: nul}
 	var expansions []string
 	for _, full := range fulls {
 		c := path.Clean(full)
