@@ -128,6 +128,7 @@ func TestBadInput(t *testing.T) {
 		{"10,000-deep wrappers", terminalReq(t, strings.Repeat("nice ", 10_000)+"cat /etc/shadow"), Deny},
 		{"10,000-deep JSON", permReq(t, map[string]any{"kind": "read",
 			"rawInput": json.RawMessage(strings.Repeat(`{"a":`, 10_000) + "1" + strings.Repeat("}", 10_000))}), Deny},
+		{"a brace sequence over the whole int range", terminalReq(t, "cat {-9223372036854775808..9223372036854775807}"), Deny},
 		{"invalid UTF-8 with a denied path", argvReq(t, "cat", "\xff\xfe", "/etc/shadow"), Deny},
 		{"NUL bytes", argvReq(t, "cat", "\x00\x00", "/etc/shadow\x00"), Deny},
 	}

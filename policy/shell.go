@@ -473,10 +473,12 @@ func (x *extractor) appendWords(dst []arg, w *syntax.Word, cx cmdCtx) []arg {
 		// Issue 14 point 3: past maxBraces words the command is too large
 		// to allow, but every word is still evidence for deny and ask
 		// rules; past maxEvidence the request is refused.
-		words := braceExpand(w2.Parts, maxBraces)
-		large := len(words) == 1 && words[0] == nil
+		words, large := braceExpand(w2.Parts, maxBraces)
+		if words == nil && !large {
+			return append(dst, arg{s: wordSource(w), opaque: "a brace sequence the router does not expand"})
+		}
 		if large {
-			if words = braceExpand(w2.Parts, maxEvidence); len(words) == 1 && words[0] == nil {
+			if words, _ = braceExpand(w2.Parts, maxEvidence); words == nil {
 				x.refuse(cx.origin, fmt.Sprintf("a brace expansion of more than %d words: too large to decide", maxEvidence), KindExecute)
 				return append(dst, arg{s: wordSource(w), opaque: "a brace expansion too large to check"})
 			}
@@ -493,9 +495,10 @@ func (x *extractor) appendWords(dst []arg, w *syntax.Word, cx cmdCtx) []arg {
 }
 
 // braceExpand expands the brace expressions in parts into at most limit
-// part lists; a nil list means the limit was exceeded.
-func braceExpand(parts []syntax.WordPart, limit int) [][]syntax.WordPart {
-	out := [][]syntax.WordPart{nil}
+// part lists. nil means they cannot be expanded: large says whether
+// because there would be more than limit (else a sequence is invalid).
+func braceExpand(parts []syntax.WordPart, limit int) (out [][]syntax.WordPart, large bool) {
+	out = [][]syntax.WordPart{nil}
 	for _, p := range parts {
 		be, ok := p.(*syntax.BraceExp)
 		if !ok {
@@ -506,37 +509,42 @@ func braceExpand(parts []syntax.WordPart, limit int) [][]syntax.WordPart {
 		}
 		var alts [][]syntax.WordPart
 		if be.Sequence {
-			seq, ok := braceSequence(be, limit)
-			if !ok {
-				return [][]syntax.WordPart{nil}
+			seq, large := braceSequence(be, limit)
+			if seq == nil {
+				return nil, large
 			}
 			for _, s := range seq {
 				alts = append(alts, []syntax.WordPart{&syntax.Lit{Value: s}})
 			}
 		} else {
 			for _, e := range be.Elems {
-				alts = append(alts, braceExpand(e.Parts, limit)...)
+				sub, large := braceExpand(e.Parts, limit)
+				if sub == nil {
+					return nil, large
+				}
+				alts = append(alts, sub...)
+				if len(alts) > limit {
+					return nil, true
+				}
 			}
 		}
 		if len(out)*len(alts) > limit {
-			return [][]syntax.WordPart{nil}
+			return nil, true
 		}
 		var next [][]syntax.WordPart
 		for _, o := range out {
 			for _, a := range alts {
-				if a == nil {
-					return [][]syntax.WordPart{nil}
-				}
 				next = append(next, append(slices.Clip(o), a...))
 			}
 		}
 		out = next
 	}
-	return out
+	return out, false
 }
 
-// braceSequence expands {x..y[..incr]} of numbers or single letters.
-func braceSequence(be *syntax.BraceExp, limit int) ([]string, bool) {
+// braceSequence expands {x..y[..incr]} of numbers or single letters; nil
+// when it is invalid or (large) has more than limit words.
+func braceSequence(be *syntax.BraceExp, limit int) (seq []string, large bool) {
 	if len(be.Elems) < 2 {
 		return nil, false
 	}
@@ -558,8 +566,10 @@ func braceSequence(be *syntax.BraceExp, limit int) ([]string, bool) {
 		}
 		a, b, letters = int(from[0]), int(to[0]), true
 	}
-	if (b-a)/incr > limit || (a-b)/incr > limit {
-		return nil, false
+	// Bounded before subtracting: b-a must not overflow.
+	const bound = 1 << 40
+	if a > bound || a < -bound || b > bound || b < -bound || (b-a)/incr > limit || (a-b)/incr > limit {
+		return nil, true
 	}
 	var out []string
 	step := incr
