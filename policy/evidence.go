@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -464,6 +465,21 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 			x.ev.Titles = append(x.ev.Titles, t)
 		}
 	}
+	// Issue 14 point 4: the stricter reading wins. A declared kind never
+	// narrows what the title or the rawInput say the tool does: their
+	// kinds are added to every item of the tool call.
+	for _, tc := range calls {
+		for _, k := range impliedKinds(tc.RawInput) {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	for _, t := range x.ev.Titles {
+		if k := titleKind(t); k != "" && !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
 	if len(kinds) == 0 {
 		kinds = []Kind{KindOther}
 	}
@@ -519,6 +535,51 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 	}
 }
 
+// writeKeys are rawInput fields that carry what a tool writes (Claude
+// Code's Write, Edit, MultiEdit and NotebookEdit, Gemini CLI's write_file
+// and replace, OpenCode's write and edit, str_replace editors, patches):
+// a tool call with one of them edits, whatever its declared kind.
+var writeKeys = []string{"content", "contents", "new_string", "newString", "old_string", "oldString",
+	"new_str", "old_str", "file_text", "insert_text", "edits", "new_source", "newSource", "patch", "diff",
+	"changes", "replace_all", "replaceAll", "edit_mode"}
+
+// moveKeys are rawInput fields naming where a tool moves or copies to.
+var moveKeys = []string{"destination", "new_path", "newPath", "dest", "target_path", "targetPath"}
+
+// impliedKinds returns the kinds a tool call's rawInput shows it has.
+func impliedKinds(raw json.RawMessage) []Kind {
+	var m map[string]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var out []Kind
+	for _, k := range writeKeys {
+		if v, ok := m[k]; ok && string(v) != "null" {
+			out = append(out, KindEdit)
+			break
+		}
+	}
+	for _, k := range moveKeys {
+		if v, ok := m[k]; ok && string(v) != "null" {
+			out = append(out, KindMove, KindEdit)
+			break
+		}
+	}
+	return out
+}
+
+// titleVerbs are the first words of titles that say a tool changes files.
+var titleVerbs = map[string]Kind{"write": KindEdit, "edit": KindEdit, "create": KindEdit, "update": KindEdit,
+	"modify": KindEdit, "patch": KindEdit, "apply": KindEdit, "replace": KindEdit, "overwrite": KindEdit,
+	"append": KindEdit, "insert": KindEdit, "save": KindEdit, "multiedit": KindEdit, "delete": KindDelete,
+	"remove": KindDelete, "move": KindMove, "rename": KindMove}
+
+// titleKind returns the kind a title's first word says, "" if none.
+func titleKind(t string) Kind {
+	w, _, _ := strings.Cut(strings.TrimSpace(t), " ")
+	return titleVerbs[strings.ToLower(strings.TrimRight(w, ":"))]
+}
+
 // decodeOptional decodes an optional field; null or absent is !ok, a
 // value of the wrong type is recorded as opaque.
 func decodeOptional[T any](x *extractor, raw json.RawMessage, origin string) (T, bool) {
@@ -554,7 +615,7 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 			x.addCwd(cwd)
 		}
 	}
-	for _, key := range []string{"path", "file_path", "filePath", "notebook_path"} {
+	for _, key := range rawPathKeys {
 		if p, ok := decodeOptional[string](x, m[key], "rawInput."+key); ok && p != "" {
 			x.toolPath(p, recursive, "rawInput."+key, x.dirs(cwd), kinds)
 		}
@@ -563,6 +624,16 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		for _, p := range ps {
 			if p != "" {
 				x.toolPath(p, recursive, "rawInput.paths", x.dirs(cwd), kinds)
+			}
+		}
+	}
+	// Codex's patches: changes maps each path to its change.
+	if ch := m["changes"]; len(ch) > 0 && ch[0] == '{' {
+		if cs, ok := decodeOptional[map[string]json.RawMessage](x, ch, "rawInput.changes"); ok {
+			for _, p := range slices.Sorted(maps.Keys(cs)) {
+				if p != "" {
+					x.toolPath(p, recursive, "rawInput.changes", x.dirs(cwd), kinds)
+				}
 			}
 		}
 	}
@@ -593,6 +664,12 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		}
 	}
 }
+
+// rawPathKeys are the rawInput fields that hold one path: DESIGN §6's,
+// and those of real agents' tools (Gemini CLI's absolute_path and
+// dir_path, moves' source and destination).
+var rawPathKeys = append([]string{"path", "file_path", "filePath", "notebook_path", "absolute_path", "dir_path",
+	"source", "old_path", "oldPath"}, moveKeys...)
 
 // toolPath records a path of a tool call with its declared kinds.
 func (x *extractor) toolPath(p string, recursive bool, origin string, cwds []string, kinds []Kind) {
