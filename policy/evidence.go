@@ -695,6 +695,12 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 			p = "."
 		}
 	}
+	if pseudoDevice(p) {
+		// Decided before resolving: /dev/stderr resolves through the
+		// descriptors of whoever resolves it (the router's own log file),
+		// not the command's (issue 14).
+		return
+	}
 	kinds := more
 	if kind != "" {
 		kinds = []Kind{kind}
@@ -746,13 +752,28 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 			}
 		}
 	}
-	if len(it.Forms) == 1 && quietPaths[it.Forms[0]] || strings.HasPrefix(it.Path, "/dev/fd/") {
+	if len(it.Forms) == 1 && quietPaths[it.Forms[0]] {
 		return // writing to /dev/null and the like is not evidence
 	}
 	x.add(it, kinds...)
 	for _, m := range expansions {
 		x.path(m, false, kind, recursive, "glob "+p, nil, more...)
 	}
+}
+
+// pseudoDevice reports whether p, as written, names one of quietPaths or
+// /dev/fd/N (the command's own descriptors): harmless, whatever they
+// resolve to. Only an absolute path written without . or .. counts, so
+// that no symlink can stand in front of it.
+func pseudoDevice(p string) bool {
+	if !path.IsAbs(p) || strings.Contains(p, "//") || strings.HasSuffix(p, "/") && len(p) > 1 || path.Clean(p) != p {
+		return false
+	}
+	if quietPaths[p] {
+		return true
+	}
+	n, ok := strings.CutPrefix(p, "/dev/fd/")
+	return ok && isDigits(n)
 }
 
 // quietPaths are device files whose use is never evidence.
