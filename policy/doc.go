@@ -84,4 +84,12 @@
 // every piece; past a hard bound (16384 pieces, 64 levels) the request is
 // refused. A NUL byte in a path or an argument makes its item opaque; a
 // path is matched up to its first NUL, as the system would read it.
+//
+// The stricter reading wins (issue 14): a permission request's declared
+// kind never narrows what its title or rawInput show. A rawInput that
+// carries what a tool writes (content, new_string, edits, a patch, ...)
+// or where it moves to (destination, ...) and a title starting with a
+// verb such as Write or Delete add their kinds to every item of the tool
+// call; a rawInput command is decided as the command; locations are
+// always evidence.
 package policy

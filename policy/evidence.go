@@ -290,6 +290,9 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence: too many to allow"+
 				" (deny and ask rules saw every piece)", maxItems)})
 	}
+	if it.Opaque != "" {
+		it.Aux = false // what cannot be seen is never only auxiliary
+	}
 	for _, k := range kinds {
 		if b := kindBit(k); it.kinds&b == 0 {
 			it.kinds |= b
