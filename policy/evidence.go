@@ -470,7 +470,13 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 	}
 	// Issue 14 point 4: the stricter reading wins. A declared kind never
 	// narrows what the title or the rawInput say the tool does: their
-	// kinds are added to every item of the tool call.
+	// kinds are added to every item of the tool call, except the bare
+	// item of a call without any (Claude Code's "Update Todos" edits no
+	// file).
+	declared := slices.Clone(kinds)
+	if len(declared) == 0 {
+		declared = []Kind{KindOther}
+	}
 	for _, tc := range calls {
 		for _, k := range impliedKinds(tc.RawInput) {
 			if !slices.Contains(kinds, k) {
@@ -534,7 +540,7 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 		}
 	}
 	if len(x.ev.Items) == before {
-		x.add(Item{Type: ItemTool, Origin: "tool call"}, kinds...)
+		x.add(Item{Type: ItemTool, Origin: "tool call"}, declared...)
 	}
 }
 
