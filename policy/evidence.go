@@ -542,6 +542,23 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 	if len(x.ev.Items) == before {
 		x.add(Item{Type: ItemTool, Origin: "tool call"}, declared...)
 	}
+	// An execute without a command in its rawInput: the title is what
+	// says what it runs (Claude Code's titles are the command line). Its
+	// items only make the decision stricter: deny and ask rules see them.
+	if slices.Contains(kinds, KindExecute) && !slices.ContainsFunc(calls, func(tc toolCall) bool {
+		var m map[string]json.RawMessage
+		return json.Unmarshal(tc.RawInput, &m) == nil && len(m["command"]) > 0 && string(m["command"]) != "null"
+	}) {
+		for _, t := range x.ev.Titles {
+			from := len(x.ev.Items)
+			x.script(t, cmdCtx{cwds: x.dirs(x.cwd), origin: "title"})
+			for i := from; i < len(x.ev.Items); i++ {
+				if it := &x.ev.Items[i]; it.Refused == "" && strings.HasPrefix(it.Origin, "title") {
+					it.Aux, it.Opaque = true, ""
+				}
+			}
+		}
+	}
 }
 
 // writeKeys are rawInput fields that carry what a tool writes (Claude
@@ -612,7 +629,10 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil {
-		return // a string or a list: nothing the policy knows how to read
+		// A string or a list: nothing the policy knows how to read, and
+		// it may say anything.
+		x.opaque("rawInput", "rawInput is not an object the policy can read", KindOther)
+		return
 	}
 	cwd := x.cwd
 	if c, ok := decodeOptional[string](x, m["cwd"], "rawInput.cwd"); ok && c != "" {
