@@ -13,8 +13,7 @@ import (
 // shells running a script, and ordinary programs with the paths and
 // domains in their arguments.
 func (x *extractor) argv(args []arg, cx cmdCtx) {
-	if cx.depth > maxDepth {
-		x.opaque(cx.origin, "commands nested too deeply", KindExecute)
+	if x.full || x.tooDeep(cx) {
 		return
 	}
 	prog := args[0]
@@ -69,6 +68,9 @@ func (x *extractor) commandItem(args []arg, cx cmdCtx) Item {
 	var known []string
 	for i, a := range args {
 		it.Argv[i] = a.s
+		if strings.IndexByte(a.s, 0) >= 0 {
+			it.Opaque = "an argument contains a NUL byte"
+		}
 		if a.opaque == "" && i > 0 {
 			known = append(known, a.s)
 		}
@@ -454,12 +456,22 @@ func (x *extractor) operands(spec progSpec, name string, args []arg, cx cmdCtx) 
 	cwds := x.cwdsFor(cx)
 	var flags flagSet
 	type optVal struct {
-		key string
-		v   arg
+		key    string
+		v      arg
+		global bool // git: an option before the subcommand
 	}
 	var vals []optVal
 	var ops []arg
+	// git's global options come before its subcommand; after it, -c, -C
+	// and -b are the subcommand's (git switch -c NAME), not -c NAME=VALUE.
+	gitSub := -1
+	if name == "git" {
+		gitSub = gitSubcommand(args)
+	}
 	for i := 0; i < len(args); i++ {
+		if i == gitSub+1 && gitSub >= 0 {
+			spec = gitSubSpec(args[gitSub].s)
+		}
 		a := args[i]
 		s := a.s
 		switch {
@@ -473,10 +485,10 @@ func (x *extractor) operands(spec progSpec, name string, args []arg, cx cmdCtx) 
 			flags = append(flags, key)
 			if has {
 				flags = append(flags, s)
-				vals = append(vals, optVal{key, arg{s: val}})
+				vals = append(vals, optVal{key, arg{s: val}, i < gitSub})
 			} else if slices.Contains(spec.long, key) && i+1 < len(args) {
 				i++
-				vals = append(vals, optVal{key, args[i]})
+				vals = append(vals, optVal{key, args[i], i-1 < gitSub})
 			}
 		case len(s) > 1 && s[0] == '-' && !isDigits(s[1:]):
 			for j := 1; j < len(s); j++ {
@@ -485,10 +497,10 @@ func (x *extractor) operands(spec progSpec, name string, args []arg, cx cmdCtx) 
 				if strings.IndexByte(spec.short, s[j]) >= 0 {
 					if j+1 < len(s) {
 						flags = append(flags, key+"="+s[j+1:])
-						vals = append(vals, optVal{key, arg{s: s[j+1:]}})
+						vals = append(vals, optVal{key, arg{s: s[j+1:]}, i < gitSub})
 					} else if i+1 < len(args) {
 						i++
-						vals = append(vals, optVal{key, args[i]})
+						vals = append(vals, optVal{key, args[i], i-1 < gitSub})
 					}
 					break
 				}
@@ -504,8 +516,12 @@ func (x *extractor) operands(spec progSpec, name string, args []arg, cx cmdCtx) 
 	}
 	if name == "git" {
 		for _, v := range vals {
-			if v.key == "-c" && (v.v.opaque != "" || gitOpaqueConfig.MatchString(v.v.s)) {
-				x.opaque("argument of git", "git -c sets a command git runs", KindExecute)
+			if v.global && (v.key == "-c" || v.key == "--config-env") {
+				why := "git -c can set a command git runs"
+				if v.v.opaque != "" || gitOpaqueConfig.MatchString(v.v.s) {
+					why = "git -c sets a command git runs"
+				}
+				x.opaque("argument of git", why, KindExecute)
 			}
 		}
 	}

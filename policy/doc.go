@@ -76,4 +76,20 @@
 // from a pipe, a parse error, ...) are opaque: no allow rule ever covers
 // them, so they are at least ask; deny and ask rules still apply to
 // whatever was extracted around them.
+//
+// Every limit fails closed (issue 14): past a soft bound (256 pieces of
+// evidence, 12 levels of nested scripts and wrappers, 64 words of a brace
+// expansion) a request is too large to allow, so it gets an opaque item
+// naming the bound, but extraction goes on so that deny and ask rules see
+// every piece; past a hard bound (16384 pieces, 64 levels) the request is
+// refused. A NUL byte in a path or an argument makes its item opaque; a
+// path is matched up to its first NUL, as the system would read it.
+//
+// The stricter reading wins (issue 14): a permission request's declared
+// kind never narrows what its title or rawInput show. A rawInput that
+// carries what a tool writes (content, new_string, edits, a patch, ...)
+// or where it moves to (destination, ...) and a title starting with a
+// verb such as Write or Delete add their kinds to every item of the tool
+// call; a rawInput command is decided as the command; locations are
+// always evidence.
 package policy

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -169,9 +170,15 @@ type Evidence struct {
 	vars vars
 }
 
-// maxItems bounds the evidence of one request; beyond it the request
-// gets one opaque item instead of the rest.
-const maxItems = 256
+// Issue 14 point 3: every limit fails closed. Past maxItems the evidence
+// is too large to allow (one opaque item says so), but every further item
+// is still extracted, so that deny and ask rules see all of it; past
+// maxEvidence, the hard bound on the time and memory of one decision, the
+// request is refused.
+const (
+	maxItems    = 256
+	maxEvidence = 1 << 14
+)
 
 // Extract builds the evidence of a request (DESIGN §6). It never fails:
 // what it cannot read becomes an opaque or refused item.
@@ -207,7 +214,19 @@ type extractor struct {
 	fs   FS
 	cwd  string // the session's cwd, cleaned ("" if not absolute)
 	home string
-	full bool // maxItems reached
+	// truncated: maxItems reached, nothing may be allowed; full:
+	// maxEvidence reached, the request is refused and nothing more added.
+	truncated, full bool
+	deep            bool                // a command nested past maxDepth was recorded
+	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
+}
+
+// itemKey is what two equal items (sameItem) share.
+type itemKey struct {
+	typ          ItemType
+	kinds        kindSet
+	nargs        int
+	path, domain string
 }
 
 func newExtractor(req *Request) *extractor {
@@ -259,11 +278,20 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	if x.full {
 		return
 	}
-	if len(x.ev.Items) >= maxItems {
+	if len(x.ev.Items) >= maxEvidence {
 		x.full = true
 		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: kindBit(KindOther),
-			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence", maxItems)})
+			Origin: "request", Refused: fmt.Sprintf("more than %d pieces of evidence: too large to decide", maxEvidence)})
 		return
+	}
+	if len(x.ev.Items) >= maxItems && !x.truncated {
+		x.truncated = true
+		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: kindBit(KindOther),
+			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence: too many to allow"+
+				" (deny and ask rules saw every piece)", maxItems)})
+	}
+	if it.Opaque != "" {
+		it.Aux = false // what cannot be seen is never only auxiliary
 	}
 	for _, k := range kinds {
 		if b := kindBit(k); it.kinds&b == 0 {
@@ -275,11 +303,16 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 		it.canon = canonArgs(it.Argv, nil)
 	}
 	// The same path, command or domain twice is one item.
-	for i := range x.ev.Items {
+	if x.seen == nil {
+		x.seen = map[itemKey][]int32{}
+	}
+	key := itemKey{it.Type, it.kinds, len(it.Argv), it.Path, it.Domain}
+	for _, i := range x.seen[key] {
 		if sameItem(&x.ev.Items[i], &it) {
 			return
 		}
 	}
+	x.seen[key] = append(x.seen[key], int32(len(x.ev.Items)))
 	x.ev.Items = append(x.ev.Items, it)
 }
 
@@ -435,6 +468,27 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 			x.ev.Titles = append(x.ev.Titles, t)
 		}
 	}
+	// Issue 14 point 4: the stricter reading wins. A declared kind never
+	// narrows what the title or the rawInput say the tool does: their
+	// kinds are added to every item of the tool call, except the bare
+	// item of a call without any (Claude Code's "Update Todos" edits no
+	// file).
+	declared := slices.Clone(kinds)
+	if len(declared) == 0 {
+		declared = []Kind{KindOther}
+	}
+	for _, tc := range calls {
+		for _, k := range impliedKinds(tc.RawInput) {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	for _, t := range x.ev.Titles {
+		if k := titleKind(t); k != "" && !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
 	if len(kinds) == 0 {
 		kinds = []Kind{KindOther}
 	}
@@ -486,8 +540,70 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 		}
 	}
 	if len(x.ev.Items) == before {
-		x.add(Item{Type: ItemTool, Origin: "tool call"}, kinds...)
+		x.add(Item{Type: ItemTool, Origin: "tool call"}, declared...)
 	}
+	// An execute without a command in its rawInput: the title is what
+	// says what it runs (Claude Code's titles are the command line). Its
+	// items only make the decision stricter: deny and ask rules see them.
+	if slices.Contains(kinds, KindExecute) && !slices.ContainsFunc(calls, func(tc toolCall) bool {
+		var m map[string]json.RawMessage
+		return json.Unmarshal(tc.RawInput, &m) == nil && len(m["command"]) > 0 && string(m["command"]) != "null"
+	}) {
+		for _, t := range x.ev.Titles {
+			from := len(x.ev.Items)
+			x.script(t, cmdCtx{cwds: x.dirs(x.cwd), origin: "title"})
+			for i := from; i < len(x.ev.Items); i++ {
+				if it := &x.ev.Items[i]; it.Refused == "" && strings.HasPrefix(it.Origin, "title") {
+					it.Aux, it.Opaque = true, ""
+				}
+			}
+		}
+	}
+}
+
+// writeKeys are rawInput fields that carry what a tool writes (Claude
+// Code's Write, Edit, MultiEdit and NotebookEdit, Gemini CLI's write_file
+// and replace, OpenCode's write and edit, str_replace editors, patches):
+// a tool call with one of them edits, whatever its declared kind.
+var writeKeys = []string{"content", "contents", "new_string", "newString", "old_string", "oldString",
+	"new_str", "old_str", "file_text", "insert_text", "edits", "new_source", "newSource", "patch", "diff",
+	"changes", "replace_all", "replaceAll", "edit_mode"}
+
+// moveKeys are rawInput fields naming where a tool moves or copies to.
+var moveKeys = []string{"destination", "new_path", "newPath", "dest", "target_path", "targetPath"}
+
+// impliedKinds returns the kinds a tool call's rawInput shows it has.
+func impliedKinds(raw json.RawMessage) []Kind {
+	var m map[string]json.RawMessage
+	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var out []Kind
+	for _, k := range writeKeys {
+		if v, ok := m[k]; ok && string(v) != "null" {
+			out = append(out, KindEdit)
+			break
+		}
+	}
+	for _, k := range moveKeys {
+		if v, ok := m[k]; ok && string(v) != "null" {
+			out = append(out, KindMove, KindEdit)
+			break
+		}
+	}
+	return out
+}
+
+// titleVerbs are the first words of titles that say a tool changes files.
+var titleVerbs = map[string]Kind{"write": KindEdit, "edit": KindEdit, "create": KindEdit, "update": KindEdit,
+	"modify": KindEdit, "patch": KindEdit, "apply": KindEdit, "replace": KindEdit, "overwrite": KindEdit,
+	"append": KindEdit, "insert": KindEdit, "save": KindEdit, "multiedit": KindEdit, "delete": KindDelete,
+	"remove": KindDelete, "move": KindMove, "rename": KindMove}
+
+// titleKind returns the kind a title's first word says, "" if none.
+func titleKind(t string) Kind {
+	w, _, _ := strings.Cut(strings.TrimSpace(t), " ")
+	return titleVerbs[strings.ToLower(strings.TrimRight(w, ":"))]
 }
 
 // decodeOptional decodes an optional field; null or absent is !ok, a
@@ -513,7 +629,10 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil {
-		return // a string or a list: nothing the policy knows how to read
+		// A string or a list: nothing the policy knows how to read, and
+		// it may say anything.
+		x.opaque("rawInput", "rawInput is not an object the policy can read", KindOther)
+		return
 	}
 	cwd := x.cwd
 	if c, ok := decodeOptional[string](x, m["cwd"], "rawInput.cwd"); ok && c != "" {
@@ -525,7 +644,7 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 			x.addCwd(cwd)
 		}
 	}
-	for _, key := range []string{"path", "file_path", "filePath", "notebook_path"} {
+	for _, key := range rawPathKeys {
 		if p, ok := decodeOptional[string](x, m[key], "rawInput."+key); ok && p != "" {
 			x.toolPath(p, recursive, "rawInput."+key, x.dirs(cwd), kinds)
 		}
@@ -534,6 +653,16 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		for _, p := range ps {
 			if p != "" {
 				x.toolPath(p, recursive, "rawInput.paths", x.dirs(cwd), kinds)
+			}
+		}
+	}
+	// Codex's patches: changes maps each path to its change.
+	if ch := m["changes"]; len(ch) > 0 && ch[0] == '{' {
+		if cs, ok := decodeOptional[map[string]json.RawMessage](x, ch, "rawInput.changes"); ok {
+			for _, p := range slices.Sorted(maps.Keys(cs)) {
+				if p != "" {
+					x.toolPath(p, recursive, "rawInput.changes", x.dirs(cwd), kinds)
+				}
 			}
 		}
 	}
@@ -565,6 +694,12 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 	}
 }
 
+// rawPathKeys are the rawInput fields that hold one path: DESIGN §6's,
+// and those of real agents' tools (Gemini CLI's absolute_path and
+// dir_path, moves' source and destination).
+var rawPathKeys = append([]string{"path", "file_path", "filePath", "notebook_path", "absolute_path", "dir_path",
+	"source", "old_path", "oldPath"}, moveKeys...)
+
 // toolPath records a path of a tool call with its declared kinds.
 func (x *extractor) toolPath(p string, recursive bool, origin string, cwds []string, kinds []Kind) {
 	before := len(x.ev.Items)
@@ -577,6 +712,24 @@ func (x *extractor) toolPath(p string, recursive bool, origin string, cwds []str
 // path records a path item. p may be relative (to each of cwds, or the
 // session's cwd when cwds is nil); kind "" means the kinds given in more.
 func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin string, cwds []string, more ...Kind) {
+	if x.full {
+		return
+	}
+	nul := ""
+	if i := strings.IndexByte(p, 0); i >= 0 {
+		// The system reads a path only up to its first NUL byte (or
+		// refuses it): what is before it is the path deny rules see.
+		nul = "the path contains a NUL byte"
+		if p = p[:i]; p == "" {
+			p = "."
+		}
+	}
+	if pseudoDevice(p) {
+		// Decided before resolving: /dev/stderr resolves through the
+		// descriptors of whoever resolves it (the router's own log file),
+		// not the command's (issue 14).
+		return
+	}
 	kinds := more
 	if kind != "" {
 		kinds = []Kind{kind}
@@ -604,7 +757,7 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 			fulls = append(fulls, x.home+p[1:])
 		}
 	}
-	it := Item{Type: ItemPath, Origin: origin, Recursive: recursive}
+	it := Item{Type: ItemPath, Origin: origin, Recursive: recursive, Opaque: nul}
 	var expansions []string
 	for _, full := range fulls {
 		c := path.Clean(full)
@@ -628,13 +781,28 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 			}
 		}
 	}
-	if len(it.Forms) == 1 && quietPaths[it.Forms[0]] || strings.HasPrefix(it.Path, "/dev/fd/") {
+	if len(it.Forms) == 1 && quietPaths[it.Forms[0]] {
 		return // writing to /dev/null and the like is not evidence
 	}
 	x.add(it, kinds...)
 	for _, m := range expansions {
 		x.path(m, false, kind, recursive, "glob "+p, nil, more...)
 	}
+}
+
+// pseudoDevice reports whether p, as written, names one of quietPaths or
+// /dev/fd/N (the command's own descriptors): harmless, whatever they
+// resolve to. Only an absolute path written without . or .. counts, so
+// that no symlink can stand in front of it.
+func pseudoDevice(p string) bool {
+	if !path.IsAbs(p) || strings.Contains(p, "//") || strings.HasSuffix(p, "/") && len(p) > 1 || path.Clean(p) != p {
+		return false
+	}
+	if quietPaths[p] {
+		return true
+	}
+	n, ok := strings.CutPrefix(p, "/dev/fd/")
+	return ok && isDigits(n)
 }
 
 // quietPaths are device files whose use is never evidence.

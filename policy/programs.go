@@ -3,6 +3,7 @@ package policy
 import (
 	"regexp"
 	"slices"
+	"strings"
 )
 
 // The programs the router knows beyond the shape of their arguments:
@@ -266,10 +267,50 @@ var programs = map[string]progSpec{
 			}
 			return roleSkip
 		}},
-	"git": {short: "Cmcb", long: []string{"--message", "--git-dir", "--work-tree", "--author", "--date"},
-		optRole: map[string]role{"-m": roleSkip, "--message": roleSkip, "-c": roleSkip, "-b": roleSkip,
-			"--author": roleSkip, "--date": roleSkip},
-		opaqueOpts: []string{"-c"}, opaque: "git -c can set a command git runs"},
+	// git's global options; gitSubSpec has its subcommands'. A global -c
+	// or --config-env is opaque (operands).
+	"git": {short: "Cc", long: []string{"--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"},
+		optRole: map[string]role{"-c": roleSkip, "--config-env": roleSkip, "--namespace": roleSkip, "--super-prefix": roleSkip}},
+}
+
+// gitGlobalValues are git's global options that take a separate value.
+var gitGlobalValues = []string{"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
+
+// gitSubcommand returns the index in args (git's arguments) of the
+// subcommand, len(args) if there is none: the first argument that is not
+// a global option or its value.
+func gitSubcommand(args []arg) int {
+	for i := 0; i < len(args); i++ {
+		s := args[i].s
+		if args[i].opaque != "" || !strings.HasPrefix(s, "-") || s == "-" {
+			return i
+		}
+		if s == "--" {
+			return i + 1
+		}
+		if slices.Contains(gitGlobalValues, s) {
+			i++
+		}
+	}
+	return len(args)
+}
+
+// gitSubValues are, per subcommand, its short options that take a value
+// which is never a path (a branch or a commit): git switch -c NAME, git
+// checkout -b NAME, git commit -C COMMIT.
+var gitSubValues = map[string]string{"switch": "cC", "checkout": "bB", "worktree": "bB", "commit": "cCm",
+	"tag": "m", "merge": "m", "stash": "m", "notes": "m", "revert": "m", "cherry-pick": "m"}
+
+// gitSubSpec is the spec of a git subcommand's arguments.
+func gitSubSpec(sub string) progSpec {
+	short := gitSubValues[sub]
+	sp := progSpec{short: short, long: []string{"--message", "--author", "--date", "--create", "--force-create", "--orphan"},
+		optRole: map[string]role{"--message": roleSkip, "--author": roleSkip, "--date": roleSkip,
+			"--create": roleSkip, "--force-create": roleSkip, "--orphan": roleSkip}}
+	for _, c := range short {
+		sp.optRole["-"+string(c)] = roleSkip
+	}
+	return sp
 }
 
 func hostFirst(i, n int, f flagSet) role {

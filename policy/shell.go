@@ -34,13 +34,34 @@ type cmdCtx struct {
 	homeUnknown bool
 }
 
-// maxDepth bounds nested scripts (bash -c "bash -c ...") and wrappers.
-const maxDepth = 12
+// Nested scripts (bash -c "bash -c ...") and wrappers: past maxDepth
+// levels a command is too deep to allow, but is still analysed so that
+// deny and ask rules see everything in it; past maxNesting, the hard
+// bound, the request is refused (issue 14 point 3: limits fail closed).
+// maxBraces is the same soft bound on the words of one brace expansion.
+const (
+	maxDepth   = 12
+	maxNesting = 64
+	maxBraces  = 64
+)
+
+// tooDeep records a command nested past maxDepth; true: past maxNesting,
+// do not analyse it.
+func (x *extractor) tooDeep(cx cmdCtx) bool {
+	if cx.depth > maxNesting {
+		x.refuse(cx.origin, fmt.Sprintf("commands nested more than %d deep: too deep to decide", maxNesting), KindExecute)
+		return true
+	}
+	if cx.depth > maxDepth && !x.deep {
+		x.deep = true
+		x.opaque(cx.origin, fmt.Sprintf("commands nested more than %d deep: too deep to allow (deny and ask rules saw every level)", maxDepth), KindExecute)
+	}
+	return false
+}
 
 // script analyses a shell command line.
 func (x *extractor) script(src string, cx cmdCtx) {
-	if cx.depth > maxDepth {
-		x.opaque(cx.origin, "commands nested too deeply", KindExecute)
+	if x.full || x.tooDeep(cx) {
 		return
 	}
 	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(src), "")
@@ -114,7 +135,7 @@ func (x *extractor) unparsable(src string, err error, cx cmdCtx) {
 		}
 		before := len(x.ev.Items)
 		ccx := cx
-		ccx.depth = maxDepth // no recursion into a line we could not read
+		ccx.depth = maxDepth // scripts in a line we could not read are too deep to allow
 		x.argv(args, ccx)
 		for i := before; i < len(x.ev.Items); i++ {
 			it := &x.ev.Items[i]
@@ -449,11 +470,24 @@ func (x *extractor) appendWords(dst []arg, w *syntax.Word, cx cmdCtx) []arg {
 	// SplitBraces rewrites the word it is given; the tree must stay as
 	// parsed (syntax.Walk panics on a BraceExp), so it gets a copy.
 	if w2 := (&syntax.Word{Parts: w.Parts}); syntax.SplitBraces(w2) {
-		for _, parts := range braceExpand(w2.Parts, 64) {
-			if parts == nil {
+		// Issue 14 point 3: past maxBraces words the command is too large
+		// to allow, but every word is still evidence for deny and ask
+		// rules; past maxEvidence the request is refused.
+		words, large := braceExpand(w2.Parts, maxBraces)
+		if words == nil && !large {
+			return append(dst, arg{s: wordSource(w), opaque: "a brace sequence the router does not expand"})
+		}
+		if large {
+			if words, _ = braceExpand(w2.Parts, maxEvidence); words == nil {
+				x.refuse(cx.origin, fmt.Sprintf("a brace expansion of more than %d words: too large to decide", maxEvidence), KindExecute)
 				return append(dst, arg{s: wordSource(w), opaque: "a brace expansion too large to check"})
 			}
+		}
+		for _, parts := range words {
 			dst = append(dst, x.lit(parts, cx))
+		}
+		if large {
+			dst = append(dst, arg{s: wordSource(w), opaque: fmt.Sprintf("a brace expansion of more than %d words: too large to allow", maxBraces)})
 		}
 		return dst
 	}
@@ -461,9 +495,10 @@ func (x *extractor) appendWords(dst []arg, w *syntax.Word, cx cmdCtx) []arg {
 }
 
 // braceExpand expands the brace expressions in parts into at most limit
-// part lists; a nil list means the limit was exceeded.
-func braceExpand(parts []syntax.WordPart, limit int) [][]syntax.WordPart {
-	out := [][]syntax.WordPart{nil}
+// part lists. nil means they cannot be expanded: large says whether
+// because there would be more than limit (else a sequence is invalid).
+func braceExpand(parts []syntax.WordPart, limit int) (out [][]syntax.WordPart, large bool) {
+	out = [][]syntax.WordPart{nil}
 	for _, p := range parts {
 		be, ok := p.(*syntax.BraceExp)
 		if !ok {
@@ -474,37 +509,42 @@ func braceExpand(parts []syntax.WordPart, limit int) [][]syntax.WordPart {
 		}
 		var alts [][]syntax.WordPart
 		if be.Sequence {
-			seq, ok := braceSequence(be, limit)
-			if !ok {
-				return [][]syntax.WordPart{nil}
+			seq, large := braceSequence(be, limit)
+			if seq == nil {
+				return nil, large
 			}
 			for _, s := range seq {
 				alts = append(alts, []syntax.WordPart{&syntax.Lit{Value: s}})
 			}
 		} else {
 			for _, e := range be.Elems {
-				alts = append(alts, braceExpand(e.Parts, limit)...)
+				sub, large := braceExpand(e.Parts, limit)
+				if sub == nil {
+					return nil, large
+				}
+				alts = append(alts, sub...)
+				if len(alts) > limit {
+					return nil, true
+				}
 			}
 		}
 		if len(out)*len(alts) > limit {
-			return [][]syntax.WordPart{nil}
+			return nil, true
 		}
 		var next [][]syntax.WordPart
 		for _, o := range out {
 			for _, a := range alts {
-				if a == nil {
-					return [][]syntax.WordPart{nil}
-				}
 				next = append(next, append(slices.Clip(o), a...))
 			}
 		}
 		out = next
 	}
-	return out
+	return out, false
 }
 
-// braceSequence expands {x..y[..incr]} of numbers or single letters.
-func braceSequence(be *syntax.BraceExp, limit int) ([]string, bool) {
+// braceSequence expands {x..y[..incr]} of numbers or single letters; nil
+// when it is invalid or (large) has more than limit words.
+func braceSequence(be *syntax.BraceExp, limit int) (seq []string, large bool) {
 	if len(be.Elems) < 2 {
 		return nil, false
 	}
@@ -526,8 +566,10 @@ func braceSequence(be *syntax.BraceExp, limit int) ([]string, bool) {
 		}
 		a, b, letters = int(from[0]), int(to[0]), true
 	}
-	if (b-a)/incr > limit || (a-b)/incr > limit {
-		return nil, false
+	// Bounded before subtracting: b-a must not overflow.
+	const bound = 1 << 40
+	if a > bound || a < -bound || b > bound || b < -bound || (b-a)/incr > limit || (a-b)/incr > limit {
+		return nil, true
 	}
 	var out []string
 	step := incr
@@ -661,8 +703,16 @@ func (x *extractor) param(p *syntax.ParamExp, cx cmdCtx) (string, bool) {
 	return "", false
 }
 
+// maxWordSource bounds the words wordSource prints.
+const maxWordSource = 4096
+
 // wordSource prints a word back as shell source (for display).
 func wordSource(w *syntax.Word) string {
+	// Printing every level of $(echo $(echo ...)) would take time
+	// quadratic in the nesting: a long word is named by its size.
+	if p, e := w.Pos(), w.End(); p.IsValid() && e.IsValid() && e.Offset() > p.Offset()+maxWordSource {
+		return fmt.Sprintf("(a word of %d bytes)", e.Offset()-p.Offset())
+	}
 	var b strings.Builder
 	if err := syntax.NewPrinter().Print(&b, w); err != nil {
 		return "?"
