@@ -161,7 +161,7 @@ func TestCodex(t *testing.T) {
 			t.Errorf("the model made %d apply_patch calls, want 1", n)
 		}
 		// Codex ends the turn on a refusal: the model gets no success.
-		for _, out := range s.Outputs() {
+		for _, out := range s.Results() {
 			if !containsAny(out, "rejected", "denied", "declined", "abort") {
 				t.Errorf("the model got tool output %q after the refusal", out)
 			}

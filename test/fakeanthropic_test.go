@@ -70,25 +70,7 @@ type toolResult struct {
 
 type anthropicScriptState struct {
 	anthropicScript
-	token string
-
-	mu      sync.Mutex
-	calls   int // tool calls made
-	results []toolResult
-}
-
-// Results returns the tool results the model got for this script.
-func (s *anthropicScriptState) Results() []toolResult {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]toolResult(nil), s.results...)
-}
-
-// ToolCalls returns how many tool calls the script's model made.
-func (s *anthropicScriptState) ToolCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls
+	scriptLog[toolResult]
 }
 
 type fakeAnthropic struct {
@@ -119,7 +101,7 @@ func (f *fakeAnthropic) URL() string { return f.srv.URL }
 func (f *fakeAnthropic) Script(s anthropicScript) *anthropicScriptState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := &anthropicScriptState{anthropicScript: s, token: fmt.Sprintf("[fake-anthropic script %d]", len(f.scripts)+1)}
+	st := &anthropicScriptState{anthropicScript: s, scriptLog: newScriptLog[toolResult]("anthropic", len(f.scripts)+1)}
 	f.scripts = append(f.scripts, st)
 	return st
 }

@@ -40,25 +40,7 @@ type chatScript struct {
 
 type chatScriptState struct {
 	chatScript
-	token string
-
-	mu      sync.Mutex
-	calls   int
-	results []string // tool results received
-}
-
-// Results returns the tool results the model got for this script.
-func (s *chatScriptState) Results() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.results...)
-}
-
-// ToolCalls returns how many tool calls the script's model made.
-func (s *chatScriptState) ToolCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls
+	scriptLog[string] // tool results: their text
 }
 
 type fakeChat struct {
@@ -88,7 +70,7 @@ func (f *fakeChat) URL() string { return f.srv.URL + "/v1" }
 func (f *fakeChat) Script(s chatScript) *chatScriptState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := &chatScriptState{chatScript: s, token: fmt.Sprintf("[fake-chat script %d]", len(f.scripts)+1)}
+	st := &chatScriptState{chatScript: s, scriptLog: newScriptLog[string]("chat", len(f.scripts)+1)}
 	f.scripts = append(f.scripts, st)
 	return st
 }

@@ -41,25 +41,7 @@ type responsesScript struct {
 
 type responsesScriptState struct {
 	responsesScript
-	token string
-
-	mu      sync.Mutex
-	calls   int
-	outputs []string // tool outputs received
-}
-
-// Outputs returns the tool outputs the model got for this script.
-func (s *responsesScriptState) Outputs() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.outputs...)
-}
-
-// ToolCalls returns how many tool calls the script's model made.
-func (s *responsesScriptState) ToolCalls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls
+	scriptLog[string] // tool outputs
 }
 
 type fakeResponses struct {
@@ -89,7 +71,7 @@ func (f *fakeResponses) URL() string { return f.srv.URL + "/v1" }
 func (f *fakeResponses) Script(s responsesScript) *responsesScriptState {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := &responsesScriptState{responsesScript: s, token: fmt.Sprintf("[fake-responses script %d]", len(f.scripts)+1)}
+	st := &responsesScriptState{responsesScript: s, scriptLog: newScriptLog[string]("responses", len(f.scripts)+1)}
 	f.scripts = append(f.scripts, st)
 	return st
 }
@@ -154,7 +136,7 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 					out = str
 				}
 				s.mu.Lock()
-				s.outputs = append(s.outputs, out)
+				s.results = append(s.results, out)
 				s.mu.Unlock()
 				text, what = s.Text, s.token+": text after the tool's output"
 			}
@@ -249,7 +231,7 @@ func TestFakeResponsesAPI(t *testing.T) {
 	if !strings.Contains(body, `"delta":"Done."`) || strings.Contains(body, "custom_tool_call") {
 		t.Errorf("after the tool: %s", body)
 	}
-	if out := write.Outputs(); len(out) != 1 || out[0] != "Success." || write.ToolCalls() != 1 {
+	if out := write.Results(); len(out) != 1 || out[0] != "Success." || write.ToolCalls() != 1 {
 		t.Errorf("outputs %q, calls %d", out, write.ToolCalls())
 	}
 	// Without apply_patch among the tools, or without a script: text.
