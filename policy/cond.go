@@ -368,3 +368,10 @@ func (c *Cond) matchPath(ev *Evidence, it *Item, strict bool) matchResult {
 	}
 	return noMatch
 }
+
+// literalCommand reports whether a literal command pattern of c (one that
+// names every argument) matches the command item: such a rule vouches for
+// arguments the router does not understand.
+func (c *Cond) literalCommand(it *Item) bool {
+	return slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.literal && p.match(it, true) })
+}

@@ -149,6 +149,9 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
 		if strict && (it.Opaque != "" || it.Aux) {
 			continue // nothing allows what cannot be seen; aux items need no allow
 		}
+		if strict && it.Unknown != "" && !r.AnyArgs && !r.When.literalCommand(it) {
+			continue // closed-world allow: the rule did not vouch for the arguments
+		}
 		if !cachedRequest(r.When, ev, strict, &sc.reqW[ri]) {
 			continue
 		}
@@ -188,6 +191,8 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
 	case it.Opaque != "" && p.dflt <= Ask:
 		// Nothing can allow it: at least ask, and say why.
 		f.Effect, f.Rule, f.Layer, f.Source, f.Message = Ask, RuleOpaque, LayerBuiltin, SourceBuiltin, it.Opaque
+	case it.Unknown != "" && p.dflt <= Ask:
+		f.Effect, f.Rule, f.Layer, f.Source, f.Message = Ask, RuleUnknownArguments, LayerBuiltin, SourceBuiltin, it.Unknown
 	default:
 		f.Effect, f.Layer, f.Source = p.dflt, p.dfltLayer, SourceDefault
 	}

@@ -68,6 +68,9 @@ const (
 	// RuleOpaque: something the router cannot see through, which no allow
 	// covers.
 	RuleOpaque = "acp-router:opaque"
+	// RuleUnknownArguments: a command whose arguments the router does not
+	// all understand (Item.Unknown), which no allow rule vouched for.
+	RuleUnknownArguments = "acp-router:unknown-arguments"
 	// RuleDeniedMode: the session's agent is in a mode listed in
 	// deny_modes; nothing is allowed without asking until it is reset.
 	RuleDeniedMode = "acp-router:denied-mode"

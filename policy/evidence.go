@@ -122,6 +122,13 @@ type Item struct {
 	// Opaque says why the router cannot see through this item; no allow
 	// covers it, so it is at least ask.
 	Opaque string `json:"opaque,omitempty"`
+	// Unknown says which part of a command's arguments the router does not
+	// understand (an option its spec does not list, a program without a
+	// spec, an operand it has no role for). An allow rule covers the item
+	// only when it says its arguments do not matter (arguments: any) or a
+	// command pattern of it names every argument literally (closed-world
+	// allow, issue 14); deny and ask rules match it as usual.
+	Unknown string `json:"unknown,omitempty"`
 	// Refused says why the request is refused outright (deny).
 	Refused string `json:"refused,omitempty"`
 	// Aux marks an item that can only make the decision stricter (a
@@ -290,7 +297,7 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence: too many to allow"+
 				" (deny and ask rules saw every piece)", maxItems)})
 	}
-	if it.Opaque != "" {
+	if it.Opaque != "" || it.Unknown != "" {
 		it.Aux = false // what cannot be seen is never only auxiliary
 	}
 	for _, k := range kinds {
@@ -318,7 +325,7 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 
 func sameItem(a, b *Item) bool {
 	return a.Type == b.Type && a.Path == b.Path && len(a.Argv) == len(b.Argv) && a.kinds == b.kinds &&
-		a.Aux == b.Aux && a.Opaque == b.Opaque && a.Refused == b.Refused && a.Recursive == b.Recursive &&
+		a.Aux == b.Aux && a.Opaque == b.Opaque && a.Unknown == b.Unknown && a.Refused == b.Refused && a.Recursive == b.Recursive &&
 		a.SkipsHidden == b.SkipsHidden && a.Unresolved == b.Unresolved && a.Domain == b.Domain &&
 		a.DomainInvalid == b.DomainInvalid &&
 		slices.Equal(a.Forms, b.Forms) && slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) &&

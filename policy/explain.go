@@ -63,6 +63,9 @@ func Explain(d *Decision) string {
 		if it.Opaque != "" {
 			fmt.Fprintf(&b, "           opaque: %s\n", it.Opaque)
 		}
+		if it.Unknown != "" {
+			fmt.Fprintf(&b, "           not understood: %s (an allow rule needs arguments: any)\n", it.Unknown)
+		}
 		if it.Refused != "" {
 			fmt.Fprintf(&b, "           refused: %s\n", it.Refused)
 		}

@@ -83,6 +83,9 @@ type Rule struct {
 	When  *Cond
 	// Unless is nil when the rule has no exception.
 	Unless *Cond
+	// AnyArgs (arguments: any): an allow rule that covers commands whose
+	// arguments the router does not all understand (Item.Unknown).
+	AnyArgs bool
 }
 
 // Keys of a permissions mapping, a rule and a matcher.
@@ -90,7 +93,7 @@ var (
 	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests"}
 	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
-	ruleKeys    = []string{"id", "decision", "when", "unless", "message"}
+	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments"}
 	testKeys    = []string{"call", "expect", "rule", "agent", "mode", "cwd", "roots", "files", "symlinks"}
 	matcherKeys = []string{"agent", "kind", "method", "title", "paths", "command", "program", "flags_any",
 		"domains", "mode", "cwd", "env"}
@@ -362,6 +365,17 @@ func (p *parser) rule(path string, n *yaml.Node, seen map[string]*Rule) *Rule {
 	}
 	if v := f["message"]; v != nil {
 		r.Message, _ = p.str(path+".message", v)
+	}
+	if v := f["arguments"]; v != nil {
+		if a, ok := p.str(path+".arguments", v); ok {
+			switch a {
+			case "any":
+				r.AnyArgs = true
+			case "known":
+			default:
+				p.errorf(v, path+".arguments", "arguments must be known (the default: every argument of a command understood) or any, not %q", a)
+			}
+		}
 	}
 	if v := f["when"]; v != nil {
 		r.When = p.cond(path+".when", v)

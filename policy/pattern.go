@@ -463,6 +463,9 @@ type cmdToken struct {
 type commandPattern struct {
 	src  string
 	toks []cmdToken
+	// literal: every token names one word (no *, **, or glob meta), so
+	// the pattern names each argument of what it matches.
+	literal bool
 }
 
 func compileCommand(s string) (commandPattern, error) {
@@ -472,8 +475,11 @@ func compileCommand(s string) (commandPattern, error) {
 	}
 	fixed := func(i int) bool { return !strings.ContainsAny(words[i], `*?[{\`) }
 	words = canonArgs(words, fixed)
-	cp := commandPattern{src: s}
+	cp := commandPattern{src: s, literal: true}
 	for i, w := range words {
+		if !fixed(i) {
+			cp.literal = false
+		}
 		switch w {
 		case "*":
 			cp.toks = append(cp.toks, cmdToken{kind: tokOne})

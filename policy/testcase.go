@@ -385,7 +385,7 @@ func (p *Policy) RunTests(opts TestOptions) []TestResult {
 // only once the layers are compiled, and a failing test already stops the
 // router from using the policy.
 func (p *Policy) unknownRule(id string, all *Policy) string {
-	builtin := []string{RuleRefused, RuleOpaque, RuleDeniedMode, RuleSelfApprovingMode, RuleUnlistedMode}
+	builtin := []string{RuleRefused, RuleOpaque, RuleUnknownArguments, RuleDeniedMode, RuleSelfApprovingMode, RuleUnlistedMode}
 	if id == "" || slices.Contains(builtin, id) || slices.ContainsFunc(p.rules, func(r *Rule) bool { return r.ID == id }) {
 		return ""
 	}
