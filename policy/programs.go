@@ -1,333 +1,313 @@
 package policy
 
 import (
+	"fmt"
+	"path"
 	"regexp"
-	"slices"
 	"strings"
 )
 
-// The programs the router knows beyond the shape of their arguments:
-// which options take a value, which operands are written (DESIGN §6:
-// destinations of known writers are kind edit), read recursively, or are
-// hosts. Everything else is read by shape (roleAuto).
+// How an ordinary program's command line is read with its spec
+// (spec.go, specs/*.yaml): options and their values, the subcommand,
+// operands and their roles. What the spec does not cover makes the
+// command's arguments unknown (closed-world allow).
 
-// role is what an argument of a program is.
-type role uint8
+// optVal is an option with its value.
+type optVal struct {
+	key string // as given (after abbreviation: the full name)
+	opt *optSpec
+	v   arg
+	has bool // a value was given
+}
 
-const (
-	roleAuto       role = iota // a path when it looks like one or names an existing file
-	roleRead                   // a file the program reads
-	roleEdit                   // a file the program writes
-	roleSkip                   // not a path (a pattern, a mode, a message)
-	roleURL                    // a URL, or a host name when it has no scheme
-	roleHost                   // [user@]host
-	roleRemote                 // [user@]host:path or a local path
-	roleRemoteDest             // the same, as the destination: written when local
-)
+// parsedArgs is a command line read with a spec.
+type parsedArgs struct {
+	spec    *argSpec // the spec in force (the subcommand's)
+	label   string   // "git commit": the program and its subcommands
+	flags   flagSet
+	vals    []optVal
+	ops     []arg
+	unknown string // why the arguments are not all understood
+	// lost: an unknown option may have taken a value, so the operands'
+	// positions, and so their roles, are not known.
+	lost bool
+}
 
-// flagSet holds the options a command line gave ("-r", "--recursive",
-// "-d=recurse"); a handful, so a slice.
-type flagSet []string
-
-func (f flagSet) any(names ...string) bool {
-	for _, n := range names {
-		if slices.Contains(f, n) {
-			return true
-		}
+func (p *parsedArgs) fail(format string, a ...any) {
+	if p.unknown == "" {
+		p.unknown = fmt.Sprintf(format, a...)
 	}
-	return false
 }
 
-// progSpec describes the arguments of a program the router knows.
-type progSpec struct {
-	short   string          // short options that take a value
-	long    []string        // long options that take a value
-	optRole map[string]role // the role of an option's value (default roleAuto)
-	// operand gives the role of operand i of n (nil: roleAuto).
-	operand func(i, n int, f flagSet) role
-	// patternFirst: the first operand is a pattern or script unless one
-	// of these options supplied it.
-	patternFirst []string
-	// recursive: path operands are read with everything below them.
-	recursive func(f flagSet) bool
-	// readsHidden: a recursive read includes dotfiles (rg and ag skip
-	// them unless told otherwise).
-	readsHidden func(f flagSet) bool
-	// implicitCwd: without a path operand the working directory is read
-	// recursively.
-	implicitCwd bool
-	opaque      string // an option that makes the program run other code, and why
-	opaqueOpts  []string
-}
-
-func all(r role) func(int, int, flagSet) role { return func(int, int, flagSet) role { return r } }
-
-// lastEdit: the last operand is written, the others read (cp); with
-// -t DIR every operand is read.
-func lastEdit(i, n int, f flagSet) role {
-	if f.any("-t", "--target-directory") || i < n-1 {
-		return roleRead
-	}
-	return roleEdit
-}
-
-func firstSkipThenEdit(i, n int, f flagSet) role {
-	if i == 0 && !f.any("--reference") {
-		return roleSkip
-	}
-	return roleEdit
-}
-
-func flagged(names ...string) func(flagSet) bool {
-	return func(f flagSet) bool { return f.any(names...) }
-}
-
-func always(flagSet) bool { return true }
-
-var grepSpec = progSpec{
-	short: "efABCDdmX", long: []string{"--regexp", "--file", "--after-context", "--before-context", "--context",
-		"--directories", "--devices", "--max-count", "--include", "--exclude", "--exclude-dir", "--exclude-from", "--label",
-		"--binary-files"},
-	optRole: map[string]role{"-e": roleSkip, "--regexp": roleSkip, "-f": roleRead, "--file": roleRead,
-		"--exclude-from": roleRead, "--include": roleSkip, "--exclude": roleSkip, "--exclude-dir": roleSkip},
-	patternFirst: []string{"-e", "--regexp", "-f", "--file"},
-	recursive: func(f flagSet) bool {
-		return f.any("-r", "-R", "--recursive", "--dereference-recursive", "-d=recurse", "--directories=recurse")
-	},
-	readsHidden: always,
-	implicitCwd: true,
-}
-
-var rgSpec = progSpec{
-	short: "efgtTABCmjMErd", long: []string{"--regexp", "--file", "--glob", "--iglob", "--type", "--type-not",
-		"--after-context", "--before-context", "--context", "--max-count", "--threads", "--max-columns", "--encoding",
-		"--replace", "--ignore-file", "--sort", "--sortr", "--max-depth", "--max-filesize", "--colors",
-		"--path-separator", "--type-add", "--pre", "--pre-glob", "--engine"},
-	optRole: map[string]role{"-e": roleSkip, "--regexp": roleSkip, "-f": roleRead, "--file": roleRead,
-		"-g": roleSkip, "--glob": roleSkip, "--iglob": roleSkip, "--ignore-file": roleRead, "-r": roleSkip, "--replace": roleSkip},
-	patternFirst: []string{"-e", "--regexp", "-f", "--file"},
-	recursive:    always,
-	readsHidden:  flagged("--hidden", "-.", "-u", "--unrestricted", "-uu", "-uuu"),
-	implicitCwd:  true,
-	opaqueOpts:   []string{"--pre"},
-	opaque:       "rg --pre runs a program on every file",
-}
-
-var curlSpec = progSpec{
-	short: "AbCcDdEeFHhKmoQrTuwXxYyz", long: []string{"--output", "--upload-file", "--data", "--data-binary",
-		"--data-raw", "--data-ascii", "--data-urlencode", "--form", "--config", "--header", "--request", "--user-agent",
-		"--referer", "--user", "--proxy", "--cookie", "--cookie-jar", "--dump-header", "--write-out", "--range",
-		"--max-time", "--cert", "--key", "--cacert", "--output-dir", "--url", "--connect-timeout", "--retry",
-		"--resolve", "--json", "--form-string"},
-	optRole: map[string]role{"-o": roleEdit, "--output": roleEdit, "-T": roleRead, "--upload-file": roleRead,
-		"-K": roleRead, "--config": roleRead, "-c": roleEdit, "--cookie-jar": roleEdit, "-D": roleEdit,
-		"--dump-header": roleEdit, "--cert": roleRead, "--key": roleRead, "--cacert": roleRead, "-E": roleRead,
-		"--output-dir": roleEdit, "--url": roleURL, "-x": roleURL, "--proxy": roleURL,
-		"-H": roleSkip, "--header": roleSkip, "-X": roleSkip, "--request": roleSkip, "-A": roleSkip,
-		"--user-agent": roleSkip, "-u": roleSkip, "--user": roleSkip, "-w": roleSkip, "--write-out": roleSkip,
-		"--form-string": roleSkip},
-	operand: all(roleURL),
-}
-
-var wgetSpec = progSpec{
-	short: "OoaPiUeTtwQ", long: []string{"--output-document", "--output-file", "--append-output",
-		"--directory-prefix", "--input-file", "--post-file", "--body-file", "--load-cookies", "--save-cookies",
-		"--user-agent", "--header", "--post-data", "--user", "--password", "--tries", "--timeout", "--wait", "--quota"},
-	optRole: map[string]role{"-O": roleEdit, "--output-document": roleEdit, "-o": roleEdit, "--output-file": roleEdit,
-		"-a": roleEdit, "--append-output": roleEdit, "-P": roleEdit, "--directory-prefix": roleEdit,
-		"-i": roleRead, "--input-file": roleRead, "--post-file": roleRead, "--body-file": roleRead,
-		"--load-cookies": roleRead, "--save-cookies": roleEdit, "-U": roleSkip, "--user-agent": roleSkip,
-		"--header": roleSkip, "--post-data": roleSkip, "--user": roleSkip, "--password": roleSkip},
-	operand: all(roleURL),
-}
-
-var scpSpec = progSpec{
-	short: "cFiJloPS", optRole: map[string]role{"-F": roleRead, "-i": roleRead, "-J": roleHost, "-o": roleSkip,
-		"-c": roleSkip, "-l": roleSkip, "-P": roleSkip},
-	operand: func(i, n int, f flagSet) role {
-		if i == n-1 {
-			return roleRemoteDest
-		}
-		return roleRemote
-	},
-	recursive:   flagged("-r"),
-	readsHidden: always,
-	opaqueOpts:  []string{"-S"},
-	opaque:      "scp -S runs another program as ssh",
-}
-
-// programs are the programs whose arguments the router reads more
-// precisely than by their shape. Writers name the files they write
-// (DESIGN §6: their destinations are kind edit).
-var programs = map[string]progSpec{
-	"rm":       {operand: all(roleEdit)},
-	"rmdir":    {operand: all(roleEdit)},
-	"unlink":   {operand: all(roleEdit)},
-	"shred":    {short: "nsu", operand: all(roleEdit)},
-	"touch":    {short: "rtd", optRole: map[string]role{"-r": roleRead, "-d": roleSkip, "-t": roleSkip}, operand: all(roleEdit)},
-	"mkdir":    {short: "m", optRole: map[string]role{"-m": roleSkip}, operand: all(roleEdit)},
-	"truncate": {short: "sr", optRole: map[string]role{"-s": roleSkip, "-r": roleRead}, operand: all(roleEdit)},
-	"tee":      {operand: all(roleEdit)},
-	"chmod":    {operand: firstSkipThenEdit},
-	"chown":    {operand: firstSkipThenEdit},
-	"chgrp":    {operand: firstSkipThenEdit},
-	"cp": {short: "tS", long: []string{"--target-directory", "--suffix"}, optRole: map[string]role{"-t": roleEdit,
-		"--target-directory": roleEdit, "-S": roleSkip}, operand: lastEdit,
-		recursive: flagged("-r", "-R", "-a", "--recursive", "--archive"), readsHidden: always},
-	"install": {short: "tmogS", long: []string{"--target-directory", "--mode", "--owner", "--group"},
-		optRole: map[string]role{"-t": roleEdit, "--target-directory": roleEdit, "-m": roleSkip, "-o": roleSkip,
-			"-g": roleSkip, "--mode": roleSkip, "--owner": roleSkip, "--group": roleSkip},
-		operand: func(i, n int, f flagSet) role {
-			if f.any("-d", "--directory") {
-				return roleEdit
-			}
-			return lastEdit(i, n, f)
-		}},
-	"ln": {short: "tS", long: []string{"--target-directory"}, optRole: map[string]role{"-t": roleEdit,
-		"--target-directory": roleEdit}, operand: lastEdit},
-	"mv": {short: "tS", long: []string{"--target-directory", "--suffix"}, optRole: map[string]role{"-t": roleEdit,
-		"--target-directory": roleEdit, "-S": roleSkip}, operand: all(roleEdit)},
-	"sed": {short: "efl", long: []string{"--expression", "--file", "--line-length"},
-		optRole: map[string]role{"-e": roleSkip, "--expression": roleSkip, "-f": roleRead, "--file": roleRead,
-			"-l": roleSkip}, patternFirst: []string{"-e", "--expression", "-f", "--file"},
-		operand: func(i, n int, f flagSet) role {
-			if f.any("-i", "--in-place") {
-				return roleEdit
-			}
-			return roleRead
-		}},
-	"perl": {short: "eEIMm", optRole: map[string]role{"-e": roleSkip, "-E": roleSkip, "-I": roleAuto, "-M": roleSkip,
-		"-m": roleSkip}, patternFirst: []string{"-e", "-E"},
-		operand: func(i, n int, f flagSet) role {
-			if f.any("-i") {
-				return roleEdit
-			}
-			return roleAuto
-		}},
-	"dd": {}, // if= and of= are handled in operands
-	"sort": {short: "okStT", long: []string{"--output", "--key", "--buffer-size", "--field-separator",
-		"--temporary-directory", "--files0-from"}, optRole: map[string]role{"-o": roleEdit, "--output": roleEdit,
-		"-k": roleSkip, "--key": roleSkip, "-S": roleSkip, "-t": roleSkip, "--files0-from": roleRead},
-		operand: all(roleRead)},
-	"patch": {short: "dipoBrz", long: []string{"--directory", "--input", "--strip", "--output"},
-		optRole: map[string]role{"-i": roleRead, "--input": roleRead, "-o": roleEdit, "--output": roleEdit,
-			"-p": roleSkip, "--strip": roleSkip, "-d": roleEdit, "--directory": roleEdit},
-		operand: func(i, n int, f flagSet) role {
-			if i == 0 {
-				return roleEdit
-			}
-			return roleRead
-		}},
-	"cat": {operand: all(roleRead)}, "head": {short: "nc", optRole: map[string]role{"-n": roleSkip, "-c": roleSkip},
-		operand: all(roleRead)},
-	"tail": {short: "ncs", optRole: map[string]role{"-n": roleSkip, "-c": roleSkip, "-s": roleSkip},
-		operand: all(roleRead)},
-	"less": {operand: all(roleRead)}, "more": {operand: all(roleRead)},
-	"grep": grepSpec, "egrep": grepSpec, "fgrep": grepSpec, "zgrep": grepSpec,
-	"rg": rgSpec,
-	"ag": {short: "ABCGgm", optRole: map[string]role{"-G": roleSkip, "-g": roleSkip}, patternFirst: []string{},
-		recursive: always, readsHidden: flagged("--hidden", "-u", "--unrestricted"), implicitCwd: true},
-	"ack": {short: "ABCm", patternFirst: []string{}, recursive: always, readsHidden: always, implicitCwd: true},
-	"awk": {short: "fvF", optRole: map[string]role{"-f": roleRead, "-v": roleSkip, "-F": roleSkip},
-		patternFirst: []string{"-f"}, operand: all(roleRead)},
-	"curl": curlSpec, "wget": wgetSpec,
-	"ssh": {short: "BbcDEeFIiJLlmOopQRSWw", optRole: map[string]role{"-F": roleRead, "-i": roleRead,
-		"-E": roleEdit, "-J": roleHost, "-l": roleSkip, "-p": roleSkip, "-o": roleSkip, "-L": roleSkip,
-		"-R": roleSkip, "-D": roleSkip, "-W": roleSkip, "-b": roleSkip, "-c": roleSkip, "-m": roleSkip, "-O": roleSkip,
-		"-Q": roleSkip, "-S": roleRead, "-w": roleSkip, "-e": roleSkip, "-B": roleSkip, "-I": roleSkip},
-		operand: func(i, n int, f flagSet) role {
-			if i == 0 {
-				return roleHost
-			}
-			return roleSkip // the remote command runs on the other host
-		}},
-	"scp": scpSpec, "sftp": {short: "BbcDFiJlooPRS", optRole: map[string]role{"-F": roleRead, "-i": roleRead,
-		"-b": roleRead}, operand: all(roleHost)},
-	"rsync": {short: "eBfT", long: []string{"--rsh", "--exclude", "--include", "--filter", "--exclude-from",
-		"--include-from", "--files-from", "--temp-dir", "--partial-dir", "--backup-dir", "--rsync-path"},
-		optRole: map[string]role{"--exclude": roleSkip, "--include": roleSkip, "--filter": roleSkip, "-f": roleSkip,
-			"--exclude-from": roleRead, "--include-from": roleRead, "--files-from": roleRead},
-		operand: scpSpec.operand, recursive: flagged("-r", "-a", "--recursive", "--archive"), readsHidden: always,
-		opaqueOpts: []string{"-e", "--rsh", "--rsync-path"}, opaque: "rsync -e runs another program as its shell"},
-	"nc": {short: "psiwqxXOIT", operand: hostFirst}, "ncat": {short: "psiwxX", operand: hostFirst},
-	"netcat": {short: "psiwqx", operand: hostFirst}, "telnet": {operand: hostFirst},
-	"find": {}, // handled by findArgs
-	"tar":  {}, // handled by tarArgs
-	"zip": {short: "bnstx", optRole: map[string]role{"-x": roleSkip, "-b": roleSkip, "-n": roleSkip, "-t": roleSkip},
-		operand: func(i, n int, f flagSet) role {
-			if i == 0 {
-				return roleEdit
-			}
-			return roleRead
-		}, recursive: flagged("-r", "-R"), readsHidden: always},
-	"unzip": {short: "dx", optRole: map[string]role{"-d": roleEdit, "-x": roleSkip},
-		operand: func(i, n int, f flagSet) role {
-			if i == 0 {
-				return roleRead
-			}
-			return roleSkip
-		}},
-	// git's global options; gitSubSpec has its subcommands'. A global -c
-	// or --config-env is opaque (operands).
-	"git": {short: "Cc", long: []string{"--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"},
-		optRole: map[string]role{"-c": roleSkip, "--config-env": roleSkip, "--namespace": roleSkip, "--super-prefix": roleSkip}},
-}
-
-// gitGlobalValues are git's global options that take a separate value.
-var gitGlobalValues = []string{"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--config-env"}
-
-// gitSubcommand returns the index in args (git's arguments) of the
-// subcommand, len(args) if there is none: the first argument that is not
-// a global option or its value.
-func gitSubcommand(args []arg) int {
+// parseArgs reads args (without the program) with spec sp.
+func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
+	p := &parsedArgs{spec: sp, label: name}
+	subDone := sp.subs == nil
+	optsDone := false
 	for i := 0; i < len(args); i++ {
-		s := args[i].s
-		if args[i].opaque != "" || !strings.HasPrefix(s, "-") || s == "-" {
-			return i
+		a := args[i]
+		s := a.s
+		isOpt := !optsDone && a.opaque == "" && len(s) > 1 && s[0] == '-'
+		if isOpt && s == "--" {
+			optsDone = true
+			if !subDone {
+				// git -- is not a subcommand: nothing follows as one.
+				subDone = true
+				if !sp.subOptional {
+					p.fail("%s: no subcommand before --", p.label)
+					p.lost = true
+				}
+			}
+			continue
 		}
-		if s == "--" {
-			return i + 1
+		if isOpt && p.spec.digits && isDigits(s[1:]) {
+			p.flags = append(p.flags, "-NUM")
+			continue
 		}
-		if slices.Contains(gitGlobalValues, s) {
-			i++
+		if !isOpt {
+			if a.opaque != "" && !optsDone {
+				// $X may be an option: what follows is not known.
+				p.fail("%s: an argument %s", p.label, a.opaque)
+				p.lost = true
+			}
+			if !subDone {
+				subDone = true
+				if a.opaque == "" {
+					if sub := p.spec.subs[s]; sub != nil {
+						p.spec = sub
+						p.label += " " + s
+						subDone = sub.subs == nil
+						continue
+					}
+				}
+				if !p.spec.subOptional {
+					p.fail("%s: unknown subcommand %q", p.label, s)
+					p.lost = true
+				}
+			}
+			p.ops = append(p.ops, a)
+			if p.spec.posix {
+				optsDone = true
+			}
+			continue
+		}
+		if strings.HasPrefix(s, "--") || p.spec.single {
+			key, val, has := strings.Cut(s, "=")
+			o := p.spec.lookup(key)
+			if o == nil {
+				p.fail("%s: unknown option %s", p.label, key)
+				p.lost = true
+				continue
+			}
+			p.flags = append(p.flags, o.name)
+			if o.role == roleFlag {
+				if has {
+					p.fail("%s: option %s takes no value", p.label, key)
+				}
+				continue
+			}
+			ov := optVal{key: key, opt: o, has: true}
+			switch {
+			case has:
+				ov.v = arg{s: val, glob: a.glob}
+			case o.optional:
+				ov.has = false
+			case i+1 < len(args):
+				i++
+				ov.v = args[i]
+			default:
+				ov.has = false
+			}
+			p.vals = append(p.vals, ov)
+			continue
+		}
+		// -abc: letters, the first that takes a value takes the rest.
+		for j := 1; j < len(s); j++ {
+			key := "-" + s[j:j+1]
+			o := p.spec.opts[key]
+			if o == nil {
+				p.fail("%s: unknown option %s", p.label, key)
+				p.lost = true
+				break
+			}
+			p.flags = append(p.flags, o.name)
+			if o.role == roleFlag {
+				continue
+			}
+			ov := optVal{key: key, opt: o, has: true}
+			switch {
+			case j+1 < len(s):
+				ov.v = arg{s: s[j+1:], glob: a.glob}
+			case o.optional:
+				ov.has = false
+			case i+1 < len(args):
+				i++
+				ov.v = args[i]
+			default:
+				ov.has = false
+			}
+			p.vals = append(p.vals, ov)
+			break
 		}
 	}
-	return len(args)
-}
-
-// gitSubValues are, per subcommand, its short options that take a value
-// which is never a path (a branch or a commit): git switch -c NAME, git
-// checkout -b NAME, git commit -C COMMIT.
-var gitSubValues = map[string]string{"switch": "cC", "checkout": "bB", "worktree": "bB", "commit": "cCm",
-	"tag": "m", "merge": "m", "stash": "m", "notes": "m", "revert": "m", "cherry-pick": "m"}
-
-// gitSubSpec is the spec of a git subcommand's arguments.
-func gitSubSpec(sub string) progSpec {
-	short := gitSubValues[sub]
-	sp := progSpec{short: short, long: []string{"--message", "--author", "--date", "--create", "--force-create", "--orphan"},
-		optRole: map[string]role{"--message": roleSkip, "--author": roleSkip, "--date": roleSkip,
-			"--create": roleSkip, "--force-create": roleSkip, "--orphan": roleSkip}}
-	for _, c := range short {
-		sp.optRole["-"+string(c)] = roleSkip
+	if !subDone && !p.spec.subOptional {
+		p.fail("%s: no subcommand", p.label)
 	}
-	return sp
+	return p
 }
 
-func hostFirst(i, n int, f flagSet) role {
-	if i == 0 {
-		return roleHost
+// program records an ordinary program: its command item and the files,
+// hosts and commands of its arguments.
+func (x *extractor) program(name string, args []arg, cx cmdCtx) {
+	sp := specs[name]
+	it := x.commandItem(args, cx)
+	switch {
+	case sp == nil:
+		it.Unknown = "no argument spec for " + name + ": its arguments are not understood"
+		x.add(it, KindExecute)
+		x.byShape(name, args[1:], x.cwdsFor(cx))
+		return
+	case sp.values:
+		x.add(it, KindExecute)
+		return
+	case sp.handler == "find":
+		x.findArgs(it, args[1:], cx)
+		return
+	case sp.handler == "tar":
+		x.tarArgs(it, args[1:], cx)
+		return
+	case sp.handler == "dd":
+		x.ddArgs(it, args[1:], cx)
+		return
 	}
-	return roleSkip
+	p := parseArgs(sp, name, args[1:])
+	it.Unknown = p.unknown
+	x.add(it, KindExecute)
+	x.applyArgs(p, cx)
 }
 
-// noPathPrograms take arguments that are never paths.
-var noPathPrograms = map[string]bool{"echo": true, "printf": true, "true": true, "false": true, ":": true,
-	"expr": true, "seq": true, "sleep": true, "date": true, "basename": true, "dirname": true, "kill": true,
-	"exit": true, "return": true, "shift": true, "wait": true, "jobs": true, "export": true, "unset": true,
-	"set": true, "shopt": true, "type": true, "which": true, "hash": true, "umask": true, "ulimit": true,
-	"yes": true, "id": true, "whoami": true, "hostname": true, "uname": true, "pwd": true, "printenv": true,
-	"local": true, "declare": true, "readonly": true, "typeset": true, "let": true, "getopts": true, "read": true,
-	"break": true, "continue": true}
+// byShape records the arguments of a program the router does not
+// understand: a path-like argument may be read or written.
+func (x *extractor) byShape(prog string, args []arg, cwds []string) {
+	for _, a := range args {
+		x.roleArg(prog, "", a, roleUnknown, false, true, cwds, cmdCtx{})
+	}
+}
+
+// applyArgs records the evidence of a parsed command line.
+func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
+	sp := p.spec
+	cwds := x.cwdsFor(cx)
+	// Options that change the directory apply to every later path
+	// (git -C a -C b is a/b).
+	for _, v := range p.vals {
+		if v.opt.role != roleChdir || !v.has {
+			continue
+		}
+		if v.v.opaque != "" || v.v.glob {
+			x.opaque(p.label+" "+v.key, fmt.Sprintf("%s %s changes to a directory known only at run time", p.label, v.key), KindExecute)
+			continue
+		}
+		// The directory itself is read (listed) by the program.
+		x.path(v.v.s, false, KindRead, false, p.label+" "+v.key, cwds)
+		var next []string
+		for _, d := range cwds {
+			if path.IsAbs(v.v.s) {
+				next = append(next, path.Clean(v.v.s))
+			} else {
+				next = append(next, path.Join(d, v.v.s))
+			}
+		}
+		if len(cwds) == 0 && path.IsAbs(v.v.s) {
+			next = []string{path.Clean(v.v.s)}
+		}
+		cwds = next
+	}
+	recursive := sp.isRecursive(p.flags)
+	hidden := sp.readsHidden(p.flags)
+	for _, v := range p.vals {
+		if !v.has || v.opt.role == roleChdir {
+			continue
+		}
+		x.roleArg(p.label, v.key, v.v, v.opt.role, false, true, cwds, cx)
+	}
+	var roles []role
+	if p.lost {
+		roles = make([]role, len(p.ops)) // roleUnknown
+	} else {
+		var extra bool
+		roles, extra = sp.operandRoles(len(p.ops), p.flags)
+		if extra {
+			p.fail("%s: more operands than it takes", p.label)
+			x.markUnknown(p.unknown)
+		}
+	}
+	paths := 0
+	for i, a := range p.ops {
+		if roles[i] == roleExec {
+			inner := cx
+			inner.depth++
+			inner.cwds = cwds
+			inner.origin = cx.origin + " (" + p.label + " runs)"
+			x.argv(p.ops[i:], inner)
+			break
+		}
+		if x.roleArg(p.label, "", a, roles[i], recursive, hidden, cwds, cx) {
+			paths++
+		}
+	}
+	if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
+		x.argPath(p.label, arg{s: "."}, KindRead, true, hidden, cwds)
+	}
+}
+
+// markUnknown sets why on the last command item added (the program's),
+// when it has no reason yet.
+func (x *extractor) markUnknown(why string) {
+	for i := len(x.ev.Items) - 1; i >= 0; i-- {
+		if it := &x.ev.Items[i]; it.Type == ItemCommand {
+			if it.Unknown == "" {
+				it.Unknown = why
+				it.Aux = false
+			}
+			return
+		}
+	}
+}
+
+// gitSafeConfig are the git -c settings that change only how git shows
+// or records things: any other one may run a command (core.pager,
+// alias.*, diff.*.textconv, ...), send data elsewhere (url.*.insteadOf,
+// http.proxy) or change which files git touches, so it is not understood.
+var gitSafeConfig = map[string]bool{
+	"user.name": true, "user.email": true, "color.ui": true, "color.diff": true, "color.status": true,
+	"color.branch": true, "core.quotepath": true, "core.autocrlf": true, "core.safecrlf": true,
+	"core.filemode": true, "core.abbrev": true, "log.showsignature": true, "log.decorate": true,
+	"commit.gpgsign": true, "tag.gpgsign": true, "init.defaultbranch": true, "advice.detachedhead": true,
+	"pull.rebase": true, "pull.ff": true, "merge.ff": true, "push.default": true, "diff.noprefix": true,
+	"diff.renames": true, "diff.mnemonicprefix": true, "status.showuntrackedfiles": true,
+	"safe.directory": true, "column.ui": true, "gc.auto": true,
+	"maintenance.auto": true, "fetch.prune": true, "rebase.autosquash": true, "rebase.autostash": true,
+	"protocol.version": true, "feature.manyfiles": true, "index.version": true,
+}
 
 // gitOpaqueConfig matches git -c settings that make git run a command.
-var gitOpaqueConfig = regexp.MustCompile(`(?i)^(alias\.|core\.(pager|sshcommand|editor|fsmonitor|hookspath|askpass|gitproxy)|diff\..*\.(command|textconv)|diff\.external|filter\.|credential\.|sequence\.editor|gpg\.program|merge\..*\.driver|uploadpack\.|receivepack\.|protocol\.ext)`)
+var gitOpaqueConfig = regexp.MustCompile(`(?i)^(alias\.|core\.(pager|sshcommand|editor|fsmonitor|hookspath|askpass|gitproxy)|diff\..*\.(command|textconv)|diff\.external|filter\.|credential\.|sequence\.editor|gpg\.program|merge\..*\.driver|uploadpack\.|receivepack\.|protocol\.ext|.*\.(command|cmd|program|helper|tool)$)`)
+
+// gitConfig checks a git -c NAME=VALUE setting.
+func (x *extractor) gitConfig(label, opt string, v arg) {
+	origin := label + " " + opt
+	if v.opaque != "" {
+		x.opaque(origin, "git "+opt+" sets a configuration known only at run time", KindExecute)
+		return
+	}
+	name, _, _ := strings.Cut(v.s, "=")
+	name = strings.ToLower(name)
+	if opt == "--config-env" || gitOpaqueConfig.MatchString(name) {
+		x.opaque(origin, "git "+opt+" sets a command git runs", KindExecute)
+		return
+	}
+	if !gitSafeConfig[name] {
+		x.markUnknown(fmt.Sprintf("git %s %s: a setting that may run a command or change where git connects", opt, v.s))
+	}
+}

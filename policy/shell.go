@@ -18,6 +18,8 @@ type arg struct {
 	s      string // the value, quotes removed (the source text when opaque)
 	glob   bool   // unquoted glob characters: the shell expands it to existing paths
 	opaque string // why the value cannot be known before the command runs
+	// below: the argument is any file below the path s (find -exec's {}).
+	below bool
 }
 
 // cmdCtx is the context of a command line being analysed.

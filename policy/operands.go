@@ -1,0 +1,560 @@
+package policy
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+)
+
+// roleArg records one argument by its role; it reports whether it
+// recorded a path.
+func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden bool, cwds []string, cx cmdCtx) bool {
+	origin := "argument of " + prog
+	if opt != "" {
+		origin = prog + " " + opt
+	}
+	switch r {
+	case roleFlag, roleValue:
+		// A value that is a whole URL still names a host (git remote add,
+		// npm install URL): where a later command connects.
+		if a.opaque == "" && strings.Contains(a.s, "://") && schemeURL.MatchString(a.s) {
+			x.url(a.s, origin)
+		}
+		return false
+	case roleChdir:
+		return false // applied by applyArgs
+	}
+	if a.opaque != "" {
+		x.add(Item{Type: ItemTool, Origin: origin, Opaque: fmt.Sprintf("an argument of %s %s", prog, a.opaque)}, KindExecute)
+		return false
+	}
+	s := a.s
+	inner := cx
+	inner.depth++
+	inner.cwds = cwds
+	inner.origin = cx.origin + " (" + origin + ")"
+	switch r {
+	case roleOpaque:
+		x.opaque(origin, fmt.Sprintf("%s %s runs something the router cannot see", prog, opt), KindExecute)
+		return false
+	case roleCode:
+		x.opaque(origin, fmt.Sprintf("%s %s runs code the router does not read", prog, strings.TrimSpace(opt)), KindExecute)
+		return false
+	case roleCommand:
+		// A command line the program runs (git --upload-pack, go
+		// -toolexec, rg --pre): its words are a command of their own.
+		x.script(s, inner)
+		return false
+	case roleScript:
+		x.script(s, inner)
+		return false
+	case roleSed:
+		x.sedScript(prog, s, cwds)
+		return false
+	case roleAwk:
+		x.awkProgram(prog, s, cwds)
+		return false
+	case roleGitConfig:
+		x.gitConfig(prog, opt, a)
+		return false
+	}
+	if s == "" || s == "-" {
+		return false
+	}
+	switch r {
+	case roleRevPath:
+		// REV:PATH names a file of a commit (git show HEAD:.env reads it);
+		// :/TEXT searches messages.
+		if i := strings.IndexByte(s, ':'); i >= 0 && !strings.Contains(s, "://") {
+			p := s[i+1:]
+			if p == "" || strings.HasPrefix(p, "/") && i == 0 {
+				return false
+			}
+			p = strings.TrimPrefix(p, "./")
+			return x.argPath(prog, arg{s: p}, KindRead, false, true, cwds)
+		}
+		return false
+	case roleData:
+		if f, ok := strings.CutPrefix(s, "@"); ok {
+			return x.argPath(prog, arg{s: f, glob: a.glob}, KindRead, false, true, cwds)
+		}
+		return false
+	case roleForm:
+		if _, v, ok := strings.Cut(s, "="); ok && (strings.HasPrefix(v, "@") || strings.HasPrefix(v, "<")) {
+			f, _, _ := strings.Cut(v[1:], ";")
+			return x.argPath(prog, arg{s: f}, KindRead, false, true, cwds)
+		}
+		return false
+	}
+	if strings.Contains(s, "://") && schemeURL.MatchString(s) {
+		x.url(s, origin)
+		return false
+	}
+	if strings.IndexByte(s, '@') > 0 && strings.IndexByte(s, ':') > 0 {
+		if m := scpLike.FindStringSubmatch(s); m != nil {
+			x.host(m[1], origin)
+			return false
+		}
+	}
+	dest := r == roleRemoteDest
+	switch r {
+	case roleURL:
+		host := s
+		if i := strings.IndexAny(host, "/?#"); i >= 0 {
+			host = host[:i]
+		}
+		if at := strings.LastIndexByte(host, '@'); at >= 0 {
+			host = host[at+1:]
+		}
+		if h, _, ok := strings.Cut(host, ":"); ok && !strings.HasPrefix(host, "[") {
+			host = h
+		}
+		x.host(host, origin)
+		return false
+	case roleHost:
+		h := s
+		if at := strings.LastIndexByte(h, '@'); at >= 0 {
+			h = h[at+1:]
+		}
+		if hh, _, ok := strings.Cut(h, ":"); ok && !strings.HasPrefix(h, "[") {
+			h = hh
+		}
+		x.host(h, origin)
+		return false
+	case roleRemote, roleRemoteDest:
+		if i := strings.IndexByte(s, ':'); i > 0 && !strings.Contains(s[:i], "/") {
+			x.host(s[:i], origin)
+			return false
+		}
+		kind := KindRead
+		if dest {
+			kind = KindEdit
+		}
+		return x.argPath(prog, a, kind, recursive && !dest, hidden, cwds)
+	case roleRead:
+		if strings.HasSuffix(prog, "awk") && isAssignment(s) {
+			return false // awk VAR=value between its files
+		}
+		return x.argPath(prog, a, KindRead, recursive, hidden, cwds)
+	case roleReadDir:
+		return x.argPath(prog, a, KindRead, true, hidden, cwds)
+	case roleWrite:
+		return x.argPath(prog, a, KindEdit, false, hidden, cwds)
+	case roleWriteDir:
+		return x.argPath(prog, a, KindEdit, true, true, cwds)
+	}
+	// roleUnknown: by shape, and it may be read or written. A value after
+	// = (--file=x, make VAR=x) is one too.
+	if opt == "" {
+		if _, v, ok := strings.Cut(s, "="); ok && looksLikePath(v) {
+			x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds, KindEdit)
+		}
+	}
+	if looksLikePath(s) || a.glob || a.below || x.exists(s, cwds) {
+		return x.argPath(prog, a, KindRead, recursive, hidden, cwds, KindEdit)
+	}
+	return false
+}
+
+// exists reports whether a word names an existing file relative to one of
+// the directories.
+func (x *extractor) exists(s string, cwds []string) bool {
+	if x.fs == nil || s == "" {
+		return false
+	}
+	for _, d := range cwds {
+		if ok, _ := x.fs.Stat(path.Join(d, s)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// argPath records a path argument of a program.
+func (x *extractor) argPath(prog string, a arg, kind Kind, recursive, hidden bool, cwds []string, more ...Kind) bool {
+	recursive = recursive || a.below
+	if recursive && x.fs != nil && !a.below {
+		// A recursive read of a file is a read of the file.
+		dir := true
+		for _, d := range cwds {
+			p := a.s
+			if !path.IsAbs(p) {
+				p = path.Join(d, p)
+			}
+			if ok, isDir := x.fs.Stat(p); ok && !isDir {
+				dir = false
+			}
+		}
+		recursive = dir
+	}
+	before := len(x.ev.Items)
+	x.path(a.s, a.glob, kind, recursive, "argument of "+prog, cwds, more...)
+	if recursive && !hidden {
+		for i := before; i < len(x.ev.Items); i++ {
+			x.ev.Items[i].SkipsHidden = true
+		}
+	}
+	return true
+}
+
+// findPredicates are find's options, tests and actions with the number of
+// values each takes; the role of a value is value unless findValueRoles
+// says otherwise.
+var findPredicates = map[string]int{
+	"-depth": 0, "-d": 0, "-ignore_readdir_race": 0, "-noignore_readdir_race": 0, "-mount": 0, "-xdev": 0,
+	"-noleaf": 0, "-daystart": 0, "-follow": 0, "-nowarn": 0, "-warn": 0, "-maxdepth": 1, "-mindepth": 1,
+	"-regextype": 1, "-amin": 1, "-anewer": 1, "-atime": 1, "-cmin": 1, "-cnewer": 1, "-ctime": 1, "-empty": 0,
+	"-executable": 0, "-false": 0, "-fstype": 1, "-gid": 1, "-group": 1, "-ilname": 1, "-iname": 1, "-inum": 1,
+	"-ipath": 1, "-iregex": 1, "-iwholename": 1, "-links": 1, "-lname": 1, "-mmin": 1, "-mtime": 1, "-name": 1,
+	"-newer": 1, "-nogroup": 0, "-nouser": 0, "-path": 1, "-perm": 1, "-readable": 0, "-regex": 1,
+	"-samefile": 1, "-size": 1, "-true": 0, "-type": 1, "-uid": 1, "-used": 1, "-user": 1, "-wholename": 1,
+	"-writable": 0, "-xtype": 1, "-context": 1, "-ls": 0, "-print": 0, "-print0": 0, "-printf": 1, "-prune": 0,
+	"-quit": 0, "-delete": 0, "-fls": 1, "-fprint": 1, "-fprint0": 1, "-fprintf": 2, "-not": 0, "-a": 0,
+	"-and": 0, "-o": 0, "-or": 0, "(": 0, ")": 0, "!": 0, ",": 0,
+	"-newermm": 1, "-newerma": 1, "-newermc": 1, "-newerat": 1, "-newerct": 1, "-newermt": 1, "-neweraa": 1,
+	"-newerac": 1, "-newercm": 1, "-newerca": 1, "-newercc": 1, "-neweram": 1, "-newerBt": 1, "-newermB": 1,
+}
+
+// findArgs reads find's start points and expression: tests read file
+// names below the start points; -exec and friends run a payload on every
+// file found (analysed with {} standing for any file below the start
+// points); -delete deletes them; -fprint and -fls write a file. A
+// predicate find does not have makes the arguments unknown.
+func (x *extractor) findArgs(it Item, args []arg, cx cmdCtx) {
+	cwds := x.cwdsFor(cx)
+	var starts []arg
+	i := 0
+	// -H -L -P -D debugopts -Olevel come first.
+	for i < len(args) && args[i].opaque == "" {
+		s := args[i].s
+		if s == "-H" || s == "-L" || s == "-P" || strings.HasPrefix(s, "-O") {
+			i++
+			continue
+		}
+		if s == "-D" && i+1 < len(args) {
+			i += 2
+			continue
+		}
+		break
+	}
+	for i < len(args) && (args[i].opaque != "" || !isFindExpr(args[i].s)) {
+		starts = append(starts, args[i])
+		i++
+	}
+	if len(starts) == 0 {
+		starts = []arg{{s: "."}}
+	}
+	type payload struct {
+		at   string
+		args []arg
+	}
+	var payloads []payload
+	kind := KindRead
+	for j := i; j < len(args); j++ {
+		a := args[j]
+		if a.opaque != "" {
+			it.Unknown = "find: an expression word " + a.opaque
+			continue
+		}
+		switch s := a.s; s {
+		case "-delete":
+			kind = KindEdit
+		case "-fprint", "-fprint0", "-fprintf", "-fls":
+			if j+1 < len(args) {
+				x.optionPath("find", s, args[j+1], KindEdit, cwds)
+			}
+			j += findPredicates[s]
+		case "-anewer", "-cnewer", "-newer", "-samefile":
+			if j+1 < len(args) {
+				x.optionPath("find", s, args[j+1], KindRead, cwds)
+			}
+			j++
+		case "-exec", "-execdir", "-ok", "-okdir":
+			k := j + 1
+			for k < len(args) && args[k].s != ";" && args[k].s != "+" {
+				k++
+			}
+			if k > j+1 {
+				payloads = append(payloads, payload{s, args[j+1 : k]})
+			} else {
+				it.Unknown = "find " + s + " without a command"
+			}
+			j = k
+		default:
+			n, ok := findPredicates[s]
+			if !ok {
+				if it.Unknown == "" {
+					it.Unknown = "find: unknown predicate " + s
+				}
+				continue
+			}
+			if strings.HasPrefix(s, "-newer") && j+1 < len(args) && len(s) > len("-newer") && s[len(s)-1] != 't' {
+				x.optionPath("find", s, args[j+1], KindRead, cwds)
+			}
+			j += n
+		}
+	}
+	x.add(it, KindExecute)
+	for _, s := range starts {
+		r := roleRead
+		if kind == KindEdit {
+			r = roleWriteDir
+		}
+		x.roleArg("find", "", s, r, false, true, cwds, cx)
+	}
+	for _, p := range payloads {
+		for _, s := range starts {
+			inner := cx
+			inner.depth++
+			inner.cwds = cwds
+			inner.origin = cx.origin + " (find " + p.at + ")"
+			run := slices.Clone(p.args)
+			for n := range run {
+				switch {
+				case run[n].s == "{}" && run[n].opaque == "":
+					run[n] = arg{s: s.s, opaque: s.opaque, below: true, glob: s.glob}
+				case strings.Contains(run[n].s, "{}"):
+					// A file name pasted into a word (sh -c 'cat {}') is
+					// code, not an argument.
+					run[n] = arg{s: run[n].s, opaque: "has each file find finds pasted into it"}
+				}
+			}
+			if p.at == "-execdir" || p.at == "-okdir" {
+				inner.cwdUnknown = true // runs in each file's directory
+				if !path.IsAbs(s.s) && s.opaque == "" {
+					inner.cwds = nil
+					for _, d := range cwds {
+						inner.cwds = append(inner.cwds, path.Join(d, s.s))
+					}
+				}
+			}
+			x.argv(run, inner)
+		}
+	}
+}
+
+func isFindExpr(s string) bool {
+	return strings.HasPrefix(s, "-") || s == "(" || s == "!" || s == ")" || s == ","
+}
+
+// tarOptions are GNU tar's options: "" takes no value, else the role of
+// its value.
+var tarOptions = map[string]role{
+	"c": roleFlag, "x": roleFlag, "t": roleFlag, "r": roleFlag, "u": roleFlag, "A": roleFlag, "d": roleFlag,
+	"--create": roleFlag, "--extract": roleFlag, "--get": roleFlag, "--list": roleFlag, "--append": roleFlag,
+	"--update": roleFlag, "--catenate": roleFlag, "--concatenate": roleFlag, "--diff": roleFlag, "--compare": roleFlag,
+	"--delete": roleFlag, "f": roleValue, "--file": roleValue, "C": roleChdir, "--directory": roleChdir,
+	"v": roleFlag, "--verbose": roleFlag, "z": roleFlag, "--gzip": roleFlag, "--gunzip": roleFlag,
+	"--ungzip": roleFlag, "j": roleFlag, "--bzip2": roleFlag, "J": roleFlag, "--xz": roleFlag, "--zstd": roleFlag,
+	"--lzma": roleFlag, "--lzip": roleFlag, "--lzop": roleFlag, "a": roleFlag, "--auto-compress": roleFlag,
+	"p": roleFlag, "--preserve-permissions": roleFlag, "--same-permissions": roleFlag, "k": roleFlag,
+	"--keep-old-files": roleFlag, "--skip-old-files": roleFlag, "--keep-newer-files": roleFlag, "--overwrite": roleFlag,
+	"O": roleFlag, "--to-stdout": roleFlag, "--exclude": roleValue, "--exclude-vcs": roleFlag,
+	"--exclude-vcs-ignores": roleFlag, "--exclude-caches": roleFlag, "--exclude-backups": roleFlag, "X": roleRead,
+	"--exclude-from": roleRead, "T": roleRead, "--files-from": roleRead, "--strip-components": roleValue,
+	"h": roleFlag, "--dereference": roleFlag, "--no-same-owner": roleFlag, "--same-owner": roleFlag,
+	"m": roleFlag, "--touch": roleFlag, "--wildcards": roleFlag, "--no-wildcards": roleFlag, "--anchored": roleFlag,
+	"--transform": roleValue, "--xform": roleValue, "--owner": roleValue, "--group": roleValue, "--mode": roleValue,
+	"--mtime": roleValue, "--sort": roleValue, "--numeric-owner": roleFlag, "W": roleFlag, "--verify": roleFlag,
+	"S": roleFlag, "--sparse": roleFlag, "--totals": roleFlag, "--warning": roleValue, "--no-recursion": roleFlag,
+	"--recursion": roleFlag, "--null": roleFlag, "--xattrs": roleFlag, "--no-xattrs": roleFlag, "--acls": roleFlag,
+	"--selinux": roleFlag, "b": roleValue, "--blocking-factor": roleValue, "--format": roleValue, "H": roleValue,
+	"--posix": roleFlag, "N": roleValue, "--newer": roleValue, "--after-date": roleValue, "--newer-mtime": roleValue,
+	"--one-file-system": roleFlag, "--force-local": roleFlag, "--no-same-permissions": roleFlag,
+	"--show-transformed-names": roleFlag, "--index-file": roleWrite, "--checkpoint": roleValue, "--record-size": roleValue,
+	"--label": roleValue, "V": roleValue, "--ignore-failed-read": roleFlag, "--ignore-zeros": roleFlag, "i": roleFlag,
+	"--full-time": roleFlag, "--utc": roleFlag, "--quoting-style": roleValue, "--no-anchored": roleFlag,
+	"--ignore-case": roleFlag, "--no-ignore-case": roleFlag, "--atime-preserve": roleFlag, "--occurrence": roleValue,
+	"--one-top-level": roleFlag, "--keep-directory-symlink": roleFlag, "--no-overwrite-dir": roleFlag,
+	"--unlink-first": roleFlag, "U": roleFlag, "--remove-files": roleFlag, "--checkpoint-action": roleCommand,
+	"I": roleCommand, "--use-compress-program": roleCommand, "--to-command": roleCommand,
+	"F": roleCommand, "--info-script": roleCommand, "--new-volume-script": roleCommand, "--rsh-command": roleCommand,
+	"P": roleFlag, "--absolute-names": roleFlag, "g": roleWrite, "--listed-incremental": roleWrite, "G": roleFlag,
+	"--incremental": roleFlag, "--help": roleFlag, "--version": roleFlag, "--usage": roleFlag,
+}
+
+// tarArgs reads tar's mode, archive (-f), directory (-C) and operands:
+// creating reads the operands recursively and writes the archive;
+// extracting reads the archive and writes anything below the directory
+// (the archive names the files), anywhere with -P. Options tar does not
+// have, and -I, --to-command and the like with a program that is not
+// understood, make the arguments unknown.
+func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
+	cwds := x.cwdsFor(cx)
+	mode := byte(0)
+	var vals []optVal
+	var ops []arg
+	flags := flagSet{}
+	opt := func(key string, v arg, has bool) {
+		r, ok := tarOptions[key]
+		name := key
+		if len(key) == 1 {
+			name = "-" + key
+		}
+		if !ok {
+			if it.Unknown == "" {
+				it.Unknown = "tar: unknown option " + name
+			}
+			return
+		}
+		flags = append(flags, name)
+		switch key {
+		case "c", "r", "u", "--create", "--append", "--update":
+			mode = 'c'
+		case "x", "--extract", "--get":
+			mode = 'x'
+		case "t", "--list":
+			mode = 't'
+		}
+		if r != roleFlag {
+			vals = append(vals, optVal{key: name, opt: &optSpec{name: name, role: r}, v: v, has: has})
+		}
+	}
+	takes := func(key string) bool { r, ok := tarOptions[key]; return ok && r != roleFlag }
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		s := a.s
+		bundled := i == 0 && a.opaque == "" && s != "" && s[0] != '-'
+		switch {
+		case a.opaque != "":
+			ops = append(ops, a)
+		case s == "--":
+			ops = append(ops, args[i+1:]...)
+			i = len(args)
+		case strings.HasPrefix(s, "--"):
+			key, val, has := strings.Cut(s, "=")
+			v := arg{s: val}
+			if !has && takes(key) && i+1 < len(args) {
+				i++
+				v, has = args[i], true
+			}
+			opt(key, v, has)
+		case bundled || (len(s) > 1 && s[0] == '-'):
+			letters := s
+			if !bundled {
+				letters = s[1:]
+			}
+			for j := 0; j < len(letters); j++ {
+				c := letters[j : j+1]
+				if !takes(c) {
+					opt(c, arg{}, false)
+					continue
+				}
+				var v arg
+				has := false
+				if j+1 < len(letters) && !bundled {
+					v, has = arg{s: letters[j+1:]}, true
+					j = len(letters)
+				} else if i+1 < len(args) {
+					i++
+					v, has = args[i], true
+				}
+				opt(c, v, has)
+			}
+		default:
+			ops = append(ops, a)
+		}
+	}
+	x.add(it, KindExecute)
+	label := "tar"
+	base := cwds
+	var archive *arg
+	for _, v := range vals {
+		switch v.opt.role {
+		case roleChdir:
+			if !v.has {
+				continue
+			}
+			if v.v.opaque != "" {
+				x.opaque("tar -C", "tar -C "+v.v.opaque, KindExecute)
+				continue
+			}
+			var next []string
+			for _, d := range base {
+				next = append(next, path.Join(d, v.v.s))
+			}
+			if path.IsAbs(v.v.s) {
+				next = []string{path.Clean(v.v.s)}
+			}
+			base = next
+		case roleValue:
+			if v.key == "-f" || v.key == "--file" {
+				a := v.v
+				archive = &a
+			}
+		default:
+			x.roleArg(label, v.key, v.v, v.opt.role, false, true, cwds, cx)
+		}
+	}
+	remote := func(a *arg) bool {
+		if a == nil || a.opaque != "" || flags.any("--force-local") {
+			return false
+		}
+		if i := strings.IndexByte(a.s, ':'); i > 0 && !strings.Contains(a.s[:i], "/") {
+			x.host(strings.TrimPrefix(a.s[strings.LastIndexByte(a.s[:i], '@')+1:i], "@"), "tar -f")
+			return true
+		}
+		return false
+	}
+	switch mode {
+	case 'c':
+		if archive != nil && !remote(archive) {
+			x.roleArg(label, "-f", *archive, roleWrite, false, true, cwds, cx)
+		}
+		r := roleReadDir
+		if flags.any("--remove-files") {
+			r = roleWriteDir
+		}
+		for _, a := range ops {
+			x.roleArg(label, "", a, r, false, true, base, cx)
+		}
+	case 'x':
+		if archive != nil && !remote(archive) {
+			x.roleArg(label, "-f", *archive, roleRead, false, true, cwds, cx)
+		}
+		if flags.any("-P", "--absolute-names") {
+			x.path("/", false, KindEdit, true, "tar -P extracts anywhere", nil)
+		} else if !flags.any("-O", "--to-stdout") {
+			for _, d := range base {
+				x.path(d, false, KindEdit, true, "tar extracts into", nil)
+			}
+		}
+	default:
+		if archive != nil && !remote(archive) {
+			x.roleArg(label, "-f", *archive, roleRead, false, true, cwds, cx)
+		}
+	}
+}
+
+// ddArgs reads dd's KEY=VALUE operands: if= is read, of= written.
+func (x *extractor) ddArgs(it Item, args []arg, cx cmdCtx) {
+	cwds := x.cwdsFor(cx)
+	type op struct {
+		v string
+		r role
+	}
+	var files []op
+	for _, a := range args {
+		k, v, ok := strings.Cut(a.s, "=")
+		switch {
+		case a.opaque != "":
+			it.Unknown = "dd: an operand " + a.opaque
+		case a.s == "--help" || a.s == "--version":
+		case !ok:
+			it.Unknown = "dd: unknown operand " + a.s
+		case k == "if":
+			files = append(files, op{v, roleRead})
+		case k == "of":
+			files = append(files, op{v, roleWrite})
+		case slices.Contains([]string{"bs", "ibs", "obs", "cbs", "count", "skip", "seek", "iseek", "oseek", "conv",
+			"iflag", "oflag", "status"}, k):
+		default:
+			it.Unknown = "dd: unknown operand " + k + "="
+		}
+	}
+	x.add(it, KindExecute)
+	for _, f := range files {
+		x.roleArg("dd", "", arg{s: f.v}, f.r, false, true, cwds, cx)
+	}
+}
