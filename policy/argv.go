@@ -114,7 +114,7 @@ var foreignShells = map[string]bool{"fish": true, "csh": true, "tcsh": true, "nu
 // parsed (the shell itself is a transparent wrapper); a script file is an
 // ordinary program run. It returns false for an ordinary run.
 func (x *extractor) shell(args []arg, cx cmdCtx) bool {
-	hasC, stdinFlag := false, false
+	hasC, stdinFlag, autocd := false, false, false
 	i := 1
 	for i < len(args) {
 		a := args[i]
@@ -142,7 +142,13 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 					stdinFlag = true
 				case 'o', 'O':
 					i++ // -o OPTION
+					if i < len(args) && (args[i].opaque != "" || autocdOption(args[i].s)) {
+						autocd = true
+					}
 				}
+			}
+			if autocdOption(s) {
+				autocd = true // zsh -J
 			}
 			i++
 			continue
@@ -159,6 +165,8 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 	inner.depth++
 	inner.stdin, inner.piped = nil, false
 	inner.origin = cx.origin + " (" + programName(args[0].s) + " script)"
+	// With autocd on, a command that names a directory changes into it.
+	inner.cwdUnknown = inner.cwdUnknown || autocd
 	switch {
 	case hasC:
 		if len(operands) == 0 || operands[0].opaque != "" {
