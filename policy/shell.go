@@ -413,21 +413,44 @@ func (x *extractor) cdClosure(f *syntax.File, cx cmdCtx) ([]string, bool) {
 				unknown = true // cd .. in a loop: any depth
 				continue
 			}
-			n := t.dir
-			if !path.IsAbs(n) {
-				n = st.dir + "/" + n
+			raw := t.dir
+			if !path.IsAbs(raw) {
+				raw = st.dir + "/" + raw
 			}
-			n = path.Clean(n)
-			if !slices.Contains(dirs, n) {
-				if len(dirs) >= 16 {
-					return dirs, true
+			// The shell applies .. to its logical directory (cd -L), the
+			// kernel and cd -P after resolving the symlinks before it; a
+			// shell started in a symlinked directory may not know the
+			// logical one. Both are candidates.
+			for _, n := range x.logicalPhysical(raw) {
+				if !slices.Contains(dirs, n) {
+					if len(dirs) >= 16 {
+						return dirs, true
+					}
+					dirs = append(dirs, n)
 				}
-				dirs = append(dirs, n)
+				queue = append(queue, state{n, st.used | 1<<i})
 			}
-			queue = append(queue, state{n, st.used | 1<<i})
 		}
 	}
 	return dirs, unknown
+}
+
+// logicalPhysical returns the directory raw (absolute, maybe with . and
+// ..) names as the shell's logical cd sees it (cleaned) and, when the
+// symlinks before a .. make it another one, as the kernel does.
+func (x *extractor) logicalPhysical(raw string) []string {
+	c := path.Clean(raw)
+	if x.fs == nil || !strings.Contains(raw, "..") {
+		return []string{c}
+	}
+	r, err := x.fs.Resolve(raw)
+	if err != nil {
+		return []string{c}
+	}
+	if rc, err := x.fs.Resolve(c); err == nil && path.Clean(r) != path.Clean(rc) {
+		return []string{c, path.Clean(r)}
+	}
+	return []string{c}
 }
 
 // mayChangeDir is a cheap test of a command's first word: can it be cd,
