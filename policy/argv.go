@@ -113,7 +113,7 @@ var foreignShells = map[string]bool{"fish": true, "csh": true, "tcsh": true, "nu
 // parsed (the shell itself is a transparent wrapper); a script file is an
 // ordinary program run. It returns false for an ordinary run.
 func (x *extractor) shell(args []arg, cx cmdCtx) bool {
-	hasC, stdinFlag := false, false
+	hasC, stdinFlag, autocd := false, false, false
 	i := 1
 	for i < len(args) {
 		a := args[i]
@@ -141,7 +141,13 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 					stdinFlag = true
 				case 'o', 'O':
 					i++ // -o OPTION
+					if i < len(args) && (args[i].opaque != "" || autocdOption(args[i].s)) {
+						autocd = true
+					}
 				}
+			}
+			if autocdOption(s) {
+				autocd = true // zsh -J
 			}
 			i++
 			continue
@@ -158,6 +164,8 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 	inner.depth++
 	inner.stdin, inner.piped = nil, false
 	inner.origin = cx.origin + " (" + programName(args[0].s) + " script)"
+	// With autocd on, a command that names a directory changes into it.
+	inner.cwdUnknown = inner.cwdUnknown || autocd
 	switch {
 	case hasC:
 		if len(operands) == 0 || operands[0].opaque != "" {
@@ -186,45 +194,113 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 	}
 }
 
-// wrapSpec describes a wrapper command and its options.
+// wrapSpec describes a wrapper command and its options. The options are
+// closed-world: one the spec does not list makes the wrapper's command
+// item Unknown (it needs an allow rule with arguments: any), and the
+// payload's cwd unknown when the wrapper has options that move it.
 type wrapSpec struct {
-	short   string   // short options that take a value
-	long    []string // long options that take a value
-	skip    int      // operands before the payload (timeout DURATION)
-	assigns bool     // NAME=VALUE operands before the payload (env, sudo)
-	primary bool     // the wrapper changes who or where the payload runs: it needs an allow of its own
-	digits  bool     // numeric options (nice -5)
-	note    string   // the payload gets an opaque item saying this
+	short     string   // short options that take a value
+	flags     string   // short options without a value
+	shortOpt  string   // short options whose value, optional, must be attached (-w/dir)
+	long      []string // long options that take a value
+	longFlags []string // long options without a value
+	longOpt   []string // long options with an optional =value
+	skip      int      // operands before the payload (timeout DURATION)
+	assigns   bool     // NAME=VALUE operands before the payload (env, sudo)
+	primary   bool     // the wrapper changes who or where the payload runs: it needs an allow of its own
+	digits    bool     // numeric options (nice -5)
+	chdir     bool     // some option moves the payload's cwd (or its root)
+	note      string   // the payload gets an opaque item saying this
 }
 
 // wrappers are the commands that run another command given as their
-// arguments (DESIGN §6 plus a few more). Transparent wrappers only make a
-// decision stricter; sudo, doas, su and chroot need an allow themselves.
+// arguments (DESIGN §6 plus a few more), with the options of their man
+// pages (GNU coreutils, util-linux, sudo, procps, systemd). Transparent
+// wrappers only make a decision stricter; sudo, doas, su, runuser,
+// chroot, nsenter, unshare, setpriv and systemd-run need an allow
+// themselves.
 var wrappers = map[string]wrapSpec{
-	"env":     {short: "uCS", long: []string{"--unset", "--chdir", "--split-string"}, assigns: true},
-	"timeout": {short: "sk", long: []string{"--signal", "--kill-after"}, skip: 1},
-	"nice":    {short: "n", long: []string{"--adjustment"}, digits: true},
-	"nohup":   {},
-	"time":    {short: "fo", long: []string{"--format", "--output"}},
-	"xargs": {short: "aEdILnPs", long: []string{"--arg-file", "--delimiter", "--max-args", "--max-procs",
-		"--max-chars", "--process-slot-var"}, note: "xargs adds arguments read from stdin"},
-	"sudo": {short: "ugCDhpRrtTU", long: []string{"--user", "--group", "--close-from", "--chdir", "--host",
-		"--prompt", "--chroot", "--role", "--type", "--command-timeout", "--other-user"}, assigns: true, primary: true},
-	"doas":      {short: "uC", primary: true},
-	"command":   {},
+	"env": {short: "uCSa", flags: "i0v", long: []string{"--unset", "--chdir", "--split-string", "--argv0"},
+		longFlags: []string{"--ignore-environment", "--null", "--debug", "--list-signal-handling", "--help", "--version"},
+		longOpt:   []string{"--block-signal", "--default-signal", "--ignore-signal"}, assigns: true, chdir: true},
+	"timeout": {short: "sk", flags: "fpv", long: []string{"--signal", "--kill-after"},
+		longFlags: []string{"--foreground", "--preserve-status", "--verbose", "--help", "--version"}, skip: 1},
+	"nice":  {short: "n", long: []string{"--adjustment"}, longFlags: []string{"--help", "--version"}, digits: true},
+	"nohup": {longFlags: []string{"--help", "--version"}},
+	"time": {short: "fo", flags: "apvqV", long: []string{"--format", "--output"},
+		longFlags: []string{"--append", "--portability", "--verbose", "--quiet", "--help", "--version"}},
+	"xargs": {short: "aEdILnPs", flags: "0oprtx", shortOpt: "eil", long: []string{"--arg-file", "--delimiter", "--max-args", "--max-procs",
+		"--max-chars", "--process-slot-var"}, longFlags: []string{"--null", "--open-tty", "--interactive", "--no-run-if-empty",
+		"--verbose", "--exit", "--show-limits", "--help", "--version"}, longOpt: []string{"--eof", "--replace", "--max-lines"},
+		note: "xargs adds arguments read from stdin"},
+	"sudo": {short: "ugCDhpRrtTU", flags: "AbEeHiKklNnPSsVvB", long: []string{"--user", "--group", "--close-from", "--chdir", "--host",
+		"--prompt", "--chroot", "--role", "--type", "--command-timeout", "--other-user"},
+		longFlags: []string{"--askpass", "--background", "--edit", "--set-home", "--login", "--remove-timestamp", "--reset-timestamp",
+			"--list", "--no-update", "--non-interactive", "--preserve-groups", "--stdin", "--shell", "--version", "--validate",
+			"--help", "--bell"}, longOpt: []string{"--preserve-env"}, assigns: true, primary: true, chdir: true},
+	"doas":      {short: "uCa", flags: "Lns", primary: true},
+	"command":   {flags: "pvV"},
 	"builtin":   {},
-	"exec":      {short: "a"},
-	"stdbuf":    {short: "ioe", long: []string{"--input", "--output", "--error"}},
-	"ionice":    {short: "cnpPu", long: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}},
-	"setsid":    {},
+	"exec":      {short: "a", flags: "cl"},
+	"stdbuf":    {short: "ioe", long: []string{"--input", "--output", "--error"}, longFlags: []string{"--help", "--version"}},
+	"ionice":    {short: "cnpPu", flags: "t", long: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}, longFlags: []string{"--ignore", "--help", "--version"}},
+	"setsid":    {flags: "cfw", longFlags: []string{"--ctty", "--fork", "--wait", "--help", "--version"}},
 	"nocorrect": {},
 	"noglob":    {},
-	"watch":     {short: "nq", long: []string{"--interval", "--equexit"}},
-	"flock":     {short: "wEc", long: []string{"--timeout", "--conflict-exit-code", "--command"}, skip: 1},
-	"chroot":    {long: []string{"--userspec", "--groups"}, skip: 1, primary: true, note: "paths inside a chroot are relative to its new root"},
-	"busybox":   {},
-	"toybox":    {},
-	"su":        {short: "cgGsw", long: []string{"--command", "--group", "--supp-group", "--shell", "--whitelist-environment"}, primary: true},
+	"watch": {short: "nqs", flags: "bcCdeprtwgx", long: []string{"--interval", "--equexit", "--shotsfile"},
+		longFlags: []string{"--beep", "--color", "--no-color", "--errexit", "--precise", "--no-rerun", "--no-title", "--no-wrap",
+			"--chgexit", "--exec", "--help", "--version"}, longOpt: []string{"--differences"}},
+	"flock": {short: "wEc", flags: "sxeunFo", long: []string{"--timeout", "--wait", "--conflict-exit-code", "--command"},
+		longFlags: []string{"--shared", "--exclusive", "--unlock", "--nonblock", "--nb", "--no-fork", "--close", "--verbose", "--fcntl",
+			"--help", "--version"}, skip: 1},
+	"chroot": {long: []string{"--userspec", "--groups"}, longFlags: []string{"--skip-chdir", "--help", "--version"}, skip: 1,
+		primary: true, chdir: true, note: "paths inside a chroot are relative to its new root"},
+	"busybox": {},
+	"toybox":  {},
+	"su": {short: "cgGsw", flags: "flmpP", long: []string{"--command", "--group", "--supp-group", "--shell",
+		"--whitelist-environment", "--session-command"}, longFlags: []string{"--fast", "--login", "--preserve-environment", "--pty",
+		"--help", "--version"}, primary: true, chdir: true},
+	"runuser": {short: "cgGsuw", flags: "flmpP", long: []string{"--command", "--group", "--supp-group", "--shell", "--user",
+		"--whitelist-environment", "--session-command"}, longFlags: []string{"--fast", "--login", "--preserve-environment", "--pty",
+		"--help", "--version"}, primary: true, chdir: true},
+	"setpriv": {flags: "d", long: []string{"--groups", "--inh-caps", "--ambient-caps", "--bounding-set", "--ruid", "--euid", "--rgid",
+		"--egid", "--reuid", "--regid", "--securebits", "--pdeathsig", "--selinux-label", "--apparmor-profile", "--landlock-access",
+		"--landlock-rule", "--ptracer", "--seccomp-filter"}, longFlags: []string{"--dump", "--nnp", "--no-new-privs", "--clear-groups",
+		"--keep-groups", "--init-groups", "--reset-env", "--help", "--version"}, primary: true},
+	"nsenter": {short: "tSGW", flags: "aFZec", shortOpt: "muinpCUTrw", long: []string{"--target", "--setuid", "--setgid", "--wdns"},
+		longFlags: []string{"--all", "--no-fork", "--follow-context", "--env", "--join-cgroup", "--preserve-credentials", "--keep-caps",
+			"--user-parent", "--help", "--version"}, longOpt: []string{"--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup", "--user",
+			"--time", "--root", "--wd"}, primary: true, chdir: true},
+	"unshare": {short: "SGRwl", flags: "frc", shortOpt: "muinpUCT", long: []string{"--setuid", "--setgid", "--root", "--wd",
+		"--load-interp", "--map-user", "--map-group", "--map-users", "--map-groups", "--propagation", "--setgroups", "--monotonic",
+		"--boottime"}, longFlags: []string{"--fork", "--map-root-user", "--map-current-user", "--map-auto", "--help", "--version"},
+		longOpt: []string{"--mount", "--uts", "--ipc", "--net", "--pid", "--user", "--cgroup", "--time", "--kill-child", "--mount-proc",
+			"--mount-binfmt"}, primary: true, chdir: true},
+	"systemd-run": {short: "upHMEC", flags: "rtTPqvGdSh", long: []string{"--unit", "--property", "--description", "--slice", "--host",
+		"--machine", "--setenv", "--uid", "--gid", "--nice", "--working-directory", "--service-type", "--on-active", "--on-boot",
+		"--on-startup", "--on-unit-active", "--on-unit-inactive", "--on-calendar", "--timer-property", "--path-property",
+		"--socket-property", "--capsule", "--background", "--json"}, longFlags: []string{"--user", "--system", "--scope",
+		"--remain-after-exit", "--send-sighup", "--pty", "--pty-late", "--pipe", "--quiet", "--verbose", "--collect", "--same-dir",
+		"--wait", "--shell", "--no-block", "--no-ask-password", "--ignore-failure", "--slice-inherit", "--on-clock-change",
+		"--on-timezone-change", "--help", "--version"}, longOpt: []string{"--expand-environment"}, primary: true, chdir: true},
+}
+
+// longOption returns the long option key names, or the one it uniquely
+// abbreviates (getopt_long), and whether it takes a value (1), may take an
+// attached one (2) or none (0); ok false: not an option of spec.
+func (spec wrapSpec) longOption(key string) (full string, takes int, ok bool) {
+	n := 0
+	for t, list := range [][]string{spec.longFlags, spec.long, spec.longOpt} {
+		for _, o := range list {
+			if o == key {
+				return o, [3]int{0, 1, 2}[t], true
+			}
+			if strings.HasPrefix(o, key) {
+				full, takes, n = o, [3]int{0, 1, 2}[t], n+1
+			}
+		}
+	}
+	return full, takes, n == 1
 }
 
 // wrapper unwraps a wrapper command; false means it runs no payload (the
@@ -232,6 +308,7 @@ var wrappers = map[string]wrapSpec{
 func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) bool {
 	opts := map[string]arg{}
 	env := slices.Clone(cx.env)
+	var unknown []string
 	i := 1
 	for i < len(args) {
 		a := args[i]
@@ -243,13 +320,23 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 			i++
 			break
 		}
+		if s == "-" && (name == "env" || name == "su" || name == "runuser") {
+			opts["-"] = a // env -: -i; su -: a login shell
+			i++
+			continue
+		}
 		if strings.HasPrefix(s, "--") && len(s) > 2 {
 			key, val, has := strings.Cut(s, "=")
-			if !has && slices.Contains(spec.long, key) && i+1 < len(args) {
-				i++
-				opts[key] = args[i]
-			} else {
+			full, takes, ok := spec.longOption(key)
+			switch {
+			case !ok:
+				unknown = append(unknown, key)
 				opts[key] = arg{s: val}
+			case !has && takes == 1 && i+1 < len(args):
+				i++
+				opts[full] = args[i]
+			default:
+				opts[full] = arg{s: val}
 			}
 			i++
 			continue
@@ -273,6 +360,13 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 						opts[key] = arg{}
 					}
 					break
+				}
+				if strings.IndexByte(spec.shortOpt, c) >= 0 {
+					opts[key] = arg{s: s[j+1:]}
+					break
+				}
+				if strings.IndexByte(spec.flags, c) < 0 {
+					unknown = append(unknown, key)
 				}
 				opts[key] = arg{}
 			}
@@ -305,25 +399,68 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 	inner.depth++
 	inner.env = env
 	inner.origin = cx.origin + " (" + name + " payload)"
-	for _, key := range []string{"-C", "--chdir", "-D"} {
-		if v, ok := opts[key]; ok && (name == "env" && key != "-D" || name == "sudo" && key != "-C") {
-			if v.opaque != "" || v.s == "" {
-				inner.cwdUnknown = true
-				continue
-			}
-			var dirs []string
-			for _, d := range wcwds {
-				dirs = append(dirs, path.Join(d, v.s))
-			}
-			if path.IsAbs(v.s) {
-				dirs = []string{path.Clean(v.s)}
-			}
-			inner.cwds = dirs
+	// Where the payload runs: env -C, sudo -D, unshare -w, systemd-run
+	// --working-directory move it to a directory; a login (sudo -i, su
+	// -, runuser -l), a new root (chroot, sudo -R, nsenter -r, unshare
+	// -R), another mount namespace (nsenter -m) or a service (systemd-run
+	// without --scope or --same-dir) to one only known at run time.
+	chdir := func(v arg) {
+		if v.opaque != "" || v.s == "" {
+			inner.cwdUnknown = true
+			return
 		}
+		var dirs []string
+		for _, d := range wcwds {
+			dirs = append(dirs, x.logicalPhysical(d+"/"+v.s)...)
+		}
+		if path.IsAbs(v.s) {
+			dirs = x.logicalPhysical(v.s)
+		}
+		inner.cwds = dirs
+	}
+	has := func(keys ...string) bool {
+		for _, k := range keys {
+			if _, ok := opts[k]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	dirOpt := map[string][]string{"env": {"-C", "--chdir"}, "sudo": {"-D", "--chdir"}, "unshare": {"-w", "--wd"},
+		"nsenter": {"-w", "--wd"}, "systemd-run": {"--working-directory"}}
+	for _, key := range dirOpt[name] {
+		if v, ok := opts[key]; ok {
+			chdir(v)
+		}
+	}
+	switch name {
+	case "sudo":
+		inner.cwdUnknown = inner.cwdUnknown || has("-i", "--login", "-R", "--chroot")
+	case "su", "runuser":
+		inner.cwdUnknown = inner.cwdUnknown || has("-", "-l", "--login")
+	case "chroot":
+		inner.cwdUnknown = true
+	case "nsenter":
+		inner.cwdUnknown = inner.cwdUnknown || has("-r", "--root", "-W", "--wdns", "-m", "--mount", "-a", "--all") ||
+			has("-w", "--wd") && (opts["-w"].s == "" && opts["--wd"].s == "")
+	case "unshare":
+		inner.cwdUnknown = inner.cwdUnknown || has("-R", "--root")
+	case "systemd-run":
+		if has("-p", "--property") {
+			x.opaque(inner.origin, "systemd-run --property can set what the unit runs and where", KindExecute)
+		}
+		inner.cwdUnknown = inner.cwdUnknown || has("-H", "--host", "-M", "--machine", "-C", "--capsule") ||
+			!has("--scope", "-d", "--same-dir", "--working-directory")
+	}
+	if len(unknown) > 0 && spec.chdir {
+		inner.cwdUnknown = true // an option the router does not know may move it
 	}
 	wrapItem := func(aux bool) {
 		it := x.commandItem(args, cx)
 		it.Aux = aux && !spec.primary
+		if len(unknown) > 0 {
+			it.Unknown = fmt.Sprintf("%s options the router does not know: %s", name, strings.Join(unknown, " "))
+		}
 		x.add(it, KindExecute)
 	}
 	// Wrappers whose payload is a string of shell code.
@@ -337,7 +474,10 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 		return true
 	}
 	switch name {
-	case "su":
+	case "su", "runuser":
+		if name == "runuser" && has("-u", "--user") {
+			break // runuser -u USER CMD...: the payload is an argv
+		}
 		// su [-] [USER] -c CMD: the options may follow the user.
 		for k := 1; k < len(args); k++ {
 			if s := args[k].s; (s == "-c" || s == "--command") && k+1 < len(args) {
@@ -352,7 +492,7 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 			}
 		}
 		it := x.commandItem(args, cx)
-		it.Opaque = "su starts an interactive shell"
+		it.Opaque = name + " starts an interactive shell"
 		x.add(it, KindExecute)
 		return true
 	case "flock":

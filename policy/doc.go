@@ -77,6 +77,27 @@
 // them, so they are at least ask; deny and ask rules still apply to
 // whatever was extracted around them.
 //
+// Working directories: relative paths are resolved against every
+// directory a command may run in. Followed: cd, pushd and popd however
+// spelled (quoted, escaped, after builtin or command -p, with -L -P -e -@
+// or --), ~ and $HOME targets, cd in subshells, groups and nested shell
+// scripts (order-free: each cd may apply before any command), a
+// directory run as a command (autocd), env -C, sudo -D, unshare and
+// nsenter -w, systemd-run --working-directory, the terminal/create cwd
+// and rawInput's cwd, workdir, working_directory, directory (and dir_path
+// beside a command; a relative one is relative to the session's cwd).
+// A cd through a symlink gives the logical and the physical directory.
+// Not auto-allowable (the directory is known only at run time): a target
+// computed at run time, cd -, ~user, ~+N, a glob, cd OLD NEW, pushd and
+// popd +N/-N, an option cd does not have, a relative cd in a loop or
+// function, assigning PWD, OLDPWD, DIRSTACK or CDPATH, turning on autocd,
+// a login (sudo -i, su -, runuser -l), a new root (chroot, sudo -R,
+// nsenter -r/-m, unshare -R), systemd-run outside --scope/--same-dir. A
+// wrapper's options are closed-world: one it does not have makes the
+// wrapper Unknown and, if the wrapper can move its payload, the
+// payload's directory unknown. Deny and ask rules still see the paths
+// resolved against the directories that are known.
+//
 // Every limit fails closed (issue 14): past a soft bound (256 pieces of
 // evidence, 12 levels of nested scripts and wrappers, 64 words of a brace
 // expansion) a request is too large to allow, so it gets an opaque item

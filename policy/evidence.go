@@ -378,14 +378,18 @@ func (x *extractor) terminal(params json.RawMessage) {
 		x.refuse("params", "the request has no command", KindExecute)
 		return
 	}
-	cwd := x.cwd
+	cwds := x.dirs(x.cwd)
 	if p.Cwd != nil && *p.Cwd != "" {
 		if !path.IsAbs(*p.Cwd) {
 			x.refuse("cwd", fmt.Sprintf("relative cwd %q (ACP requires an absolute path)", *p.Cwd), KindExecute)
 			return
 		}
-		cwd = path.Clean(*p.Cwd)
-		x.addCwd(cwd)
+		// ${cwd}/link/.. is where the kernel goes, not what path.Clean
+		// says: both are candidates.
+		cwds = x.logicalPhysical(*p.Cwd)
+		for _, d := range cwds {
+			x.addCwd(d)
+		}
 	}
 	var env []string
 	for _, e := range p.Env {
@@ -394,7 +398,7 @@ func (x *extractor) terminal(params json.RawMessage) {
 			x.opaque("env", why, KindExecute)
 		}
 	}
-	cx := cmdCtx{cwds: x.dirs(cwd), origin: "command", env: env}
+	cx := cmdCtx{cwds: cwds, origin: "command", env: env}
 	if len(p.Args) == 0 {
 		// Agents such as kimi-cli pass a whole command line as command.
 		x.script(*p.Command, cx)
@@ -641,25 +645,51 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		x.opaque("rawInput", "rawInput is not an object the policy can read", KindOther)
 		return
 	}
-	cwd := x.cwd
-	if c, ok := decodeOptional[string](x, m["cwd"], "rawInput.cwd"); ok && c != "" {
-		if !path.IsAbs(c) && x.cwd != "" {
-			c = path.Join(x.cwd, c)
+	// The directory the tool runs in: cwd (Codex), workdir (Codex's
+	// shell tool, OpenCode), directory and dir_path (Gemini's
+	// run_shell_command), and their spellings. Every one given is a
+	// candidate; a relative one is relative to the session's cwd.
+	cwds := x.dirs(x.cwd)
+	var own []string
+	cwdUnknown := false
+	for _, key := range rawCwdKeys {
+		if key == "dir_path" && len(m["command"]) == 0 {
+			continue // Gemini's list_directory: a path, read below
 		}
-		if path.IsAbs(c) {
-			cwd = path.Clean(c)
-			x.addCwd(cwd)
+		c, ok := decodeOptional[string](x, m[key], "rawInput."+key)
+		if !ok || c == "" {
+			if len(m[key]) > 0 && string(m[key]) != "null" && !ok {
+				cwdUnknown = true
+			}
+			continue
 		}
+		if !path.IsAbs(c) {
+			if x.cwd == "" {
+				x.opaque("rawInput."+key, fmt.Sprintf("relative rawInput.%s %q without a session cwd", key, c), KindOther)
+				cwdUnknown = true
+				continue
+			}
+			c = x.cwd + "/" + c
+		}
+		for _, d := range x.logicalPhysical(c) {
+			if !slices.Contains(own, d) {
+				own = append(own, d)
+				x.addCwd(d)
+			}
+		}
+	}
+	if len(own) > 0 {
+		cwds = own
 	}
 	for _, key := range rawPathKeys {
 		if p, ok := decodeOptional[string](x, m[key], "rawInput."+key); ok && p != "" {
-			x.toolPath(p, recursive, "rawInput."+key, x.dirs(cwd), kinds)
+			x.toolPath(p, recursive, "rawInput."+key, cwds, kinds)
 		}
 	}
 	if ps, ok := decodeOptional[[]string](x, m["paths"], "rawInput.paths"); ok {
 		for _, p := range ps {
 			if p != "" {
-				x.toolPath(p, recursive, "rawInput.paths", x.dirs(cwd), kinds)
+				x.toolPath(p, recursive, "rawInput.paths", cwds, kinds)
 			}
 		}
 	}
@@ -668,7 +698,7 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		if cs, ok := decodeOptional[map[string]json.RawMessage](x, ch, "rawInput.changes"); ok {
 			for _, p := range slices.Sorted(maps.Keys(cs)) {
 				if p != "" {
-					x.toolPath(p, recursive, "rawInput.changes", x.dirs(cwd), kinds)
+					x.toolPath(p, recursive, "rawInput.changes", cwds, kinds)
 				}
 			}
 		}
@@ -677,7 +707,7 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		x.url(u, "rawInput.url")
 	}
 	if c := m["command"]; len(c) > 0 && string(c) != "null" {
-		cx := cmdCtx{cwds: x.dirs(cwd), origin: "rawInput.command"}
+		cx := cmdCtx{cwds: cwds, cwdUnknown: cwdUnknown, origin: "rawInput.command"}
 		var line string
 		var argv []string
 		switch {
@@ -700,6 +730,11 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		}
 	}
 }
+
+// rawCwdKeys are the rawInput fields that name the directory a tool runs
+// in (dir_path only beside a command).
+var rawCwdKeys = []string{"cwd", "workdir", "working_directory", "workingDirectory", "working_dir", "workDir",
+	"directory", "dir", "cwd_path", "dir_path"}
 
 // rawPathKeys are the rawInput fields that hold one path: DESIGN §6's,
 // and those of real agents' tools (Gemini CLI's absolute_path and

@@ -362,6 +362,11 @@ func (x *extractor) cdClosure(f *syntax.File, cx cmdCtx) ([]string, bool) {
 				return true
 			})
 		case *syntax.CallExpr:
+			for _, a := range n.Assigns {
+				if a.Name != nil && cwdVars[a.Name.Value] {
+					unknown = true // PWD, OLDPWD, DIRSTACK, CDPATH: where cd, pushd, popd go
+				}
+			}
 			if len(n.Args) == 0 || !mayChangeDir(n.Args[0]) {
 				return true
 			}
@@ -369,28 +374,17 @@ func (x *extractor) cdClosure(f *syntax.File, cx cmdCtx) ([]string, bool) {
 			for _, w := range n.Args {
 				args = x.appendWords(args, w, cx)
 			}
-			for len(args) > 0 && (args[0].s == "builtin" || args[0].s == "command") {
-				args = args[1:]
+			dir, ok, unk := x.cdTarget(args, cx)
+			if unk {
+				unknown = true
+			} else if ok {
+				targets = append(targets, target{dir, repeats[n]})
 			}
-			if len(args) == 0 || args[0].opaque != "" || (args[0].s != "cd" && args[0].s != "pushd") {
-				return true
-			}
-			var t *arg
-			for i := 1; i < len(args); i++ {
-				if a := args[i]; a.opaque != "" || !strings.HasPrefix(a.s, "-") || a.s == "-" {
-					t = &args[i]
-					break
+		case *syntax.DeclClause:
+			for _, a := range n.Args {
+				if a.Name != nil && cwdVars[a.Name.Value] {
+					unknown = true
 				}
-			}
-			switch {
-			case t == nil && (x.home == "" || cx.homeUnknown):
-				unknown = true
-			case t == nil:
-				targets = append(targets, target{x.home, false})
-			case t.opaque != "", t.s == "-", t.glob, strings.HasPrefix(t.s, "+"):
-				unknown = true
-			default:
-				targets = append(targets, target{t.s, repeats[n]})
 			}
 		}
 		return true
@@ -421,36 +415,196 @@ func (x *extractor) cdClosure(f *syntax.File, cx cmdCtx) ([]string, bool) {
 				unknown = true // cd .. in a loop: any depth
 				continue
 			}
-			n := t.dir
-			if !path.IsAbs(n) {
-				n = st.dir + "/" + n
+			raw := t.dir
+			if !path.IsAbs(raw) {
+				raw = st.dir + "/" + raw
 			}
-			n = path.Clean(n)
-			if !slices.Contains(dirs, n) {
-				if len(dirs) >= 16 {
-					return dirs, true
+			// The shell applies .. to its logical directory (cd -L), the
+			// kernel and cd -P after resolving the symlinks before it; a
+			// shell started in a symlinked directory may not know the
+			// logical one. Both are candidates.
+			for _, n := range x.logicalPhysical(raw) {
+				if !slices.Contains(dirs, n) {
+					if len(dirs) >= 16 {
+						return dirs, true
+					}
+					dirs = append(dirs, n)
 				}
-				dirs = append(dirs, n)
+				queue = append(queue, state{n, st.used | 1<<i})
 			}
-			queue = append(queue, state{n, st.used | 1<<i})
 		}
 	}
 	return dirs, unknown
 }
 
+// logicalPhysical returns the directory raw (absolute, maybe with . and
+// ..) names as the shell's logical cd sees it (cleaned) and, when the
+// symlinks before a .. make it another one, as the kernel does.
+func (x *extractor) logicalPhysical(raw string) []string {
+	c := path.Clean(raw)
+	if x.fs == nil || !strings.Contains(raw, "..") {
+		return []string{c}
+	}
+	r, err := x.fs.Resolve(raw)
+	if err != nil {
+		return []string{c}
+	}
+	if rc, err := x.fs.Resolve(c); err == nil && path.Clean(r) != path.Clean(rc) {
+		return []string{c, path.Clean(r)}
+	}
+	return []string{c}
+}
+
 // mayChangeDir is a cheap test of a command's first word: can it be cd,
-// pushd or a builtin/command prefix before them?
+// pushd, popd, a prefix before them, a shell option that turns on autocd,
+// or a directory (autocd)? A quoted or escaped word is looked at closer.
 func mayChangeDir(w *syntax.Word) bool {
 	if len(w.Parts) != 1 {
-		return true // quoted or escaped: look closer
+		return true
 	}
 	l, ok := w.Parts[0].(*syntax.Lit)
 	if !ok {
+		_, ok := w.Parts[0].(*syntax.ParamExp)
+		return !ok // "cd", 'cd', $'cd'; a lone $X is opaque anyway
+	}
+	switch v := l.Value; v {
+	case "cd", "pushd", "popd", "builtin", "command", "shopt", "setopt", "set", ".", "..":
+		return true
+	default:
+		return strings.ContainsAny(v, `\/~`)
+	}
+}
+
+// cwdVars are the variables that change where cd, pushd and popd go.
+var cwdVars = map[string]bool{"PWD": true, "OLDPWD": true, "DIRSTACK": true, "CDPATH": true}
+
+// cdTarget reads one command that may change the directory of the
+// commands after it (cd, pushd, popd, builtin and command before them,
+// autocd): the directory it goes to (ok), or unknown when that is only
+// known at run time. popd and pushd without a directory go back to one
+// the script was in before, which the closure has anyway.
+func (x *extractor) cdTarget(args []arg, cx cmdCtx) (dir string, ok, unknown bool) {
+	for len(args) > 0 && args[0].opaque == "" && (args[0].s == "builtin" || args[0].s == "command") {
+		builtin := args[0].s == "builtin"
+		args = args[1:]
+		// command -p runs the builtin too; command -v/-V only print.
+		for !builtin && len(args) > 0 && args[0].opaque == "" && strings.HasPrefix(args[0].s, "-") && len(args[0].s) > 1 {
+			if strings.ContainsAny(args[0].s, "vV") {
+				return "", false, false
+			}
+			if args[0].s == "--" {
+				args = args[1:]
+				break
+			}
+			args = args[1:]
+		}
+	}
+	if len(args) == 0 || args[0].opaque != "" {
+		return "", false, false
+	}
+	name := args[0].s
+	switch name {
+	case "cd", "pushd", "popd":
+	case "shopt", "setopt", "set":
+		// autocd (bash shopt -s autocd, zsh setopt auto_cd, set -o
+		// autocd): a command that names a directory changes into it.
+		for _, a := range args[1:] {
+			if a.opaque != "" || autocdOption(a.s) {
+				return "", false, true
+			}
+		}
+		return "", false, false
+	default:
+		// A directory as a command: bash's autocd and zsh's AUTO_CD cd
+		// into it. Followed when it has the shape of a directory or is
+		// one (executing a directory otherwise only fails).
+		if args[0].glob || len(args) > 1 {
+			return "", false, false
+		}
+		if name == "." || name == ".." || strings.HasSuffix(name, "/") ||
+			(strings.Contains(name, "/") || strings.HasPrefix(name, "~")) && x.isDir(name, cx.cwds) {
+			return name, true, false
+		}
+		return "", false, false
+	}
+	var ops []arg
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a.opaque != "":
+			ops = append(ops, a)
+		case a.s == "--":
+			ops = append(ops, args[i+1:]...)
+			i = len(args)
+		case len(a.s) > 1 && a.s[0] == '-' && !isDigits(a.s[1:]) || len(a.s) > 1 && a.s[0] == '+':
+			for _, c := range a.s[1:] {
+				switch {
+				case name == "cd" && strings.ContainsRune("LPe@", c):
+					// -P: the physical directory, which the closure has too.
+				case name != "cd" && c == 'n' && a.s[0] == '-':
+					// pushd -n / popd -n: only the stack changes.
+				default:
+					return "", false, true // an option the router does not know
+				}
+			}
+			if name != "cd" && strings.Contains(a.s, "n") {
+				return "", false, false
+			}
+		default:
+			ops = append(ops, a)
+		}
+	}
+	switch {
+	case len(ops) > 1:
+		return "", false, true // zsh cd OLD NEW substitutes in $PWD; pushd/popd +N -N
+	case name == "popd" && len(ops) == 0, name == "pushd" && len(ops) == 0:
+		return "", false, false // back to a directory visited before
+	case name == "popd":
+		return "", false, true // popd +N / -N: an entry of the stack (or an error)
+	case len(ops) == 0 && (x.home == "" || cx.homeUnknown):
+		return "", false, true
+	case len(ops) == 0:
+		return x.home, true, false
+	}
+	t := ops[0]
+	if t.opaque != "" || t.s == "-" || t.glob || t.s == "" {
+		return "", false, true
+	}
+	if name == "pushd" && len(t.s) > 1 && (t.s[0] == '+' || t.s[0] == '-') && isDigits(t.s[1:]) {
+		return "", false, true // pushd +N / -N rotates the stack
+	}
+	return t.s, true, false
+}
+
+// autocdOption reports whether a shopt/setopt/set argument turns on
+// autocd (AUTO_CD, auto_cd, autocd in any case).
+func autocdOption(s string) bool {
+	if len(s) > 1 && (s[0] == '-' || s[0] == '+') && s[1] != '-' && strings.ContainsRune(s[1:], 'J') {
+		return true // zsh's single-letter AUTO_CD
+	}
+	s = strings.ToLower(strings.ReplaceAll(s, "_", ""))
+	return s == "autocd"
+}
+
+// isDir reports whether p names an existing directory relative to one of
+// the directories (or absolutely, or under ~).
+func (x *extractor) isDir(p string, cwds []string) bool {
+	if x.fs == nil {
 		return false
 	}
-	switch l.Value {
-	case "cd", "pushd", "builtin", "command":
-		return true
+	if strings.HasPrefix(p, "~") {
+		if x.home == "" || (p != "~" && !strings.HasPrefix(p, "~/")) {
+			return false
+		}
+		p = x.home + p[1:]
+	}
+	if path.IsAbs(p) {
+		cwds = []string{"/"}
+	}
+	for _, d := range cwds {
+		if ok, dir := x.fs.Stat(path.Join(d, p)); ok && dir {
+			return true
+		}
 	}
 	return false
 }
