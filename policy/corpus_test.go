@@ -335,7 +335,7 @@ func TestCorpus(t *testing.T) {
 		t.Errorf("%d of %d attacks allowed", total.allowed, total.attacks)
 	}
 	if total.wrong > 0 {
-		t.Errorf("%d attacks decided otherwise than their expect:", total.wrong)
+		t.Errorf("%d attacks decided otherwise than their expect: (!expect)", total.wrong)
 	}
 	if bad := total.asked + total.denied; bad*100 > total.legit {
 		t.Errorf("%d of %d legitimate cases asked or denied (%.1f %%, at most 1 %%)", bad, total.legit, 100*float64(bad)/float64(max(total.legit, 1)))
