@@ -83,6 +83,7 @@ func (x *extractor) commandItem(args []arg, cx cmdCtx) Item {
 	}
 	it.Program = programName(args[0].s)
 	it.Flags = flagsOf(known)
+	it.Unknown = cx.envUnknown
 	return it
 }
 

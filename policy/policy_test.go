@@ -55,7 +55,7 @@ func TestExtract(t *testing.T) {
 		line string
 		want []string
 	}{
-		{`\rm -rf x`, []string{"command rm -rf x [execute]", "path /home/user/project/x [edit]"}},
+		{`\rm -rf x`, []string{"command rm -rf x [execute]", "path /home/user/project/x/** [edit]"}},
 		{`r\m x`, []string{"command rm x [execute]", "path /home/user/project/x [edit]"}},
 		// expand.Literal panics on "$d"; the router never calls it.
 		{`rm -rf "$d"`, []string{"command rm -rf \"$d\" [execute]", "tool (tool call) [execute] opaque"}},

@@ -34,6 +34,9 @@ type cmdCtx struct {
 	// homeUnknown: HOME may be reassigned, so ~ and $HOME are not the
 	// user's home directory.
 	homeUnknown bool
+	// envUnknown: a variable set for the command that the router does
+	// not understand (assign); the command's arguments are not all known.
+	envUnknown string
 }
 
 // Nested scripts (bash -c "bash -c ...") and wrappers: past maxDepth
@@ -99,7 +102,10 @@ func (x *extractor) script(src string, cx cmdCtx) {
 			calls++
 		case *syntax.DeclClause:
 			for _, a := range n.Args {
-				x.assign(a, cx)
+				if why := x.assign(a, cx); why != "" {
+					// Every later command may read it.
+					x.add(Item{Type: ItemTool, Origin: "assignment", Unknown: why}, KindExecute)
+				}
 			}
 		case *syntax.ForClause:
 			if it, ok := n.Loop.(*syntax.WordIter); ok && it.Name != nil {
@@ -156,7 +162,9 @@ func (x *extractor) call(c *syntax.CallExpr, cx cmdCtx) {
 		env = slices.Clone(cx.env)
 	}
 	for _, a := range c.Assigns {
-		x.assign(a, cx)
+		if why := x.assign(a, cx); why != "" && cx.envUnknown == "" {
+			cx.envUnknown = why
+		}
 		if a.Name != nil {
 			env = append(env, a.Name.Value)
 		}
@@ -177,38 +185,131 @@ func (x *extractor) call(c *syntax.CallExpr, cx cmdCtx) {
 
 // assign records a variable assignment: a variable that changes which code
 // runs makes the line opaque; a value that looks like a path is read.
-func (x *extractor) assign(a *syntax.Assign, cx cmdCtx) {
+//
+// A proxy variable's value is where connections go (a host). A variable
+// the router does not know whose value is more than a plain word (a path,
+// a URL, options) may change what the command does in ways its arguments
+// do not show: the reason is returned, and the command it is set for is
+// not understood.
+func (x *extractor) assign(a *syntax.Assign, cx cmdCtx) (unknown string) {
+	name := ""
 	if a.Name != nil {
-		if why := dangerousEnv(a.Name.Value); why != "" {
+		name = a.Name.Value
+		if why := dangerousEnv(name); why != "" && !proxyEnv(name) {
 			x.opaque(cx.origin, why, KindExecute)
 		}
 	}
 	if a.Value == nil {
-		return
+		return ""
 	}
 	for _, v := range x.words(a.Value, cx) {
-		if v.opaque == "" && looksLikePath(v.s) {
-			x.path(v.s, v.glob, KindRead, false, "assignment", x.cwdsFor(cx))
+		switch {
+		case v.opaque != "":
+			if proxyEnv(name) {
+				x.opaque(cx.origin, "the proxy "+name+" is known only at run time", KindExecute)
+			}
+		case proxyEnv(name):
+			if strings.Contains(v.s, "://") {
+				x.url(v.s, "assignment "+name)
+			} else if v.s != "" {
+				h := v.s
+				if at := strings.LastIndexByte(h, '@'); at >= 0 {
+					h = h[at+1:]
+				}
+				h, _, _ = strings.Cut(h, ":")
+				x.host(h, "assignment "+name)
+			}
+		case strings.Contains(v.s, "://") && schemeURL.MatchString(v.s):
+			x.url(v.s, "assignment "+name)
+		case looksLikePath(v.s):
+			x.path(v.s, v.glob, KindRead, false, "assignment", x.cwdsFor(cx), KindEdit)
+			if !harmlessEnv[name] && unknown == "" {
+				unknown = fmt.Sprintf("%s=%s: the router does not know what reads %s", name, v.s, name)
+			}
+		case strings.ContainsAny(v.s, " =:@;,") || strings.HasPrefix(v.s, "-"):
+			if !harmlessEnv[name] && unknown == "" {
+				unknown = fmt.Sprintf("%s=%s: the router does not know what reads %s", name, v.s, name)
+			}
 		}
 	}
+	return unknown
 }
 
 // dangerousEnv says why setting a variable changes which code a command
 // runs ("" for an ordinary variable): PATH picks the program, LD_PRELOAD
-// and friends inject code into any program, others name commands that
-// programs run (GIT_SSH_COMMAND, PAGER, ...).
+// and friends inject code into any program, others name commands or
+// options that programs run or load (GIT_SSH_COMMAND, PAGER, CC, GOFLAGS,
+// RUSTC_WRAPPER, npm_config_*, ...), or move where they read their
+// configuration (HOME, XDG_CONFIG_HOME).
 func dangerousEnv(name string) string {
-	switch {
-	case name == "PATH", name == "CDPATH", name == "IFS", name == "BASH_ENV", name == "ENV",
-		name == "SHELLOPTS", name == "BASHOPTS", name == "PS4", name == "PROMPT_COMMAND",
-		name == "NODE_OPTIONS", name == "PERL5OPT", name == "RUBYOPT", name == "PYTHONSTARTUP",
-		name == "GIT_SSH", name == "GIT_SSH_COMMAND", name == "GIT_EXTERNAL_DIFF", name == "GIT_PAGER",
-		name == "GIT_EDITOR", name == "GIT_ASKPASS", name == "SSH_ASKPASS", name == "GIT_EXEC_PATH",
-		name == "PAGER", name == "EDITOR", name == "VISUAL",
-		strings.HasPrefix(name, "LD_"), strings.HasPrefix(name, "DYLD_"), strings.HasPrefix(name, "GIT_CONFIG"):
-		return fmt.Sprintf("setting %s changes which code runs", name)
+	if harmlessEnv[name] || strings.HasPrefix(name, "LC_") {
+		return ""
+	}
+	up := strings.ToUpper(name)
+	why := fmt.Sprintf("setting %s changes which code runs", name)
+	if dangerousNames[up] {
+		return why
+	}
+	for _, p := range dangerousPrefixes {
+		if strings.HasPrefix(up, p) {
+			return why
+		}
+	}
+	for _, suf := range []string{"PAGER", "EDITOR", "_COMMAND", "_CMD", "_WRAPPER", "_RUNNER", "_SHELL", "_PROGRAM",
+		"_OPTIONS", "_OPTS", "FLAGS", "_LINKER", "_HOOK", "_HOOKS"} {
+		if strings.HasSuffix(up, suf) {
+			return why
+		}
 	}
 	return ""
+}
+
+// harmlessEnv are variables that only change how a program reports or
+// behaves within what its arguments say.
+var harmlessEnv = map[string]bool{
+	"CI": true, "NODE_ENV": true, "NODE_NO_WARNINGS": true, "RUST_BACKTRACE": true, "RUST_LOG": true,
+	"GOOS": true, "GOARCH": true, "CGO_ENABLED": true, "GO111MODULE": true, "GOMAXPROCS": true, "GOGC": true,
+	"GODEBUG": true, "GOTRACEBACK": true, "GOAMD64": true, "TZ": true, "LANG": true, "LANGUAGE": true, "TERM": true,
+	"NO_COLOR": true, "FORCE_COLOR": true, "CLICOLOR": true, "CLICOLOR_FORCE": true, "COLUMNS": true, "LINES": true,
+	"DEBUG": true, "VERBOSE": true, "PORT": true, "PYTHONUNBUFFERED": true, "PYTHONDONTWRITEBYTECODE": true,
+	"PYTHONHASHSEED": true, "PYTHONIOENCODING": true, "PYTHONUTF8": true, "GIT_TERMINAL_PROMPT": true,
+	"GIT_AUTHOR_NAME": true, "GIT_AUTHOR_EMAIL": true, "GIT_AUTHOR_DATE": true, "GIT_COMMITTER_NAME": true,
+	"GIT_COMMITTER_EMAIL": true, "GIT_COMMITTER_DATE": true, "GIT_OPTIONAL_LOCKS": true, "LOG_LEVEL": true,
+	"RUST_TEST_THREADS": true, "CARGO_TERM_COLOR": true, "CARGO_INCREMENTAL": true, "npm_config_yes": true,
+	"DOCKER_BUILDKIT": true, "TF_IN_AUTOMATION": true, "HUSKY": true, "NO_PROXY": true, "no_proxy": true,
+	"GIT_FLUSH": true, "PYTEST_CURRENT_TEST": true, "COVERAGE_CORE": true,
+}
+
+// dangerousNames and dangerousPrefixes: variables that make programs run
+// or load other code, or read configuration from elsewhere.
+var dangerousNames = map[string]bool{
+	"PATH": true, "CDPATH": true, "IFS": true, "BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true,
+	"PS4": true, "PROMPT_COMMAND": true, "PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "RUBYOPT": true,
+	"RUBYLIB": true, "GIT_SSH": true, "SSH_ASKPASS": true, "VISUAL": true, "BROWSER": true, "MANOPT": true,
+	"LESSOPEN": true, "LESSCLOSE": true, "LESS": true, "LESSKEY": true, "LESSKEYIN": true, "HOME": true,
+	"TMPDIR": true, "CC": true, "CXX": true, "CPP": true, "LD": true, "AR": true, "AS": true, "FC": true, "NM": true,
+	"RANLIB": true, "STRIP": true, "OBJCOPY": true, "RUSTC": true, "RUSTDOC": true, "MAKEFILES": true,
+	"GOTOOLCHAIN": true, "GOPROXY": true, "GONOSUMDB": true, "GONOSUMCHECK": true, "GOINSECURE": true,
+	"GOPRIVATE": true, "GONOPROXY": true, "GOSUMDB": true, "GOROOT": true, "GOPATH": true, "GOBIN": true,
+	"GOCACHE": true, "GOMODCACHE": true, "GOENV": true, "GOTMPDIR": true, "GCCGO": true, "GOEXPERIMENT": true,
+	"GOWORK": true, "PYTHONPATH": true, "PYTHONHOME": true, "PYTHONSTARTUP": true, "PYTHONUSERBASE": true,
+	"PYTHONBREAKPOINT": true, "PYTEST_PLUGINS": true, "CLASSPATH": true, "KUBECONFIG": true, "SSL_CERT_FILE": true,
+	"SSL_CERT_DIR": true, "CURL_CA_BUNDLE": true, "CURL_HOME": true, "WGETRC": true, "GCONV_PATH": true,
+	"LOCPATH": true, "NLSPATH": true, "HOSTALIASES": true, "LOCALDOMAIN": true, "RES_OPTIONS": true,
+	"TERMINFO": true, "TERMINFO_DIRS": true, "INPUTRC": true, "ZDOTDIR": true, "HISTFILE": true, "SHELL": true,
+	"NODE_PATH": true, "NODE_EXTRA_CA_CERTS": true, "EDITOR": true, "PAGER": true, "MANPAGER": true,
+	"MANPATH": true, "DOCKER_HOST": true, "DOCKER_CONFIG": true, "GNUPGHOME": true, "PKG_CONFIG_PATH": true,
+}
+
+var dangerousPrefixes = []string{"LD_", "DYLD_", "GIT_", "XDG_", "CGO_", "NODE_", "NPM_CONFIG_", "YARN_", "PNPM_",
+	"PIP_", "CARGO_", "RUSTUP_", "GEM_", "BUNDLE_", "PYTHON", "PYTEST_", "JAVA_", "_JAVA_", "JDK_", "MAVEN_",
+	"GRADLE_", "BUN_", "DENO_", "UV_", "POETRY_", "VIRTUAL_ENV", "CONDA", "AWS_", "GOOGLE_", "AZURE_", "ELECTRON_"}
+
+// proxyEnv reports whether a variable names a proxy (HTTPS_PROXY,
+// all_proxy, ...): its value is where connections go.
+func proxyEnv(name string) bool {
+	up := strings.ToUpper(name)
+	return strings.HasSuffix(up, "_PROXY") && up != "NO_PROXY"
 }
 
 // redirects records the files a statement's redirections read or write.

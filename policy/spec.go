@@ -302,14 +302,11 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 		}
 	}
 	sort.Strings(sp.longs)
-	// Flags are recorded by the option's first name.
 	canon := func(list []string, what string) error {
-		for j, f := range list {
-			o := sp.opts[f]
-			if o == nil {
+		for _, f := range list {
+			if sp.opts[f] == nil {
 				return errf(n, "%s names %s, which is not one of its options", what, f)
 			}
-			list[j] = o.name
 		}
 		return nil
 	}
@@ -351,7 +348,6 @@ func parseOptions(v *yaml.Node, m map[string]*optSpec, errf func(*yaml.Node, str
 		if len(names) == 0 {
 			return errf(k, "an option needs a name")
 		}
-		o := &optSpec{name: names[0], role: ro, optional: optional}
 		for _, nm := range names {
 			if !strings.HasPrefix(nm, "-") || nm == "-" || nm == "--" {
 				return errf(k, "option %q does not start with -", nm)
@@ -359,7 +355,10 @@ func parseOptions(v *yaml.Node, m map[string]*optSpec, errf func(*yaml.Node, str
 			if _, dup := m[nm]; dup {
 				return errf(k, "option %s twice", nm)
 			}
-			m[nm] = o
+			// Each name is its own option: a key lists options that
+			// share a role, and if:, recursive: and the like name every
+			// spelling they mean.
+			m[nm] = &optSpec{name: nm, role: ro, optional: optional}
 		}
 	}
 	return nil
