@@ -178,6 +178,7 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 	nMatch := 0
 	bestRule := -1
 	var bestEff Effect
+	bestSure := false
 	for _, ri := range sc.cands {
 		if sc.stamp[ri] == sc.gen {
 			continue
@@ -195,38 +196,48 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 			continue
 		}
 		m := r.When.matchItem(ev, it, strict)
-		if m == noMatch {
-			continue
-		}
 		unlessReq := r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri])
+		var unless *Cond // the exception for each path below a recursive item
 		if unlessReq {
-			u := r.Unless.matchItem(ev, it, !strict)
-			if u == possible {
-				// The exception of an allow could match something below:
-				// it does when something there really matches it.
-				if found, cut, ok := sc.walkBelow(ev, it, r.Unless, nil); ok && found == "" && cut == "" {
-					u = noMatch
-				}
-			}
-			if u != noMatch {
-				f.Excepted = append(f.Excepted, r.ID)
-				continue
-			}
+			unless = r.Unless
 		}
 		var below, cut string
-		if m == possible {
-			// Decided by what is below the directory, when it can be
-			// listed: an entry that the rule matches (and its unless does
-			// not spare) makes it fire, none makes it not apply.
-			var unless *Cond
-			if unlessReq {
-				unless = r.Unless
-			}
-			found, why, ok := sc.walkBelow(ev, it, r.When, unless)
-			if ok && found == "" && why == "" {
+		switch {
+		case m == noMatch && !strict && it.Recursive && r.When.mayMatchPathsBelow(it):
+			// Nothing below the directory can match by its name, but a
+			// symlink below it may lead where the rule matches.
+			found, why, ok := sc.walkBelow(ev, it, r.When, unless, true)
+			if !ok || found == "" && why == "" {
 				continue
 			}
-			below, cut = found, why
+			m, below, cut = possible, found, why
+		case m == noMatch:
+			continue
+		default:
+			if unlessReq {
+				u := r.Unless.matchItem(ev, it, !strict)
+				if u == possible {
+					// The exception of an allow could match something
+					// below: it does when something there really matches.
+					if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false); ok && found == "" && why == "" {
+						u = noMatch
+					}
+				}
+				if u != noMatch {
+					f.Excepted = append(f.Excepted, r.ID)
+					continue
+				}
+			}
+			if m == possible {
+				// Decided by what is below the directory, when it can be
+				// listed: an entry that the rule matches (and its unless
+				// does not spare) makes it fire, none makes it not apply.
+				found, why, ok := sc.walkBelow(ev, it, r.When, unless, false)
+				if ok && found == "" && why == "" {
+					continue
+				}
+				below, cut = found, why
+			}
 		}
 		eff := r.Decision
 		if m == possible && eff > Ask {
@@ -238,9 +249,12 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 		// stronger layer, then the smaller id) decides and is the rule
 		// the audit log names: of two identical deny rules of a layer,
 		// the one with the smaller id, whatever their file order.
-		// Shadowed reports the other as never deciding.
-		if eff > bestEff || eff == bestEff && int(ri) < bestRule {
-			bestEff, bestRule = eff, int(ri)
+		// Shadowed reports the other as never deciding. A rule that only
+		// may match (a walk cut short) decides only when no rule of the
+		// same effect surely does.
+		sure := cut == "" || below != ""
+		if eff > bestEff || eff == bestEff && (sure && !bestSure || sure == bestSure && int(ri) < bestRule) {
+			bestEff, bestRule, bestSure = eff, int(ri), sure
 		}
 	}
 	if nMatch > 0 {
@@ -266,11 +280,12 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 
 // walkBelow looks for an existing path below the recursive item it that
 // when matches (with the any quantifier of deny and ask) and unless, if
-// not nil, does not spare (with the every quantifier). It returns the
-// first one found, else why the walk was cut short, else both "": nothing
-// below matches. ok is false when the decision's FS cannot walk: then
-// nothing is known.
-func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond) (found, cut string, ok bool) {
+// not nil, does not spare (with the every quantifier). A symlink below it
+// is such a path when its own path or its target is. It returns the first
+// one found, else why the walk was cut short, else both "": nothing below
+// matches. With links, only the symlinks below it are looked at. ok is
+// false when the decision's FS cannot walk: then nothing is known.
+func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links bool) (found, cut string, ok bool) {
 	w, _ := sc.fs.(Walker)
 	if w == nil {
 		return "", "", false
@@ -320,6 +335,9 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond) (found,
 		}
 		for i := range res.Entries {
 			en := &res.Entries[i]
+			if links && !en.Link {
+				continue
+			}
 			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: e.Forms[:0]}
 			for _, f := range g.forms {
 				e.Forms = append(e.Forms, f+"/"+en.Rel)
@@ -336,11 +354,16 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond) (found,
 				return found, "", true
 			}
 			if en.Link && en.TargetDir && cut == "" {
-				// A symlink to a directory the walk does not cover: what
-				// a command that follows it reads is not known.
+				// A symlink to a directory the walk does not cover: a
+				// command that follows it reads what is there, which is
+				// not known. It matters when the rule could match
+				// something below the target.
 				rel, in := below(g.real, en.Target)
 				if !in || it.SkipsHidden && hasHiddenSegment(rel) {
-					cut = fmt.Sprintf("%s is a symlink to the directory %s, outside it", e.Path, en.Target)
+					*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: append(e.Forms[:0], en.Target), Path: en.Target, Recursive: true}
+					if when.matchItem(ev, e, false) != noMatch {
+						cut = fmt.Sprintf("%s/%s is a symlink to the directory %s, outside it", g.forms[0], en.Rel, en.Target)
+					}
 				}
 			}
 		}
