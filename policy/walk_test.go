@@ -124,8 +124,8 @@ func TestWalkDecides(t *testing.T) {
 type onlyFS struct{ fs FS }
 
 func (o onlyFS) Resolve(p string) (string, error) { return o.fs.Resolve(p) }
-func (o onlyFS) Stat(p string) (bool, bool)        { return o.fs.Stat(p) }
-func (o onlyFS) Glob(p string) ([]string, error)   { return o.fs.Glob(p) }
+func (o onlyFS) Stat(p string) (bool, bool)       { return o.fs.Stat(p) }
+func (o onlyFS) Glob(p string) ([]string, error)  { return o.fs.Glob(p) }
 
 // TestWalkBound: past MaxWalkEntries the walk is cut short and the read
 // asks, saying so; the decision stays fast.
