@@ -109,7 +109,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		// cwd (nothing is "in the project"), and Record keeps nothing.
 		s = &Session{}
 	}
-	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS),
+	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS, s),
 		Session: policy.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
 	s.mu.Lock()
@@ -211,7 +211,7 @@ func (g *Guard) Denies(ctx context.Context, s *Session, agent, method string, p 
 	if pol == nil || s == nil {
 		return false
 	}
-	d := g.decideBounded(ctx, pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS),
+	d := g.decideBounded(ctx, pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS, s),
 		Session: policy.Session{Agent: agent, AgentInfo: g.agentID(agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home}})
 	return d.Effect == policy.Deny
 }
