@@ -129,6 +129,9 @@ func walkOS(dir string, skipHidden bool, deadline time.Time, resolve func(string
 			}
 			if err != nil {
 				f.Close()
+				if d.rel == "" && errors.Is(err, syscall.ENOTDIR) {
+					return res // a file: nothing below it
+				}
 				res.Cut = fmt.Sprintf("cannot read %s: %v", full, err)
 				return res
 			}
