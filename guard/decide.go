@@ -307,6 +307,10 @@ type auditItem struct {
 	Refused  string        `json:"refused,omitempty"`
 	Decision string        `json:"decision"`
 	Rule     string        `json:"rule,omitempty"`
+	// Below is, for a recursive read, the path below it the deciding rule
+	// matches; WalkCut why the walk below it was cut short.
+	Below   string `json:"below,omitempty"`
+	WalkCut string `json:"walkCut,omitempty"`
 }
 
 func auditEvidence(d *policy.Decision) []auditItem {
@@ -320,6 +324,12 @@ func auditEvidence(d *policy.Decision) []auditItem {
 			Domain: it.Domain, Opaque: it.Opaque, Refused: it.Refused, Decision: f.Effect.String(), Rule: f.Rule}
 		if len(it.Forms) > 1 || (len(it.Forms) == 1 && it.Forms[0] != it.Path) {
 			a.Forms = it.Forms
+		}
+		for _, m := range f.Matches {
+			if m.Rule == f.Rule && m.Layer == f.Layer {
+				a.Below, a.WalkCut = m.Below, m.Cut
+				break
+			}
 		}
 		out = append(out, a)
 	}

@@ -128,7 +128,8 @@ func TestDecideWalk(t *testing.T) {
 	root := tempTree(t, []string{"project/src/main.go", "project/src/util/u.go", "project/README.md", "home/.ssh/id_rsa"}, nil)
 	cwd := filepath.Join(root, "project")
 	home := filepath.Join(root, "home")
-	g, err := New(loadTestPolicy(t, walkPermissions), Options{AuditFile: filepath.Join(t.TempDir(), "audit.jsonl"), Home: home})
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	g, err := New(loadTestPolicy(t, walkPermissions), Options{AuditFile: auditFile, Home: home})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +159,13 @@ func TestDecideWalk(t *testing.T) {
 	}
 	if text := policy.Explain(&v.dec); !strings.Contains(text, filepath.Join(cwd, "src/certs/server.pem")+" below this directory") {
 		t.Errorf("explain lacks the key:\n%s", text)
+	}
+	if err := g.Record(v, ""); err != nil {
+		t.Fatal(err)
+	}
+	recs := readAudit(t, auditFile)
+	if ev, _ := recs[len(recs)-1]["evidence"].([]any); len(ev) < 2 || ev[1].(map[string]any)["below"] != filepath.Join(cwd, "src/certs/server.pem") {
+		t.Errorf("the audit record lacks the key below: %v", recs[len(recs)-1]["evidence"])
 	}
 	os.Remove(filepath.Join(cwd, "src", "certs", "server.pem"))
 	s.EndTurn()

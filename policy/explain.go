@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
@@ -73,7 +74,15 @@ func Explain(d *Decision) string {
 			fmt.Fprintf(&b, "           sets: %s\n", strings.Join(it.Env, ", "))
 		}
 		if f.Walked > 0 {
-			fmt.Fprintf(&b, "           walked %d entries below it\n", f.Walked)
+			noun := "entries"
+			if f.Walked == 1 {
+				noun = "entry"
+			}
+			if !slices.ContainsFunc(f.Matches, func(m Match) bool { return m.Below != "" || m.Cut != "" }) {
+				fmt.Fprintf(&b, "           walked %d %s below it: no deny or ask rule matches any\n", f.Walked, noun)
+			} else {
+				fmt.Fprintf(&b, "           walked %d %s below it\n", f.Walked, noun)
+			}
 		}
 		var also []string
 		for _, m := range f.Matches {
