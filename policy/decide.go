@@ -96,8 +96,9 @@ type scratch struct {
 	// walks are the directories walked in this decision (dir + "\x00" +
 	// "h" when hidden names are skipped).
 	walks     map[string]*WalkResult
-	itemWalks []string // the keys of walks the current item used
-	entry     Item     // a path below a walked directory, as an item
+	forms     map[string][][]string // the forms of each entry of a walk, by walk key and item forms
+	itemWalks []string              // the keys of walks the current item used
+	entry     Item                  // a path below a walked directory, as an item
 }
 
 // maxWalks bounds the directories one decision walks: a request with more
@@ -125,7 +126,7 @@ func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
 	}
 	sc.fs = fs
 	defer func() {
-		sc.fs, sc.walks, sc.entry = nil, nil, Item{}
+		sc.fs, sc.walks, sc.forms, sc.entry = nil, nil, nil, Item{}
 		p.scratch.Put(sc)
 	}()
 
@@ -333,19 +334,33 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 		if !slices.Contains(sc.itemWalks, key) {
 			sc.itemWalks = append(sc.itemWalks, key)
 		}
+		// Each entry's forms, built once per decision: every rule that
+		// may match below the item looks at them.
+		fkey := key + "\x00" + strings.Join(g.forms, "\x00")
+		forms, done := sc.forms[fkey]
+		if !done {
+			forms = make([][]string, len(res.Entries))
+			if sc.forms == nil {
+				sc.forms = map[string][][]string{}
+			}
+			sc.forms[fkey] = forms
+		}
 		for i := range res.Entries {
 			en := &res.Entries[i]
 			if links && !en.Link {
 				continue
 			}
-			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: e.Forms[:0]}
-			for _, f := range g.forms {
-				e.Forms = append(e.Forms, f+"/"+en.Rel)
+			if forms[i] == nil {
+				fs := make([]string, 0, len(g.forms)+1)
+				for _, f := range g.forms {
+					fs = append(fs, f+"/"+en.Rel)
+				}
+				if en.Target != "" && !slices.Contains(fs, en.Target) {
+					fs = append(fs, en.Target)
+				}
+				forms[i] = fs
 			}
-			if en.Target != "" && !slices.Contains(e.Forms, en.Target) {
-				e.Forms = append(e.Forms, en.Target)
-			}
-			e.Path = e.Forms[0]
+			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: forms[i], Path: forms[i][0]}
 			if when.matchItem(ev, e, false) != noMatch && (unless == nil || unless.matchItem(ev, e, true) == noMatch) {
 				found = e.Path
 				if en.Link && en.Target != "" && en.Target != e.Path {
@@ -360,7 +375,7 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 				// something below the target.
 				rel, in := below(g.real, en.Target)
 				if !in || it.SkipsHidden && hasHiddenSegment(rel) {
-					*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: append(e.Forms[:0], en.Target), Path: en.Target, Recursive: true}
+					*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: []string{en.Target}, Path: en.Target, Recursive: true}
 					if when.matchItem(ev, e, false) != noMatch {
 						cut = fmt.Sprintf("%s/%s is a symlink to the directory %s, outside it", g.forms[0], en.Rel, en.Target)
 					}

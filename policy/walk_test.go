@@ -163,3 +163,19 @@ func TestWalkBound(t *testing.T) {
 		t.Errorf("many walks: %s\n%s", d.Effect, Explain(&d))
 	}
 }
+
+// BenchmarkDecideWalk: a recursive read of a tree at the walk's bound
+// with the 500-rule benchmark policy (every deny and ask rule that may
+// match below it looks at every entry).
+func BenchmarkDecideWalk(b *testing.B) {
+	p := benchPolicy(b)
+	files := make([]string, 0, MaxWalkEntries)
+	for i := range MaxWalkEntries - 100 {
+		files = append(files, fmt.Sprintf("%s/src/d%03d/f%d.go", TestCwd, i%100, i))
+	}
+	req := walkTerminal("grep -rn TODO src", NewMapFS(files, nil))
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decide(req)
+	}
+}
