@@ -182,6 +182,12 @@ func TestDecideWalk(t *testing.T) {
 	os.Remove(filepath.Join(cwd, "src", "key"))
 	s.EndTurn()
 
+	// A path of 64 KiB: the walk cannot read it, so it asks.
+	long := "src/" + strings.Repeat("abcdefg/", 64<<10/8)
+	if v := decide("grep", "-r", "x", long); v.Effect == Allow {
+		t.Errorf("a 64 KiB path: %+v", outcomeOf(v))
+	}
+
 	// A loop of symlinks ends, and nothing is read through it.
 	os.Symlink("b", filepath.Join(cwd, "src", "a"))
 	os.Symlink("a", filepath.Join(cwd, "src", "b"))
