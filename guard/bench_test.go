@@ -53,7 +53,7 @@ func BenchmarkDecideOSFS(b *testing.B) {
 	var lat []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		req.FS = requestFS(OSFS{}) // as decide does, per request
+		req.FS = requestFS(OSFS{}, nil) // as decide does, per request
 		pol.Decide(req)
 		lat = append(lat, time.Since(start))
 	}

@@ -109,7 +109,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		// cwd (nothing is "in the project"), and Record keeps nothing.
 		s = &Session{}
 	}
-	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS),
+	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS, s),
 		Session: policy.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
 	s.mu.Lock()
@@ -211,7 +211,7 @@ func (g *Guard) Denies(ctx context.Context, s *Session, agent, method string, p 
 	if pol == nil || s == nil {
 		return false
 	}
-	d := g.decideBounded(ctx, pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS),
+	d := g.decideBounded(ctx, pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS, s),
 		Session: policy.Session{Agent: agent, AgentInfo: g.agentID(agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home}})
 	return d.Effect == policy.Deny
 }
@@ -307,6 +307,10 @@ type auditItem struct {
 	Refused  string        `json:"refused,omitempty"`
 	Decision string        `json:"decision"`
 	Rule     string        `json:"rule,omitempty"`
+	// Below is, for a recursive read, the path below it the deciding rule
+	// matches; WalkCut why the walk below it was cut short.
+	Below   string `json:"below,omitempty"`
+	WalkCut string `json:"walkCut,omitempty"`
 }
 
 func auditEvidence(d *policy.Decision) []auditItem {
@@ -320,6 +324,12 @@ func auditEvidence(d *policy.Decision) []auditItem {
 			Domain: it.Domain, Opaque: it.Opaque, Refused: it.Refused, Decision: f.Effect.String(), Rule: f.Rule}
 		if len(it.Forms) > 1 || (len(it.Forms) == 1 && it.Forms[0] != it.Path) {
 			a.Forms = it.Forms
+		}
+		for _, m := range f.Matches {
+			if m.Rule == f.Rule && m.Layer == f.Layer {
+				a.Below, a.WalkCut = m.Below, m.Cut
+				break
+			}
 		}
 		out = append(out, a)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/acp-router/acp-router/policy"
 )
@@ -117,6 +118,10 @@ func (OSFS) Glob(pattern string) ([]string, error) {
 type cachedOSFS struct {
 	resolved map[string]resolved
 	stats    map[string][2]bool
+	// turn is the session's cache of walks for the running turn (nil:
+	// none); deadline ends the decision's walks (zero: none yet).
+	turn     *turnWalks
+	deadline time.Time
 }
 
 type resolved struct {
@@ -128,10 +133,16 @@ func newCachedOSFS() *cachedOSFS {
 	return &cachedOSFS{resolved: map[string]resolved{}, stats: map[string][2]bool{}}
 }
 
-// requestFS is the filesystem one decision sees.
-func requestFS(fs policy.FS) policy.FS {
+// requestFS is the filesystem one decision of session s (nil: none)
+// sees: with the real filesystem, a cache for the decision, and the
+// session's walks of the turn.
+func requestFS(fs policy.FS, s *Session) policy.FS {
 	if _, ok := fs.(OSFS); ok {
-		return newCachedOSFS()
+		c := newCachedOSFS()
+		if s != nil {
+			c.turn = &s.walks
+		}
+		return c
 	}
 	return fs
 }

@@ -21,6 +21,9 @@ type Session struct {
 	tools     map[string]*toolState
 	approvals []approval
 	grants    []grant
+
+	// walks are the directories the turn's recursive reads walked.
+	walks turnWalks
 }
 
 // NewSession returns the state of a router session working in cwd, with
@@ -146,9 +149,10 @@ func (s *Session) pruneLocked() {
 	}
 }
 
-// EndTurn forgets the turn's evidence and approvals: an approval covers
-// the direct calls of its own turn only, and tool call evidence is per
-// turn. Grants stay.
+// EndTurn forgets the turn's evidence, approvals and walks: an approval
+// covers the direct calls of its own turn only, tool call evidence is per
+// turn, and a directory a recursive read walked is walked again (what is
+// below it may have changed). Grants stay.
 func (s *Session) EndTurn() {
 	if s == nil {
 		return
@@ -156,6 +160,7 @@ func (s *Session) EndTurn() {
 	s.mu.Lock()
 	s.tools, s.approvals = nil, nil
 	s.mu.Unlock()
+	s.walks.clear()
 }
 
 // Tool is what the agent said of one of its tool calls: its latest title,

@@ -369,6 +369,13 @@ func (c *Cond) matchPath(ev *Evidence, it *Item, strict bool) matchResult {
 	return noMatch
 }
 
+// mayMatchPathsBelow reports whether the cond has paths and its kinds
+// allow it to match a path below the recursive item it (with the any
+// quantifier): a symlink below it may lead anywhere.
+func (c *Cond) mayMatchPathsBelow(it *Item) bool {
+	return c.paths != nil && (c.kinds == 0 || it.kinds&c.kinds != 0)
+}
+
 // literalCommand reports whether a literal command pattern of c (one that
 // names every argument) matches the command item: such a rule vouches for
 // arguments the router does not understand.

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"fmt"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -43,6 +45,10 @@ type Finding struct {
 	Matches []Match `json:"matches,omitempty"`
 	// Excepted are the rules that matched but whose unless spared the item.
 	Excepted []string `json:"excepted,omitempty"`
+	// Walked is, for a recursive item, how many entries below it were
+	// looked at to decide the rules that could match something there
+	// (Walker); 0 when none was walked.
+	Walked int `json:"walked,omitempty"`
 }
 
 // Match is one rule that fired on an item.
@@ -53,6 +59,14 @@ type Match struct {
 	// Possible: the rule matches something below a recursively read
 	// directory, not the directory itself, so a deny only asks.
 	Possible bool `json:"possible,omitempty"`
+	// Below is, for a possible match decided by walking the directory
+	// (Walker), the first existing path below it that the rule matches
+	// ("LINK -> TARGET" for a symlink whose target it matches).
+	Below string `json:"below,omitempty"`
+	// Cut says why the walk below the directory was cut short before
+	// finding what the rule matches: the rule asks, as it does without
+	// knowing what is there.
+	Cut string `json:"walkCut,omitempty"`
 }
 
 // ErrorMessage is the message of the JSON-RPC error a denied direct call
@@ -76,17 +90,33 @@ type scratch struct {
 	reqU   []int8 // the same for Unless
 	cands  []int32
 	matchs []Match
+
+	// fs is the decision's filesystem, for walking recursive reads.
+	fs FS
+	// walks are the directories walked in this decision (dir + "\x00" +
+	// "h" when hidden names are skipped).
+	walks     map[string]*WalkResult
+	forms     map[string][][]string // the forms of each entry of a walk, by walk key and item forms
+	itemWalks []string              // the keys of walks the current item used
+	entry     Item                  // a path below a walked directory, as an item
 }
+
+// maxWalks bounds the directories one decision walks: a request with more
+// recursive reads than that asks about the others.
+const maxWalks = 16
 
 // Decide extracts the evidence of req and decides it. It never fails:
 // what cannot be read is decided as DESIGN §6 says (refused → deny,
 // opaque → at least ask).
 func (p *Policy) Decide(req *Request) Decision {
-	return p.Evaluate(Extract(req))
+	return p.evaluate(Extract(req), req.FS)
 }
 
-// Evaluate decides extracted evidence.
-func (p *Policy) Evaluate(ev *Evidence) Decision {
+// Evaluate decides extracted evidence. It has no filesystem: a recursive
+// read that a deny or ask rule could match below asks.
+func (p *Policy) Evaluate(ev *Evidence) Decision { return p.evaluate(ev, nil) }
+
+func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
 	sc, _ := p.scratch.Get().(*scratch)
 	if sc == nil || len(sc.stamp) != len(p.rules) {
 		sc = &scratch{stamp: make([]uint32, len(p.rules)), reqW: make([]int8, len(p.rules)), reqU: make([]int8, len(p.rules))}
@@ -94,7 +124,11 @@ func (p *Policy) Evaluate(ev *Evidence) Decision {
 		clear(sc.reqW)
 		clear(sc.reqU)
 	}
-	defer p.scratch.Put(sc)
+	sc.fs = fs
+	defer func() {
+		sc.fs, sc.walks, sc.forms, sc.entry = nil, nil, nil, Item{}
+		p.scratch.Put(sc)
+	}()
 
 	d := Decision{Method: ev.Method, PolicyHash: p.hash, Evidence: ev, Findings: make([]Finding, len(ev.Items))}
 	sc.matchs = make([]Match, 0, 2*len(ev.Items)+4) // one backing array for every finding's Matches
@@ -124,8 +158,8 @@ func (p *Policy) Evaluate(ev *Evidence) Decision {
 }
 
 // decideItem finds every rule that fires on it and picks the most severe.
-func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
-	f := Finding{Item: it}
+func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
+	f = Finding{Item: it}
 	if it.Refused != "" {
 		f.Effect, f.Rule, f.Layer, f.Source, f.Message = Deny, RuleRefused, LayerBuiltin, SourceBuiltin, it.Refused
 		return f
@@ -136,9 +170,16 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
 		sc.gen = 1
 	}
 	sc.cands = p.candidates(ev, it, sc.cands[:0])
+	sc.itemWalks = sc.itemWalks[:0]
+	defer func() {
+		for _, k := range sc.itemWalks {
+			f.Walked += len(sc.walks[k].Entries)
+		}
+	}()
 	nMatch := 0
 	bestRule := -1
 	var bestEff Effect
+	bestSure := false
 	for _, ri := range sc.cands {
 		if sc.stamp[ri] == sc.gen {
 			continue
@@ -156,26 +197,65 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
 			continue
 		}
 		m := r.When.matchItem(ev, it, strict)
-		if m == noMatch {
-			continue
+		unlessReq := r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri])
+		var unless *Cond // the exception for each path below a recursive item
+		if unlessReq {
+			unless = r.Unless
 		}
-		if r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri]) && r.Unless.matchItem(ev, it, !strict) != noMatch {
-			f.Excepted = append(f.Excepted, r.ID)
+		var below, cut string
+		switch {
+		case m == noMatch && !strict && it.Recursive && r.When.mayMatchPathsBelow(it):
+			// Nothing below the directory can match by its name, but a
+			// symlink below it may lead where the rule matches.
+			found, why, ok := sc.walkBelow(ev, it, r.When, unless, true)
+			if !ok || found == "" && why == "" {
+				continue
+			}
+			m, below, cut = possible, found, why
+		case m == noMatch:
 			continue
+		default:
+			if unlessReq {
+				u := r.Unless.matchItem(ev, it, !strict)
+				if u == possible {
+					// The exception of an allow could match something
+					// below: it does when something there really matches.
+					if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false); ok && found == "" && why == "" {
+						u = noMatch
+					}
+				}
+				if u != noMatch {
+					f.Excepted = append(f.Excepted, r.ID)
+					continue
+				}
+			}
+			if m == possible {
+				// Decided by what is below the directory, when it can be
+				// listed: an entry that the rule matches (and its unless
+				// does not spare) makes it fire, none makes it not apply.
+				found, why, ok := sc.walkBelow(ev, it, r.When, unless, false)
+				if ok && found == "" && why == "" {
+					continue
+				}
+				below, cut = found, why
+			}
 		}
 		eff := r.Decision
 		if m == possible && eff > Ask {
 			eff = Ask
 		}
-		sc.matchs = append(sc.matchs, Match{Rule: r.ID, Layer: r.Layer, Effect: eff, Possible: m == possible})
+		sc.matchs = append(sc.matchs, Match{Rule: r.ID, Layer: r.Layer, Effect: eff, Possible: m == possible, Below: below, Cut: cut})
 		nMatch++
 		// Of rules with the same effect, the first in p.rules (the
 		// stronger layer, then the smaller id) decides and is the rule
 		// the audit log names: of two identical deny rules of a layer,
 		// the one with the smaller id, whatever their file order.
-		// Shadowed reports the other as never deciding.
-		if eff > bestEff || eff == bestEff && int(ri) < bestRule {
-			bestEff, bestRule = eff, int(ri)
+		// Shadowed reports the other as never deciding. A rule that only
+		// may match (a walk cut short) decides only when no rule of the
+		// same effect surely does.
+		sure := cut == "" || below != ""
+		if eff > bestEff || eff == bestEff && (sure && !bestSure || sure == bestSure && int(ri) < bestRule) {
+			bestEff, bestRule, bestSure = eff, int(ri), sure
 		}
 	}
 	if nMatch > 0 {
@@ -197,6 +277,116 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) Finding {
 		f.Effect, f.Layer, f.Source = p.dflt, p.dfltLayer, SourceDefault
 	}
 	return f
+}
+
+// walkBelow looks for an existing path below the recursive item it that
+// when matches (with the any quantifier of deny and ask) and unless, if
+// not nil, does not spare (with the every quantifier). A symlink below it
+// is such a path when its own path or its target is. It returns the first
+// one found, else why the walk was cut short, else both "": nothing below
+// matches. With links, only the symlinks below it are looked at. ok is
+// false when the decision's FS cannot walk: then nothing is known.
+func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links bool) (found, cut string, ok bool) {
+	w, _ := sc.fs.(Walker)
+	if w == nil {
+		return "", "", false
+	}
+	if it.Unresolved {
+		return "", "its symlinks cannot be resolved", true
+	}
+	// The forms of the item, grouped by the directory they really are.
+	type group struct {
+		real  string
+		forms []string
+	}
+	var groups []group
+	for _, f := range it.Forms {
+		r, err := w.Resolve(f)
+		if err != nil {
+			return "", fmt.Sprintf("cannot resolve %s: %v", f, err), true
+		}
+		r = path.Clean(r)
+		i := slices.IndexFunc(groups, func(g group) bool { return g.real == r })
+		if i < 0 {
+			groups = append(groups, group{real: r})
+			i = len(groups) - 1
+		}
+		groups[i].forms = append(groups[i].forms, f)
+	}
+	e := &sc.entry
+	for _, g := range groups {
+		key := g.real + "\x00"
+		if it.SkipsHidden {
+			key += "h"
+		}
+		res := sc.walks[key]
+		if res == nil {
+			if len(sc.walks) >= maxWalks {
+				return "", fmt.Sprintf("more than %d directories to walk in one request", maxWalks), true
+			}
+			r := w.Walk(g.real, it.SkipsHidden)
+			res = &r
+			if sc.walks == nil {
+				sc.walks = map[string]*WalkResult{}
+			}
+			sc.walks[key] = res
+		}
+		if !slices.Contains(sc.itemWalks, key) {
+			sc.itemWalks = append(sc.itemWalks, key)
+		}
+		// Each entry's forms, built once per decision: every rule that
+		// may match below the item looks at them.
+		fkey := key + "\x00" + strings.Join(g.forms, "\x00")
+		forms, done := sc.forms[fkey]
+		if !done {
+			forms = make([][]string, len(res.Entries))
+			if sc.forms == nil {
+				sc.forms = map[string][][]string{}
+			}
+			sc.forms[fkey] = forms
+		}
+		for i := range res.Entries {
+			en := &res.Entries[i]
+			if links && !en.Link {
+				continue
+			}
+			if forms[i] == nil {
+				fs := make([]string, 0, len(g.forms)+1)
+				for _, f := range g.forms {
+					fs = append(fs, f+"/"+en.Rel)
+				}
+				if en.Target != "" && !slices.Contains(fs, en.Target) {
+					fs = append(fs, en.Target)
+				}
+				forms[i] = fs
+			}
+			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: forms[i], Path: forms[i][0]}
+			if when.matchItem(ev, e, false) != noMatch && (unless == nil || unless.matchItem(ev, e, true) == noMatch) {
+				found = e.Path
+				if en.Link && en.Target != "" && en.Target != e.Path {
+					found += " -> " + en.Target
+				}
+				return found, "", true
+			}
+			if en.Link && en.TargetDir && cut == "" {
+				// A symlink to a directory the walk does not cover: a
+				// command that follows it reads what is there, which is
+				// not known. It matters when the rule could match
+				// something below the target.
+				rel, in := below(g.real, en.Target)
+				if !in || it.SkipsHidden && hasHiddenSegment(rel) {
+					*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: []string{en.Target}, Path: en.Target, Recursive: true}
+					if when.matchItem(ev, e, false) != noMatch {
+						cut = fmt.Sprintf("%s/%s is a symlink to the directory %s, outside it", g.forms[0], en.Rel, en.Target)
+					}
+				}
+			}
+		}
+		if res.Cut != "" && cut == "" {
+			cut = "the walk below " + g.real + " stopped at " + res.Cut
+		}
+	}
+	return "", cut, true
 }
 
 // cachedRequest evaluates the request-level keys of c once per decision.

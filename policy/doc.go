@@ -71,6 +71,17 @@
 // it (claude, codex, gemini, opencode; found from the agent's agentInfo
 // name, else from the router's name), or * for every agent.
 //
+// A recursive read or copy (grep -r DIR, rg, cp -r) is decided by what
+// is below its directory when the FS is a Walker (the router's is; MapFS
+// is): a deny or ask rule that could match something below it applies
+// only when an existing entry does (by its path, or for a symlink by its
+// target too), and then asks (the item is not the file itself; explain
+// and the audit log name the file). When none does, the rule does not
+// apply, so an allow of ${roots}/** allows grep -rn TODO src in a clean
+// project. A walk past its bounds (MaxWalkEntries entries, MaxWalkDepth
+// levels, the router's time bound), through a symlink to a directory
+// outside the tree, or without a Walker asks.
+//
 // Items the router cannot see through (eval, source, a variable or command
 // substitution as a program or an argument, a shell that reads its script
 // from a pipe, a parse error, ...) are opaque: no allow rule ever covers

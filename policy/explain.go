@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
@@ -72,16 +73,37 @@ func Explain(d *Decision) string {
 		if len(it.Env) > 0 {
 			fmt.Fprintf(&b, "           sets: %s\n", strings.Join(it.Env, ", "))
 		}
+		if f.Walked > 0 {
+			noun := "entries"
+			if f.Walked == 1 {
+				noun = "entry"
+			}
+			if !slices.ContainsFunc(f.Matches, func(m Match) bool { return m.Below != "" || m.Cut != "" }) {
+				fmt.Fprintf(&b, "           walked %d %s below it: no deny or ask rule matches any\n", f.Walked, noun)
+			} else {
+				fmt.Fprintf(&b, "           walked %d %s below it\n", f.Walked, noun)
+			}
+		}
 		var also []string
 		for _, m := range f.Matches {
 			if m.Rule == f.Rule {
-				if m.Possible {
+				switch {
+				case m.Below != "":
+					fmt.Fprintf(&b, "           the rule matches %s below this directory, so it asks\n", m.Below)
+				case m.Cut != "":
+					fmt.Fprintf(&b, "           the walk below this directory was cut short (%s): the rule may match something there, so it asks\n", m.Cut)
+				case m.Possible:
 					b.WriteString("           the rule matches something below this directory, so it asks\n")
 				}
 				continue
 			}
 			s := fmt.Sprintf("%s (%s, %s)", m.Rule, m.Layer, m.Effect)
-			if m.Possible {
+			switch {
+			case m.Below != "":
+				s += " on " + m.Below + " below it"
+			case m.Cut != "":
+				s += " below it (walk cut short: " + m.Cut + ")"
+			case m.Possible:
 				s += " below it"
 			}
 			also = append(also, s)

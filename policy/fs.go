@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -28,6 +29,63 @@ type FS interface {
 	// Glob returns the existing paths matching the shell glob pattern (an
 	// absolute path with *, ? and [...] in it), sorted; nil when none does.
 	Glob(pattern string) ([]string, error)
+}
+
+// Walker is an FS that can list what is below a directory, so that a
+// recursive read (grep -r DIR, rg, cp -r) is decided by what it would
+// really read: a deny or ask rule that could match something below DIR
+// applies only when an existing entry below it does. With an FS that is
+// not a Walker (or none) such a rule asks, as it must without knowing.
+type Walker interface {
+	FS
+	// Walk lists the entries below the directory dir (absolute, clean,
+	// its symlinks resolved), breadth first, without dir itself. It never
+	// descends into a symlink (a symlink is an entry; WalkEntry.Target
+	// says where it leads) and, with skipHidden, neither lists nor
+	// descends into a name starting with a dot. It stops past
+	// MaxWalkEntries entries, MaxWalkDepth levels or its own time bound,
+	// and then says so in WalkResult.Cut. A dir that does not exist or is
+	// not a directory has no entries.
+	Walk(dir string, skipHidden bool) WalkResult
+}
+
+// Bounds of one walk (Walker): past them the walk is cut short and the
+// recursive read asks, as it does without a Walker.
+const (
+	MaxWalkEntries = 20000
+	MaxWalkDepth   = 64
+)
+
+// WalkEntry is one entry below a walked directory.
+type WalkEntry struct {
+	// Rel is the entry's path relative to the walked directory.
+	Rel string
+	// Dir: the entry is a directory (not a symlink to one).
+	Dir bool
+	// Link: the entry is a symlink. Target is where it leads, every
+	// symlink resolved ("" when it cannot be resolved: a loop); TargetDir
+	// says the target is an existing directory.
+	Link      bool
+	Target    string
+	TargetDir bool
+}
+
+// WalkResult is what a Walk found.
+type WalkResult struct {
+	Entries []WalkEntry
+	// Cut says why the walk stopped before listing everything ("" when it
+	// did not): Entries are then only some of them.
+	Cut string
+}
+
+// Size is an estimate of the bytes r holds, for caches bounding their
+// memory.
+func (r *WalkResult) Size() int {
+	n := len(r.Cut) + 64
+	for i := range r.Entries {
+		n += len(r.Entries[i].Rel) + len(r.Entries[i].Target) + 48
+	}
+	return n
 }
 
 // MapFS is an in-memory FS: a set of files and directories and a set of
@@ -197,6 +255,78 @@ func (m *MapFS) Glob(pattern string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+var _ Walker = (*MapFS)(nil)
+
+// Walk implements Walker: the files, directories and symlinks below dir,
+// breadth first and sorted within a level.
+func (m *MapFS) Walk(dir string, skipHidden bool) WalkResult {
+	var res WalkResult
+	if !m.files[dir] {
+		return res
+	}
+	type cand struct {
+		rel   string
+		depth int
+	}
+	var cands []cand
+	consider := func(p string) {
+		rel, ok := below(dir, p)
+		if !ok || rel == "" {
+			return
+		}
+		segs := strings.Split(rel, "/")
+		for i, seg := range segs {
+			if skipHidden && strings.HasPrefix(seg, ".") {
+				return
+			}
+			if i < len(segs)-1 {
+				// Never below a symlink: the walk does not descend into one.
+				if _, ok := m.symlinks[path.Join(dir, strings.Join(segs[:i+1], "/"))]; ok {
+					return
+				}
+			}
+		}
+		cands = append(cands, cand{rel, len(segs)})
+	}
+	for p := range m.files {
+		if _, ok := m.symlinks[p]; !ok {
+			consider(p)
+		}
+	}
+	for p := range m.symlinks {
+		consider(p)
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.depth != b.depth {
+			return a.depth - b.depth
+		}
+		return strings.Compare(a.rel, b.rel)
+	})
+	for _, c := range cands {
+		if c.depth > MaxWalkDepth {
+			res.Cut = fmt.Sprintf("more than %d levels of directories", MaxWalkDepth)
+			break
+		}
+		if len(res.Entries) >= MaxWalkEntries {
+			res.Cut = fmt.Sprintf("more than %d entries", MaxWalkEntries)
+			break
+		}
+		full := path.Join(dir, c.rel)
+		e := WalkEntry{Rel: c.rel}
+		if _, ok := m.symlinks[full]; ok {
+			e.Link = true
+			if t, err := m.Resolve(full); err == nil {
+				e.Target = t
+				e.TargetDir = m.files[t]
+			}
+		} else {
+			e.Dir = m.files[full]
+		}
+		res.Entries = append(res.Entries, e)
+	}
+	return res
 }
 
 func boolKeys(m map[string]string) map[string]bool {
