@@ -309,6 +309,7 @@ func (spec wrapSpec) longOption(key string) (full string, takes int, ok bool) {
 func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) bool {
 	opts := map[string]arg{}
 	env := slices.Clone(cx.env)
+	envUnknown := ""
 	var unknown []string
 	i := 1
 	for i < len(args) {
@@ -375,10 +376,10 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 			continue
 		}
 		if spec.assigns && isAssignment(s) {
-			n, _, _ := strings.Cut(s, "=")
+			n, v, _ := strings.Cut(s, "=")
 			env = append(env, n)
-			if why := dangerousEnv(n); why != "" {
-				x.opaque(cx.origin, why, KindExecute)
+			if why := x.assignString(n, v, true, cx); why != "" && envUnknown == "" {
+				envUnknown = why
 			}
 			i++
 			continue
@@ -399,6 +400,9 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 	inner := cx
 	inner.depth++
 	inner.env = env
+	if envUnknown != "" {
+		inner.envUnknown = envUnknown
+	}
 	inner.origin = cx.origin + " (" + name + " payload)"
 	// Where the payload runs: env -C, sudo -D, unshare -w, systemd-run
 	// --working-directory move it to a directory; a login (sudo -i, su

@@ -366,7 +366,8 @@ func (x *extractor) terminal(params json.RawMessage) {
 		Command *string  `json:"command"`
 		Args    []string `json:"args"`
 		Env     []struct {
-			Name string `json:"name"`
+			Name  string `json:"name"`
+			Value string `json:"value"`
 		} `json:"env"`
 		Cwd *string `json:"cwd"`
 	}
@@ -392,13 +393,14 @@ func (x *extractor) terminal(params json.RawMessage) {
 		}
 	}
 	var env []string
+	envUnknown := ""
 	for _, e := range p.Env {
 		env = append(env, e.Name)
-		if why := dangerousEnv(e.Name); why != "" {
-			x.opaque("env", why, KindExecute)
+		if why := x.assignString(e.Name, e.Value, true, cmdCtx{cwds: cwds, origin: "env"}); why != "" && envUnknown == "" {
+			envUnknown = why
 		}
 	}
-	cx := cmdCtx{cwds: cwds, origin: "command", env: env}
+	cx := cmdCtx{cwds: cwds, origin: "command", env: env, envUnknown: envUnknown}
 	if len(p.Args) == 0 {
 		// Agents such as kimi-cli pass a whole command line as command.
 		x.script(*p.Command, cx)

@@ -79,7 +79,22 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		if f, ok := strings.CutPrefix(s, "@"); ok {
 			return x.argPath(prog, arg{s: f, glob: a.glob}, KindRead, false, true, cwds)
 		}
+		// --data-urlencode NAME@FILE reads FILE (NAME=VALUE does not).
+		if at := strings.IndexByte(s, '@'); at > 0 && opt == "--data-urlencode" && !strings.Contains(s[:at], "=") {
+			return x.argPath(prog, arg{s: s[at+1:], glob: a.glob}, KindRead, false, true, cwds)
+		}
 		return false
+	case roleHosts:
+		for _, h := range strings.Split(s, ":") {
+			h = strings.Trim(h, "[]")
+			if h != "" && !isDigits(h) && h != "*" {
+				x.host(h, origin)
+			}
+		}
+		return false
+	case roleConfig:
+		x.markUnknown(fmt.Sprintf("%s %s reads more options or URLs from %s, which the router does not read", prog, opt, s))
+		return x.argPath(prog, a, KindRead, false, true, cwds)
 	case roleForm:
 		if _, v, ok := strings.Cut(s, "="); ok && (strings.HasPrefix(v, "@") || strings.HasPrefix(v, "<")) {
 			f, _, _ := strings.Cut(v[1:], ";")

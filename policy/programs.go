@@ -91,7 +91,10 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			}
 			continue
 		}
-		if strings.HasPrefix(s, "--") || p.spec.single {
+		// A whole word the spec lists (zip -TT, wget -nv, find-like
+		// programs) is that option, not a bundle of letters.
+		whole, _, _ := strings.Cut(s, "=")
+		if strings.HasPrefix(s, "--") || p.spec.single || len(whole) > 2 && p.spec.opts[whole] != nil {
 			key, val, has := strings.Cut(s, "=")
 			o := p.spec.lookup(key)
 			if o == nil {
@@ -240,6 +243,20 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		if extra {
 			p.fail("%s: more operands than it takes", p.label)
 			x.markUnknown(p.unknown)
+		}
+	}
+	if p.label == "ln" && p.flags.any("-s", "--symbolic") && !p.flags.any("-t", "--target-directory") && len(p.ops) > 1 && !p.lost {
+		// ln -s TARGET LINK: a relative target is relative to the link's
+		// directory, not to the working directory.
+		link := p.ops[len(p.ops)-1]
+		dir := path.Dir(link.s)
+		if x.isDir(link.s, cwds) {
+			dir = link.s
+		}
+		for i := range p.ops[:len(p.ops)-1] {
+			if t := p.ops[i]; t.opaque == "" && link.opaque == "" && !path.IsAbs(t.s) && !strings.HasPrefix(t.s, "~") {
+				p.ops[i].s = path.Join(dir, t.s)
+			}
 		}
 	}
 	paths := 0

@@ -195,11 +195,21 @@ func (x *extractor) assign(a *syntax.Assign, cx cmdCtx) (unknown string) {
 	name := ""
 	if a.Name != nil {
 		name = a.Name.Value
-		if why := dangerousEnv(name); why != "" && !proxyEnv(name) {
-			x.opaque(cx.origin, why, KindExecute)
-		}
+	}
+	special := commandEnv(name) || name == "GOFLAGS" || pathListEnv[name]
+	if why := dangerousEnv(name); why != "" && !proxyEnv(name) && (!special || a.Value == nil) {
+		x.opaque(cx.origin, why, KindExecute)
 	}
 	if a.Value == nil {
+		return ""
+	}
+	if special {
+		vals := x.words(a.Value, cx)
+		if len(vals) != 1 || vals[0].opaque != "" {
+			x.opaque(cx.origin, fmt.Sprintf("%s is set to a value known only at run time", name), KindExecute)
+			return ""
+		}
+		x.envValue(name, vals[0].s, cx)
 		return ""
 	}
 	for _, v := range x.words(a.Value, cx) {
@@ -304,6 +314,68 @@ var dangerousNames = map[string]bool{
 var dangerousPrefixes = []string{"LD_", "DYLD_", "GIT_", "XDG_", "CGO_", "NODE_", "NPM_CONFIG_", "YARN_", "PNPM_",
 	"PIP_", "CARGO_", "RUSTUP_", "GEM_", "BUNDLE_", "PYTHON", "PYTEST_", "JAVA_", "_JAVA_", "JDK_", "MAVEN_",
 	"GRADLE_", "BUN_", "DENO_", "UV_", "POETRY_", "VIRTUAL_ENV", "CONDA", "AWS_", "GOOGLE_", "AZURE_", "ELECTRON_"}
+
+// assignString is assign for NAME=VALUE given as one argument (env,
+// sudo) or by terminal/create's env: the value is literal.
+func (x *extractor) assignString(name, value string, hasValue bool, cx cmdCtx) (unknown string) {
+	w := &syntax.Word{Parts: []syntax.WordPart{&syntax.SglQuoted{Value: value}}}
+	a := &syntax.Assign{Name: &syntax.Lit{Value: name}}
+	if hasValue {
+		a.Value = w
+	}
+	return x.assign(a, cx)
+}
+
+// commandEnv: variables whose value is a command line a program runs
+// (a pager, an editor, a compiler, ssh for git): the value is analysed as
+// a command.
+func commandEnv(name string) bool {
+	up := strings.ToUpper(name)
+	switch up {
+	case "VISUAL", "BROWSER", "CC", "CXX", "CPP", "LD", "AR", "AS", "FC", "GIT_SSH", "SSH_ASKPASS", "GIT_ASKPASS",
+		"RUSTC", "RUSTDOC":
+		return true
+	}
+	for _, suf := range []string{"PAGER", "EDITOR", "_COMMAND", "_WRAPPER", "_RUNNER"} {
+		if strings.HasSuffix(up, suf) {
+			return true
+		}
+	}
+	return false
+}
+
+// pathListEnv: variables naming directories a program loads code from.
+var pathListEnv = map[string]bool{"PYTHONPATH": true, "NODE_PATH": true, "PERL5LIB": true, "PERLLIB": true,
+	"RUBYLIB": true, "CLASSPATH": true}
+
+// envValue analyses the value of a command, flags or path-list variable.
+func (x *extractor) envValue(name, v string, cx cmdCtx) {
+	inner := cx
+	inner.depth++
+	inner.origin = cx.origin + " (" + name + ")"
+	inner.envUnknown = ""
+	switch {
+	case name == "GOFLAGS":
+		// Flags every go command takes: read as go test would.
+		args := []arg{{s: "go"}, {s: "test"}}
+		for _, f := range strings.Fields(v) {
+			args = append(args, arg{s: f})
+		}
+		x.argv(args, inner)
+	case pathListEnv[name]:
+		for _, d := range strings.Split(v, ":") {
+			if d == "" || path.IsAbs(d) || d == ".." || strings.HasPrefix(d, "../") || strings.Contains(d, "/../") || strings.HasPrefix(d, "~") {
+				x.opaque(cx.origin, fmt.Sprintf("%s loads code from %q, outside the working directory", name, d), KindExecute)
+				continue
+			}
+			x.path(d, false, KindRead, true, "assignment "+name, x.cwdsFor(cx))
+		}
+	default:
+		if strings.TrimSpace(v) != "" {
+			x.script(v, inner)
+		}
+	}
+}
 
 // proxyEnv reports whether a variable names a proxy (HTTPS_PROXY,
 // all_proxy, ...): its value is where connections go.

@@ -50,6 +50,8 @@ const (
 	roleExec                   // this and every later operand are a command the program runs
 	roleOpaque                 // the program runs something the router cannot see
 	roleArgs                   // arguments of code the program runs: by shape, read and written
+	roleHosts                  // HOST:PORT:HOST2:PORT2 (curl --connect-to, --resolve): every host named
+	roleConfig                 // a file of more options or URLs the router does not read (curl -K, wget -i)
 )
 
 var roleNames = map[string]role{
@@ -57,7 +59,7 @@ var roleNames = map[string]role{
 	"readdir": roleReadDir, "writedir": roleWriteDir, "chdir": roleChdir, "command": roleCommand,
 	"script": roleScript, "code": roleCode, "sed": roleSed, "awk": roleAwk, "git-config": roleGitConfig,
 	"revpath": roleRevPath, "data": roleData, "form": roleForm, "url": roleURL, "host": roleHost,
-	"remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque, "args": roleArgs,
+	"remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque, "args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 }
 
 // optSpec is one option of a program.
