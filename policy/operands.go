@@ -63,9 +63,14 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return false
 	}
 	switch r {
-	case roleRevPath:
+	case roleRevPath, rolePathspec:
 		// REV:PATH names a file of a commit (git show HEAD:.env reads it);
-		// :/TEXT searches messages.
+		// :/TEXT searches messages. A pathspec (git log -- f, git diff
+		// HEAD f: revisions and paths are told apart only by what exists)
+		// is read when it is not REV:PATH.
+		if r == rolePathspec && (!strings.Contains(s, ":") || strings.Contains(s, "://")) {
+			return x.argPath(prog, a, KindRead, recursive, hidden, cwds)
+		}
 		if i := strings.IndexByte(s, ':'); i >= 0 && !strings.Contains(s, "://") {
 			p := s[i+1:]
 			if p == "" || strings.HasPrefix(p, "/") && i == 0 {

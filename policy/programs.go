@@ -274,7 +274,12 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 	}
 	if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
-		x.argPath(p.label, arg{s: "."}, KindRead, true, hidden, cwds)
+		if p.flags.any(sp.inPlace...) {
+			// git clean -f: the files below the directory are written.
+			x.argPath(p.label, arg{s: "."}, KindEdit, true, true, cwds)
+		} else {
+			x.argPath(p.label, arg{s: "."}, KindRead, true, hidden, cwds)
+		}
 	}
 }
 

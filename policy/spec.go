@@ -41,6 +41,7 @@ const (
 	roleAwk                    // an awk program (system, pipes, redirections)
 	roleGitConfig              // git -c NAME=VALUE
 	roleRevPath                // git REV:PATH object names: the path is read
+	rolePathspec               // git revisions and pathspecs: REV:PATH reads PATH, any other word is a path read
 	roleData                   // curl -d: @FILE reads a file
 	roleForm                   // curl -F: NAME=@FILE or NAME=<FILE reads a file
 	roleURL                    // a URL, or a host name when it has no scheme
@@ -58,8 +59,9 @@ var roleNames = map[string]role{
 	"unknown": roleUnknown, "flag": roleFlag, "value": roleValue, "read": roleRead, "write": roleWrite,
 	"readdir": roleReadDir, "writedir": roleWriteDir, "chdir": roleChdir, "command": roleCommand,
 	"script": roleScript, "code": roleCode, "sed": roleSed, "awk": roleAwk, "git-config": roleGitConfig,
-	"revpath": roleRevPath, "data": roleData, "form": roleForm, "url": roleURL, "host": roleHost,
-	"remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque, "args": roleArgs, "hosts": roleHosts, "config": roleConfig,
+	"revpath": roleRevPath, "pathspec": rolePathspec, "data": roleData, "form": roleForm, "url": roleURL,
+	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
+	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 }
 
 // optSpec is one option of a program.
