@@ -42,9 +42,11 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		x.opaque(origin, fmt.Sprintf("%s %s runs code the router does not read", prog, strings.TrimSpace(opt)), KindExecute)
 		return false
 	case roleCommand:
-		// A command line the program runs (git --upload-pack, go
-		// -toolexec, rg --pre): its words are a command of their own.
-		x.script(s, inner)
+		// A command line the program runs on the side (git --upload-pack,
+		// go -toolexec, rg --pre): its words are a command of their own,
+		// which deny and ask rules see, and which is never allowed by the
+		// rule that allowed the program.
+		x.sideCommand(origin, s, inner)
 		return false
 	case roleScript:
 		x.script(s, inner)
@@ -576,5 +578,19 @@ func (x *extractor) ddArgs(it Item, args []arg, cx cmdCtx) {
 	x.add(it, KindExecute)
 	for _, f := range files {
 		x.roleArg("dd", "", arg{s: f.v}, f.r, false, true, cwds, cx)
+	}
+}
+
+// harmlessSideCommands are commands a program may be told to run on the
+// side that do nothing but pass data through (GIT_PAGER=cat).
+var harmlessSideCommands = map[string]bool{"cat": true, "less": true, "more": true, "true": true, "": true,
+	"less -R": true, "less -FRX": true, "less -FRSX": true}
+
+// sideCommand analyses a command line a program runs besides its own work:
+// a pager, an editor, git's ssh or upload-pack, go's -toolexec.
+func (x *extractor) sideCommand(origin, s string, inner cmdCtx) {
+	x.script(s, inner)
+	if !harmlessSideCommands[strings.TrimSpace(s)] {
+		x.markUnknown(fmt.Sprintf("%s runs the command %q", origin, s))
 	}
 }

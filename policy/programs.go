@@ -283,18 +283,12 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	}
 }
 
-// markUnknown sets why on the last command item added (the program's),
-// when it has no reason yet.
+// markUnknown records that part of the arguments of the command being
+// read is not understood: an item no allow rule covers (the program's own
+// command item may already have been followed by the items of commands it
+// runs).
 func (x *extractor) markUnknown(why string) {
-	for i := len(x.ev.Items) - 1; i >= 0; i-- {
-		if it := &x.ev.Items[i]; it.Type == ItemCommand {
-			if it.Unknown == "" {
-				it.Unknown = why
-				it.Aux = false
-			}
-			return
-		}
-	}
+	x.add(Item{Type: ItemTool, Origin: "arguments", Unknown: why}, KindExecute)
 }
 
 // gitSafeConfig are the git -c settings that change only how git shows

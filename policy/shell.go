@@ -371,9 +371,7 @@ func (x *extractor) envValue(name, v string, cx cmdCtx) {
 			x.path(d, false, KindRead, true, "assignment "+name, x.cwdsFor(cx))
 		}
 	default:
-		if strings.TrimSpace(v) != "" {
-			x.script(v, inner)
-		}
+		x.sideCommand(name, v, inner)
 	}
 }
 
