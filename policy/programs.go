@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -119,6 +120,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				ov.has = false
 			}
 			p.vals = append(p.vals, ov)
+			optsDone = slices.Contains(p.spec.endsOpts, o.name)
 			continue
 		}
 		// -abc: letters, the first that takes a value takes the rest.
@@ -147,6 +149,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				ov.has = false
 			}
 			p.vals = append(p.vals, ov)
+			optsDone = slices.Contains(p.spec.endsOpts, o.name)
 			break
 		}
 	}

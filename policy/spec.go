@@ -99,6 +99,7 @@ type argSpec struct {
 	recursive   []string
 	recAlways   bool
 	inPlace     []string // flags that make read operands written (sed -i)
+	endsOpts    []string // options after which every argument is an operand (python -c, -m)
 	hidden      []string // flags that make a recursive read include dotfiles
 	hideDots    bool     // a recursive read skips dotfiles unless one of hidden is given
 	implicitCwd bool
@@ -139,7 +140,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix"}
+	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "ends_options"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -254,6 +255,8 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 			}
 		case "in_place":
 			err = v.Decode(&sp.inPlace)
+		case "ends_options":
+			err = v.Decode(&sp.endsOpts)
 		case "hidden":
 			sp.hideDots = true
 			err = v.Decode(&sp.hidden)
@@ -317,6 +320,9 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 		return nil, err
 	}
 	if err := canon(sp.inPlace, "in_place"); err != nil {
+		return nil, err
+	}
+	if err := canon(sp.endsOpts, "ends_options"); err != nil {
 		return nil, err
 	}
 	if err := canon(sp.hidden, "hidden"); err != nil {
