@@ -234,6 +234,15 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		x.roleArg(p.label, v.key, v.v, v.opt.role, false, true, cwds, cx)
 	}
+	if prog := p.module(); prog != "" && !p.lost {
+		// python -m pytest ARGS is pytest ARGS.
+		inner := cx
+		inner.depth++
+		inner.cwds = cwds
+		inner.origin = cx.origin + " (" + p.label + " -m runs)"
+		x.argv(append([]arg{{s: prog}}, p.ops...), inner)
+		return
+	}
 	var roles []role
 	if p.lost {
 		roles = make([]role, len(p.ops)) // roleUnknown
@@ -262,6 +271,20 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
 		x.argPath(p.label, arg{s: "."}, KindRead, true, hidden, cwds)
 	}
+}
+
+// module returns the program a -m MODULE option runs, if the spec maps
+// the module to one.
+func (p *parsedArgs) module() string {
+	if p.spec.modules == nil {
+		return ""
+	}
+	for _, v := range p.vals {
+		if v.opt.name == "-m" && v.has && v.v.opaque == "" && !v.v.glob {
+			return p.spec.modules[v.v.s]
+		}
+	}
+	return ""
 }
 
 // markUnknown sets why on the last command item added (the program's),
