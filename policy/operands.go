@@ -164,7 +164,8 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 	case roleWrite:
 		return x.argPath(prog, a, KindEdit, false, hidden, cwds)
 	case roleWriteDir:
-		return x.argPath(prog, a, KindEdit, true, true, cwds)
+		// A formatter that walks a directory skips dotfiles when its spec says so (hidden:).
+		return x.argPath(prog, a, KindEdit, true, hidden, cwds)
 	}
 	// roleUnknown: by shape, and it may be read or written. A value after
 	// = (--file=x, make VAR=x) is one too.

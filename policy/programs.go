@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -122,6 +123,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				ov.has = false
 			}
 			p.vals = append(p.vals, ov)
+			optsDone = slices.Contains(p.spec.endsOpts, o.name)
 			continue
 		}
 		// -abc: letters, the first that takes a value takes the rest.
@@ -150,6 +152,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				ov.has = false
 			}
 			p.vals = append(p.vals, ov)
+			optsDone = slices.Contains(p.spec.endsOpts, o.name)
 			break
 		}
 	}
@@ -234,6 +237,15 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		x.roleArg(p.label, v.key, v.v, v.opt.role, false, true, cwds, cx)
 	}
+	if prog := p.module(); prog != "" && !p.lost {
+		// python -m pytest ARGS is pytest ARGS.
+		inner := cx
+		inner.depth++
+		inner.cwds = cwds
+		inner.origin = cx.origin + " (" + p.label + " -m runs)"
+		x.argv(append([]arg{{s: prog}}, p.ops...), inner)
+		return
+	}
 	var roles []role
 	if p.lost {
 		roles = make([]role, len(p.ops)) // roleUnknown
@@ -281,6 +293,20 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.argPath(p.label, arg{s: "."}, KindRead, true, hidden, cwds)
 		}
 	}
+}
+
+// module returns the program a -m MODULE option runs, if the spec maps
+// the module to one.
+func (p *parsedArgs) module() string {
+	if p.spec.modules == nil {
+		return ""
+	}
+	for _, v := range p.vals {
+		if v.opt.name == "-m" && v.has && v.v.opaque == "" && !v.v.glob {
+			return p.spec.modules[v.v.s]
+		}
+	}
+	return ""
 }
 
 // markUnknown records that part of the arguments of the command being

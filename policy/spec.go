@@ -103,12 +103,16 @@ type argSpec struct {
 	recursive   []string
 	recAlways   bool
 	inPlace     []string // flags that make read operands written (sed -i)
+	endsOpts    []string // options after which every argument is an operand (python -c, -m)
 	hidden      []string // flags that make a recursive read include dotfiles
 	hideDots    bool     // a recursive read skips dotfiles unless one of hidden is given
 	implicitCwd bool
 	handler     string // find, tar, dd: read by code
 	subs        map[string]*argSpec
 	subOptional bool // the program also runs without a subcommand (operands then follow operands:)
+	// modules: python -m MODULE runs MODULE as the program named here
+	// (pytest, pip): the operands are read with that program's spec.
+	modules map[string]string
 }
 
 // specs are the compiled specs by program name (aliases included).
@@ -138,12 +142,19 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 			return nil, err
 		}
 	}
+	for name, sp := range out {
+		for mod, prog := range sp.modules {
+			if out[prog] == nil {
+				return nil, fmt.Errorf("%s: modules: %s names %s, which has no spec", name, mod, prog)
+			}
+		}
+	}
 	return out, nil
 }
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix"}
+	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "ends_options", "modules"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -258,6 +269,10 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 			}
 		case "in_place":
 			err = v.Decode(&sp.inPlace)
+		case "ends_options":
+			err = v.Decode(&sp.endsOpts)
+		case "modules":
+			err = v.Decode(&sp.modules)
 		case "hidden":
 			sp.hideDots = true
 			err = v.Decode(&sp.hidden)
@@ -318,6 +333,12 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 		return nil, err
 	}
 	if err := canon(sp.inPlace, "in_place"); err != nil {
+		return nil, err
+	}
+	if sp.modules != nil && (sp.opts["-m"] == nil || sp.opts["-m"].role != roleValue) {
+		return nil, errf(n, "modules: needs a -m option with a value")
+	}
+	if err := canon(sp.endsOpts, "ends_options"); err != nil {
 		return nil, err
 	}
 	if err := canon(sp.hidden, "hidden"); err != nil {
