@@ -22,12 +22,15 @@ type optVal struct {
 
 // parsedArgs is a command line read with a spec.
 type parsedArgs struct {
-	spec    *argSpec // the spec in force (the subcommand's)
-	label   string   // "git commit": the program and its subcommands
-	flags   flagSet
-	vals    []optVal
-	ops     []arg
-	unknown string // why the arguments are not all understood
+	spec  *argSpec // the spec in force (the subcommand's)
+	label string   // "git commit": the program and its subcommands
+	flags flagSet
+	vals  []optVal
+	ops   []arg
+	// argsFrom: the operands from this one on follow an option of role
+	// args (go test -args): arguments of the code the program runs.
+	argsFrom int
+	unknown  string // why the arguments are not all understood
 	// lost: an unknown option may have taken a value, so the operands'
 	// positions, and so their roles, are not known.
 	lost bool
@@ -41,7 +44,7 @@ func (p *parsedArgs) fail(format string, a ...any) {
 
 // parseArgs reads args (without the program) with spec sp.
 func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
-	p := &parsedArgs{spec: sp, label: name}
+	p := &parsedArgs{spec: sp, label: name, argsFrom: -1}
 	subDone := sp.subs == nil
 	optsDone := false
 	for i := 0; i < len(args); i++ {
@@ -100,6 +103,17 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				continue
 			}
 			p.flags = append(p.flags, o.name)
+			if o.role == roleArgs {
+				// go test -args: everything after it is the test binary's.
+				if has {
+					p.fail("%s: option %s takes no value", p.label, key)
+				}
+				optsDone = true
+				if p.argsFrom < 0 {
+					p.argsFrom = len(p.ops)
+				}
+				continue
+			}
 			if o.role == roleFlag {
 				if has {
 					p.fail("%s: option %s takes no value", p.label, key)
@@ -131,6 +145,13 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				break
 			}
 			p.flags = append(p.flags, o.name)
+			if o.role == roleArgs {
+				optsDone = true
+				if p.argsFrom < 0 {
+					p.argsFrom = len(p.ops)
+				}
+				break
+			}
 			if o.role == roleFlag {
 				continue
 			}
@@ -235,11 +256,18 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	if p.lost {
 		roles = make([]role, len(p.ops)) // roleUnknown
 	} else {
+		n := len(p.ops)
+		if p.argsFrom >= 0 {
+			n = p.argsFrom
+		}
 		var extra bool
-		roles, extra = sp.operandRoles(len(p.ops), p.flags)
+		roles, extra = sp.operandRoles(n, p.flags)
 		if extra {
 			p.fail("%s: more operands than it takes", p.label)
 			x.markUnknown(p.unknown)
+		}
+		for range p.ops[n:] {
+			roles = append(roles, roleArgs)
 		}
 	}
 	paths := 0

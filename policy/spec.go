@@ -341,10 +341,10 @@ func parseOptions(v *yaml.Node, m map[string]*optSpec, errf func(*yaml.Node, str
 		optional := strings.HasSuffix(rs, "?")
 		rs = strings.TrimSuffix(rs, "?")
 		ro, ok := roleNames[rs]
-		if !ok || ro == roleUnknown || ro == roleExec || ro == roleArgs {
+		if !ok || ro == roleUnknown || ro == roleExec {
 			return errf(r, "unknown option role %q", r.Value)
 		}
-		if optional && ro == roleFlag {
+		if optional && (ro == roleFlag || ro == roleArgs) {
 			return errf(r, "a flag has no value to be optional")
 		}
 		names := strings.Fields(k.Value)
