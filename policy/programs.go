@@ -88,6 +88,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 					p.lost = true
 				}
 			}
+			if p.spec.gcc && strings.HasPrefix(s, "@") {
+				p.fail("%s: %s: options read from a file", p.label, s)
+			}
 			p.ops = append(p.ops, a)
 			if p.spec.posix {
 				optsDone = true
@@ -97,6 +100,11 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 		if strings.HasPrefix(s, "--") || p.spec.single {
 			key, val, has := strings.Cut(s, "=")
 			o := p.spec.lookup(key)
+			if o == nil && p.spec.gcc {
+				if ao, n := p.spec.attached(s); ao != nil {
+					o, key, val, has = ao, s[:n], s[n:], true
+				}
+			}
 			if o == nil {
 				p.fail("%s: unknown option %s", p.label, key)
 				p.lost = true

@@ -83,6 +83,10 @@ type argSpec struct {
 	// single: options are whole words after - or -- (Go's flag package,
 	// find): -toolexec=x, --toolexec x; no bundling of letters.
 	single bool
+	// gcc: single, and an option that takes a value also takes it
+	// attached without = (-Iinclude, -lm, -O2, -Wall, -DX=1): the longest
+	// such option the word starts with; an operand @FILE holds options.
+	gcc bool
 	// abbrev: a long option may be given as an unambiguous prefix
 	// (getopt_long, git, argparse).
 	abbrev bool
@@ -211,12 +215,14 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 			case "gnu":
 			case "single":
 				sp.single, sp.abbrev = true, false
+			case "gcc":
+				sp.single, sp.gcc, sp.abbrev = true, true, false
 			case "posix":
 				sp.posix = true
 			case "values":
 				sp.values = true
 			default:
-				return nil, errf(v, "style must be gnu, single, posix or values, not %q", v.Value)
+				return nil, errf(v, "style must be gnu, single, gcc, posix or values, not %q", v.Value)
 			}
 		case "abbrev":
 			err = v.Decode(&sp.abbrev)
@@ -458,6 +464,21 @@ func (sp *argSpec) lookup(name string) *optSpec {
 		found = o
 	}
 	return found
+}
+
+// attached finds, for a gcc-style word -Xvalue, the longest option that
+// takes a value and that the word starts with; it returns the option and
+// the length of its name.
+func (sp *argSpec) attached(word string) (*optSpec, int) {
+	var best *optSpec
+	n := 0
+	for name, o := range sp.opts {
+		if o.role == roleFlag || o.role == roleArgs || len(name) <= n || len(name) >= len(word) || !strings.HasPrefix(word, name) {
+			continue
+		}
+		best, n = o, len(name)
+	}
+	return best, n
 }
 
 // roles returns the roles of n operands given the flags.
