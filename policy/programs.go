@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -109,6 +110,15 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				p.fail("%s: unknown option %s", p.label, key)
 				p.lost = true
 				continue
+			}
+			if o.role == roleFlag && has && p.spec.single && !p.spec.gcc {
+				// Go's flag package: -race=false, -v=true.
+				if b, err := strconv.ParseBool(val); err == nil {
+					if b {
+						p.flags = append(p.flags, o.name)
+					}
+					continue
+				}
 			}
 			p.flags = append(p.flags, o.name)
 			if o.role == roleArgs {
@@ -258,7 +268,13 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		if !v.has || v.opt.role == roleChdir {
 			continue
 		}
-		x.roleArg(p.label, v.key, v.v, v.opt.role, false, true, cwds, cx)
+		// A directory an option names is read or written like the
+		// operands: without dotfiles when the program skips them.
+		h := true
+		if v.opt.role == roleReadDir || v.opt.role == roleWriteDir {
+			h = hidden
+		}
+		x.roleArg(p.label, v.key, v.v, v.opt.role, false, h, cwds, cx)
 	}
 	var roles []role
 	if p.lost {

@@ -160,7 +160,7 @@ func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
 	}
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
-		sp, err := parseSpec(file, k.Value, v, nil)
+		sp, err := parseSpec(file, k.Value, v, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -187,12 +187,16 @@ func (sp *argSpec) aliasesOf(n *yaml.Node) []string {
 }
 
 // parseSpec parses the spec of program name; common holds options the
-// parent passes to a subcommand.
-func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*argSpec, error) {
+// parent passes to a subcommand. A subcommand has its parent's style and
+// abbrev unless it sets its own.
+func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, parent *argSpec) (*argSpec, error) {
 	errf := func(n *yaml.Node, format string, a ...any) error {
 		return fmt.Errorf("%s:%d:%d: %s: %s", file, n.Line, n.Column, name, fmt.Sprintf(format, a...))
 	}
 	sp := &argSpec{name: name, abbrev: true, opts: map[string]*optSpec{}}
+	if parent != nil {
+		sp.single, sp.gcc, sp.abbrev = parent.single, parent.gcc, parent.abbrev
+	}
 	if n.Kind == yaml.ScalarNode && n.Value == "" || n.Tag == "!!null" {
 		return sp, nil
 	}
@@ -213,8 +217,9 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 		case "style":
 			switch v.Value {
 			case "gnu":
+				sp.single, sp.gcc, sp.abbrev = false, false, true
 			case "single":
-				sp.single, sp.abbrev = true, false
+				sp.single, sp.gcc, sp.abbrev = true, false, false
 			case "gcc":
 				sp.single, sp.gcc, sp.abbrev = true, true, false
 			case "posix":
@@ -290,7 +295,7 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 		inherit := commonOpts
 		for i := 0; i+1 < len(subsNode.Content); i += 2 {
 			k, v := subsNode.Content[i], subsNode.Content[i+1]
-			sub, err := parseSpec(file, name+" "+strings.Fields(k.Value)[0], v, inherit)
+			sub, err := parseSpec(file, name+" "+strings.Fields(k.Value)[0], v, inherit, sp)
 			if err != nil {
 				return nil, err
 			}
