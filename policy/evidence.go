@@ -776,7 +776,9 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 	}
 	kinds := more
 	if kind != "" {
-		kinds = []Kind{kind}
+		// more: the other kinds the path may have (an argument read by
+		// shape is read and written).
+		kinds = append([]Kind{kind}, more...)
 	}
 	if len(kinds) == 0 {
 		kinds = []Kind{KindOther}

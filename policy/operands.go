@@ -160,12 +160,12 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		}
 		return x.argPath(prog, a, KindRead, recursive, hidden, cwds)
 	case roleReadDir:
-		return x.argPath(prog, a, KindRead, true, hidden, cwds)
+		return x.argPath(prog, dirOfPattern(a), KindRead, true, hidden, cwds)
 	case roleWrite:
 		return x.argPath(prog, a, KindEdit, false, hidden, cwds)
 	case roleWriteDir:
-		// A formatter that walks a directory skips dotfiles when its spec says so (hidden:).
-		return x.argPath(prog, a, KindEdit, true, hidden, cwds)
+		// A program that skips dotfiles (go fmt, gofmt -w) writes none.
+		return x.argPath(prog, dirOfPattern(a), KindEdit, true, hidden, cwds)
 	}
 	// roleUnknown: by shape, and it may be read or written. A value after
 	// = (--file=x, make VAR=x) is one too.
@@ -178,6 +178,32 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return x.argPath(prog, a, KindRead, recursive, hidden, cwds, KindEdit)
 	}
 	return false
+}
+
+// dirOfPattern turns a Go package pattern with ... (./..., ./cmd/...,
+// ./pkg...) into the directory whose tree it may name: the part before
+// the ..., up to its last slash when the ... does not start a name.
+func dirOfPattern(a arg) arg {
+	i := strings.Index(a.s, "...")
+	if i < 0 || a.opaque != "" {
+		return a
+	}
+	d := a.s[:i]
+	if !strings.HasSuffix(d, "/") {
+		if j := strings.LastIndexByte(d, '/'); j >= 0 {
+			d = d[:j+1]
+		} else {
+			d = ""
+		}
+	}
+	if d != "/" {
+		d = strings.TrimSuffix(d, "/")
+	}
+	if d == "" {
+		d = "."
+	}
+	a.s = d
+	return a
 }
 
 // exists reports whether a word names an existing file relative to one of

@@ -5,6 +5,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -23,12 +24,15 @@ type optVal struct {
 
 // parsedArgs is a command line read with a spec.
 type parsedArgs struct {
-	spec    *argSpec // the spec in force (the subcommand's)
-	label   string   // "git commit": the program and its subcommands
-	flags   flagSet
-	vals    []optVal
-	ops     []arg
-	unknown string // why the arguments are not all understood
+	spec  *argSpec // the spec in force (the subcommand's)
+	label string   // "git commit": the program and its subcommands
+	flags flagSet
+	vals  []optVal
+	ops   []arg
+	// argsFrom: the operands from this one on follow an option of role
+	// args (go test -args): arguments of the code the program runs.
+	argsFrom int
+	unknown  string // why the arguments are not all understood
 	// lost: an unknown option may have taken a value, so the operands'
 	// positions, and so their roles, are not known.
 	lost bool
@@ -42,7 +46,7 @@ func (p *parsedArgs) fail(format string, a ...any) {
 
 // parseArgs reads args (without the program) with spec sp.
 func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
-	p := &parsedArgs{spec: sp, label: name}
+	p := &parsedArgs{spec: sp, label: name, argsFrom: -1}
 	subDone := sp.subs == nil
 	optsDone := false
 	for i := 0; i < len(args); i++ {
@@ -86,6 +90,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 					p.lost = true
 				}
 			}
+			if p.spec.gcc && strings.HasPrefix(s, "@") {
+				p.fail("%s: %s: options read from a file", p.label, s)
+			}
 			p.ops = append(p.ops, a)
 			if p.spec.posix {
 				optsDone = true
@@ -98,12 +105,37 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 		if strings.HasPrefix(s, "--") || p.spec.single || len(whole) > 2 && p.spec.opts[whole] != nil {
 			key, val, has := strings.Cut(s, "=")
 			o := p.spec.lookup(key)
+			if o == nil && p.spec.gcc {
+				if ao, n := p.spec.attached(s); ao != nil {
+					o, key, val, has = ao, s[:n], s[n:], true
+				}
+			}
 			if o == nil {
 				p.fail("%s: unknown option %s", p.label, key)
 				p.lost = true
 				continue
 			}
+			if o.role == roleFlag && has && p.spec.single && !p.spec.gcc {
+				// Go's flag package: -race=false, -v=true.
+				if b, err := strconv.ParseBool(val); err == nil {
+					if b {
+						p.flags = append(p.flags, o.name)
+					}
+					continue
+				}
+			}
 			p.flags = append(p.flags, o.name)
+			if o.role == roleArgs {
+				// go test -args: everything after it is the test binary's.
+				if has {
+					p.fail("%s: option %s takes no value", p.label, key)
+				}
+				optsDone = true
+				if p.argsFrom < 0 {
+					p.argsFrom = len(p.ops)
+				}
+				continue
+			}
 			if o.role == roleFlag {
 				if has {
 					p.fail("%s: option %s takes no value", p.label, key)
@@ -136,6 +168,13 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				break
 			}
 			p.flags = append(p.flags, o.name)
+			if o.role == roleArgs {
+				optsDone = true
+				if p.argsFrom < 0 {
+					p.argsFrom = len(p.ops)
+				}
+				break
+			}
 			if o.role == roleFlag {
 				continue
 			}
@@ -235,7 +274,13 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		if !v.has || v.opt.role == roleChdir {
 			continue
 		}
-		x.roleArg(p.label, v.key, v.v, v.opt.role, false, true, cwds, cx)
+		// A directory an option names is read or written like the
+		// operands: without dotfiles when the program skips them.
+		h := true
+		if v.opt.role == roleReadDir || v.opt.role == roleWriteDir {
+			h = hidden
+		}
+		x.roleArg(p.label, v.key, v.v, v.opt.role, false, h, cwds, cx)
 	}
 	if prog := p.module(); prog != "" && !p.lost {
 		// python -m pytest ARGS is pytest ARGS.
@@ -250,11 +295,18 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	if p.lost {
 		roles = make([]role, len(p.ops)) // roleUnknown
 	} else {
+		n := len(p.ops)
+		if p.argsFrom >= 0 {
+			n = p.argsFrom
+		}
 		var extra bool
-		roles, extra = sp.operandRoles(len(p.ops), p.flags)
+		roles, extra = sp.operandRoles(n, p.flags)
 		if extra {
 			p.fail("%s: more operands than it takes", p.label)
 			x.markUnknown(p.unknown)
+		}
+		for range p.ops[n:] {
+			roles = append(roles, roleArgs)
 		}
 	}
 	if p.label == "ln" && p.flags.any("-s", "--symbolic") && !p.flags.any("-t", "--target-directory") && len(p.ops) > 1 && !p.lost {

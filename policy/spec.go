@@ -87,6 +87,10 @@ type argSpec struct {
 	// single: options are whole words after - or -- (Go's flag package,
 	// find): -toolexec=x, --toolexec x; no bundling of letters.
 	single bool
+	// gcc: single, and an option that takes a value also takes it
+	// attached without = (-Iinclude, -lm, -O2, -Wall, -DX=1): the longest
+	// such option the word starts with; an operand @FILE holds options.
+	gcc bool
 	// abbrev: a long option may be given as an unambiguous prefix
 	// (getopt_long, git, argparse).
 	abbrev bool
@@ -171,7 +175,7 @@ func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
 	}
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
-		sp, err := parseSpec(file, k.Value, v, nil)
+		sp, err := parseSpec(file, k.Value, v, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -198,12 +202,16 @@ func (sp *argSpec) aliasesOf(n *yaml.Node) []string {
 }
 
 // parseSpec parses the spec of program name; common holds options the
-// parent passes to a subcommand.
-func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*argSpec, error) {
+// parent passes to a subcommand. A subcommand has its parent's style and
+// abbrev unless it sets its own.
+func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, parent *argSpec) (*argSpec, error) {
 	errf := func(n *yaml.Node, format string, a ...any) error {
 		return fmt.Errorf("%s:%d:%d: %s: %s", file, n.Line, n.Column, name, fmt.Sprintf(format, a...))
 	}
 	sp := &argSpec{name: name, abbrev: true, opts: map[string]*optSpec{}}
+	if parent != nil {
+		sp.single, sp.gcc, sp.abbrev = parent.single, parent.gcc, parent.abbrev
+	}
 	if n.Kind == yaml.ScalarNode && n.Value == "" || n.Tag == "!!null" {
 		return sp, nil
 	}
@@ -224,14 +232,17 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 		case "style":
 			switch v.Value {
 			case "gnu":
+				sp.single, sp.gcc, sp.abbrev = false, false, true
 			case "single":
-				sp.single, sp.abbrev = true, false
+				sp.single, sp.gcc, sp.abbrev = true, false, false
+			case "gcc":
+				sp.single, sp.gcc, sp.abbrev = true, true, false
 			case "posix":
 				sp.posix = true
 			case "values":
 				sp.values = true
 			default:
-				return nil, errf(v, "style must be gnu, single, posix or values, not %q", v.Value)
+				return nil, errf(v, "style must be gnu, single, gcc, posix or values, not %q", v.Value)
 			}
 		case "abbrev":
 			err = v.Decode(&sp.abbrev)
@@ -303,7 +314,7 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec) (*ar
 		inherit := commonOpts
 		for i := 0; i+1 < len(subsNode.Content); i += 2 {
 			k, v := subsNode.Content[i], subsNode.Content[i+1]
-			sub, err := parseSpec(file, name+" "+strings.Fields(k.Value)[0], v, inherit)
+			sub, err := parseSpec(file, name+" "+strings.Fields(k.Value)[0], v, inherit, sp)
 			if err != nil {
 				return nil, err
 			}
@@ -363,10 +374,10 @@ func parseOptions(v *yaml.Node, m map[string]*optSpec, errf func(*yaml.Node, str
 		optional := strings.HasSuffix(rs, "?")
 		rs = strings.TrimSuffix(rs, "?")
 		ro, ok := roleNames[rs]
-		if !ok || ro == roleUnknown || ro == roleExec || ro == roleArgs {
+		if !ok || ro == roleUnknown || ro == roleExec {
 			return errf(r, "unknown option role %q", r.Value)
 		}
-		if optional && ro == roleFlag {
+		if optional && (ro == roleFlag || ro == roleArgs) {
 			return errf(r, "a flag has no value to be optional")
 		}
 		names := strings.Fields(k.Value)
@@ -482,6 +493,21 @@ func (sp *argSpec) lookup(name string) *optSpec {
 		found = o
 	}
 	return found
+}
+
+// attached finds, for a gcc-style word -Xvalue, the longest option that
+// takes a value and that the word starts with; it returns the option and
+// the length of its name.
+func (sp *argSpec) attached(word string) (*optSpec, int) {
+	var best *optSpec
+	n := 0
+	for name, o := range sp.opts {
+		if o.role == roleFlag || o.role == roleArgs || len(name) <= n || len(name) >= len(word) || !strings.HasPrefix(word, name) {
+			continue
+		}
+		best, n = o, len(name)
+	}
+	return best, n
 }
 
 // roles returns the roles of n operands given the flags.
