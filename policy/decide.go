@@ -103,7 +103,7 @@ type scratch struct {
 
 // maxWalks bounds the directories one decision walks: a request with more
 // recursive reads than that asks about the others.
-const maxWalks = 16
+const maxWalks = 64
 
 // Decide extracts the evidence of req and decides it. It never fails:
 // what cannot be read is decided as DESIGN §6 says (refused → deny,

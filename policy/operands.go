@@ -60,6 +60,22 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 	case roleGitConfig:
 		x.gitConfig(prog, opt, a)
 		return false
+	case roleLdflags:
+		if strings.Contains(s, "extld") || strings.Contains(s, "linkmode") || strings.Contains(s, "-plugin") {
+			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)
+		}
+		return false
+	case rolePlugin:
+		if !strings.HasPrefix(s, "no:") {
+			x.opaque(origin, fmt.Sprintf("%s %s loads the plugin %q, code the router does not read", prog, opt, s), KindExecute)
+		}
+		return false
+	case roleProgram:
+		if s == "-" {
+			x.opaque(origin, prog+" runs code read from stdin", KindExecute)
+			return false
+		}
+		r = roleRead
 	}
 	if s == "" || s == "-" {
 		return false

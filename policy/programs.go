@@ -82,6 +82,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 						p.spec = sub
 						p.label += " " + s
 						subDone = sub.subs == nil
+						optsDone = optsDone || sub.passthrough
 						continue
 					}
 				}

@@ -53,6 +53,9 @@ const (
 	roleArgs                   // arguments of code the program runs: by shape, read and written
 	roleHosts                  // HOST:PORT:HOST2:PORT2 (curl --connect-to, --resolve): every host named
 	roleConfig                 // a file of more options or URLs the router does not read (curl -K, wget -i)
+	roleProgram                // a file of code the program runs (python FILE); - is code from stdin
+	roleLdflags                // go -ldflags: linker flags; -extld and -linkmode name programs
+	rolePlugin                 // pytest -p NAME: loads a plugin (code); -p no:NAME disables one
 )
 
 var roleNames = map[string]role{
@@ -62,6 +65,7 @@ var roleNames = map[string]role{
 	"revpath": roleRevPath, "pathspec": rolePathspec, "data": roleData, "form": roleForm, "url": roleURL,
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
+	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin,
 }
 
 // optSpec is one option of a program.
@@ -99,6 +103,9 @@ type argSpec struct {
 	// values: every argument is a plain value, whatever it looks like
 	// (echo, printf).
 	values bool
+	// passthrough: every argument is an operand, options included
+	// (yarn test ARGS: they are the script's).
+	passthrough bool
 	// digits: -NUM is an option (head -5, nice -10).
 	digits      bool
 	opts        map[string]*optSpec
@@ -158,7 +165,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "ends_options", "modules"}
+	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "ends_options", "modules"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -250,6 +257,8 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			err = v.Decode(&sp.digits)
 		case "posix":
 			err = v.Decode(&sp.posix)
+		case "passthrough":
+			err = v.Decode(&sp.passthrough)
 		case "implicit_cwd":
 			err = v.Decode(&sp.implicitCwd)
 		case "subcommand_optional":
