@@ -134,26 +134,28 @@ type knownGap struct {
 var knownGaps = []knownGap{
 	{"git-*", []string{"/home/user/project/.git"},
 		"git subcommands that write the repository (add, commit, checkout -b, stash, mv, and status, which refreshes the index) have no edit item for .git"},
-	{"git-mv", []string{"/home/user/project/notes.txt", "/home/user/project/notes2.txt"},
-		"git mv SRC DST: SRC is only a read item, DST no item; the rename is neither move nor edit"},
-	{"go*", []string{"/home/user/.config"},
+	{"*", []string{"/home/user/.config/go/telemetry", "/home/user/.config/go$", "/home/user/.config$"},
 		"every go command (go, gofmt, vet, compile, link) reads and writes its telemetry counters under ~/.config/go/telemetry (creating ~/.config): no evidence"},
-	{"go-build", []string{"/home/user/project/app", "/home/user/project/app-go-tmp-umask"},
-		"go build -o FILE writes FILE (and a probe FILE-go-tmp-umask next to it): -o is not an edit item"},
+	{"*", []string{"pipe:*"},
+		"a redirection to /dev/stderr or /dev/stdout writes the command's own stream (a pipe here): no item, by design"},
+	{"*go-build-o*", []string{"/home/user/project/bin$"},
+		"go build -o DIR/FILE creates DIR: only FILE is an edit item"},
+	{"*go-test-c*", []string{"/tmp/x.test-go-tmp-umask"},
+		"go build/test -o FILE writes a probe FILE-go-tmp-umask next to FILE: no item"},
+	{"*go-mod-tidy", []string{"/home/user/project/go.mod", "/home/user/project/go.sum"},
+		"go mod tidy rewrites go.mod and go.sum: no edit item"},
+	{"*sed-i*", []string{"/home/user/project/sed*"},
+		"sed -i writes a temporary ./sedXXXXXX next to the file before renaming it over the file: no item for it"},
 	{"sed-inplace-backup", []string{"/home/user/project/notes.txt.bak"},
 		"sed -i.SUFFIX FILE renames FILE to FILE.SUFFIX: no edit item for the backup"},
-	{"find-delete", []string{"/home/user/project"},
-		"find DIR -delete removes files below DIR: the item is a non-recursive edit of DIR"},
-	{"tar-*", []string{"/home/user/project/out"},
-		"tar x -C DIR writes the archive's tree below DIR: the item is a non-recursive edit of DIR"},
 	{"xz-keep", []string{"/home/user/project/notes.txt.xz"},
 		"xz FILE (gzip, bzip2 alike) writes FILE.xz: FILE is only read, the output has no item"},
-	{"cp-r", []string{"/home/user/project/src2"},
+	{"*cp-r*", []string{"/home/user/project/src2", "/home/user/project/build/templates"},
 		"cp -r SRC DST writes DST's tree: DST is a non-recursive edit item"},
-	{"rm-rf", []string{"/home/user/project/src"},
-		"rm -r DIR removes everything below DIR: the item is a non-recursive edit (not delete) of DIR"},
-	{"make*", []string{"/home/user/project/build"},
+	{"*make*", []string{"/home/user/project/build"},
 		"make runs the Makefile's recipes: their writes have no evidence (no item for the Makefile either)"},
+	{"legit-cd-tmp-back", []string{"/tmp$"},
+		"ls without an operand lists its working directory: no read item"},
 }
 
 // knownGapFor returns the known gap an uncovered access of case id is, nil
@@ -161,8 +163,17 @@ var knownGaps = []knownGap{
 func knownGapFor(id string, u uncovered) *knownGap {
 	for i := range knownGaps {
 		g := &knownGaps[i]
-		if ok, _ := path.Match(g.cases, id); ok && u.Path != "" && underAny(u.Path, g.paths...) {
-			return g
+		if ok, _ := path.Match(g.cases, id); !ok || u.Path == "" {
+			continue
+		}
+		for _, p := range g.paths {
+			exact, isExact := strings.CutSuffix(p, "$")
+			prefix, isPrefix := strings.CutSuffix(p, "*")
+			switch {
+			case isExact && u.Path == exact, isPrefix && strings.HasPrefix(u.Path, prefix),
+				!isExact && !isPrefix && underAny(u.Path, p):
+				return g
+			}
 		}
 	}
 	return nil
@@ -660,7 +671,7 @@ func kernelHelper() (kernelResult, error) {
 	}
 	tc := &policy.TestCase{Cwd: kj.Cwd, Roots: kj.Roots, Agent: kj.Agent, Mode: kj.Mode}
 	sess := tc.Session("")
-	req, err := call.Request(sess, requestFS(OSFS{}))
+	req, err := call.Request(sess, requestFS(OSFS{}, nil))
 	if err != nil {
 		return res, err
 	}

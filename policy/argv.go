@@ -553,7 +553,20 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 		return false
 	}
 	wrapItem(true)
-	if spec.note != "" {
+	_, replace := opts["-I"]
+	if _, ok := opts["-i"]; ok {
+		replace = true
+	}
+	if _, ok := opts["--replace"]; ok {
+		replace = true
+	}
+	if name == "xargs" && cx.stdinFiles != nil && !replace {
+		// The producer lists files below these directories: xargs passes
+		// any of them.
+		for _, d := range cx.stdinFiles {
+			payload = append(payload, arg{s: d, below: true})
+		}
+	} else if spec.note != "" {
 		x.add(Item{Type: ItemCommand, Origin: inner.origin, Argv: argStrings(payload), Program: programName(payload[0].s),
 			ProgramPath: payload[0].s, Opaque: spec.note, Env: slices.Clone(env)}, KindExecute)
 	}

@@ -34,6 +34,10 @@ type cmdCtx struct {
 	// homeUnknown: HOME may be reassigned, so ~ and $HOME are not the
 	// user's home directory.
 	homeUnknown bool
+	// stdinFiles: stdin is a list of files below these directories (the
+	// command piped into this one is find DIR or git ls-files), so xargs
+	// passes files below them.
+	stdinFiles []string
 	// envUnknown: a variable set for the command that the router does
 	// not understand (assign); the command's arguments are not all known.
 	envUnknown string
@@ -82,12 +86,14 @@ func (x *extractor) script(src string, cx cmdCtx) {
 	}
 	cx.cwds, cx.cwdUnknown = x.cdClosure(f, cx)
 	piped := map[*syntax.Stmt]bool{}
+	producer := map[*syntax.Stmt]*syntax.Stmt{}
 	calls, seen := 0, 0
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.BinaryCmd:
 			if n.Op == syntax.Pipe || n.Op == syntax.PipeAll {
 				piped[n.Y] = true
+				producer[n.Y] = n.X
 			}
 		case *syntax.Stmt:
 			x.redirects(n.Redirs, cx)
@@ -95,6 +101,10 @@ func (x *extractor) script(src string, cx cmdCtx) {
 				seen++
 				ccx := cx
 				ccx.piped = piped[n]
+				ccx.stdinFiles = nil
+				if p := producer[n]; p != nil {
+					ccx.stdinFiles = x.listedFiles(p, cx)
+				}
 				ccx.stdin = literalStdin(n.Redirs)
 				x.call(c, ccx)
 			}
@@ -1231,4 +1241,58 @@ func (x *extractor) host(h, origin string) {
 	}
 	d, ok := normDomain(h)
 	x.add(Item{Type: ItemDomain, Domain: d, DomainInvalid: !ok, Origin: origin}, KindFetch)
+}
+
+// listedFiles returns the directories below which the command of s lists
+// files, one per line (find DIR with tests only, git ls-files), or nil when
+// it is not such a command or prints anything else.
+func (x *extractor) listedFiles(s *syntax.Stmt, cx cmdCtx) []string {
+	c, ok := s.Cmd.(*syntax.CallExpr)
+	if !ok || len(c.Args) == 0 || len(c.Assigns) > 0 || len(s.Redirs) > 0 {
+		return nil
+	}
+	var args []arg
+	for _, w := range c.Args {
+		if _, lit := plainText(w); !lit {
+			return nil
+		}
+		args = x.appendWords(args, w, cx)
+	}
+	for _, a := range args {
+		if a.opaque != "" || a.glob {
+			return nil
+		}
+	}
+	switch programName(args[0].s) {
+	case "find":
+		var starts []string
+		i := 1
+		for ; i < len(args) && !isFindExpr(args[i].s); i++ {
+			starts = append(starts, args[i].s)
+		}
+		for _, a := range args[i:] {
+			switch a.s {
+			case "-name", "-iname", "-type", "-path", "-ipath", "-maxdepth", "-mindepth", "-not", "!", "-o", "-a",
+				"-or", "-and", "(", ")", "-print", "-newer", "-mtime", "-mmin", "-size", "-empty":
+			default:
+				if strings.HasPrefix(a.s, "-") {
+					return nil // -exec, -printf, -delete, ...: prints or does more
+				}
+			}
+		}
+		if len(starts) == 0 {
+			starts = []string{"."}
+		}
+		return starts
+	case "git":
+		if len(args) >= 2 && args[1].s == "ls-files" {
+			for _, a := range args[2:] {
+				if strings.HasPrefix(a.s, "-") && a.s != "--" && a.s != "-c" && a.s != "--cached" && a.s != "-m" && a.s != "--modified" {
+					return nil
+				}
+			}
+			return []string{"."}
+		}
+	}
+	return nil
 }
