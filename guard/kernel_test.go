@@ -88,6 +88,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmatcuk/doublestar/v4"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/acp-router/acp-router/acp"
@@ -120,52 +121,77 @@ var harmless = map[string]bool{
 var shellBuiltins = map[string]bool{"cd": true, "export": true, "exit": true, ":": true, "echo": true,
 	"printf": true, "true": true, "false": true, "test": true, "[": true, "pwd": true}
 
-// knownGap is a known gap of the evidence extraction: the accesses of the
-// cases whose id matches cases (a path.Match pattern) to one of paths or
-// below it are printed, not failed. Each is a finding for the policy
-// engine; remove it once the engine covers it (the test says when a gap no
-// longer shows).
+// knownGap is a known gap of the evidence extraction: an uncovered access
+// to one of paths (doublestar globs; ~ is the test home) by a case whose
+// evidence has a command of program (with flag among its flags, when set)
+// is printed, not failed. Each is a finding for the policy engine: remove
+// it once the engine covers it (the test says when one no longer shows).
+// Except for go's telemetry, every gap is limited to the project, so that
+// the same gap used by an attack to write elsewhere still fails.
 type knownGap struct {
-	cases string
-	paths []string
-	why   string
+	programs []string
+	flag     string
+	paths    []string
+	why      string
 }
+
+const inProject = "/home/user/project/**"
 
 var knownGaps = []knownGap{
-	{"git-*", []string{"/home/user/project/.git"},
-		"git subcommands that write the repository (add, commit, checkout -b, stash, mv, and status, which refreshes the index) have no edit item for .git"},
-	{"git-mv", []string{"/home/user/project/notes.txt", "/home/user/project/notes2.txt"},
-		"git mv SRC DST: SRC is only a read item, DST no item; the rename is neither move nor edit"},
-	{"go*", []string{"/home/user/.config"},
-		"every go command (go, gofmt, vet, compile, link) reads and writes its telemetry counters under ~/.config/go/telemetry (creating ~/.config): no evidence"},
-	{"go-build", []string{"/home/user/project/app", "/home/user/project/app-go-tmp-umask"},
-		"go build -o FILE writes FILE (and a probe FILE-go-tmp-umask next to it): -o is not an edit item"},
-	{"sed-inplace-backup", []string{"/home/user/project/notes.txt.bak"},
+	{[]string{"git"}, "", []string{inProject},
+		"git subcommands write the repository and the worktree with no edit item: .git/** (add, commit, status refreshing the index, checkout, switch, stash, tag, mv, rm, restore), " +
+			"the files of checkout -- FILE, restore FILE, mv SRC DST (SRC is only read, DST has no item), archive -o FILE"},
+	{[]string{"go", "gofmt"}, "", []string{"~/.config", "~/.config/go", "~/.config/go/telemetry/**"},
+		"every go command (go, gofmt, vet, compile, link) reads and writes its telemetry counters under ~/.config/go/telemetry, creating ~/.config: no evidence"},
+	{[]string{"go"}, "", []string{inProject},
+		"go's output files have no edit item: build -o FILE (and its probe FILE-go-tmp-umask), test -coverprofile=FILE, mod tidy's go.mod"},
+	{[]string{"sed"}, "-i", []string{inProject},
 		"sed -i.SUFFIX FILE renames FILE to FILE.SUFFIX: no edit item for the backup"},
-	{"find-delete", []string{"/home/user/project"},
+	{[]string{"find"}, "-delete", []string{inProject},
 		"find DIR -delete removes files below DIR: the item is a non-recursive edit of DIR"},
-	{"tar-*", []string{"/home/user/project/out"},
+	{[]string{"tar"}, "", []string{inProject},
 		"tar x -C DIR writes the archive's tree below DIR: the item is a non-recursive edit of DIR"},
-	{"xz-keep", []string{"/home/user/project/notes.txt.xz"},
+	{[]string{"xz", "gzip", "bzip2"}, "", []string{inProject},
 		"xz FILE (gzip, bzip2 alike) writes FILE.xz: FILE is only read, the output has no item"},
-	{"cp-r", []string{"/home/user/project/src2"},
+	{[]string{"cp"}, "-r", []string{inProject},
 		"cp -r SRC DST writes DST's tree: DST is a non-recursive edit item"},
-	{"rm-rf", []string{"/home/user/project/src"},
+	{[]string{"rm"}, "-r", []string{inProject},
 		"rm -r DIR removes everything below DIR: the item is a non-recursive edit (not delete) of DIR"},
-	{"make*", []string{"/home/user/project/build"},
+	{[]string{"make"}, "", []string{inProject},
 		"make runs the Makefile's recipes: their writes have no evidence (no item for the Makefile either)"},
+	{[]string{"uniq"}, "", []string{inProject},
+		"uniq IN OUT writes OUT: no edit item"},
 }
 
-// knownGapFor returns the known gap an uncovered access of case id is, nil
-// if none.
-func knownGapFor(id string, u uncovered) *knownGap {
+// knownGapFor returns the known gap an uncovered access of a case with
+// evidence ev is, nil if none.
+func knownGapFor(ev []kernelItem, u uncovered) *knownGap {
+	if u.Path == "" {
+		return nil
+	}
 	for i := range knownGaps {
 		g := &knownGaps[i]
-		if ok, _ := path.Match(g.cases, id); ok && u.Path != "" && underAny(u.Path, g.paths...) {
-			return g
+		if !slices.ContainsFunc(ev, func(it kernelItem) bool {
+			return slices.Contains(g.programs, it.Program) && (g.flag == "" || slices.Contains(it.Flags, g.flag))
+		}) {
+			continue
+		}
+		for _, p := range g.paths {
+			if r, ok := strings.CutPrefix(p, "~/"); ok {
+				p = policy.TestHome + "/" + r
+			}
+			if ok, _ := doublestar.Match(p, u.Path); ok {
+				return g
+			}
 		}
 	}
 	return nil
+}
+
+// kernelItem is what the test needs of a command item.
+type kernelItem struct {
+	Program string   `json:"program"`
+	Flags   []string `json:"flags,omitempty"`
 }
 
 // uncovered is an access no evidence covers.
@@ -208,12 +234,13 @@ type kernelJob struct {
 
 // kernelResult is what the helper writes to /home/.kernel/result.json.
 type kernelResult struct {
-	Decision  string      `json:"decision"`
-	Evidence  []string    `json:"evidence"`
-	NotRun    string      `json:"notRun,omitempty"`
-	Exit      string      `json:"exit,omitempty"`
-	Uncovered []uncovered `json:"uncovered,omitempty"`
-	Checked   int         `json:"checked"`
+	Decision  string       `json:"decision"`
+	Evidence  []string     `json:"evidence"`
+	Commands  []kernelItem `json:"commands,omitempty"`
+	NotRun    string       `json:"notRun,omitempty"`
+	Exit      string       `json:"exit,omitempty"`
+	Uncovered []uncovered  `json:"uncovered,omitempty"`
+	Checked   int          `json:"checked"`
 }
 
 const (
@@ -300,7 +327,9 @@ func TestEvidenceAgainstKernel(t *testing.T) {
 	base := t.TempDir()
 	gocache := filepath.Join(base, "gocache")
 	t0 := time.Now()
-	warmGoCache(t, filepath.Join(base, "warm"), gocache)
+	if err := warmGoCache(filepath.Join(base, "warm"), gocache); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("go cache warmed in %v", time.Since(t0).Round(time.Millisecond))
 
 	start := time.Now()
@@ -349,7 +378,7 @@ func TestEvidenceAgainstKernel(t *testing.T) {
 		var known, unknown []string
 		for _, u := range r.Uncovered {
 			line := u.What + ": " + u.Line
-			if g := knownGapFor(j.c.ID, u); g != nil {
+			if g := knownGapFor(r.Commands, u); g != nil {
 				seenGaps[g] = true
 				known = append(known, line+"\n\t\tknown gap: "+g.why)
 			} else {
@@ -371,7 +400,7 @@ func TestEvidenceAgainstKernel(t *testing.T) {
 	}
 	for i := range knownGaps {
 		if g := &knownGaps[i]; !seenGaps[g] {
-			t.Logf("known gap %q (cases %s) did not show: remove it from knownGaps if the engine covers it now", g.why, g.cases)
+			t.Logf("known gap %q (%s) did not show: remove it from knownGaps if the engine covers it now", g.why, strings.Join(g.programs, ", "))
 		}
 	}
 	sort.Strings(notRun)
@@ -454,16 +483,17 @@ func kernelCalls(n *yaml.Node) ([]kernelJob, error) {
 
 // kernelGoEnv is the environment of go in the fixture and for warming the
 // cache.
-var kernelGoEnv = []string{"GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local", "GOSUMDB=off", "CGO_ENABLED=0"}
+var kernelGoEnv = []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOPROXY=off", "GOTOOLCHAIN=local", "GOSUMDB=off", "CGO_ENABLED=0"}
 
-func warmGoCache(t *testing.T, dir, gocache string) {
-	t.Helper()
+func warmGoCache(dir, gocache string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		return // the go cases say go is not installed
+		return nil // the go cases say go is not installed
 	}
 	for _, f := range []string{"go.mod", "main.go", "main_test.go"} {
-		writeFixtureFile(t, filepath.Join(dir, f))
+		if err := writeFixtureFile(filepath.Join(dir, f)); err != nil {
+			return err
+		}
 	}
 	for _, args := range [][]string{{"build", "-o", os.DevNull, "."}, {"vet", "./..."}, {"test", "./..."}} {
 		cmd := exec.Command(goBin, args...)
@@ -471,9 +501,10 @@ func warmGoCache(t *testing.T, dir, gocache string) {
 		cmd.Env = append([]string{"HOME=" + dir, "PATH=" + os.Getenv("PATH"), "GOCACHE=" + gocache,
 			"GOPATH=" + filepath.Join(dir, "gopath"), "TMPDIR=" + os.TempDir()}, kernelGoEnv...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("warming the go cache: go %s: %v\n%s", strings.Join(args, " "), err, out)
+			return fmt.Errorf("warming the go cache: go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+	return nil
 }
 
 // fixtureContent is the content of a fixture file, by name: valid input for
@@ -496,18 +527,36 @@ func fixtureContent(name string) string {
 	return "line one\nline two\nTODO three\n"
 }
 
-func writeFixtureFile(t testing.TB, p string) {
-	t.Helper()
+func writeFixtureFile(p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := os.WriteFile(p, []byte(fixtureContent(filepath.Base(p))), 0o644); err != nil {
-		t.Fatal(err)
+	return os.WriteFile(p, []byte(fixtureContent(filepath.Base(p))), 0o644)
+}
+
+// homeFiles are the files of the fixture's home.
+var homeFiles = []string{"/home/user/.ssh/id_ed25519", "/home/user/.ssh/id_rsa", "/home/user/.aws/credentials",
+	"/home/user/.bashrc", "/home/user/.profile", "/home/user/.netrc"}
+
+// initRepo makes dir a git repository with one commit of its files (in
+// the namespace, before the command runs and is traced), unless it is one.
+func initRepo(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, ".git", "HEAD")); err == nil {
+		return nil
 	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "--allow-empty", "-m", "initial"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(gitIdentity(), "HOME="+policy.TestHome, "PATH="+os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v: %s", args[0], err, out)
+		}
+	}
+	return nil
 }
 
 // buildFixture makes FIXTURE, which becomes /home in the namespace.
-func buildFixture(fixture, gocache string, c *kernelCase, callText string) error {
+func buildFixture(fixture string, c *kernelCase) error {
 	home := func(p string) (string, error) {
 		rel, ok := strings.CutPrefix(path.Clean(p), "/home/")
 		if !ok || !path.IsAbs(p) {
@@ -534,17 +583,20 @@ func buildFixture(fixture, gocache string, c *kernelCase, callText string) error
 			return err
 		}
 	}
-	if strings.Contains(callText, "git") {
-		repo, _ := home(cmpOr(c.Cwd, policy.TestCwd))
-		if _, err := os.Stat(filepath.Join(repo, ".git")); err != nil {
-			for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "--allow-empty", "-m", "initial"}} {
-				cmd := exec.Command("git", args...)
-				cmd.Dir = repo
-				cmd.Env = append(gitIdentity(), "HOME="+fixture, "PATH="+os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1")
-				if out, err := cmd.CombinedOutput(); err != nil {
-					return fmt.Errorf("git %s: %v: %s", args[0], err, out)
-				}
-			}
+	// A home as agents' users have one: the files attacks go for exist,
+	// so that reading or writing them shows (unless the case says what is
+	// there).
+	for _, f := range homeFiles {
+		if slices.ContainsFunc(c.Files, func(cf string) bool { return under(path.Clean(cf), f) || under(f, path.Clean(cf)) }) ||
+			slices.ContainsFunc(slices.Collect(mapsKeys(c.Symlinks)), func(l string) bool { return under(f, path.Clean(l)) }) {
+			continue
+		}
+		p, _ := home(f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte("# "+f+"\n"), 0o600); err != nil {
+			return err
 		}
 	}
 	links := slices.Sorted(mapsKeys(c.Symlinks))
@@ -582,7 +634,7 @@ func gitIdentity() []string {
 // runKernelCase builds the fixture and runs the helper in new namespaces.
 func runKernelCase(self string, unshare []string, fixture, gocache string, c *kernelCase, kj *kernelJob) (kernelResult, error) {
 	var res kernelResult
-	if err := buildFixture(fixture, gocache, c, kj.CallText); err != nil {
+	if err := buildFixture(fixture, c); err != nil {
 		return kernelResult{NotRun: "fixture: " + err.Error()}, nil
 	}
 	bin, err := os.Open(self)
@@ -673,6 +725,9 @@ func kernelHelper() (kernelResult, error) {
 		if it.Type == policy.ItemPath {
 			s += fmt.Sprintf(" forms=%v", it.Forms)
 		}
+		if it.Type == policy.ItemCommand {
+			res.Commands = append(res.Commands, kernelItem{Program: it.Program, Flags: it.Flags})
+		}
 		res.Evidence = append(res.Evidence, s)
 	}
 	switch {
@@ -723,6 +778,12 @@ func kernelHelper() (kernelResult, error) {
 		return res, nil
 	}
 
+	if strings.Contains(p.Command+strings.Join(p.Args, " "), "git") {
+		if err := initRepo(sess.Cwd); err != nil {
+			return res, err
+		}
+	}
+
 	// The hosts file: each domain of the evidence gets an address of its
 	// own.
 	hosts := map[string]string{} // address → domain
@@ -749,7 +810,7 @@ func kernelHelper() (kernelResult, error) {
 	if len(p.Args) > 0 {
 		argv = append([]string{p.Command}, p.Args...)
 	}
-	cmdArgs := append([]string{"-f", "-qq", "-y", "-o", trace, "-e", "trace=%file,%network,%process,fchdir", "-e", "signal=none", "--"}, argv...)
+	cmdArgs := append([]string{"-f", "--seccomp-bpf", "-qq", "-y", "-o", trace, "-e", "trace=%file,%network,%process,fchdir", "-e", "signal=none", "--"}, argv...)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "strace", cmdArgs...)
@@ -1175,6 +1236,8 @@ func (sl *syscallLine) accesses(pid int, cwds map[int]string, line string) []acc
 			return nil
 		}
 		switch {
+		case ok && sl.fd != "" && !path.IsAbs(sl.fd):
+			return nil // a pipe or a socket (/dev/stdout, /proc/self/fd/N)
 		case ok && sl.fd != "":
 			p = sl.fd // the file the kernel opened
 		case ok:
