@@ -1385,8 +1385,10 @@ func sockAddr(line string) string {
 // (path.Match patterns over the basename): a program run that is neither
 // a command of the evidence nor one of these is uncovered.
 var programHelpers = map[string][]string{
-	"git":  {"git", "git-*"},
-	"go":   {"go", "compile", "asm", "link", "vet", "cover", "buildid", "cgo", "pack", "test2json", "*.test", "a.out"},
+	"git": {"git", "git-*", "sh"}, // sh: the local transport's upload-pack, aliases, pagers
+	// And what go builds (in TMPDIR or GOCACHE: go run's program, test
+	// binaries, covdata); git: VCS stamping.
+	"go":   {"go", "gofmt", "compile", "asm", "link", "vet", "cover", "covdata", "buildid", "cgo", "pack", "test2json", "git"},
 	"tar":  {"sh", "dash", "gzip", "xz", "bzip2", "zstd", "lzip", "lzma"}, // tar z runs sh -c gzip
 	"bash": {"bash"},
 }
@@ -1475,6 +1477,9 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 		}
 	}
 	runs := func(p string) bool {
+		if programs["go"] && underAny(p, kernelTmp, kernelGocache) {
+			return true // what go built
+		}
 		for _, base := range []string{path.Base(p), path.Base(resolveOr(p))} {
 			if programs[base] {
 				return true
