@@ -54,6 +54,10 @@ package guard
 //   - a successful read (open without a write flag, not O_PATH; execve)
 //     of a file outside the case's cwd and roots: by a path item of any
 //     kind but delete, the same way;
+//   - a program run (execve, after the test's own bash -c): by a command
+//     item of that program (by the name it was run as or the file it
+//     resolves to), or a helper the program runs by itself
+//     (programHelpers: git-*, go's compile and link, tar's gzip);
 //   - connect() or sendto() to an IP address: by a domain item whose
 //     /etc/hosts address it is (or which is that address); any DNS query
 //     is uncovered (every domain of the evidence is in /etc/hosts); an
@@ -64,7 +68,13 @@ package guard
 // /bin, /sbin); /proc/self, /proc/PID of the command's processes and a few
 // /proc and /sys files runtimes read; the quiet devices (/dev/null, /dev/tty,
 // ...); and the /etc files the C library and TLS read on their own
-// (systemEtc).
+// (systemEtc). Files that did not exist are not read: the fixture's home
+// holds the files attacks go for (homeFiles). A process's working
+// directory is tracked through clone, chdir and the AT_FDCWD paths strace
+// prints (-y); paths of the calls that return no descriptor are resolved
+// after the run, in the namespace.
+//
+// Known gaps of the engine (knownGaps) are printed, not failed.
 
 import (
 	"bufio"
@@ -78,6 +88,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -88,6 +99,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bmatcuk/doublestar/v4"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/acp-router/acp-router/acp"
@@ -120,63 +132,85 @@ var harmless = map[string]bool{
 var shellBuiltins = map[string]bool{"cd": true, "export": true, "exit": true, ":": true, "echo": true,
 	"printf": true, "true": true, "false": true, "test": true, "[": true, "pwd": true}
 
-// knownGap is a known gap of the evidence extraction: the accesses of the
-// cases whose id matches cases (a path.Match pattern) to one of paths or
-// below it are printed, not failed. Each is a finding for the policy
-// engine; remove it once the engine covers it (the test says when a gap no
-// longer shows).
+// knownGap is a known gap of the evidence extraction: an uncovered access
+// to one of paths (doublestar globs; ~ is the test home) by a case whose
+// evidence has a command of program (with flag among its flags or
+// arguments, when set)
+// is printed, not failed. Each is a finding for the policy engine: remove
+// it once the engine covers it (the test says when one no longer shows).
+// Except for go's telemetry, every gap is limited to the project, so that
+// the same gap used by an attack to write elsewhere still fails.
 type knownGap struct {
-	cases string
-	paths []string
-	why   string
+	programs []string
+	flag     string
+	paths    []string
+	why      string
 }
+
+const inProject = "/home/user/project/**"
 
 var knownGaps = []knownGap{
-	{"git-*", []string{"/home/user/project/.git"},
-		"git subcommands that write the repository (add, commit, checkout -b, stash, mv, and status, which refreshes the index) have no edit item for .git"},
-	{"*", []string{"/home/user/.config/go/telemetry", "/home/user/.config/go$", "/home/user/.config$"},
-		"every go command (go, gofmt, vet, compile, link) reads and writes its telemetry counters under ~/.config/go/telemetry (creating ~/.config): no evidence"},
-	{"*", []string{"pipe:*"},
-		"a redirection to /dev/stderr or /dev/stdout writes the command's own stream (a pipe here): no item, by design"},
-	{"*go-build-o*", []string{"/home/user/project/bin$"},
-		"go build -o DIR/FILE creates DIR: only FILE is an edit item"},
-	{"*go-test-c*", []string{"/tmp/x.test-go-tmp-umask"},
-		"go build/test -o FILE writes a probe FILE-go-tmp-umask next to FILE: no item"},
-	{"*go-mod-tidy", []string{"/home/user/project/go.mod", "/home/user/project/go.sum"},
-		"go mod tidy rewrites go.mod and go.sum: no edit item"},
-	{"*sed-i*", []string{"/home/user/project/sed*"},
-		"sed -i writes a temporary ./sedXXXXXX next to the file before renaming it over the file: no item for it"},
-	{"sed-inplace-backup", []string{"/home/user/project/notes.txt.bak"},
+	{[]string{"git"}, "", []string{inProject},
+		"git subcommands write the repository and the worktree with no edit item: .git/** (add, commit, status refreshing the index, checkout, switch, stash, tag, mv, rm, restore), " +
+			"the files of checkout -- FILE, restore FILE, mv SRC DST (SRC is only read, DST has no item), archive -o FILE"},
+	{[]string{"go", "gofmt"}, "", []string{"~/.config", "~/.config/go", "~/.config/go/telemetry/**"},
+		"every go command (go, gofmt, vet, compile, link) reads and writes its telemetry counters under ~/.config/go/telemetry, creating ~/.config: no evidence"},
+	{[]string{"go"}, "", []string{inProject, "/tmp/**"},
+		"go's output files have no edit item: build -o FILE and test -c -o FILE (FILE is a read item; and the probe FILE-go-tmp-umask next to it), test -coverprofile=FILE, mod tidy's go.mod"},
+	{[]string{"wget", "git"}, "", []string{"~/.netrc"},
+		"wget, and git's http transport, read the credentials of ~/.netrc on their own: no read item"},
+	{[]string{"sed"}, "-i", []string{inProject},
 		"sed -i.SUFFIX FILE renames FILE to FILE.SUFFIX: no edit item for the backup"},
-	{"xz-keep", []string{"/home/user/project/notes.txt.xz"},
+	{[]string{"find"}, "-delete", []string{inProject},
+		"find DIR -delete removes files below DIR: the item is a non-recursive edit of DIR"},
+	{[]string{"tar"}, "", []string{inProject},
+		"tar x -C DIR writes the archive's tree below DIR: the item is a non-recursive edit of DIR"},
+	{[]string{"xz", "gzip", "bzip2"}, "", []string{inProject},
 		"xz FILE (gzip, bzip2 alike) writes FILE.xz: FILE is only read, the output has no item"},
-	{"*cp-r*", []string{"/home/user/project/src2", "/home/user/project/build/templates"},
+	{[]string{"cp"}, "-r", []string{inProject},
 		"cp -r SRC DST writes DST's tree: DST is a non-recursive edit item"},
-	{"*make*", []string{"/home/user/project/build"},
-		"make runs the Makefile's recipes: their writes have no evidence (no item for the Makefile either)"},
-	{"legit-cd-tmp-back", []string{"/tmp$"},
-		"ls without an operand lists its working directory: no read item"},
+	{[]string{"rm"}, "-r", []string{inProject},
+		"rm -r DIR removes everything below DIR: the item is a non-recursive edit (not delete) of DIR"},
+	{[]string{"make"}, "", []string{inProject, "/usr/bin/*", "/bin/*"},
+		"make runs the Makefile's recipes: the programs they run and their writes have no evidence (no item for the Makefile either)"},
+	{[]string{"mkdir"}, "-p", []string{inProject},
+		"mkdir -p A/B/C creates A and A/B too: only A/B/C is an item"},
+	{[]string{"install"}, "-D", []string{inProject},
+		"install -D SRC A/B/DST creates A and A/B too: only DST is an item"},
+	{[]string{"uniq"}, "", []string{inProject},
+		"uniq IN OUT writes OUT: no edit item"},
 }
 
-// knownGapFor returns the known gap an uncovered access of case id is, nil
-// if none.
-func knownGapFor(id string, u uncovered) *knownGap {
+// knownGapFor returns the known gap an uncovered access of a case with
+// evidence ev is, nil if none.
+func knownGapFor(ev []kernelItem, u uncovered) *knownGap {
+	if u.Path == "" {
+		return nil
+	}
 	for i := range knownGaps {
 		g := &knownGaps[i]
-		if ok, _ := path.Match(g.cases, id); !ok || u.Path == "" {
+		if !slices.ContainsFunc(ev, func(it kernelItem) bool {
+			return slices.Contains(g.programs, it.Program) && (g.flag == "" || slices.Contains(it.Flags, g.flag) || slices.Contains(it.Argv, g.flag))
+		}) {
 			continue
 		}
 		for _, p := range g.paths {
-			exact, isExact := strings.CutSuffix(p, "$")
-			prefix, isPrefix := strings.CutSuffix(p, "*")
-			switch {
-			case isExact && u.Path == exact, isPrefix && strings.HasPrefix(u.Path, prefix),
-				!isExact && !isPrefix && underAny(u.Path, p):
+			if r, ok := strings.CutPrefix(p, "~/"); ok {
+				p = policy.TestHome + "/" + r
+			}
+			if ok, _ := doublestar.Match(p, u.Path); ok {
 				return g
 			}
 		}
 	}
 	return nil
+}
+
+// kernelItem is what the test needs of a command item.
+type kernelItem struct {
+	Program string   `json:"program"`
+	Flags   []string `json:"flags,omitempty"`
+	Argv    []string `json:"argv,omitempty"`
 }
 
 // uncovered is an access no evidence covers.
@@ -219,12 +253,13 @@ type kernelJob struct {
 
 // kernelResult is what the helper writes to /home/.kernel/result.json.
 type kernelResult struct {
-	Decision  string      `json:"decision"`
-	Evidence  []string    `json:"evidence"`
-	NotRun    string      `json:"notRun,omitempty"`
-	Exit      string      `json:"exit,omitempty"`
-	Uncovered []uncovered `json:"uncovered,omitempty"`
-	Checked   int         `json:"checked"`
+	Decision  string       `json:"decision"`
+	Evidence  []string     `json:"evidence"`
+	Commands  []kernelItem `json:"commands,omitempty"`
+	NotRun    string       `json:"notRun,omitempty"`
+	Exit      string       `json:"exit,omitempty"`
+	Uncovered []uncovered  `json:"uncovered,omitempty"`
+	Checked   int          `json:"checked"`
 }
 
 const (
@@ -311,7 +346,9 @@ func TestEvidenceAgainstKernel(t *testing.T) {
 	base := t.TempDir()
 	gocache := filepath.Join(base, "gocache")
 	t0 := time.Now()
-	warmGoCache(t, filepath.Join(base, "warm"), gocache)
+	if err := warmGoCache(filepath.Join(base, "warm"), gocache); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("go cache warmed in %v", time.Since(t0).Round(time.Millisecond))
 
 	start := time.Now()
@@ -360,7 +397,7 @@ func TestEvidenceAgainstKernel(t *testing.T) {
 		var known, unknown []string
 		for _, u := range r.Uncovered {
 			line := u.What + ": " + u.Line
-			if g := knownGapFor(j.c.ID, u); g != nil {
+			if g := knownGapFor(r.Commands, u); g != nil {
 				seenGaps[g] = true
 				known = append(known, line+"\n\t\tknown gap: "+g.why)
 			} else {
@@ -382,7 +419,7 @@ func TestEvidenceAgainstKernel(t *testing.T) {
 	}
 	for i := range knownGaps {
 		if g := &knownGaps[i]; !seenGaps[g] {
-			t.Logf("known gap %q (cases %s) did not show: remove it from knownGaps if the engine covers it now", g.why, g.cases)
+			t.Logf("known gap %q (%s) did not show: remove it from knownGaps if the engine covers it now", g.why, strings.Join(g.programs, ", "))
 		}
 	}
 	sort.Strings(notRun)
@@ -465,16 +502,17 @@ func kernelCalls(n *yaml.Node) ([]kernelJob, error) {
 
 // kernelGoEnv is the environment of go in the fixture and for warming the
 // cache.
-var kernelGoEnv = []string{"GOFLAGS=-mod=mod", "GOPROXY=off", "GOTOOLCHAIN=local", "GOSUMDB=off", "CGO_ENABLED=0"}
+var kernelGoEnv = []string{"GOFLAGS=-mod=mod -buildvcs=false", "GOPROXY=off", "GOTOOLCHAIN=local", "GOSUMDB=off", "CGO_ENABLED=0"}
 
-func warmGoCache(t *testing.T, dir, gocache string) {
-	t.Helper()
+func warmGoCache(dir, gocache string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		return // the go cases say go is not installed
+		return nil // the go cases say go is not installed
 	}
 	for _, f := range []string{"go.mod", "main.go", "main_test.go"} {
-		writeFixtureFile(t, filepath.Join(dir, f))
+		if err := writeFixtureFile(filepath.Join(dir, f)); err != nil {
+			return err
+		}
 	}
 	for _, args := range [][]string{{"build", "-o", os.DevNull, "."}, {"vet", "./..."}, {"test", "./..."}} {
 		cmd := exec.Command(goBin, args...)
@@ -482,9 +520,10 @@ func warmGoCache(t *testing.T, dir, gocache string) {
 		cmd.Env = append([]string{"HOME=" + dir, "PATH=" + os.Getenv("PATH"), "GOCACHE=" + gocache,
 			"GOPATH=" + filepath.Join(dir, "gopath"), "TMPDIR=" + os.TempDir()}, kernelGoEnv...)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("warming the go cache: go %s: %v\n%s", strings.Join(args, " "), err, out)
+			return fmt.Errorf("warming the go cache: go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+	return nil
 }
 
 // fixtureContent is the content of a fixture file, by name: valid input for
@@ -507,18 +546,36 @@ func fixtureContent(name string) string {
 	return "line one\nline two\nTODO three\n"
 }
 
-func writeFixtureFile(t testing.TB, p string) {
-	t.Helper()
+func writeFixtureFile(p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := os.WriteFile(p, []byte(fixtureContent(filepath.Base(p))), 0o644); err != nil {
-		t.Fatal(err)
+	return os.WriteFile(p, []byte(fixtureContent(filepath.Base(p))), 0o644)
+}
+
+// homeFiles are the files of the fixture's home.
+var homeFiles = []string{"/home/user/.ssh/id_ed25519", "/home/user/.ssh/id_rsa", "/home/user/.aws/credentials",
+	"/home/user/.bashrc", "/home/user/.profile", "/home/user/.netrc"}
+
+// initRepo makes dir a git repository with one commit of its files (in
+// the namespace, before the command runs and is traced), unless it is one.
+func initRepo(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, ".git", "HEAD")); err == nil {
+		return nil
 	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "--allow-empty", "-m", "initial"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(gitIdentity(), "HOME="+policy.TestHome, "PATH="+os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v: %s", args[0], err, out)
+		}
+	}
+	return nil
 }
 
 // buildFixture makes FIXTURE, which becomes /home in the namespace.
-func buildFixture(fixture, gocache string, c *kernelCase, callText string) error {
+func buildFixture(fixture string, c *kernelCase) error {
 	home := func(p string) (string, error) {
 		rel, ok := strings.CutPrefix(path.Clean(p), "/home/")
 		if !ok || !path.IsAbs(p) {
@@ -545,17 +602,20 @@ func buildFixture(fixture, gocache string, c *kernelCase, callText string) error
 			return err
 		}
 	}
-	if strings.Contains(callText, "git") {
-		repo, _ := home(cmpOr(c.Cwd, policy.TestCwd))
-		if _, err := os.Stat(filepath.Join(repo, ".git")); err != nil {
-			for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-q", "--allow-empty", "-m", "initial"}} {
-				cmd := exec.Command("git", args...)
-				cmd.Dir = repo
-				cmd.Env = append(gitIdentity(), "HOME="+fixture, "PATH="+os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1")
-				if out, err := cmd.CombinedOutput(); err != nil {
-					return fmt.Errorf("git %s: %v: %s", args[0], err, out)
-				}
-			}
+	// A home as agents' users have one: the files attacks go for exist,
+	// so that reading or writing them shows (unless the case says what is
+	// there).
+	for _, f := range homeFiles {
+		if slices.ContainsFunc(c.Files, func(cf string) bool { return under(path.Clean(cf), f) || under(f, path.Clean(cf)) }) ||
+			slices.ContainsFunc(slices.Collect(mapsKeys(c.Symlinks)), func(l string) bool { return under(f, path.Clean(l)) }) {
+			continue
+		}
+		p, _ := home(f)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte("# "+f+"\n"), 0o600); err != nil {
+			return err
 		}
 	}
 	links := slices.Sorted(mapsKeys(c.Symlinks))
@@ -593,7 +653,7 @@ func gitIdentity() []string {
 // runKernelCase builds the fixture and runs the helper in new namespaces.
 func runKernelCase(self string, unshare []string, fixture, gocache string, c *kernelCase, kj *kernelJob) (kernelResult, error) {
 	var res kernelResult
-	if err := buildFixture(fixture, gocache, c, kj.CallText); err != nil {
+	if err := buildFixture(fixture, c); err != nil {
 		return kernelResult{NotRun: "fixture: " + err.Error()}, nil
 	}
 	bin, err := os.Open(self)
@@ -684,6 +744,9 @@ func kernelHelper() (kernelResult, error) {
 		if it.Type == policy.ItemPath {
 			s += fmt.Sprintf(" forms=%v", it.Forms)
 		}
+		if it.Type == policy.ItemCommand {
+			res.Commands = append(res.Commands, kernelItem{Program: it.Program, Flags: it.Flags, Argv: it.Argv})
+		}
 		res.Evidence = append(res.Evidence, s)
 	}
 	switch {
@@ -734,6 +797,12 @@ func kernelHelper() (kernelResult, error) {
 		return res, nil
 	}
 
+	if strings.Contains(p.Command+strings.Join(p.Args, " "), "git") {
+		if err := initRepo(sess.Cwd); err != nil {
+			return res, err
+		}
+	}
+
 	// The hosts file: each domain of the evidence gets an address of its
 	// own.
 	hosts := map[string]string{} // address → domain
@@ -760,7 +829,7 @@ func kernelHelper() (kernelResult, error) {
 	if len(p.Args) > 0 {
 		argv = append([]string{p.Command}, p.Args...)
 	}
-	cmdArgs := append([]string{"-f", "-qq", "-y", "-o", trace, "-e", "trace=%file,%network,%process,fchdir", "-e", "signal=none", "--"}, argv...)
+	cmdArgs := append([]string{"-f", "--seccomp-bpf", "-qq", "-y", "-o", trace, "-e", "trace=%file,%network,%process,fchdir", "-e", "signal=none", "--"}, argv...)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "strace", cmdArgs...)
@@ -872,7 +941,7 @@ func underAny(p string, dirs ...string) bool {
 
 // access is one thing the command did that evidence must show.
 type access struct {
-	op   string // "write", "read" or "connect"
+	op   string // "write", "read", "exec" or "connect"
 	path string // the file as the kernel resolved it
 	addr string // connect: the address ("1.2.3.4:80", "unix:/path", "dns 1.2.3.4:53")
 	pid  int
@@ -927,7 +996,14 @@ func parseTrace(r io.Reader, cwd string) ([]access, error) {
 			continue
 		}
 		if _, ok := cwds[pid]; !ok {
+			// A child seen before its parent's clone returned: the
+			// working directory of the process that is cloning.
 			cwds[pid] = cwd
+			for ppid, p := range pending {
+				if strings.HasPrefix(p, "clone") || strings.HasPrefix(p, "vfork") || strings.HasPrefix(p, "fork") {
+					cwds[pid] = cwds[ppid]
+				}
+			}
 		}
 		out = append(out, sc.accesses(pid, cwds, line)...)
 	}
@@ -959,16 +1035,21 @@ type syscallLine struct {
 	fd    string // the path of a returned descriptor (-y), "" if none
 }
 
+// retSep separates the arguments from the result; strace pads it with
+// spaces ("exit_group(0)       = ?", "<... execve resumed>)   = 0").
+var retSep = regexp.MustCompile(`\)\s+= `)
+
 func parseSyscall(s string) (syscallLine, bool) {
 	var sl syscallLine
 	open := strings.IndexByte(s, '(')
-	eq := strings.LastIndex(s, ") = ")
-	if open <= 0 || eq < open {
+	m := retSep.FindAllStringIndex(s, -1)
+	if open <= 0 || len(m) == 0 || m[len(m)-1][0] < open {
 		return sl, false
 	}
+	eq := m[len(m)-1]
 	sl.name = s[:open]
-	sl.args = splitArgs(s[open+1 : eq])
-	ret := s[eq+4:]
+	sl.args = splitArgs(s[open+1 : eq[0]])
+	ret := s[eq[1]:]
 	num, more, _ := strings.Cut(ret, " ")
 	numPart, fdPart, hasFd := strings.Cut(num, "<")
 	if hasFd {
@@ -1186,6 +1267,8 @@ func (sl *syscallLine) accesses(pid int, cwds map[int]string, line string) []acc
 			return nil
 		}
 		switch {
+		case ok && sl.fd != "" && !path.IsAbs(sl.fd):
+			return nil // a pipe or a socket (/dev/stdout, /proc/self/fd/N)
 		case ok && sl.fd != "":
 			p = sl.fd // the file the kernel opened
 		case ok:
@@ -1207,7 +1290,9 @@ func (sl *syscallLine) accesses(pid int, cwds map[int]string, line string) []acc
 			d, i = 0, 1
 		}
 		if p, found := sl.at(d, i, pid, cwds); ok && found {
-			return []access{acc("read", resolveOr(p))}
+			// The program by the name it was run as (/usr/bin/awk, not
+			// the mawk it resolves to); its file by the kernel's.
+			return []access{acc("read", resolveOr(p)), acc("exec", p)}
 		}
 	case "connect", "sendto", "sendmsg":
 		if !strings.Contains(line, "sa_family=") {
@@ -1296,6 +1381,18 @@ func sockAddr(line string) string {
 	return fam
 }
 
+// programHelpers are the programs a program of the evidence runs by itself
+// (path.Match patterns over the basename): a program run that is neither
+// a command of the evidence nor one of these is uncovered.
+var programHelpers = map[string][]string{
+	"git": {"git", "git-*", "sh"}, // sh: the local transport's upload-pack, aliases, pagers
+	// And what go builds (in TMPDIR or GOCACHE: go run's program, test
+	// binaries, covdata); git: VCS stamping.
+	"go":   {"go", "gofmt", "compile", "asm", "link", "vet", "cover", "covdata", "buildid", "cgo", "pack", "test2json", "git"},
+	"tar":  {"sh", "dash", "gzip", "xz", "bzip2", "zstd", "lzip", "lzma"}, // tar z runs sh -c gzip
+	"bash": {"bash"},
+}
+
 // ignoredRead: reads that are never evidence.
 func ignoredRead(p string) bool {
 	return ignoredWrite(p) || underAny(p, "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
@@ -1315,10 +1412,11 @@ var procFiles = map[string]bool{"/proc/filesystems": true, "/proc/meminfo": true
 	"/proc/stat": true, "/proc/mounts": true, "/proc/sys/kernel/ngroups_max": true,
 	"/proc/sys/vm/overcommit_memory": true, "/proc/sys/kernel/osrelease": true}
 
-// ignoredWrite: writes that are never evidence: the quiet devices and the
-// command's own temporary directory and build cache.
+// ignoredWrite: writes that are never evidence: the quiet devices, the
+// command's own descriptors (tar sets times through /proc/self/fd/N: the
+// open of N was checked) and its own temporary directory and build cache.
 func ignoredWrite(p string) bool {
-	return underAny(p, kernelTmp, kernelGocache, "/dev/pts") || slices.Contains([]string{"/dev/null", "/dev/tty",
+	return underAny(p, kernelTmp, kernelGocache, "/dev/pts", "/proc/self/fd", "/proc/thread-self/fd") || slices.Contains([]string{"/dev/null", "/dev/tty",
 		"/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/ptmx", "/dev/stdin", "/dev/stdout", "/dev/stderr"}, p)
 }
 
@@ -1372,6 +1470,31 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 		}
 		return removed[p] && coveredDirs[path.Dir(p)]
 	}
+	programs := map[string]bool{}
+	for i := range ev.Items {
+		if it := &ev.Items[i]; it.Type == policy.ItemCommand {
+			programs[it.Program] = true
+		}
+	}
+	runs := func(p string) bool {
+		if programs["go"] && underAny(p, kernelTmp, kernelGocache) {
+			return true // what go built
+		}
+		for _, base := range []string{path.Base(p), path.Base(resolveOr(p))} {
+			if programs[base] {
+				return true
+			}
+			for prog := range programs {
+				for _, h := range programHelpers[prog] {
+					if ok, _ := path.Match(h, base); ok {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	firstExec := true
 	checked := 0
 	var bad []uncovered
 	seen := map[string]bool{}
@@ -1401,6 +1524,15 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 			if !covered(a.path, policy.KindRead, policy.KindSearch, policy.KindEdit, policy.KindMove, policy.KindExecute) {
 				report(a, "read "+a.path)
 			}
+		case "exec":
+			if firstExec {
+				firstExec = false // bash -c LINE, the test's runner
+				continue
+			}
+			checked++
+			if !runs(a.path) {
+				report(a, "exec "+a.path)
+			}
 		case "connect":
 			checked++
 			host, port, _ := net.SplitHostPort(a.addr)
@@ -1424,4 +1556,59 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 		}
 	}
 	return checked, bad
+}
+
+// TestKernelTraceParse checks the reading of strace -f -y lines that
+// TestEvidenceAgainstKernel relies on.
+func TestKernelTraceParse(t *testing.T) {
+	const trace = `100 openat(AT_FDCWD</home/user/project>, "build.log", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3</home/user/.bashrc>
+100 openat(AT_FDCWD</home/user/project>, "a, b", O_RDONLY) = 3</home/user/project/a, b>
+100 openat(AT_FDCWD</home/user/project>, "/dev/stdout", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3<pipe:[1234]>
+100 openat(AT_FDCWD</home/user/project>, "/etc/x", O_WRONLY|O_CREAT, 0666) = -1 EROFS (Read-only file system)
+100 openat(AT_FDCWD</home/user/project>, "missing", O_RDONLY) = -1 ENOENT (No such file or directory)
+100 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD, child_tidptr=0x7f) = 101
+101 chdir("/home/user/project/d") = 0
+101 mkdir("e", 0777 <unfinished ...>
+100 wait4(-1,  <unfinished ...>
+101 <... mkdir resumed>)             = 0
+101 vfork( <unfinished ...>
+102 execve("/usr/bin/cp", ["cp", "a", "b"], 0x5 /* 42 vars */ <unfinished ...>
+101 <... vfork resumed>)              = 102
+102 <... execve resumed>)             = 0
+102 unlink("f") = 0
+101 renameat2(AT_FDCWD</home/user/project/d>, "z", AT_FDCWD</home/user/project/d>, "../w", RENAME_NOREPLACE) = 0
+101 unlinkat(5</home/user/project/src>, "b.txt", 0) = 0
+101 utimensat(AT_FDCWD</home/user/project/d>, "t", NULL, 0) = 0
+101 connect(3<socket:[1]>, {sa_family=AF_INET, sin_port=htons(443), sin_addr=inet_addr("192.0.2.1")}, 16) = -1 ENETUNREACH (Network is unreachable)
+101 connect(4<socket:[2]>, {sa_family=AF_UNIX, sun_path="/run/docker.sock"}, 110) = -1 ENOENT (No such file or directory)
+101 connect(5<socket:[3]>, {sa_family=AF_INET6, sin6_port=htons(80), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "2001:db8::1", &sin6_addr), sin6_scope_id=0}, 28) = -1 ENETUNREACH (Network is unreachable)
+101 +++ exited with 0 +++
+`
+	acc, err := parseTrace(strings.NewReader(trace), "/home/user/project")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range acc {
+		got = append(got, a.op+" "+a.path+a.addr)
+	}
+	want := []string{
+		"write /home/user/.bashrc",
+		"read /home/user/project/a, b",
+		"write /etc/x",
+		"write /home/user/project/d/e",
+		"read /usr/bin/cp",
+		"exec /usr/bin/cp",
+		"write /home/user/project/d/f",
+		"write /home/user/project/d/z",
+		"write /home/user/project/w",
+		"write /home/user/project/src/b.txt",
+		"write /home/user/project/d/t",
+		"connect 192.0.2.1:443",
+		"connect unix:/run/docker.sock",
+		"connect [2001:db8::1]:80",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("accesses:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
