@@ -82,6 +82,22 @@
 // levels, the router's time bound), through a symlink to a directory
 // outside the tree, or without a Walker asks.
 //
+// Closed-world allow (issue 14): ordinary programs are read with their
+// argument spec, data in specs/*.yaml (spec.go loads it, programs.go reads
+// a command line with it, operands.go records each role). An option the
+// spec does not list, an operand it has no role for, a program without a
+// spec, a variable set for the command whose effect is unknown, or a sed
+// or awk script the lexer cannot follow make the arguments not understood
+// (Item.Unknown): an allow rule covers such an item only with arguments:
+// any or a literal command pattern (no wildcard) that matches it; else
+// it asks (RuleUnknownArguments). Commands a program runs on the side
+// (git -c core.pager, --upload-pack, go -toolexec, GIT_SSH_COMMAND,
+// PAGER) are analysed as commands of their own and make the program not
+// understood unless they only pass data through (cat, less); variables
+// that change which code runs or where programs read their configuration
+// are opaque, proxies name hosts. find -exec's {} and xargs fed by find
+// DIR or git ls-files stand for any file below those directories.
+//
 // Items the router cannot see through (eval, source, a variable or command
 // substitution as a program or an argument, a shell that reads its script
 // from a pipe, a parse error, ...) are opaque: no allow rule ever covers

@@ -63,7 +63,7 @@ func TestExtract(t *testing.T) {
 		{`timeout 5 nice -n 5 cat a/b`, []string{"command timeout 5 nice -n 5 cat a/b [execute] aux",
 			"command nice -n 5 cat a/b [execute] aux", "command cat a/b [execute]", "path /home/user/project/a/b [read]"}},
 		{`bash -lc 'ls > out'`, []string{"command bash -lc ls > out [execute] aux", "path /home/user/project/out [edit]",
-			"command ls [execute]"}},
+			"command ls [execute]", "path /home/user/project [read]"}},
 		{`curl -so x.html https://Bücher.example/a`, []string{"command curl -so x.html https://Bücher.example/a [execute]",
 			"path /home/user/project/x.html [edit]", "domain xn--bcher-kva.example [fetch]"}},
 		{`eval "$X"`, []string{"command eval \"$X\" [execute] opaque", "tool (tool call) [execute] opaque"}},

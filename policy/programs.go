@@ -86,7 +86,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 						continue
 					}
 				}
-				if !p.spec.subOptional {
+				if !p.spec.subOptional || len(p.spec.operands) == 0 {
+					// (git alone runs, but takes no operand: a word is a
+					// subcommand it does not know.)
 					p.fail("%s: unknown subcommand %q", p.label, s)
 					p.lost = true
 				}
@@ -291,6 +293,9 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		inner.origin = cx.origin + " (" + p.label + " -m runs)"
 		x.argv(append([]arg{{s: prog}}, p.ops...), inner)
 		return
+	}
+	if len(p.ops) == 0 && sp.defaultOperand != "" && !p.lost {
+		p.ops = []arg{{s: sp.defaultOperand}}
 	}
 	var roles []role
 	if p.lost {

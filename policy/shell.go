@@ -34,6 +34,9 @@ type cmdCtx struct {
 	// homeUnknown: HOME may be reassigned, so ~ and $HOME are not the
 	// user's home directory.
 	homeUnknown bool
+	// loopVars: variables of the for loops around the command, each bound
+	// to the one word it iterates over (for f in src/*.go).
+	loopVars map[string]arg
 	// stdinFiles: stdin is a list of files below these directories (the
 	// command piped into this one is find DIR or git ls-files), so xargs
 	// passes files below them.
@@ -85,6 +88,8 @@ func (x *extractor) script(src string, cx cmdCtx) {
 		cx.homeUnknown = true
 	}
 	cx.cwds, cx.cwdUnknown = x.cdClosure(f, cx)
+	cx.loopVars = nil // a nested script does not see the outer loop's variables
+	loops := x.loopBindings(f, cx)
 	piped := map[*syntax.Stmt]bool{}
 	producer := map[*syntax.Stmt]*syntax.Stmt{}
 	calls, seen := 0, 0
@@ -101,6 +106,7 @@ func (x *extractor) script(src string, cx cmdCtx) {
 				seen++
 				ccx := cx
 				ccx.piped = piped[n]
+				ccx.loopVars = loops[c]
 				ccx.stdinFiles = nil
 				if p := producer[n]; p != nil {
 					ccx.stdinFiles = x.listedFiles(p, cx)
@@ -981,6 +987,9 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 					if !ok {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 					}
+					if q.Param != nil && cx.loopVars[q.Param.Value].glob {
+						a.glob = true // a file the loop's glob matched
+					}
 					b.WriteString(v)
 				case *syntax.ArithmExp:
 					if len(parts) > 1 || len(p.Parts) > 1 {
@@ -995,6 +1004,9 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 			v, ok := x.param(p, cx)
 			if !ok {
 				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
+			}
+			if p.Param != nil && cx.loopVars[p.Param.Value].glob {
+				a.glob = true
 			}
 			b.WriteString(v)
 		case *syntax.ArithmExp:
@@ -1028,6 +1040,9 @@ func (x *extractor) param(p *syntax.ParamExp, cx cmdCtx) (string, bool) {
 	if p.Param == nil || p.Excl || p.Length || p.Width || p.IsSet || p.Index != nil || p.Slice != nil ||
 		p.Repl != nil || p.Names != 0 || p.Exp != nil || p.NestedParam != nil || p.Flags != nil {
 		return "", false
+	}
+	if v, ok := cx.loopVars[p.Param.Value]; ok {
+		return v.s, true
 	}
 	switch p.Param.Value {
 	case "?", "#", "$", "!":
@@ -1295,4 +1310,66 @@ func (x *extractor) listedFiles(s *syntax.Stmt, cx cmdCtx) []string {
 		}
 	}
 	return nil
+}
+
+// loopBindings binds the variable of each for loop that iterates over one
+// word (a literal or a glob: for f in src/*.go) for the commands in its
+// body, unless the body assigns the variable (read, f=..., a nested for)
+// or the loop is nested in a way that rebinds it. $f in such a command is
+// any file the glob matches.
+func (x *extractor) loopBindings(f *syntax.File, cx cmdCtx) map[*syntax.CallExpr]map[string]arg {
+	var out map[*syntax.CallExpr]map[string]arg
+	syntax.Walk(f, func(n syntax.Node) bool {
+		fc, ok := n.(*syntax.ForClause)
+		if !ok {
+			return true
+		}
+		it, ok := fc.Loop.(*syntax.WordIter)
+		if !ok || it.Name == nil || len(it.Items) != 1 || dangerousEnv(it.Name.Value) != "" {
+			return true
+		}
+		vals := x.words(it.Items[0], cx)
+		if len(vals) != 1 || vals[0].opaque != "" {
+			return true
+		}
+		name := it.Name.Value
+		assigned := false
+		var calls []*syntax.CallExpr
+		for _, st := range fc.Do {
+			syntax.Walk(st, func(m syntax.Node) bool {
+				switch m := m.(type) {
+				case *syntax.Assign:
+					if m.Name != nil && m.Name.Value == name {
+						assigned = true
+					}
+				case *syntax.ForClause:
+					if wi, ok := m.Loop.(*syntax.WordIter); ok && wi.Name != nil && wi.Name.Value == name {
+						assigned = true
+					}
+				case *syntax.CallExpr:
+					if len(m.Args) > 0 {
+						if w, ok := plainText(m.Args[0]); ok && (w == "read" || w == "mapfile" || w == "readarray" || w == "getopts" || w == "declare" || w == "local" || w == "typeset" || w == "printf") {
+							assigned = true
+						}
+					}
+					calls = append(calls, m)
+				}
+				return true
+			})
+		}
+		if assigned {
+			return true
+		}
+		if out == nil {
+			out = map[*syntax.CallExpr]map[string]arg{}
+		}
+		for _, c := range calls {
+			if out[c] == nil {
+				out[c] = map[string]arg{}
+			}
+			out[c][name] = vals[0]
+		}
+		return true
+	})
+	return out
 }

@@ -103,6 +103,9 @@ type argSpec struct {
 	// values: every argument is a plain value, whatever it looks like
 	// (echo, printf).
 	values bool
+	// defaultOperand: the operand the program uses when given none (ls
+	// lists ".").
+	defaultOperand string
 	// passthrough: every argument is an operand, options included
 	// (yarn test ARGS: they are the script's).
 	passthrough bool
@@ -165,7 +168,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "ends_options", "modules"}
+	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -259,6 +262,8 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			err = v.Decode(&sp.posix)
 		case "passthrough":
 			err = v.Decode(&sp.passthrough)
+		case "default_operand":
+			err = v.Decode(&sp.defaultOperand)
 		case "implicit_cwd":
 			err = v.Decode(&sp.implicitCwd)
 		case "subcommand_optional":
