@@ -145,19 +145,11 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				}
 				continue
 			}
-			ov := optVal{key: key, opt: o, has: true}
-			switch {
-			case has:
-				ov.v = arg{s: val, glob: a.glob}
-			case o.optional:
-				ov.has = false
-			case i+1 < len(args):
-				i++
-				ov.v = args[i]
-			default:
-				ov.has = false
+			var attached *arg
+			if has {
+				attached = &arg{s: val, glob: a.glob}
 			}
-			p.vals = append(p.vals, ov)
+			p.value(key, o, attached, args, &i)
 			optsDone = slices.Contains(p.spec.endsOpts, o.name)
 			continue
 		}
@@ -181,19 +173,11 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			if o.role == roleFlag {
 				continue
 			}
-			ov := optVal{key: key, opt: o, has: true}
-			switch {
-			case j+1 < len(s):
-				ov.v = arg{s: s[j+1:], glob: a.glob}
-			case o.optional:
-				ov.has = false
-			case i+1 < len(args):
-				i++
-				ov.v = args[i]
-			default:
-				ov.has = false
+			var attached *arg
+			if j+1 < len(s) {
+				attached = &arg{s: s[j+1:], glob: a.glob}
 			}
-			p.vals = append(p.vals, ov)
+			p.value(key, o, attached, args, &i)
 			optsDone = slices.Contains(p.spec.endsOpts, o.name)
 			break
 		}
@@ -202,6 +186,24 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 		p.fail("%s: no subcommand", p.label)
 	}
 	return p
+}
+
+// value records the value of option o: the attached one, else (unless
+// the value is optional) the next argument, which it consumes.
+func (p *parsedArgs) value(key string, o *optSpec, attached *arg, args []arg, i *int) {
+	ov := optVal{key: key, opt: o, has: true}
+	switch {
+	case attached != nil:
+		ov.v = *attached
+	case o.optional:
+		ov.has = false
+	case *i+1 < len(args):
+		*i++
+		ov.v = args[*i]
+	default:
+		ov.has = false
+	}
+	p.vals = append(p.vals, ov)
 }
 
 // program records an ordinary program: its command item and the files,

@@ -172,9 +172,11 @@ func (x *extractor) sedScript(prog, script string, cwds []string) {
 			}
 			d := s[i]
 			i++
-			if !delimited(d) || !delimited(d) {
-				bad("an unterminated %c command", c)
-				return
+			for range 2 { // the pattern, then the replacement
+				if !delimited(d) {
+					bad("an unterminated %c command", c)
+					return
+				}
 			}
 			if c == 'y' {
 				continue
