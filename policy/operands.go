@@ -71,8 +71,13 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		}
 		return false
 	case roleProgram:
-		if s == "-" {
-			x.opaque(origin, prog+" runs code read from stdin", KindExecute)
+		switch {
+		case s == "-" || s == "/dev/stdin" || strings.HasPrefix(s, "/dev/fd/") || strings.HasPrefix(s, "/proc/self/fd/"):
+			x.opaque(origin, prog+" runs code read from stdin or a pipe", KindExecute)
+			return false
+		case strings.Contains(s, "@") && !strings.HasPrefix(s, ".") && !strings.HasPrefix(s, "/"):
+			// go run example.com/tool@v1: code fetched from a module.
+			x.opaque(origin, fmt.Sprintf("%s runs %s, code it downloads", prog, s), KindExecute)
 			return false
 		}
 		r = roleRead
@@ -173,6 +178,11 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 	case roleRead:
 		if strings.HasSuffix(prog, "awk") && isAssignment(s) {
 			return false // awk VAR=value between its files
+		}
+		if (prog == "less" || prog == "more") && strings.HasPrefix(s, "+") {
+			// less +CMD runs a less command first: ! and | run shell commands.
+			x.opaque(origin, prog+" "+s+" runs a command of "+prog+"'s (! and | run shell commands)", KindExecute)
+			return false
 		}
 		return x.argPath(prog, a, KindRead, recursive, hidden, cwds)
 	case roleReadDir:
