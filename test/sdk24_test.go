@@ -359,3 +359,58 @@ func traceContexts(t *testing.T, log string) (sent, recv map[string]string) {
 	}
 	return sent, recv
 }
+
+// TestSDK24LargeSystemPrompt: a session/new whose systemPrompt is 10 MiB
+// (under the router's 64 MiB line bound, acp/stream.go, and the SDK's
+// 32 MiB one) reaches the agent whole, and another session of the same
+// agent finishes a whole turn meanwhile: no crash, no stall.
+func TestSDK24LargeSystemPrompt(t *testing.T) {
+	t.Parallel()
+	p := needSDK24(t)
+	cfg := writeConfig(t, routerYAML(t, []string{p.agentYAML("sdk24", filepath.Join(t.TempDir(), "agent.jsonl"))}, "default: sdk24"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{"fs": map[string]any{"readTextFile": true}})
+	dirA, dirB := sdk24Workspace(t), sdk24Workspace(t)
+	sidA := e.NewSession(t, dirA)
+
+	prompt := strings.Repeat("p", 10<<20)
+	sum := sha256.Sum256([]byte(prompt))
+	type answer struct {
+		m   *Msg
+		err error
+		d   time.Duration
+	}
+	big := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+		defer cancel()
+		m, err := e.Request(ctx, "session/new", map[string]any{
+			"cwd": dirB, "mcpServers": []any{},
+			"systemPrompt": map[string]any{"mode": "append", "content": []any{map[string]any{"type": "text", "text": prompt}}},
+		})
+		big <- answer{m, err, time.Since(start)}
+	}()
+	m, err := e.Prompt(waitTimeout, sidA, "Hello")
+	if err != nil {
+		t.Fatalf("session A's turn while a 10 MiB session/new is under way: %v", err)
+	}
+	requireJSON(t, "session A's prompt result", jsonPath(m.Result, "stopReason"), `"end_turn"`)
+	t.Logf("session A's turn took %v", time.Since(start).Round(time.Millisecond))
+
+	a := <-big
+	if a.err != nil {
+		t.Fatalf("10 MiB session/new: %v", a.err)
+	}
+	if a.m.Error != nil {
+		t.Fatalf("10 MiB session/new refused: %v", a.m.Error)
+	}
+	t.Logf("10 MiB session/new answered in %v", a.d.Round(time.Millisecond))
+	requireJSON(t, "the system prompt the agent received", jsonPath(a.m.Result, "_meta", "sdk24", "systemPrompt"),
+		fmt.Sprintf(`{"mode":"append","chars":%d,"sha256":%q}`, len(prompt), hex.EncodeToString(sum[:])))
+	sidB := jsonString(a.m.Result, "sessionId")
+	m, err = e.Prompt(waitTimeout, sidB, "Hello")
+	if err != nil || m.Error != nil {
+		t.Fatalf("a turn in the 10 MiB session: %v %v", err, m)
+	}
+}
