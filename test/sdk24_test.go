@@ -414,3 +414,22 @@ func TestSDK24LargeSystemPrompt(t *testing.T) {
 		t.Fatalf("a turn in the 10 MiB session: %v %v", err, m)
 	}
 }
+
+// TestGoSDKClientSDK24Agent: the acp-go-sdk v0.13.0 example client (schema
+// 0.13, before notices, compaction, plan ids and tool names) drives the
+// router in front of the sdk24 agent, and the turn ends normally: the newer
+// shapes reach an older client without breaking it. Its cwd has no
+// input.txt, so the agent's read fails and the turn goes on.
+func TestGoSDKClientSDK24Agent(t *testing.T) {
+	t.Parallel()
+	p := needSDK24(t)
+	_, client := goSDKPeers(t)
+	router := needRouter(t)
+	cfg := writeConfig(t, routerYAML(t, []string{p.agentYAML("sdk24", filepath.Join(t.TempDir(), "agent.jsonl"))}, "default: sdk24"))
+	out := runSDKClient(t, client, "1", router, "--config", cfg)
+	for _, want := range []string{`"permission":"allow"`, sdkClientDone} {
+		if !strings.Contains(out, want) {
+			t.Errorf("client output lacks %q", want)
+		}
+	}
+}

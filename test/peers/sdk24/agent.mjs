@@ -78,10 +78,17 @@ async function turn({ params, client, signal }) {
     sessionUpdate: 'tool_call', toolCallId: 'call-1', title: 'Read input.txt', name: 'read_file', kind: 'read', status: 'pending',
     locations: [{ path: input }], rawInput: { path: input },
   });
-  const read = await client.request(acp.methods.client.fs.readTextFile, { sessionId: sid, path: input, _meta: meta('fs-read') }, { signal });
-  s.received.push(read._meta ?? null);
+  // A client that cannot read the file (no input.txt in its cwd: the Go
+  // SDK's example client) gets a failed tool call, and the turn goes on.
+  let read, readStatus = 'completed';
+  try {
+    read = await client.request(acp.methods.client.fs.readTextFile, { sessionId: sid, path: input, _meta: meta('fs-read') }, { signal });
+  } catch (e) {
+    read = { content: `error: ${e.message}` };
+    readStatus = 'failed';
+  }
   await update(client, sid, 'tool-read-done', {
-    sessionUpdate: 'tool_call_update', toolCallId: 'call-1', name: 'read_file', status: 'completed',
+    sessionUpdate: 'tool_call_update', toolCallId: 'call-1', name: 'read_file', status: readStatus,
     content: [{ type: 'content', content: { type: 'text', text: read.content } }],
   });
 
@@ -97,7 +104,6 @@ async function turn({ params, client, signal }) {
     options: [{ optionId: 'allow', name: 'Allow', kind: 'allow_once' }, { optionId: 'reject', name: 'Reject', kind: 'reject_once' }],
     _meta: meta('permission'),
   }, { signal });
-  s.received.push(perm._meta ?? null);
   const choice = perm.outcome.outcome === 'selected' ? perm.outcome.optionId : perm.outcome.outcome;
   if (choice === 'cancelled' || cancelled()) return { stopReason: 'cancelled' };
   await update(client, sid, 'tool-edit-done', { sessionUpdate: 'tool_call_update', toolCallId: 'call-2', name: 'write_file', status: choice === 'allow' ? 'completed' : 'failed' });
@@ -124,7 +130,7 @@ const app = acp.agent({ name: 'sdk24-agent' })
     const sessionId = `sdk24-${++nextSession}`;
     const s = {
       cwd: params.cwd, systemPrompt: describePrompt(params.systemPrompt), additionalDirectories: params.additionalDirectories ?? [],
-      received: [], cancelled: false,
+      cancelled: false,
     };
     sessions.set(sessionId, s);
     return { sessionId, _meta: { ...meta('session-new-response'), sdk24: { systemPrompt: s.systemPrompt } } };
