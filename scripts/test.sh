@@ -43,10 +43,13 @@ fi
 PATH="$node22:$PATH" npm_peer claude @agentclientprotocol/claude-agent-acp@0.101.0
 npm_peer codex @agentclientprotocol/codex-acp@2.6.0 @openai/codex@0.166.0
 npm_peer opencode opencode-ai@1.18.33
+# The ACP TypeScript SDK peers of test/sdk24_test.go (test/peers/sdk24, written
+# on @agentclientprotocol/sdk 2.4.0): the versions its package.json pins.
+npm_peer sdk24 $(node -p "Object.entries(require('./test/peers/sdk24/package.json').dependencies).map(([n, v]) => n + '@' + v).join(' ')")
 export ACP_E2E_GEMINI="$PWD/.peers/gemini/node_modules/.bin/gemini"
 # The real-agent tests never skip here, and run the pinned installs.
 unset ACP_E2E_NO_GEMINI ACP_E2E_NO_CLAUDE ACP_E2E_NO_CODEX ACP_E2E_NO_OPENCODE
-unset ACP_E2E_CLAUDE ACP_E2E_CODEX ACP_E2E_OPENCODE ACP_E2E_NODE22
+unset ACP_E2E_CLAUDE ACP_E2E_CODEX ACP_E2E_OPENCODE ACP_E2E_NODE22 ACP_E2E_SDK24
 
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.peers/*'))
 if [ -n "$unformatted" ]; then
