@@ -118,8 +118,8 @@ type Routing struct {
 	// DefaultSet: routing.default was written in the file. In a proxy
 	// chain, an unset default becomes SuccessorName.
 	DefaultSet bool
-	Fallback string // agent name or ""
-	Rules    []Rule
+	Fallback   string // agent name or ""
+	Rules      []Rule
 }
 
 // Rule routes sessions whose cwd matches one of When.Cwd to Agent.
