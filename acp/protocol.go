@@ -54,6 +54,16 @@ const (
 	MethodElicitationComplete = "elicitation/complete"
 )
 
+// Methods of ACP proxy chains (unstable; rfds/proxy-chains, schema
+// InitializeProxyRequest, ProxySuccessorRequest/Notification): a conductor
+// sends proxy/initialize instead of initialize to a component that has a
+// successor, and proxy/successor carries one message to or from that
+// successor in either direction.
+const (
+	MethodProxyInitialize = "proxy/initialize"
+	MethodProxySuccessor  = "proxy/successor"
+)
+
 // MethodCancelRequest is the protocol-level cancellation notification, sent
 // by whichever side issued the request.
 const MethodCancelRequest = "$/cancel_request"

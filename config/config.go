@@ -68,12 +68,21 @@ const (
 	AuthHide      AuthMode = "hide"
 )
 
-// Agent is one downstream ACP agent, run as a child process.
+// SuccessorName is the agent that stands for the conductor's successor when
+// the router runs as a proxy in an ACP proxy chain (rfds/proxy-chains): its
+// traffic goes through proxy/successor on the router's own stdio instead of
+// a child process. It may be listed without a command; a config that does
+// not list it gets it implicitly in a proxy chain.
+const SuccessorName = "successor"
+
+// Agent is one downstream ACP agent, run as a child process (or, for
+// SuccessorName in a proxy chain, reached through the conductor).
 type Agent struct {
 	Name  string // [a-z0-9-]+, unique, not a reserved command name
 	Title string // display name; defaults to Name
 	// Command is the program, looked up in PATH when it has no slash.
-	// ${ENV} is expanded.
+	// ${ENV} is expanded. Empty only for SuccessorName, which then exists
+	// only in a proxy chain.
 	Command string
 	Args    []string          // ${ENV} expanded
 	Env     map[string]string // added to the inherited environment; values ${ENV} expanded
@@ -105,9 +114,12 @@ type Agent struct {
 
 // Routing decides which agent a new session runs on.
 type Routing struct {
-	Default  string // agent name; default: the first agent
-	Fallback string // agent name or ""
-	Rules    []Rule
+	Default string // agent name; default: the first agent
+	// DefaultSet: routing.default was written in the file. In a proxy
+	// chain, an unset default becomes SuccessorName.
+	DefaultSet bool
+	Fallback   string // agent name or ""
+	Rules      []Rule
 }
 
 // Rule routes sessions whose cwd matches one of When.Cwd to Agent.

@@ -204,9 +204,21 @@ func (p *parser) agent(path string, n *yaml.Node, seen map[string]*yaml.Node) Ag
 	if f == nil {
 		return a
 	}
-	p.require(path, n, f, "name", "command")
+	p.require(path, n, f, "name")
 	if v := f["name"]; v != nil {
 		a.Name = p.agentName(path+".name", v, seen)
+	}
+	if f["command"] == nil {
+		// Only the conductor's successor has no process of its own; what
+		// configures a process then has nothing to configure.
+		if a.Name != SuccessorName {
+			p.require(path, n, f, "command")
+		}
+		for _, key := range []string{"args", "env", "env_inherit", "cwd"} {
+			if v := f[key]; v != nil && a.Name == SuccessorName {
+				p.errorf(v, path+"."+key, "%q without a command is reached through the conductor (proxy chains): it has no process to configure", SuccessorName)
+			}
+		}
 	}
 	if v := f["title"]; v != nil {
 		a.Title, _ = p.str(path+".title", v)
@@ -311,6 +323,7 @@ func (p *parser) routing(r *Routing, n *yaml.Node, agents []string) {
 	f := p.fields("routing", n, routingKeys)
 	if v := f["default"]; v != nil {
 		r.Default = p.target("routing.default", v, agents)
+		r.DefaultSet = true
 	}
 	if v := f["fallback"]; v != nil {
 		r.Fallback = p.target("routing.fallback", v, agents)

@@ -137,8 +137,9 @@ func TestParseFull(t *testing.T) {
 			Pos:            Pos{File: file, Line: 31, Col: 5},
 		}},
 		Routing: Routing{
-			Default:  "codex",
-			Fallback: "gemini-2",
+			Default:    "codex",
+			DefaultSet: true,
+			Fallback:   "gemini-2",
 			Rules: []Rule{
 				{Cwd: []string{"/home/u/work/infra/**", "/srv/**"}, Agent: "codex", Enforce: true, Pos: Pos{File: file, Line: 38, Col: 7}},
 				{Cwd: []string{"/home/u"}, Agent: "claude", Pos: Pos{File: file, Line: 41, Col: 7}},
@@ -192,6 +193,23 @@ func TestParseDefaults(t *testing.T) {
 	}
 	if cfg.File != "" {
 		t.Errorf("File = %q, want empty from Parse", cfg.File)
+	}
+}
+
+// TestParseSuccessor: the conductor's successor (proxy chains) may be
+// listed without a command; it is then the only agent that may.
+func TestParseSuccessor(t *testing.T) {
+	bin := fakeBin(t, fakeAgents...)
+	y := "version: 1\nagents:\n  - name: successor\n    title: Next in the chain\n  - name: codex\n    command: codex-acp\nstate_dir: /tmp/s\n"
+	cfg, err := Parse("c.yaml", []byte(y), testEnv(bin, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := cfg.Agent(SuccessorName); !ok || a.Command != "" || a.Title != "Next in the chain" {
+		t.Errorf("successor = %+v", a)
+	}
+	if cfg.Routing.Default != SuccessorName || cfg.Routing.DefaultSet {
+		t.Errorf("routing = %+v: want the first agent, not set", cfg.Routing)
 	}
 }
 

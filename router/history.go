@@ -392,7 +392,7 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 	}
 	active := h.Meta.ActiveAgent
 	if r.byName[active] == nil {
-		active = r.cfg.Routing.Default
+		active = r.routingDefault()
 	}
 	s.Cwd, s.Enforce, s.newParams, s.roots = cwd, extra.Enforce, newParams, roots
 	s.policy = guard.NewSession(cwd, roots)

@@ -57,8 +57,12 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 	r.initParams, r.clientCaps = agentParams, in.ClientCapabilities
 	r.mu.Unlock()
 
+	proxy := r.isProxy()
 	for _, a := range r.agents {
-		if !a.Config.Lazy || a.Name() == r.defaultAgent() {
+		if !a.Config.Lazy || a.Name() == r.defaultAgent() || (proxy && a.Name() == config.SuccessorName) {
+			if a.Config.Command == "" && !proxy {
+				continue // the conductor's successor, outside a chain
+			}
 			if err := a.Start(); err != nil {
 				r.log.Warn("agent not started", "agent", a.Name(), "error", err)
 			}
@@ -66,6 +70,11 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 	}
 	wait, cancel := context.WithTimeout(ctx, r.opts.InitBudget)
 	r.byName[r.defaultAgent()].Wait(wait)
+	if proxy {
+		// A proxy answers once its successor answered initialize
+		// (schema InitializeProxyRequest), within the same budget.
+		r.byName[config.SuccessorName].Wait(wait)
+	}
 	cancel()
 
 	caps, auth := r.agentInits()
@@ -312,6 +321,11 @@ func (r *Router) startError(a *upstream.Agent, err error) error {
 	file := r.cfg.File
 	if file == "" {
 		file = "the config file"
+	}
+	if a.Config.Command == "" || r.isProxy() && a.Name() == config.SuccessorName {
+		return acp.NewError(acp.CodeInternalError,
+			fmt.Sprintf("acp-router: agent %q is not available: %v. It is the next component of the ACP proxy chain, reached through the conductor; use another agent (/agent).", a.Name(), trimAgentPrefix(err, a.Name())),
+			map[string]string{"agent": a.Name()})
 	}
 	return acp.NewError(acp.CodeInternalError,
 		fmt.Sprintf("acp-router: agent %q is not available: %v. Check its entry in %s (run `%s` by hand to see its output), or use another agent.", a.Name(), trimAgentPrefix(err, a.Name()), file, a.Config.Command),

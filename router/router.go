@@ -81,6 +81,12 @@ type Router struct {
 	agents []*upstream.Agent
 	byName map[string]*upstream.Agent
 	editor *acp.Peer
+	uopts  upstream.Options
+
+	// role is how the router was initialized (successor.go); chain, set
+	// with roleProxy before it is published, is its link to the successor.
+	role  atomic.Int32
+	chain *chain
 
 	mu         sync.Mutex
 	initParams json.RawMessage // the editor's initialize params, for agents
@@ -206,6 +212,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		ShutdownGrace: opts.ShutdownGrace,
 		KillGrace:     opts.KillGrace,
 	}
+	r.uopts = uopts
 	for _, ac := range cfg.Agents {
 		a := upstream.New(ac, uopts)
 		r.agents = append(r.agents, a)
@@ -280,7 +287,10 @@ func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser
 // the editor.
 func (r *Router) shutdown() {
 	var wg sync.WaitGroup
-	for _, a := range r.agents {
+	r.mu.Lock() // beginProxy may add the successor
+	agents := r.agents
+	r.mu.Unlock()
+	for _, a := range agents {
 		wg.Go(a.Stop)
 	}
 	wg.Wait()
@@ -317,7 +327,16 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 	ctx = context.WithoutCancel(ctx)
 	switch req.Method {
 	case acp.MethodInitialize:
+		if !r.role.CompareAndSwap(roleNone, roleAgent) && r.isProxy() {
+			r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidRequest, "acp-router: already initialized as a proxy (proxy/initialize)", nil))
+			return
+		}
 		r.spawn(func() { r.replyTo(req)(r.initialize(ctx, req)) })
+	case acp.MethodProxyInitialize:
+		// Never passed to an agent (notes/acp-currency.md row 11).
+		r.proxyInitialize(ctx, req)
+	case acp.MethodProxySuccessor:
+		r.fromSuccessor(req)
 	case acp.MethodAuthenticate:
 		r.spawn(func() { r.replyTo(req)(r.authenticate(ctx, req)) })
 	case acp.MethodLogout:
@@ -472,6 +491,9 @@ func (r *Router) cancelRequest(ctx context.Context, req *jsonrpc2.Request) {
 	if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.RequestID == nil {
 		return
 	}
+	if r.cancelSuccessorRequest(p.RequestID) {
+		return
+	}
 	key := acp.IDKey(p.RequestID)
 	r.mu.Lock()
 	f := r.forwards[key]
@@ -545,9 +567,20 @@ func (r *Router) forwardOrNotify(ctx context.Context, req *jsonrpc2.Request, ins
 	r.forwardCall(ctx, req, inst, p, session)
 }
 
+// defaultAgent is the agent of sessions no rule routes: the forced one
+// (try --agent), else routingDefault.
 func (r *Router) defaultAgent() string {
 	if r.opts.ForceAgent != "" {
 		return r.opts.ForceAgent
+	}
+	return r.routingDefault()
+}
+
+// routingDefault is routing.default; in a proxy chain, the successor unless
+// routing.default is written in the config (successor.go).
+func (r *Router) routingDefault() string {
+	if r.isProxy() && !r.cfg.Routing.DefaultSet {
+		return config.SuccessorName
 	}
 	return r.cfg.Routing.Default
 }

@@ -139,7 +139,7 @@ func (r *Router) route(cwd string) (*upstream.Agent, bool) {
 			return r.byName[rule.Agent], rule.Enforce
 		}
 	}
-	return r.byName[r.cfg.Routing.Default], false
+	return r.byName[r.routingDefault()], false
 }
 
 // newSession routes session/new. It waits for the agent in a goroutine: the

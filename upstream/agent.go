@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,9 @@ var (
 	// ErrIdle: the agent was stopped because it was idle for its
 	// idle_timeout (issue 5 req. 7); its next use starts it again.
 	ErrIdle = errors.New("stopped when idle")
+	// ErrNoProcess: the agent has no command to run (the conductor's
+	// successor outside a proxy chain).
+	ErrNoProcess = errors.New("not available outside a proxy chain")
 )
 
 // Options are shared by all agents of a router.
@@ -112,6 +116,37 @@ type Agent struct {
 	idle bool
 	gen  int
 	auth string // remembered authenticate methodId, replayed on restart
+	// connect, when set, reaches the agent through a Link instead of its
+	// command (SetConnect).
+	connect Connect
+}
+
+// Link is a connection to an agent that is not a child process of the
+// router: the conductor's successor in an ACP proxy chain
+// (rfds/proxy-chains), spoken to through proxy/successor on the router's
+// own stdio. Out carries the agent's messages and In what it is sent, one
+// message a line, as a process's stdout and stdin would. Everything above
+// the connection (initialize, the Peer, stall detection, idle stops,
+// restarts, errors naming the agent) is the same as for a process.
+type Link struct {
+	Out io.ReadCloser
+	In  io.WriteCloser
+	// Done is closed when the link has ended; Err then says why.
+	Done <-chan struct{}
+	Err  func() error
+	// Close ends the link. It may be called more than once.
+	Close func()
+}
+
+// Connect opens a new link to an agent: one per instance.
+type Connect func() (*Link, error)
+
+// SetConnect makes the agent reached through links from c instead of its
+// command, from its next start on.
+func (a *Agent) SetConnect(c Connect) {
+	a.mu.Lock()
+	a.connect = c
+	a.mu.Unlock()
 }
 
 // New returns a stopped agent.
@@ -137,6 +172,7 @@ type Instance struct {
 	Gen   int // increases with every start
 
 	cmd     *exec.Cmd // the agent, or its watchdog
+	link    *Link     // instead of cmd: an agent reached through a Link
 	wd      *watchdog // nil when the agent runs without one
 	pgid    int       // the agent's pid and process group
 	peer    *acp.Peer
@@ -171,6 +207,13 @@ func (i *Instance) InitRaw() json.RawMessage {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.initRaw
+}
+
+// linked is the instance's link, or nil for a process.
+func (i *Instance) linked() *Link {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.link
 }
 
 // Exited is closed once the process has exited and been reaped.
@@ -411,7 +454,16 @@ func (a *Agent) spawn(inst *Instance) error {
 	if stopped {
 		return ErrStopped
 	}
+	a.mu.Lock()
+	connect := a.connect
+	a.mu.Unlock()
+	if connect != nil {
+		return a.spawnLink(inst, connect)
+	}
 	cfg := a.Config
+	if cfg.Command == "" {
+		return fmt.Errorf("%w: it has no command: it is the conductor's successor, reachable only when the router runs in an ACP proxy chain (proxy/initialize)", ErrNoProcess)
+	}
 	cmd := exec.Command(cfg.Command, cfg.Args...)
 	if cmd.Err != nil { // not found in PATH
 		return fmt.Errorf("start %q: %w", cfg.Command, cmd.Err)
@@ -481,6 +533,34 @@ func (a *Agent) spawn(inst *Instance) error {
 		a.relayStderr(errR)
 		close(inst.stderrDone)
 	})
+	a.connectPeer(inst, outR, inW)
+	a.owned.Go(func() { a.reap(inst) })
+	return nil
+}
+
+// spawnLink starts inst over a link instead of a process.
+func (a *Agent) spawnLink(inst *Instance, connect Connect) error {
+	link, err := connect()
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	inst.mu.Lock()
+	inst.link, inst.started = link, time.Now()
+	inst.mu.Unlock()
+	close(inst.stderrDone) // no stderr
+	a.log.Info("agent connected through the conductor")
+	a.connectPeer(inst, link.Out, link.In)
+	a.owned.Go(func() {
+		<-link.Done
+		a.ended(inst, link.Err())
+	})
+	return nil
+}
+
+// connectPeer speaks ACP to inst over out (what it says) and in (what it
+// is told).
+func (a *Agent) connectPeer(inst *Instance, out io.ReadCloser, in io.WriteCloser) {
+	cfg := a.Config
 	var handler jsonrpc2.Handler = noHandler{}
 	if a.opts.Handler != nil {
 		handler = a.opts.Handler(inst)
@@ -489,7 +569,7 @@ func (a *Agent) spawn(inst *Instance) error {
 	if a.opts.Intercept != nil {
 		intercept = func(m *acp.Message) bool { return a.opts.Intercept(inst, m) }
 	}
-	inst.peer = acp.NewPeer(context.Background(), outR, inW, acp.StreamOptions{
+	inst.peer = acp.NewPeer(context.Background(), out, in, acp.StreamOptions{
 		StallTimeout: cfg.StallTimeout,
 		OnFail: func(err error) {
 			if errors.Is(err, syscall.EPIPE) {
@@ -506,8 +586,6 @@ func (a *Agent) spawn(inst *Instance) error {
 		Intercept: intercept,
 		Logger:    a.log,
 	}, handler)
-	a.owned.Go(func() { a.reap(inst) })
-	return nil
 }
 
 func closeAll(fs ...*os.File) {
@@ -623,6 +701,15 @@ func (a *Agent) reap(inst *Instance) {
 	case <-inst.stderrDone:
 	case <-time.After(500 * time.Millisecond):
 	}
+	a.ended(inst, err)
+}
+
+// ended records how inst ended (err, unless the router stopped it for a
+// reason of its own) and closes its connection.
+func (a *Agent) ended(inst *Instance, err error) {
+	if err == nil {
+		err = errors.New("connection closed")
+	}
 	// Under a.mu too: stopIdle closes the connection (the agent exits at
 	// EOF) before it marks the instance stopping, both under a.mu.
 	a.mu.Lock()
@@ -734,7 +821,7 @@ func (a *Agent) stopInstance(inst *Instance) {
 	inst.mu.Lock()
 	first := !inst.stopping
 	inst.stopping = true
-	spawned := inst.cmd != nil
+	spawned := inst.cmd != nil || inst.link != nil
 	inst.mu.Unlock()
 	if first && spawned {
 		a.terminate(inst)
@@ -747,6 +834,11 @@ func (a *Agent) stopInstance(inst *Instance) {
 // the agent itself already exited, for what it left behind (DESIGN §7).
 func (a *Agent) terminate(inst *Instance) {
 	inst.peer.Close()
+	if link := inst.linked(); link != nil {
+		link.Close()
+		<-inst.exited
+		return
+	}
 	if a.waitGroupGone(inst, a.opts.ShutdownGrace) {
 		return
 	}
@@ -764,13 +856,18 @@ func (a *Agent) terminate(inst *Instance) {
 // the group, KillGrace, SIGKILL.
 func (a *Agent) kill(inst *Instance) {
 	inst.mu.Lock()
-	if inst.stopping || inst.cmd == nil {
+	if inst.stopping || (inst.cmd == nil && inst.link == nil) {
 		inst.mu.Unlock()
 		return
 	}
 	inst.stopping = true
+	link := inst.link
 	inst.mu.Unlock()
 	inst.peer.Close()
+	if link != nil {
+		link.Close()
+		return
+	}
 	syscall.Kill(-inst.pgid, syscall.SIGTERM)
 	if !a.waitGroupGone(inst, a.opts.KillGrace) {
 		syscall.Kill(-inst.pgid, syscall.SIGKILL)
