@@ -120,10 +120,12 @@ type fakeAgent struct {
 }
 
 type fakeSession struct {
-	id    string
-	cwd   string
-	turn  *fakeTurn // the running prompt turn, nil when idle
-	calls int       // tool call counter
+	id  string
+	cwd string
+	// newParams: the session/new params, as received (script new-params).
+	newParams json.RawMessage
+	turn      *fakeTurn // the running prompt turn, nil when idle
+	calls     int       // tool call counter
 }
 
 type fakeTurn struct {
@@ -542,7 +544,7 @@ func (a *fakeAgent) sessionNew(m wireMsg) {
 	a.mu.Lock()
 	a.nSess++
 	sid := a.prefix + strconv.Itoa(a.nSess)
-	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd}
+	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd, newParams: m.Params}
 	a.mu.Unlock()
 	result := map[string]any{}
 	_ = json.Unmarshal(a.opts.SessionResult, &result)
@@ -622,9 +624,10 @@ func (a *fakeAgent) prompt(m wireMsg) {
 			tr.texts = append(tr.texts, b.Text)
 		}
 	}
-	// The script is the first text block that is not the router's brief.
+	// The script is the first text block that is not the router's (its
+	// brief, its note naming the session's directories).
 	for _, text := range tr.texts {
-		if !strings.HasPrefix(text, "[acp-router handoff]") {
+		if !strings.HasPrefix(text, "[acp-router") {
 			script = text
 			break
 		}
@@ -840,6 +843,11 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			a.update(s.id, u)
 		case "prompt-text":
 			a.say(s.id, strings.Join(tr.texts, " | "))
+		case "new-params":
+			a.mu.Lock()
+			np := s.newParams
+			a.mu.Unlock()
+			a.say(s.id, string(np))
 		case "ext-request":
 			res, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "q": "?"})
 			if rerr != nil {
