@@ -70,6 +70,9 @@ type fakeOpts struct {
 	// request and notification, stamped when its line was read (stdin is
 	// read by its own goroutine, never by one that writes stdout).
 	LogRecvTimes bool `json:"logRecvTimes,omitempty"`
+	// EchoUnknown answers a request for a method the fake agent does not
+	// know with {"agent", "method", "params"} instead of -32601.
+	EchoUnknown bool `json:"echoUnknown,omitempty"`
 }
 
 const defaultInitResult = `{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},"mcpCapabilities":{"http":false,"sse":false},"sessionCapabilities":{}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
@@ -507,6 +510,10 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		}
 		a.reply(m.ID, params)
 	default:
+		if a.opts.EchoUnknown {
+			a.reply(m.ID, map[string]any{"agent": a.opts.Name, "method": m.Method, "params": m.Params})
+			return
+		}
 		a.replyErr(m.ID, &RPCError{Code: -32601, Message: "Method not found",
 			Data: mustJSON(map[string]string{"method": m.Method})})
 	}
