@@ -10,6 +10,23 @@ import (
 // echo of it by this prefix.
 const BriefHeader = "[acp-router handoff] You are taking over a conversation the user had with other agents in this session. What happened since you last took part, oldest first:"
 
+// DirectoriesHeader starts the note that names a session's additional
+// directories to an agent that does not take additionalDirectories in
+// session/new (sessionCapabilities.additionalDirectories): the router
+// advertises the capability for every agent and keeps it true by telling
+// such an agent in words, once per downstream session, with its first
+// prompt (inside the handoff brief when there is one). The router
+// recognizes an agent's echo of it by this prefix.
+const DirectoriesHeader = "[acp-router] Additional directories of this session:"
+
+// DirectoriesNote is that note for dirs; "" when there are none.
+func DirectoriesNote(dirs []string) string {
+	if len(dirs) == 0 {
+		return ""
+	}
+	return DirectoriesHeader + " " + strings.Join(dirs, ", ") + "."
+}
+
 // TurnRecord is one finished turn of a session, as the brief tells it: the
 // user's prompt and the agent's replies as text, tool call titles and
 // outcomes.

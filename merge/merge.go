@@ -108,7 +108,7 @@ var capabilityTable = []capability{
 		why: "the router ends its session itself and closes the agents' sessions where they support it",
 		set: func(o *acp.AgentCapabilities) { o.SessionCapabilities.Close = marker }},
 	{path: "agentCapabilities.sessionCapabilities.additionalDirectories", rule: routerOwn,
-		why: "the router keeps them as the session's roots for the policy and passes them to the agents that take them (adaptNewSession warns for the others); Zed drops extra worktree roots without it",
+		why: "the router keeps them as the session's roots for the policy (${roots}, whatever the agent), passes them in session/new to the agents that take them, and names them in the first prompt of each downstream session of an agent that does not (inside the handoff brief when there is one: router/handoff.go briefAndRecord); Zed drops extra worktree roots without it",
 		set: func(o *acp.AgentCapabilities) { o.SessionCapabilities.AdditionalDirectories = marker }},
 	{path: "agentCapabilities.sessionCapabilities.fork", rule: masked,
 		why: "the router refuses session/fork: a fork of a thread several agents served has no single agent session to fork"},

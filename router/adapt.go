@@ -22,8 +22,11 @@ func agentCaps(inst *upstream.Instance) acp.AgentCapabilities {
 }
 
 // adaptNewSession drops MCP servers whose transport the agent does not
-// support and additionalDirectories when the agent does not take them, with
-// a warning: the session still starts.
+// support, with a warning: the session still starts. It drops
+// additionalDirectories when the agent does not take them
+// (sessionCapabilities.additionalDirectories): the agent is told them in
+// its first prompt instead (briefAndRecord), and the policy's ${roots}
+// covers them whatever the agent (Session.roots).
 func adaptNewSession(p json.RawMessage, caps acp.AgentCapabilities, agent string, log hclog.Logger) json.RawMessage {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(p, &fields) != nil {
@@ -31,7 +34,7 @@ func adaptNewSession(p json.RawMessage, caps acp.AgentCapabilities, agent string
 	}
 	changed := false
 	if dirs, ok := fields["additionalDirectories"]; ok && !acp.Supported(caps.SessionCapabilities.AdditionalDirectories) {
-		log.Warn("agent does not support additional directories; they are not passed", "agent", agent, "directories", string(dirs))
+		log.Info("agent does not take additional directories; its first prompt names them", "agent", agent, "directories", string(dirs))
 		delete(fields, "additionalDirectories")
 		changed = true
 	}

@@ -376,10 +376,11 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			retired = s.toolIDs.Trim(maxToolIDs)
 		}
 	case "user_message_chunk":
-		// An agent echoing its prompt must not show the router's brief as
-		// if the user had typed it.
+		// An agent echoing its prompt must not show the router's brief
+		// (or its note naming the session's directories) as if the user
+		// had typed it.
 		var c struct{ Text string }
-		if content && !(json.Unmarshal(up.Content, &c) == nil && strings.HasPrefix(c.Text, merge.BriefHeader)) {
+		if content && !(json.Unmarshal(up.Content, &c) == nil && (strings.HasPrefix(c.Text, merge.BriefHeader) || strings.HasPrefix(c.Text, merge.DirectoriesHeader))) {
 			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
 		}
 	default: // message chunks, plans, kinds the router does not know

@@ -15,10 +15,23 @@ import (
 
 // briefAndRecord starts t's record and returns the prompt params for d,
 // with the brief prepended when d has missed turns.
+//
+// An agent that does not take additionalDirectories in session/new
+// (adaptNewSession leaves them out) is told them in words instead, with
+// the first prompt of its downstream session: inside the brief when there
+// is one, else as a block of its own (the capability is routerOwn:
+// merge.capabilityTable).
 func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMessage) json.RawMessage {
+	s.mu.Lock()
+	var dirs string
+	if !d.dirsTold && !acp.Supported(agentCaps(d.inst).SessionCapabilities.AdditionalDirectories) {
+		dirs = merge.DirectoriesNote(s.roots)
+	}
+	d.dirsTold = true
+	s.mu.Unlock()
 	h := r.cfg.Handoff
 	if h.Disabled {
-		return p
+		return prependText(p, dirs)
 	}
 	var fields struct {
 		Prompt []json.RawMessage `json:"prompt"`
@@ -51,16 +64,34 @@ func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMe
 	s.nextSeq++
 	d.seen = s.nextSeq
 	s.mu.Unlock()
-	if brief == "" {
+	if brief != "" {
+		r.log.Debug("handoff brief", "session", s.ID, "agent", d.agent.Name(), "bytes", len(brief))
+		if dirs != "" {
+			brief += "\n\n" + dirs
+		}
+		return prependText(p, brief)
+	}
+	return prependText(p, dirs)
+}
+
+// prependText returns prompt params p with a text block first; p itself
+// when text is "".
+func prependText(p json.RawMessage, text string) json.RawMessage {
+	if text == "" {
 		return p
 	}
-	block, _ := json.Marshal(map[string]string{"type": "text", "text": brief})
+	var fields struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	if json.Unmarshal(p, &fields) != nil {
+		return p
+	}
+	block, _ := json.Marshal(map[string]string{"type": "text", "text": text})
 	prompt, _ := json.Marshal(append([]json.RawMessage{block}, fields.Prompt...))
 	out, err := setPath(p, []string{"prompt"}, json.RawMessage(prompt))
 	if err != nil {
 		return p
 	}
-	r.log.Debug("handoff brief", "session", s.ID, "agent", d.agent.Name(), "bytes", len(brief))
 	return out
 }
 

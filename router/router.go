@@ -351,7 +351,7 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 		r.cancelRequest(ctx, req)
 	case acp.MethodSessionClose:
 		r.closeSession(ctx, req)
-	case acp.MethodSetMode, acp.MethodSetConfigOption, acp.MethodSetModel:
+	case acp.MethodSetMode, acp.MethodSetConfigOption:
 		r.sessionRequest(ctx, req)
 	case acp.MethodSessionLoad, acp.MethodSessionResume, acp.MethodSessionList, acp.MethodSessionDelete:
 		if r.opts.Store == nil {
@@ -366,12 +366,34 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 		default:
 			r.deleteSession(ctx, req)
 		}
-	case acp.MethodSessionFork:
-		// Not advertised (initialize): passing it to a single agent would
-		// create a session the router does not know.
-		r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router does not support "+req.Method, map[string]string{"method": req.Method}))
 	default:
+		r.byTable(ctx, req)
+	}
+}
+
+// byTable dispatches an editor method Handle has no case for by its
+// treatment in the protocol table (acp.Methods: session/fork and proxy/*
+// refused, session/set_model routed by its sessionId, ...). A method the
+// table does not name (extensions, anything newer) is forwarded as
+// unknown.
+func (r *Router) byTable(ctx context.Context, req *jsonrpc2.Request) {
+	m, ok := acp.LookupMethod(req.Method, false)
+	if !ok {
 		r.forwardUnknown(ctx, req)
+		return
+	}
+	switch m.Current() {
+	case acp.RoutedBySession:
+		r.sessionRequest(ctx, req)
+	case acp.Unknown:
+		r.forwardUnknown(ctx, req)
+	case acp.Refused:
+		r.replyTo(req)(nil, acp.NewError(m.Code, "acp-router does not support "+req.Method, map[string]string{"method": req.Method}))
+	default:
+		// A row says the router handles it, but Handle has no case: the
+		// table and the code disagree (TestEditorDispatchFollowsTable).
+		r.log.Error("no handler for a method the protocol table says the router handles", "method", req.Method)
+		r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, "acp-router: no handler for "+req.Method, map[string]string{"method": req.Method}))
 	}
 }
 

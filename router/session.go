@@ -99,6 +99,9 @@ type downstream struct {
 	// answer: Gemini CLI streams its history without awaiting it, so the
 	// replay can trail the answer.
 	replaying bool
+	// dirsTold: the agent, which does not take additionalDirectories, has
+	// been told the session's directories in a prompt (handoff.go).
+	dirsTold bool
 }
 
 // tableKey names an agent instance: a restarted agent may hand out the same

@@ -70,6 +70,9 @@ type fakeOpts struct {
 	// request and notification, stamped when its line was read (stdin is
 	// read by its own goroutine, never by one that writes stdout).
 	LogRecvTimes bool `json:"logRecvTimes,omitempty"`
+	// EchoUnknown answers a request for a method the fake agent does not
+	// know with {"agent", "method", "params"} instead of -32601.
+	EchoUnknown bool `json:"echoUnknown,omitempty"`
 }
 
 const defaultInitResult = `{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},"mcpCapabilities":{"http":false,"sse":false},"sessionCapabilities":{}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
@@ -120,10 +123,12 @@ type fakeAgent struct {
 }
 
 type fakeSession struct {
-	id    string
-	cwd   string
-	turn  *fakeTurn // the running prompt turn, nil when idle
-	calls int       // tool call counter
+	id  string
+	cwd string
+	// newParams: the session/new params, as received (script new-params).
+	newParams json.RawMessage
+	turn      *fakeTurn // the running prompt turn, nil when idle
+	calls     int       // tool call counter
 }
 
 type fakeTurn struct {
@@ -505,6 +510,10 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		}
 		a.reply(m.ID, params)
 	default:
+		if a.opts.EchoUnknown {
+			a.reply(m.ID, map[string]any{"agent": a.opts.Name, "method": m.Method, "params": m.Params})
+			return
+		}
 		a.replyErr(m.ID, &RPCError{Code: -32601, Message: "Method not found",
 			Data: mustJSON(map[string]string{"method": m.Method})})
 	}
@@ -542,7 +551,7 @@ func (a *fakeAgent) sessionNew(m wireMsg) {
 	a.mu.Lock()
 	a.nSess++
 	sid := a.prefix + strconv.Itoa(a.nSess)
-	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd}
+	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd, newParams: m.Params}
 	a.mu.Unlock()
 	result := map[string]any{}
 	_ = json.Unmarshal(a.opts.SessionResult, &result)
@@ -622,9 +631,10 @@ func (a *fakeAgent) prompt(m wireMsg) {
 			tr.texts = append(tr.texts, b.Text)
 		}
 	}
-	// The script is the first text block that is not the router's brief.
+	// The script is the first text block that is not the router's (its
+	// brief, its note naming the session's directories).
 	for _, text := range tr.texts {
-		if !strings.HasPrefix(text, "[acp-router handoff]") {
+		if !strings.HasPrefix(text, "[acp-router") {
 			script = text
 			break
 		}
@@ -840,6 +850,11 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			a.update(s.id, u)
 		case "prompt-text":
 			a.say(s.id, strings.Join(tr.texts, " | "))
+		case "new-params":
+			a.mu.Lock()
+			np := s.newParams
+			a.mu.Unlock()
+			a.say(s.id, string(np))
 		case "ext-request":
 			res, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "q": "?"})
 			if rerr != nil {
