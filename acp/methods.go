@@ -213,12 +213,10 @@ var Methods = []Method{
 		Why: "request ids translated and forwarded; -32800 only for requests the router holds itself (STYLE.md)"},
 
 	// Proxy chains.
-	{Name: MethodProxyInitialize, Side: SideProxy, Status: Unstable, Request: true, Treatment: Handled, Handler: "router: the proxy role (helper proxy)",
-		Pending: ByProxy, Until: Refused, Code: CodeMethodNotFound,
-		Why: "acp-currency row 11: never passed to a downstream agent; until the router plays the proxy role it refuses it itself"},
-	{Name: MethodProxySuccessor, Side: SideProxy, Status: Unstable, Request: true, Notification: true, Treatment: Handled, Handler: "router: the proxy role (helper proxy)",
-		Pending: ByProxy, Until: Refused, Code: CodeMethodNotFound,
-		Why: "as proxy/initialize"},
+	{Name: MethodProxyInitialize, Side: SideProxy, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.proxyInitialize (router/successor.go)",
+		Why: "acp-currency row 11: a conductor started the router as a proxy: the router answers as initialize and its successor becomes the agent successor; never passed to a downstream agent; after initialize it is refused (-32600)"},
+	{Name: MethodProxySuccessor, Side: SideProxy, Status: Unstable, Request: true, Notification: true, Treatment: Handled, Handler: "router/successor.go: unwrapped in the editor's read loop",
+		Why: "carries one message to or from the successor; before proxy/initialize a request is refused (-32601) and a notification dropped with a log line"},
 }
 
 // Methods that only the table names.
@@ -236,8 +234,6 @@ const (
 	MethodProvidersList    = "providers/list"     // unstable
 	MethodProvidersSet     = "providers/set"      // unstable
 	MethodProvidersDisable = "providers/disable"  // unstable
-	MethodProxyInitialize  = "proxy/initialize"   // unstable
-	MethodProxySuccessor   = "proxy/successor"    // unstable
 )
 
 // removedPrefixes are method families removed from the v1 schema (NES,
