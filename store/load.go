@@ -53,6 +53,7 @@ func (s *Store) Load(ctx context.Context, id string) (*History, error) {
 	se := s.sessions[id]
 	if se != nil {
 		h.Meta = se.meta.clone()
+		se.transient = false // held from now on (UpdateStored)
 	}
 	s.mu.Unlock()
 	if se == nil {

@@ -243,6 +243,9 @@ type session struct {
 	deleted   bool
 	dropping  bool  // dropping records until the next TurnStart
 	unitBytes int64 // bytes queued since the last TurnStart
+	// transient: held only for one UpdateStored, released after it
+	// unless a Load took it meanwhile.
+	transient bool
 }
 
 type waiter struct {
@@ -353,6 +356,41 @@ func (s *Store) Update(id string, fn func(*Meta)) error {
 	se.metaDirty = true
 	s.queueLocked(se)
 	return nil
+}
+
+// UpdateStored is Update for any stored session, held or not: one this
+// Store does not hold is held just for the change, read from its metadata
+// file (not its log), and released again. It returns ErrNotFound for an id
+// nothing is stored under. It does I/O (a read) only for a session not
+// held.
+func (s *Store) UpdateStored(id string, fn func(*Meta)) error {
+	if err := s.Update(id, fn); !errors.Is(err, ErrNotOpen) {
+		return err
+	}
+	name := fileName(id)
+	mf, err := readMeta(s.metaPath(name), name)
+	if errors.Is(err, os.ErrNotExist) || err == nil && mf.Session.ID != id {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.sessions[id] == nil {
+		s.sessions[id] = &session{id: id, name: name, meta: mf.Session, bumps: mf.UpdatedHistory, transient: true}
+	}
+	s.mu.Unlock()
+	err = s.Update(id, fn)
+	s.mu.Lock()
+	if se := s.sessions[id]; se != nil && se.transient {
+		delete(s.sessions, id) // what Update queued is still committed (Release)
+	}
+	s.mu.Unlock()
+	return err
 }
 
 // TurnStart marks the start of a prompt turn: trimming keeps or drops whole
