@@ -80,6 +80,11 @@ func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
+	// A session released a moment ago (session/close) is neither held nor
+	// on disk until its last changes are written.
+	if err := s.committed(ctx); err != nil {
+		return Page{}, err
+	}
 	first := o.Cursor == ""
 	if first {
 		c.t0 = time.Now().UnixNano()

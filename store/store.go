@@ -361,10 +361,13 @@ func (s *Store) Update(id string, fn func(*Meta)) error {
 // UpdateStored is Update for any stored session, held or not: one this
 // Store does not hold is held just for the change, read from its metadata
 // file (not its log), and released again. It returns ErrNotFound for an id
-// nothing is stored under. It does I/O (a read) only for a session not
-// held.
-func (s *Store) UpdateStored(id string, fn func(*Meta)) error {
+// nothing is stored under. For a session not held it does I/O: it waits
+// for what is queued to be written, then reads.
+func (s *Store) UpdateStored(ctx context.Context, id string, fn func(*Meta)) error {
 	if err := s.Update(id, fn); !errors.Is(err, ErrNotOpen) {
+		return err
+	}
+	if err := s.committed(ctx); err != nil { // one released a moment ago
 		return err
 	}
 	name := fileName(id)

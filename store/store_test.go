@@ -581,14 +581,14 @@ func TestArchived(t *testing.T) {
 	for i := range 4 {
 		must(t, st.Create(Meta{ID: "s" + itoa(i), Cwd: "/p", CreatedAt: base.Add(time.Duration(i) * time.Minute)}))
 	}
-	must(t, st.UpdateStored("s1", func(m *Meta) { m.Archived = true })) // held
+	must(t, st.UpdateStored(ctx, "s1", func(m *Meta) { m.Archived = true })) // held
 	st.Release("s2")
 	must(t, st.Sync(ctx))
-	must(t, st.UpdateStored("s2", func(m *Meta) { m.Archived = true })) // released: read from disk
+	must(t, st.UpdateStored(ctx, "s2", func(m *Meta) { m.Archived = true })) // released: read from disk
 	if err := st.Append("s2", []byte(`{}`)); !errors.Is(err, ErrNotOpen) {
 		t.Errorf("s2 is held after UpdateStored: Append = %v", err)
 	}
-	if err := st.UpdateStored("nope", func(m *Meta) { m.Archived = true }); !errors.Is(err, ErrNotFound) {
+	if err := st.UpdateStored(ctx, "nope", func(m *Meta) { m.Archived = true }); !errors.Is(err, ErrNotFound) {
 		t.Errorf("UpdateStored of an unknown id = %v, want ErrNotFound", err)
 	}
 	must(t, st.Sync(ctx))
@@ -608,7 +608,7 @@ func TestArchived(t *testing.T) {
 		}
 	}
 	// Unarchived again, by the other process.
-	must(t, other.UpdateStored("s2", func(m *Meta) { m.Archived = false }))
+	must(t, other.UpdateStored(ctx, "s2", func(m *Meta) { m.Archived = false }))
 	must(t, other.Sync(ctx))
 	if got := listAll(t, st, ListOptions{Archived: ArchivedExclude}); !slices.Equal(got, []string{"s0", "s2", "s3"}) {
 		t.Errorf("after unarchive: %v", got)
