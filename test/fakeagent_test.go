@@ -70,6 +70,8 @@ type fakeOpts struct {
 	// request and notification, stamped when its line was read (stdin is
 	// read by its own goroutine, never by one that writes stdout).
 	LogRecvTimes bool `json:"logRecvTimes,omitempty"`
+	// AuthState is what auth/status answers (unstable_test.go).
+	AuthState string `json:"authState,omitempty"`
 }
 
 const defaultInitResult = `{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},"mcpCapabilities":{"http":false,"sse":false},"sessionCapabilities":{}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
@@ -505,6 +507,10 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		}
 		a.reply(m.ID, params)
 	default:
+		if h := fakeMethodExt[m.Method]; h != nil {
+			h(a, m)
+			return
+		}
 		a.replyErr(m.ID, &RPCError{Code: -32601, Message: "Method not found",
 			Data: mustJSON(map[string]string{"method": m.Method})})
 	}
@@ -651,6 +657,10 @@ func (a *fakeAgent) prompt(m wireMsg) {
 // init function, so that the re-executed fake agent has them too): name →
 // what it does with the rest of the line.
 var fakeScriptExt = map[string]func(a *fakeAgent, s *fakeSession, rest string){}
+
+// fakeMethodExt holds request methods that other test files add (in an
+// init function, like fakeScriptExt): what the fake agent answers.
+var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 
 // runScript runs a prompt's script, one command per line:
 //
