@@ -133,9 +133,11 @@ func (r *Router) sessionStatus(ctx context.Context, req *jsonrpc2.Request) {
 	s := r.sessionOf(params(req))
 	r.spawn(func() {
 		if s == nil {
-			if st := r.opts.Store; st != nil && st.Exists(id) {
-				reply(mustJSON(map[string]string{"status": "saved"}), nil)
-				return
+			if st := r.opts.Store; st != nil {
+				if ok, _ := st.Stored(ctx, id); ok {
+					reply(mustJSON(map[string]string{"status": "saved"}), nil)
+					return
+				}
 			}
 			reply(nil, errNoSession(req.Method, id))
 			return

@@ -338,6 +338,15 @@ func (s *Store) Exists(id string) bool {
 	return err == nil
 }
 
+// Stored is Exists after what this Store queued before the call is
+// written: a session released a moment ago (Release) is stored then.
+func (s *Store) Stored(ctx context.Context, id string) (bool, error) {
+	if err := s.committed(ctx); err != nil {
+		return false, err
+	}
+	return s.Exists(id), nil
+}
+
 // Update changes the metadata of a session this Store holds: fn gets a copy
 // and may change anything but ID and UpdatedAt, which the store keeps (it
 // moves UpdatedAt at TurnStart and TurnEnd). fn runs under the store's mutex:
