@@ -152,27 +152,20 @@ var Methods = []Method{
 		Why: "the router's agent option switches agent; the others go to the active agent"},
 	{Name: MethodSetModel, Side: SideAgent, Status: Legacy, Request: true, Treatment: RoutedBySession,
 		Why: "removed upstream on 2026-06-01; JetBrains still sends it: the active agent's model"},
-	{Name: MethodSessionFork, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router: session/fork (helper unstable)",
-		Pending: ByUnstable, Until: Refused, Code: CodeMethodNotFound,
-		Why: "not advertised (sessionCapabilities.fork masked): forwarding it to one agent would create a session the router does not know"},
-	{Name: MethodSessionSetTitle, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router: session/set_title (helper unstable)",
-		Pending: ByUnstable, Until: Unknown,
-		Why: "acp-currency row 7: translate and forward, and keep the router's own title and store in step; until then forwarded as unknown by its sessionId, capability masked"},
-	{Name: MethodSessionStatus, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router: session/status (helper unstable)",
-		Pending: ByUnstable, Until: Unknown,
-		Why: "acp-currency row 8: forwarded for open sessions, answered saved for sessions only the store has; until then forwarded as unknown by its sessionId, capability masked"},
-	{Name: MethodSessionArchive, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router: session/archive (helper unstable)",
-		Pending: ByUnstable, Until: Unknown,
-		Why: "acp-currency row 9: the close work of session/close, then archived in the store; until then forwarded as unknown by its sessionId, capability masked"},
-	{Name: MethodSessionUnarchive, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router: session/unarchive (helper unstable)",
-		Pending: ByUnstable, Until: Unknown,
-		Why: "as session/archive"},
-	{Name: MethodAuthStatus, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router: auth/status (helper unstable)",
-		Pending: ByUnstable, Until: Unknown,
-		Why: "acp-currency row 10: every agent's state merged; until then forwarded as unknown (it names no session: the default agent), auth.status masked"},
-	{Name: MethodMCPMessage, Side: SideAgent, Status: Unstable, Notification: true, Treatment: Handled, Handler: "router: mcp/message by serverId (helper unstable)",
-		Pending: ByUnstable, Until: Unknown,
-		Why: "acp-currency row 12: routed by serverId to the agent of the session that declared the server; until then forwarded as unknown (the default agent), mcpCapabilities.acp masked"},
+	{Name: MethodSessionFork, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.forkSession (router/unstable.go)",
+		Why: "forwarded only when exactly one agent has served the session and it supports fork (the fork is a new router session bound to that agent); otherwise -32602 naming why; unknown session -32002"},
+	{Name: MethodSessionSetTitle, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.setTitle (router/unstable.go)",
+		Why: "acp-currency row 7: the router keeps the title (memory and store) and forwards it, id translated, to an active agent that supports title; unknown session -32002"},
+	{Name: MethodSessionStatus, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.sessionStatus (router/unstable.go)",
+		Why: "acp-currency row 8: open for live sessions (or the active agent's answer), saved for sessions only the store has, -32002 otherwise; never revives a session"},
+	{Name: MethodSessionArchive, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.archiveSession (router/unstable.go)",
+		Why: "acp-currency row 9: cancels a running turn, does the close work of session/close (agents archive or close), marks the session archived in the store; needs the store"},
+	{Name: MethodSessionUnarchive, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.archiveSession (router/unstable.go)",
+		Why: "as session/archive: unmarks the session and unarchives it at the agents that support archive"},
+	{Name: MethodAuthStatus, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.authStatus (router/unstable.go)",
+		Why: "acp-currency row 10: every running agent that supports it is asked; the states are merged, each agent's under _meta.acp-router.agents"},
+	{Name: MethodMcpMessage, Side: SideAgent, Status: Unstable, Notification: true, Treatment: Handled, Handler: "router.editorMcpMessage (router/unstable.go)",
+		Why: "acp-currency row 12: routed by serverId to the agent of the session that declared that ACP MCP server, session id translated; an undeclared server is -32602 (a notification: logged and dropped)"},
 	{Name: MethodProvidersList, Side: SideAgent, Status: Unstable, Request: true, Treatment: Unknown,
 		Why: "providers/* name no session: they configure the default agent only; providers masked, so a conforming editor does not send them (acp-currency row 14)"},
 	{Name: MethodProvidersSet, Side: SideAgent, Status: Unstable, Request: true, Treatment: Unknown, Why: "as providers/list"},
@@ -202,7 +195,7 @@ var Methods = []Method{
 		Why: "the elicitation id translated back; dropped for an id the router never forwarded"},
 	{Name: MethodAuthStatusUpdate, Side: SideClient, Status: Unstable, Notification: true, Treatment: Relayed,
 		Why: "names no session: forwarded attributed to its agent (_meta[\"acp-router\"].agent); helper unstable may merge it with auth/status"},
-	{Name: MethodMCPMessage, Side: SideClient, Status: Unstable, Request: true, Treatment: Relayed,
+	{Name: MethodMcpMessage, Side: SideClient, Status: Unstable, Request: true, Treatment: Relayed,
 		Why: "the editor hosts the ACP MCP servers; mcpCapabilities.acp is masked until the editor side is routed by serverId (helper unstable)"},
 	{Name: MethodMCPConnect, Side: SideClient, Status: Removed, Request: true, Treatment: Relayed,
 		Why: "removed from the schema (acp-currency row 12): an agent's unknown call goes to the editor like any other"},
@@ -221,19 +214,12 @@ var Methods = []Method{
 
 // Methods that only the table names.
 const (
-	MethodSessionSetTitle  = "session/set_title"  // unstable
-	MethodSessionStatus    = "session/status"     // unstable
-	MethodSessionArchive   = "session/archive"    // unstable
-	MethodSessionUnarchive = "session/unarchive"  // unstable
-	MethodSessionOptions   = "session/options"    // announced (1.32)
-	MethodAuthStatus       = "auth/status"        // unstable
-	MethodAuthStatusUpdate = "auth/status_update" // unstable
-	MethodMCPMessage       = "mcp/message"        // unstable, both sides
-	MethodMCPConnect       = "mcp/connect"        // removed
-	MethodMCPDisconnect    = "mcp/disconnect"     // removed
-	MethodProvidersList    = "providers/list"     // unstable
-	MethodProvidersSet     = "providers/set"      // unstable
-	MethodProvidersDisable = "providers/disable"  // unstable
+	MethodSessionOptions   = "session/options"   // announced (1.32)
+	MethodMCPConnect       = "mcp/connect"       // removed
+	MethodMCPDisconnect    = "mcp/disconnect"    // removed
+	MethodProvidersList    = "providers/list"    // unstable
+	MethodProvidersSet     = "providers/set"     // unstable
+	MethodProvidersDisable = "providers/disable" // unstable
 )
 
 // removedPrefixes are method families removed from the v1 schema (NES,

@@ -218,8 +218,8 @@ func TestLookupMethod(t *testing.T) {
 		{"fs/read_text_file", true, Relayed, true},
 		{"fs/read_text_file", false, 0, false},
 		{"mcp/message", true, Relayed, true},
-		{"mcp/message", false, Unknown, true}, // until helper unstable's routing by serverId
-		{"proxy/initialize", false, Refused, true},
+		{"mcp/message", false, Handled, true}, // routed by serverId
+		{"proxy/initialize", false, Handled, true},
 		{"$/cancel_request", true, Handled, true},
 		{"nes/suggest", false, Unknown, true},
 		{"document/didOpen", true, Relayed, true},

@@ -39,6 +39,22 @@ const (
 	MethodSetModel = "session/set_model"
 )
 
+// Unstable methods the router routes itself (notes/acp-currency.md rows
+// 7-10, 12): shared/acp/schema.unstable.json.
+const (
+	MethodSessionSetTitle  = "session/set_title"
+	MethodSessionStatus    = "session/status"
+	MethodSessionArchive   = "session/archive"
+	MethodSessionUnarchive = "session/unarchive"
+	MethodAuthStatus       = "auth/status"
+	// MethodAuthStatusUpdate is the agent's notification.
+	MethodAuthStatusUpdate = "auth/status_update"
+	// MethodMcpMessage is MCP over ACP, both directions: the agent's
+	// request to the server the editor provides, the editor's
+	// notifications (and requests) back.
+	MethodMcpMessage = "mcp/message"
+)
+
 // Methods handled by the client (sent by the agent).
 const (
 	MethodSessionUpdate       = "session/update"
@@ -143,6 +159,7 @@ type AgentCapabilities struct {
 	MCPCapabilities struct {
 		HTTP bool `json:"http,omitempty"`
 		SSE  bool `json:"sse,omitempty"`
+		ACP  bool `json:"acp,omitempty"` // unstable
 	} `json:"mcpCapabilities"`
 	SessionCapabilities struct {
 		List                  Marker `json:"list,omitempty"`
@@ -150,9 +167,15 @@ type AgentCapabilities struct {
 		AdditionalDirectories Marker `json:"additionalDirectories,omitempty"`
 		Resume                Marker `json:"resume,omitempty"`
 		Close                 Marker `json:"close,omitempty"`
+		// Unstable.
+		Title   Marker `json:"title,omitempty"`
+		Status  Marker `json:"status,omitempty"`
+		Archive Marker `json:"archive,omitempty"`
+		Fork    Marker `json:"fork,omitempty"`
 	} `json:"sessionCapabilities"`
 	Auth struct {
 		Logout Marker `json:"logout,omitempty"`
+		Status Marker `json:"status,omitempty"` // unstable
 	} `json:"auth"`
 }
 

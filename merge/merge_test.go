@@ -65,11 +65,11 @@ func TestCapabilitiesFromRealAgents(t *testing.T) {
 		want   string
 	}{
 		{"go example only: nothing but the router's own session capabilities", []acp.InitializeResult{goExample},
-			`{"promptCapabilities":{},"mcpCapabilities":{},"sessionCapabilities":{"additionalDirectories":{},"close":{}},"auth":{}}`},
-		{"claude + go example: union of prompt and MCP", []acp.InitializeResult{claude, goExample},
-			`{"promptCapabilities":{"image":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},"sessionCapabilities":{"additionalDirectories":{},"close":{}},"auth":{}}`},
+			`{"promptCapabilities":{},"mcpCapabilities":{},"sessionCapabilities":{"additionalDirectories":{},"close":{},"title":{},"status":{}},"auth":{}}`},
+		{"claude + go example: union of prompt and MCP; claude's fork", []acp.InitializeResult{claude, goExample},
+			`{"promptCapabilities":{"image":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},"sessionCapabilities":{"additionalDirectories":{},"close":{},"title":{},"status":{},"fork":{}},"auth":{}}`},
 		{"codex brings logout, gemini audio", []acp.InitializeResult{codex, gemini},
-			`{"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},"sessionCapabilities":{"additionalDirectories":{},"close":{}},"auth":{"logout":{}}}`},
+			`{"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},"sessionCapabilities":{"additionalDirectories":{},"close":{},"title":{},"status":{}},"auth":{"logout":{}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,8 +116,38 @@ func TestCapabilitiesNewestAgents(t *testing.T) {
 	}
 	assertJSONEqual(t, got, []byte(`{"loadSession":true,
 		"promptCapabilities":{"image":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},
-		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{}},
+		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{}},
 		"auth":{"logout":{}}}`))
+}
+
+// TestCapabilitiesUnstableRouted pins the unstable rows the router routes
+// (router/unstable.go): title and status always; archive with the store;
+// fork, MCP over ACP and auth.status when some agent has them.
+func TestCapabilitiesUnstableRouted(t *testing.T) {
+	var all acp.AgentCapabilities
+	all.SessionCapabilities.Fork = marker
+	all.MCPCapabilities.ACP = true
+	all.Auth.Status = marker
+	for _, tt := range []struct {
+		name   string
+		agents []acp.AgentCapabilities
+		own    Own
+		want   string
+	}{
+		{"no agent, no store", nil, Own{},
+			`{"promptCapabilities":{},"mcpCapabilities":{},"sessionCapabilities":{"additionalDirectories":{},"close":{},"title":{},"status":{}},"auth":{}}`},
+		{"an agent with fork, acp and auth.status, and the store", []acp.AgentCapabilities{{}, all}, Own{Store: true},
+			`{"loadSession":true,"promptCapabilities":{},"mcpCapabilities":{"acp":true},
+			"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{}},"auth":{"status":{}}}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := json.Marshal(Capabilities(tt.agents, tt.own))
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertJSONEqual(t, got, []byte(tt.want))
+		})
+	}
 }
 
 // capabilitySchema is merge/testdata/agent-capabilities.schema.json: the

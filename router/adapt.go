@@ -47,7 +47,7 @@ func adaptNewSession(p json.RawMessage, caps acp.AgentCapabilities, agent string
 				Type string `json:"type"`
 			}
 			json.Unmarshal(srv, &s)
-			if (s.Type == "http" && !caps.MCPCapabilities.HTTP) || (s.Type == "sse" && !caps.MCPCapabilities.SSE) {
+			if (s.Type == "http" && !caps.MCPCapabilities.HTTP) || (s.Type == "sse" && !caps.MCPCapabilities.SSE) || (s.Type == "acp" && !caps.MCPCapabilities.ACP) {
 				log.Warn("agent does not support this MCP transport; server left out", "agent", agent, "server", s.Name, "transport", s.Type)
 				changed = true
 				continue

@@ -32,6 +32,12 @@ type agentHandler struct {
 func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	defer h.r.survive(h.inst.Agent.Name(), nil)
 	ctx = context.WithoutCancel(ctx)
+	if req.Notif && isStatusUpdate(req.Method) {
+		// Coalesced, never waited for: a flood of them must not hold up
+		// the agent's sessions (unstable.go).
+		h.r.agentNotification(ctx, h.inst, req)
+		return
+	}
 	switch {
 	case req.Method == acp.MethodCancelRequest:
 		h.r.agentCancelRequest(ctx, h.inst, req)
@@ -417,6 +423,11 @@ func (r *Router) sessionInfoLocked(s *Session, d *downstream, m *acp.Message, up
 	if !active && (title == "" || s.title != "") {
 		return nil
 	}
+	if s.titled && title != s.title {
+		// The editor named the thread (session/set_title): an agent's
+		// own title, generated or not, does not rename it.
+		return nil
+	}
 	if title != s.title {
 		s.title = title
 		r.recordMetaLocked(s)
@@ -562,6 +573,10 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 	p := params(req)
 	if err := r.checkAgentCall(inst, req.Method, p); err != nil {
 		reply(nil, err)
+		return
+	}
+	if req.Method == acp.MethodMcpMessage {
+		r.agentMcpMessage(ctx, inst, req, reply)
 		return
 	}
 	if r.opts.Guard.Decides(req.Method) {
@@ -896,6 +911,16 @@ func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance,
 				r.log.Warn("notification dropped: its params cannot say which agent sent it", "agent", inst.Agent.Name(), "method", req.Method, "error", err)
 				return
 			}
+		}
+	}
+	switch {
+	case isStatusUpdate(req.Method):
+		r.statusUps.add(inst.Agent.Name(), req.Method, p)
+		return
+	case req.Method == acp.MethodMcpMessage:
+		if serverID, _ := mcpParams(p); r.mcpSession(inst, serverID) == nil {
+			r.log.Warn("mcp/message for an ACP MCP server none of the agent's sessions declared dropped", "agent", inst.Agent.Name(), "server", serverID)
+			return
 		}
 	}
 	if err := r.editor.Notify(ctx, req.Method, paramsAny(p)); err != nil {

@@ -37,6 +37,7 @@ import (
 type storedSession struct {
 	NewParams json.RawMessage `json:"newParams,omitempty"` // session/new params: MCP servers
 	Enforce   bool            `json:"enforce,omitempty"`
+	Titled    bool            `json:"titled,omitempty"` // Session.titled
 }
 
 // turnMeta marks the user_message_chunk updates the router records for a
@@ -75,7 +76,7 @@ func (r *Router) recordMetaLocked(s *Session) {
 		a.Options = optionValues(d.view.Options)
 		agents[name] = a
 	}
-	raw := mustJSON(storedSession{NewParams: s.newParams, Enforce: s.Enforce})
+	raw := mustJSON(storedSession{NewParams: s.newParams, Enforce: s.Enforce, Titled: s.titled})
 	title, active := s.title, s.active
 	err := st.Update(s.ID, func(m *store.Meta) {
 		m.Title, m.ActiveAgent, m.Extra = title, active, raw
@@ -225,19 +226,33 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 // titles, an opaque cursor.
 func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 	var p struct {
-		Cwd    string `json:"cwd"`
-		Cursor string `json:"cursor"`
+		Cwd      string `json:"cwd"`
+		Cursor   string `json:"cursor"`
+		Archived string `json:"archived"` // unstable
 	}
 	json.Unmarshal(params(req), &p)
 	if p.Cwd != "" && !filepath.IsAbs(p.Cwd) {
 		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", p.Cwd), nil))
 		return
 	}
+	// SessionArchiveFilter: omitted and null mean exclude; a value the
+	// router does not support is -32602, not exclude.
+	archived := store.ArchivedExclude
+	switch p.Archived {
+	case "", "exclude":
+	case "include":
+		archived = store.ArchivedAny
+	case "only":
+		archived = store.ArchivedOnly
+	default:
+		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unsupported archived filter %q (exclude, include or only)", p.Archived), map[string]string{"archived": p.Archived}))
+		return
+	}
 	if p.Cwd != "" {
 		p.Cwd = filepath.Clean(p.Cwd)
 	}
 	r.spawn(func() {
-		page, err := r.opts.Store.List(ctx, store.ListOptions{Cwd: p.Cwd, Cursor: p.Cursor, Limit: 50})
+		page, err := r.opts.Store.List(ctx, store.ListOptions{Cwd: p.Cwd, Cursor: p.Cursor, Limit: 50, Archived: archived})
 		if errors.Is(err, store.ErrBadCursor) {
 			r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: invalid cursor", nil))
 			return
@@ -252,6 +267,7 @@ func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 			AdditionalDirectories []string `json:"additionalDirectories,omitempty"`
 			Title                 string   `json:"title,omitempty"`
 			UpdatedAt             string   `json:"updatedAt,omitempty"`
+			Archived              bool     `json:"archived"` // on every session: the router advertises archive
 		}
 		out := struct {
 			Sessions   []info `json:"sessions"`
@@ -259,7 +275,7 @@ func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 		}{Sessions: []info{}, NextCursor: page.NextCursor}
 		for _, m := range page.Sessions {
 			out.Sessions = append(out.Sessions, info{SessionID: m.ID, Cwd: m.Cwd, AdditionalDirectories: m.AdditionalDirectories,
-				Title: m.Title, UpdatedAt: m.UpdatedAt.UTC().Format(time.RFC3339)})
+				Title: m.Title, UpdatedAt: m.UpdatedAt.UTC().Format(time.RFC3339), Archived: m.Archived})
 		}
 		r.replyTo(req)(mustJSON(out), nil)
 	})
@@ -335,6 +351,7 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	}
 	r.sessions[id] = s
 	r.mu.Unlock()
+	r.declareMcp(s)
 	if replay {
 		r.replay(h)
 	}
@@ -403,7 +420,7 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.active, s.title = active, h.Meta.Title
+	s.active, s.title, s.titled = active, h.Meta.Title, extra.Titled
 	s.history, s.nextSeq, s.histBytes = history, len(history), histBytes
 	for name, a := range h.Meta.Agents {
 		a.Extra = mustJSON(seen[name]) // the first turn it has not seen

@@ -446,6 +446,12 @@ func (r *Router) cancel(ctx context.Context, req *jsonrpc2.Request) {
 		}
 		return
 	}
+	r.cancelTurn(ctx, s, params(req))
+}
+
+// cancelTurn cancels s's running turn (and its children's) as
+// session/cancel with params p does.
+func (r *Router) cancelTurn(ctx context.Context, s *Session, p json.RawMessage) {
 	r.cancelChildren(ctx, s)
 	s.mu.Lock()
 	t := s.turn
@@ -462,7 +468,7 @@ func (r *Router) cancel(ctx context.Context, req *jsonrpc2.Request) {
 	if d == nil {
 		return
 	}
-	if err := d.inst.Peer().Notify(ctx, acp.MethodSessionCancel, rewriteSessionID(params(req), s.ID, d.id)); err != nil {
+	if err := d.inst.Peer().Notify(ctx, acp.MethodSessionCancel, rewriteSessionID(p, s.ID, d.id)); err != nil {
 		r.log.Debug("cannot forward session/cancel", "session", s.ID, "error", err)
 	}
 	if t == nil {

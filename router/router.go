@@ -120,6 +120,14 @@ type Router struct {
 	// name one.
 	children map[string]*Session
 
+	// MCP over ACP (unstable.go): the ACP-transport MCP servers sessions
+	// declared, by serverId, and the agents' mcp/message requests at the
+	// editor, by serverId and requestId.
+	mcpServers map[string]*Session
+	mcpCalls   map[string]*mcpCall
+	// statusUps relays auth status updates, coalesced (unstable.go).
+	statusUps *statusUpdates
+
 	sweep chan struct{} // wakes the evictor early (evict.go); capacity 1
 
 	// editorReady is closed once Serve has set editor: the editor's
@@ -202,6 +210,8 @@ func New(cfg *config.Config, opts Options) *Router {
 	r.toolDrops = newDrops(r.log, hclog.Warn, "tool call ids retired before their tool call finished", "limit", maxToolIDs)
 	r.childDrops = newDrops(r.log, hclog.Warn, "subagent sessions past the bound dropped; their requests fail closed", "limit", maxChildren)
 	r.children = map[string]*Session{}
+	r.mcpServers, r.mcpCalls = map[string]*Session{}, map[string]*mcpCall{}
+	r.statusUps = newStatusUpdates(r)
 	uopts := upstream.Options{
 		Logger:        opts.Logger.Named("agent"),
 		StateDir:      cfg.StateDir,
@@ -297,6 +307,7 @@ func (r *Router) shutdown() {
 	r.closedDrops.flush()
 	r.toolDrops.flush()
 	r.childDrops.flush()
+	r.statusUps.drops.flush()
 	r.editor.Close()
 	select {
 	case <-r.editor.Stream().Done():
@@ -366,6 +377,22 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 		default:
 			r.deleteSession(ctx, req)
 		}
+	case acp.MethodSessionFork:
+		r.forkSession(ctx, req)
+	case acp.MethodSessionSetTitle:
+		r.setTitle(ctx, req)
+	case acp.MethodSessionStatus:
+		r.sessionStatus(ctx, req)
+	case acp.MethodSessionArchive, acp.MethodSessionUnarchive:
+		if r.opts.Store == nil {
+			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router: "+req.Method+" needs the session store (state_dir)", map[string]string{"method": req.Method}))
+			return
+		}
+		r.archiveSession(ctx, req, req.Method == acp.MethodSessionArchive)
+	case acp.MethodAuthStatus:
+		r.spawn(func() { r.replyTo(req)(r.authStatus(ctx, req)) })
+	case acp.MethodMcpMessage:
+		r.editorMcpMessage(ctx, req)
 	default:
 		r.byTable(ctx, req)
 	}

@@ -45,17 +45,20 @@ type Session struct {
 	children    int
 	childCancel bool
 
-	mu        sync.Mutex
-	active    string                   // the active agent's name
-	down      map[string]*downstream   // by agent name
-	opening   map[string]chan struct{} // agents a downstream session is being opened on
-	open      bool                     // updates may be written to the editor
-	held      [][]byte                 // updates waiting for open
-	timer     *time.Timer
-	turn      *turn   // the running (or draining) prompt turn
-	queue     []*turn // prompts waiting for the turn to end
-	closed    bool
-	title     string             // the first title an agent sent: the session's
+	mu      sync.Mutex
+	active  string                   // the active agent's name
+	down    map[string]*downstream   // by agent name
+	opening map[string]chan struct{} // agents a downstream session is being opened on
+	open    bool                     // updates may be written to the editor
+	held    [][]byte                 // updates waiting for open
+	timer   *time.Timer
+	turn    *turn   // the running (or draining) prompt turn
+	queue   []*turn // prompts waiting for the turn to end
+	closed  bool
+	title   string // the first title an agent sent: the session's
+	// titled: the editor set the title (session/set_title); agents'
+	// titles no longer replace it (unstable.go).
+	titled    bool
 	toolIDs   *merge.IDTable     // tool call ids forwarded to the editor, by agent
 	msgIDs    *merge.IDTable     // message ids, by agent
 	history   []merge.TurnRecord // finished turns, for handoff briefs
@@ -198,6 +201,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 			reply(nil, err)
 			return
 		}
+		r.declareMcp(s)
 		r.log.Info("session created", "session", s.ID, "agent", a.Name(), "cwd", cwd)
 		reply(s.newSessionResult(res), nil)
 		s.write(s.commandsLine())
@@ -501,6 +505,22 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 		r.replyTo(req)(json.RawMessage("{}"), nil)
 		return
 	}
+	closeAgents := r.closeWork(s)
+	r.spawn(func() {
+		if err := closeAgents(ctx, false); err != nil {
+			r.replyTo(req)(nil, err)
+			return
+		}
+		r.replyTo(req)(json.RawMessage("{}"), nil)
+	})
+}
+
+// closeWork ends s in the router at once (forget; the store keeps its
+// history) and returns what closes its agents' sessions: each agent closes
+// its downstream session when it supports close (archive: session/archive
+// first, when it supports that), otherwise the router cancels the running
+// turn there. It returns the first agent's error.
+func (r *Router) closeWork(s *Session) func(ctx context.Context, archive bool) error {
 	s.mu.Lock()
 	downs := make([]*downstream, 0, len(s.down))
 	for _, d := range s.down {
@@ -512,7 +532,7 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 	if st := r.opts.Store; st != nil {
 		st.Release(s.ID) // the history stays
 	}
-	r.spawn(func() {
+	return func(ctx context.Context, archive bool) error {
 		var first error
 		for _, d := range downs {
 			inst, err := d.alive()
@@ -520,20 +540,24 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 				continue
 			}
 			ref, _ := json.Marshal(acp.SessionRef{SessionID: d.id})
-			if init := inst.Init(); init != nil && acp.Supported(init.AgentCapabilities.SessionCapabilities.Close) {
-				if _, err := callWait(ctx, inst, acp.MethodSessionClose, ref); err != nil && first == nil {
+			caps := agentCaps(inst).SessionCapabilities
+			method := ""
+			switch {
+			case archive && acp.Supported(caps.Archive):
+				method = acp.MethodSessionArchive
+			case acp.Supported(caps.Close):
+				method = acp.MethodSessionClose
+			}
+			if method != "" {
+				if _, err := callWait(ctx, inst, method, ref); err != nil && first == nil {
 					first = inst.Agent.Error(inst, err)
 				}
 			} else if running {
 				inst.Peer().Notify(ctx, acp.MethodSessionCancel, json.RawMessage(ref))
 			}
 		}
-		if first != nil {
-			r.replyTo(req)(nil, first)
-			return
-		}
-		r.replyTo(req)(json.RawMessage("{}"), nil)
-	})
+		return first
+	}
 }
 
 // downKeysLocked are the keys of s's downstream sessions (Router.downs).
@@ -554,6 +578,7 @@ func (r *Router) unregister(s *Session, keys []string) {
 	if r.sessions[s.ID] == s { // not one reopened under its id since
 		delete(r.sessions, s.ID)
 	}
+	r.forgetMcpLocked(s)
 	for _, k := range keys {
 		if r.downs[k] == s {
 			delete(r.downs, k)

@@ -17,6 +17,32 @@ type ListOptions struct {
 	Cwd    string // only sessions with exactly this cwd (cleaned); "" for all
 	Cursor string // Page.NextCursor of the previous page; "" for the first
 	Limit  int    // sessions per page; <= 0 for all the rest
+	// Archived selects by Meta.Archived; the zero value takes every
+	// session. It applies before pagination: a pagination keeps it.
+	Archived ArchiveFilter
+}
+
+// ArchiveFilter selects sessions by their archive state.
+type ArchiveFilter int
+
+const (
+	// ArchivedAny: archived or not.
+	ArchivedAny ArchiveFilter = iota
+	// ArchivedExclude: only sessions not archived.
+	ArchivedExclude
+	// ArchivedOnly: only archived sessions.
+	ArchivedOnly
+)
+
+// keeps reports whether a session archived or not passes f.
+func (f ArchiveFilter) keeps(archived bool) bool {
+	switch f {
+	case ArchivedExclude:
+		return !archived
+	case ArchivedOnly:
+		return archived
+	}
+	return true
 }
 
 // Page is one page of List.
@@ -54,6 +80,11 @@ func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
+	// A session released a moment ago (session/close) is neither held nor
+	// on disk until its last changes are written.
+	if err := s.committed(ctx); err != nil {
+		return Page{}, err
+	}
 	first := o.Cursor == ""
 	if first {
 		c.t0 = time.Now().UnixNano()
@@ -72,7 +103,7 @@ func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	}
 	var items []item
 	consider := func(m *Meta, bumps []int64) bool {
-		if m.CreatedAt.UnixNano() > c.t0 || cwd != "" && m.Cwd != cwd {
+		if m.CreatedAt.UnixNano() > c.t0 || cwd != "" && m.Cwd != cwd || !o.Archived.keeps(m.Archived) {
 			return false
 		}
 		k := sortKey(m.UpdatedAt.UnixNano(), bumps, at)

@@ -29,21 +29,8 @@ type History struct {
 // this Store queued before is committed first. Loading counts as use for
 // eviction.
 func (s *Store) Load(ctx context.Context, id string) (*History, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
-	}
-	var w *waiter
-	if len(s.dirty) > 0 || s.busy {
-		w = s.addWaiterLocked()
-	}
-	s.mu.Unlock()
-	if w != nil {
-		// A failed write is no reason not to return what is stored.
-		if err := w.wait(ctx); err != nil && ctx.Err() != nil {
-			return nil, err
-		}
+	if err := s.committed(ctx); err != nil {
+		return nil, err
 	}
 
 	name := fileName(id)
@@ -53,6 +40,7 @@ func (s *Store) Load(ctx context.Context, id string) (*History, error) {
 	se := s.sessions[id]
 	if se != nil {
 		h.Meta = se.meta.clone()
+		se.transient = false // held from now on (UpdateStored)
 	}
 	s.mu.Unlock()
 	if se == nil {
@@ -83,6 +71,28 @@ func (s *Store) Load(ctx context.Context, id string) (*History, error) {
 		os.Chtimes(s.metaPath(name), now, now) // least recently used: loading is use
 	}
 	return h, nil
+}
+
+// committed waits until what this Store queued before the call is
+// written: a session released meanwhile (Release) is on disk then. A failed
+// write is no reason not to read what is stored.
+func (s *Store) committed(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	var w *waiter
+	if len(s.dirty) > 0 || s.busy {
+		w = s.addWaiterLocked()
+	}
+	s.mu.Unlock()
+	if w != nil {
+		if err := w.wait(ctx); err != nil && ctx.Err() != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readLog returns a session's records (the log without its header) under a

@@ -21,6 +21,9 @@ type Meta struct {
 	UpdatedAt             time.Time        `json:"updatedAt"`
 	ActiveAgent           string           `json:"activeAgent,omitempty"`
 	Agents                map[string]Agent `json:"agents,omitempty"` // by agent name
+	// Archived hides the session from a List that excludes archived
+	// sessions (session/archive, unstable).
+	Archived bool `json:"archived,omitempty"`
 	// Extra is router state kept verbatim, e.g. the session/new params
 	// (MCP servers) needed to open the session on an agent again.
 	Extra json.RawMessage `json:"extra,omitempty"`

@@ -243,6 +243,9 @@ type session struct {
 	deleted   bool
 	dropping  bool  // dropping records until the next TurnStart
 	unitBytes int64 // bytes queued since the last TurnStart
+	// transient: held only for one UpdateStored, released after it
+	// unless a Load took it meanwhile.
+	transient bool
 }
 
 type waiter struct {
@@ -335,6 +338,15 @@ func (s *Store) Exists(id string) bool {
 	return err == nil
 }
 
+// Stored is Exists after what this Store queued before the call is
+// written: a session released a moment ago (Release) is stored then.
+func (s *Store) Stored(ctx context.Context, id string) (bool, error) {
+	if err := s.committed(ctx); err != nil {
+		return false, err
+	}
+	return s.Exists(id), nil
+}
+
 // Update changes the metadata of a session this Store holds: fn gets a copy
 // and may change anything but ID and UpdatedAt, which the store keeps (it
 // moves UpdatedAt at TurnStart and TurnEnd). fn runs under the store's mutex:
@@ -353,6 +365,44 @@ func (s *Store) Update(id string, fn func(*Meta)) error {
 	se.metaDirty = true
 	s.queueLocked(se)
 	return nil
+}
+
+// UpdateStored is Update for any stored session, held or not: one this
+// Store does not hold is held just for the change, read from its metadata
+// file (not its log), and released again. It returns ErrNotFound for an id
+// nothing is stored under. For a session not held it does I/O: it waits
+// for what is queued to be written, then reads.
+func (s *Store) UpdateStored(ctx context.Context, id string, fn func(*Meta)) error {
+	if err := s.Update(id, fn); !errors.Is(err, ErrNotOpen) {
+		return err
+	}
+	if err := s.committed(ctx); err != nil { // one released a moment ago
+		return err
+	}
+	name := fileName(id)
+	mf, err := readMeta(s.metaPath(name), name)
+	if errors.Is(err, os.ErrNotExist) || err == nil && mf.Session.ID != id {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.sessions[id] == nil {
+		s.sessions[id] = &session{id: id, name: name, meta: mf.Session, bumps: mf.UpdatedHistory, transient: true}
+	}
+	s.mu.Unlock()
+	err = s.Update(id, fn)
+	s.mu.Lock()
+	if se := s.sessions[id]; se != nil && se.transient {
+		delete(s.sessions, id) // what Update queued is still committed (Release)
+	}
+	s.mu.Unlock()
+	return err
 }
 
 // TurnStart marks the start of a prompt turn: trimming keeps or drops whole

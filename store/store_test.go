@@ -568,3 +568,49 @@ func TestExists(t *testing.T) {
 		t.Error("Exists does not see the stored session")
 	}
 }
+
+// TestArchived: UpdateStored marks a session held or not (released, or
+// stored by another process) archived without holding it afterwards;
+// List filters by the archive state; an unknown id is
+// ErrNotFound.
+func TestArchived(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	st := openT(t, dir, Options{})
+	base := time.Now().Add(-time.Hour)
+	for i := range 4 {
+		must(t, st.Create(Meta{ID: "s" + itoa(i), Cwd: "/p", CreatedAt: base.Add(time.Duration(i) * time.Minute)}))
+	}
+	must(t, st.UpdateStored(ctx, "s1", func(m *Meta) { m.Archived = true })) // held
+	st.Release("s2")
+	must(t, st.Sync(ctx))
+	must(t, st.UpdateStored(ctx, "s2", func(m *Meta) { m.Archived = true })) // released: read from disk
+	if err := st.Append("s2", []byte(`{}`)); !errors.Is(err, ErrNotOpen) {
+		t.Errorf("s2 is held after UpdateStored: Append = %v", err)
+	}
+	if err := st.UpdateStored(ctx, "nope", func(m *Meta) { m.Archived = true }); !errors.Is(err, ErrNotFound) {
+		t.Errorf("UpdateStored of an unknown id = %v, want ErrNotFound", err)
+	}
+	must(t, st.Sync(ctx))
+	other := openT(t, dir, Options{})
+	for _, c := range []struct {
+		f    ArchiveFilter
+		want []string
+	}{
+		{ArchivedAny, []string{"s0", "s1", "s2", "s3"}},
+		{ArchivedExclude, []string{"s0", "s3"}},
+		{ArchivedOnly, []string{"s1", "s2"}},
+	} {
+		for _, s := range []*Store{st, other} {
+			if got := listAll(t, s, ListOptions{Archived: c.f}); !slices.Equal(got, c.want) {
+				t.Errorf("filter %d: %v, want %v", c.f, got, c.want)
+			}
+		}
+	}
+	// Unarchived again, by the other process.
+	must(t, other.UpdateStored(ctx, "s2", func(m *Meta) { m.Archived = false }))
+	must(t, other.Sync(ctx))
+	if got := listAll(t, st, ListOptions{Archived: ArchivedExclude}); !slices.Equal(got, []string{"s0", "s2", "s3"}) {
+		t.Errorf("after unarchive: %v", got)
+	}
+}

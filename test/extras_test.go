@@ -153,8 +153,10 @@ func TestSessionInfoUpdates(t *testing.T) {
 // 0.100.0 and Codex as recorded, and an agent advertising every capability
 // of the unstable schema) the router advertises only what it keeps true
 // for every agent a session may be switched to (merge.capabilityTable):
-// not systemPrompt, title, fork, providers, auth.status, MCP over ACP, nor
-// the agents' _meta (steering, promptQueueing, authStatus). The other way,
+// not systemPrompt, providers, nor the agents' _meta (steering,
+// promptQueueing, authStatus); the unstable methods it routes itself
+// (title, status, archive, fork, auth.status, MCP over ACP: unstable.go)
+// it does. The other way,
 // the agents get the editor's capabilities less those whose traffic the
 // router does not route: plan (subagents are routed, so they pass).
 func TestNewestAgentCapabilities(t *testing.T) {
@@ -193,9 +195,9 @@ func TestNewestAgentCapabilities(t *testing.T) {
 		t.Errorf("the router passes on an agent's initialize _meta: %s", res)
 	}
 	requireJSON(t, "the router's agentCapabilities", jsonPath(res, "agentCapabilities"), `{"loadSession":true,
-		"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},
-		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{}},
-		"auth":{"logout":{}}}`)
+		"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true,"acp":true},
+		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{}},
+		"auth":{"logout":{},"status":{}}}`)
 
 	wantCaps := `{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true,"auth":{"terminal":true},
 		"session":{"configOptions":{"boolean":{}},"notices":{}},"elicitation":{"form":{},"url":{}},

@@ -73,6 +73,8 @@ type fakeOpts struct {
 	// EchoUnknown answers a request for a method the fake agent does not
 	// know with {"agent", "method", "params"} instead of -32601.
 	EchoUnknown bool `json:"echoUnknown,omitempty"`
+	// AuthState is what auth/status answers (unstable_test.go).
+	AuthState string `json:"authState,omitempty"`
 }
 
 const defaultInitResult = `{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"promptCapabilities":{"image":false,"audio":false,"embeddedContext":false},"mcpCapabilities":{"http":false,"sse":false},"sessionCapabilities":{}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
@@ -510,6 +512,10 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		}
 		a.reply(m.ID, params)
 	default:
+		if h := fakeMethodExt[m.Method]; h != nil {
+			h(a, m)
+			return
+		}
 		if a.opts.EchoUnknown {
 			a.reply(m.ID, map[string]any{"agent": a.opts.Name, "method": m.Method, "params": m.Params})
 			return
@@ -661,6 +667,10 @@ func (a *fakeAgent) prompt(m wireMsg) {
 // init function, so that the re-executed fake agent has them too): name →
 // what it does with the rest of the line.
 var fakeScriptExt = map[string]func(a *fakeAgent, s *fakeSession, rest string){}
+
+// fakeMethodExt holds request methods that other test files add (in an
+// init function, like fakeScriptExt): what the fake agent answers.
+var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 
 // runScript runs a prompt's script, one command per line:
 //
