@@ -161,11 +161,18 @@ type updateFields struct {
 	ToolKind  json.RawMessage `json:"kind"`
 	Locations json.RawMessage `json:"locations"`
 	RawInput  json.RawMessage `json:"rawInput"`
+	ToolName  json.RawMessage `json:"name"` // as sent: the policy reads a malformed one as opaque
+	// Agent-chosen ids of compactions and plans (translate.go), and what
+	// the handoff brief reads of a compaction.
+	CompactionID string          `json:"compactionId"`
+	PlanID       string          `json:"planId"` // plan_removed
+	Plan         json.RawMessage `json:"plan"`   // plan_update: its planId inside
+	Summary      json.RawMessage `json:"summary"`
 }
 
 // toolUpdate is what the permission policy reads of a tool call update.
 func (up *updateFields) toolUpdate() *guard.ToolUpdate {
-	return &guard.ToolUpdate{ID: up.ToolCallID, Kind: up.ToolKind, Title: up.Title, Locations: up.Locations,
+	return &guard.ToolUpdate{ID: up.ToolCallID, Kind: up.ToolKind, Title: up.Title, Name: up.ToolName, Locations: up.Locations,
 		RawInput: up.RawInput, Content: up.Content, Status: up.Status}
 }
 
@@ -174,7 +181,7 @@ var (
 	updateTop    = []string{"sessionId", "update"}
 	updateMember = []string{"sessionUpdate", "toolCallId", "messageId", "currentModeId", "status",
 		"title", "availableCommands", "cost", "configOptions", "_meta", "content", "kind", "locations", "rawInput",
-		"senderSessionId", "recipientSessionId"}
+		"senderSessionId", "recipientSessionId", "name", "compactionId", "planId", "plan", "summary"}
 )
 
 // decodeUpdate reads what the relay needs of a session/update the Stream
@@ -195,7 +202,7 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 		return u, nil
 	}
 	u.raw = top[1]
-	var f [16]json.RawMessage
+	var f [21]json.RawMessage
 	if err := acp.MembersOfValid(top[1], updateMember, f[:]); err != nil {
 		return nil, err
 	}
@@ -231,6 +238,12 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 			}
 		}
 	}
+	for i, dst := range []*string{&up.CompactionID, &up.PlanID} {
+		if err := rawString(f[17+i], dst); err != nil {
+			return nil, err
+		}
+	}
+	up.ToolName, up.Plan, up.Summary = f[16], f[19], f[20]
 	return u, nil
 }
 
