@@ -395,13 +395,20 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		if content && !(json.Unmarshal(up.Content, &c) == nil && strings.HasPrefix(c.Text, merge.BriefHeader)) {
 			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
 		}
-	default: // message chunks, plans, kinds the router does not know
+	case "notice":
+		// Live only, never history (acp-currency row 2): written, not
+		// recorded, from whichever agent of the session: it is about the
+		// user's session, not a turn's content.
+		s.writeLiveLocked(s.agentLine(d, m, nil))
+		return
+	default: // message chunks, plans, compactions, kinds the router does not know
 		if content {
-			line = s.agentLine(d, m, append(s.idEdits(name, "", "", up.MessageID, up.Meta), sessionEdits...))
+			edits := append(s.idEdits(name, "", "", up.MessageID, up.Meta), s.objectEdits(name, up)...)
+			line = s.agentLine(d, m, append(edits, sessionEdits...))
 		}
 	}
 	if line != nil && t != nil && t.d == d {
-		t.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
+		t.recordLocked(up)
 	}
 	s.writeLocked(line)
 }

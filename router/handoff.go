@@ -64,13 +64,31 @@ func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMe
 	return out
 }
 
-// recordLocked notes what a turn's update tells the brief: reply text and
-// tool calls with their outcome.
-func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title *string, status string) {
+// recordLocked notes what a turn's update tells the brief: reply text,
+// tool calls with their outcome, and a compaction of the agent's context
+// with its summary (acp-currency row 3).
+func (t *turn) recordLocked(up *updateFields) {
 	if t.rec == nil {
 		return
 	}
+	kind, toolID, content, title, status := up.Kind, up.ToolCallID, up.Content, up.Title, up.Status
 	switch kind {
+	case "compaction_update":
+		if status == "completed" {
+			t.rec.Compacted = true
+		}
+		var blocks []struct{ Type, Text string }
+		if up.Summary != nil && json.Unmarshal(up.Summary, &blocks) == nil { // a whole new summary
+			t.rec.Compaction = ""
+			for _, b := range blocks {
+				t.rec.AppendCompaction(b.Type, b.Text, maxBriefCompaction)
+			}
+		}
+	case "compaction_summary_chunk":
+		var c struct{ Type, Text string }
+		if json.Unmarshal(content, &c) == nil {
+			t.rec.AppendCompaction(c.Type, c.Text, maxBriefCompaction)
+		}
 	case "agent_message_chunk":
 		var c struct{ Type, Text string }
 		if !t.reply.Full() && json.Unmarshal(content, &c) == nil && c.Type == "text" {
@@ -107,6 +125,10 @@ const (
 	maxBriefTools = 256
 	maxBriefTitle = 256
 )
+
+// maxBriefCompaction bounds the summary of a turn's compactions the record
+// keeps.
+const maxBriefCompaction = 4096
 
 func briefTitle(title string) string {
 	c := merge.Capped{Max: maxBriefTitle}
@@ -176,4 +198,6 @@ func (s *Session) record(t *turn, max int) {
 	s.history = append(s.history[:0], s.history[drop:]...)
 }
 
-func recordSize(r *merge.TurnRecord) int { return len(r.User) + len(r.Reply) + 64*len(r.Tools) }
+func recordSize(r *merge.TurnRecord) int {
+	return len(r.User) + len(r.Reply) + len(r.Compaction) + 64*len(r.Tools)
+}

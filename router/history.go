@@ -212,7 +212,7 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		if cur == nil {
 			continue
 		}
-		cur.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
+		cur.recordLocked(&up.updateFields)
 		if (up.Kind == "tool_call" || up.Kind == "tool_call_update") && r.opts.Guard.Enforcing() {
 			evidence[up.ToolCallID] = append(evidence[up.ToolCallID], guard.EncodeEvidence(up.toolUpdate()))
 		}

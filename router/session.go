@@ -58,6 +58,7 @@ type Session struct {
 	title     string             // the first title an agent sent: the session's
 	toolIDs   *merge.IDTable     // tool call ids forwarded to the editor, by agent
 	msgIDs    *merge.IDTable     // message ids, by agent
+	objects   objectIDs          // compaction and plan ids (objects.go)
 	history   []merge.TurnRecord // finished turns, for handoff briefs
 	histBytes int                // their size, as record counts it
 	nextSeq   int                // Seq of the next recorded turn
@@ -440,6 +441,13 @@ func (s *Session) writeLocked(line []byte) {
 	if line != nil && !s.closed {
 		s.recordLineLocked(line)
 	}
+	s.writeLiveLocked(line)
+}
+
+// writeLiveLocked writes a line that is not part of the session's history
+// (a notice: acp-currency row 2): it is never stored, so a load never
+// replays it.
+func (s *Session) writeLiveLocked(line []byte) {
 	switch {
 	case line == nil, s.closed:
 	case !s.open:

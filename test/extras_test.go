@@ -199,7 +199,7 @@ func TestNewestAgentCapabilities(t *testing.T) {
 
 	wantCaps := `{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true,"auth":{"terminal":true},
 		"session":{"configOptions":{"boolean":{}},"notices":{}},"elicitation":{"form":{},"url":{}},
-		"_meta":{"terminal_output":true,"terminal-auth":true},"subagents":{}}`
+		"_meta":{"terminal_output":true,"terminal-auth":true},"subagents":{},"plan":{}}`
 	texts := e.Texts(sid)
 	var inits []string
 	for _, text := range texts {

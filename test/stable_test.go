@@ -1,6 +1,9 @@
 package test
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,5 +52,96 @@ permission-tool {"kind":"search","name":"Grep","title":"search issues"}`, "end_t
 	recs := readAudit(t, auditFile)
 	if len(recs) != 3 || recs[0].rule() != "no-shell" || recs[0].Decision != "deny" || recs[1].rule() != "mcp-reads" || recs[1].Decision != "allow" || recs[2].Decision != "ask" {
 		t.Fatalf("audit %+v", recs)
+	}
+}
+
+// TestObjectIDsApart: two agents of one session that choose the same
+// compactionId and planId reach the editor with distinct ids, each agent's
+// later updates patch its own object, a plan_removed removes the agent's
+// own plan, and a switch removes the old agent's plans from the screen.
+func TestObjectIDsApart(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-"}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+	}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	script := `update {"sessionUpdate":"compaction_update","compactionId":"c-1","status":"in_progress"}
+update {"sessionUpdate":"compaction_summary_chunk","compactionId":"c-1","content":{"type":"text","text":"SUMMARY-%[1]s"}}
+update {"sessionUpdate":"compaction_update","compactionId":"c-1","status":"completed"}
+update {"sessionUpdate":"plan_update","plan":{"type":"items","planId":"p-1","entries":[]}}
+update {"sessionUpdate":"plan_update","plan":{"type":"markdown","planId":"p-2","content":"# %[1]s"}}`
+	e.MustPrompt(t, sid, fmt.Sprintf(script, "alpha"), "end_turn")
+	e.MustPrompt(t, sid, "/beta "+fmt.Sprintf(script, "beta")+`
+update {"sessionUpdate":"plan_removed","planId":"p-2"}
+prompt-text`, "end_turn")
+	// Beta's first prompt had the brief: alpha compacted its history.
+	if got := lastText(e, sid); !strings.Contains(got, "(alpha compacted its conversation history here; its summary: SUMMARY-alpha)") {
+		t.Errorf("beta's prompt %q: want the brief to say alpha compacted", got)
+	}
+	e.MustPrompt(t, sid, `update {"sessionUpdate":"plan_update","plan":{"type":"items","planId":"p-1","entries":[]}}`, "end_turn")
+
+	ids := func(kind string, path ...string) []string {
+		var out []string
+		for _, m := range updatesOf(e, sid, kind) {
+			var id string
+			json.Unmarshal(jsonPath(m.Params, append([]string{"update"}, path...)...), &id)
+			out = append(out, id)
+		}
+		return out
+	}
+	if got, want := ids("compaction_update", "compactionId"), []string{"c-1", "c-1", "c-1~beta", "c-1~beta"}; !slices.Equal(got, want) {
+		t.Errorf("compaction_update ids %q, want %q", got, want)
+	}
+	if got, want := ids("compaction_summary_chunk", "compactionId"), []string{"c-1", "c-1~beta"}; !slices.Equal(got, want) {
+		t.Errorf("compaction_summary_chunk ids %q, want %q", got, want)
+	}
+	if got, want := ids("plan_update", "plan", "planId"), []string{"p-1", "p-2", "p-1~beta", "p-2~beta", "p-1"}; !slices.Equal(got, want) {
+		t.Errorf("plan_update ids %q, want %q", got, want)
+	}
+	if got, want := ids("plan_removed", "planId"), []string{"p-2~beta"}; !slices.Equal(got, want) {
+		t.Errorf("plan_removed ids %q, want %q", got, want)
+	}
+
+	// Switching to beta removes alpha's plans (p-1, p-2), not beta's p-1~beta.
+	e.MustPrompt(t, sid, "/agent beta", "end_turn")
+	if got, want := ids("plan_removed", "planId"), []string{"p-2~beta", "p-1", "p-2"}; !slices.Equal(got, want) {
+		t.Errorf("plan_removed ids after the switch %q, want %q", got, want)
+	}
+}
+
+// TestNoticeLiveOnly: a notice reaches the editor with the router's
+// session id, and a session/load does not replay it (it is never stored).
+func TestNoticeLiveOnly(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "s-"}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "s-"}),
+	}, "default: alpha"))
+	cwd := t.TempDir()
+	e := historyRouter(t, cfg)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "/beta say hi", "end_turn") // beta's s-1 is not the router's id
+	notice := `update {"sessionUpdate":"notice","severity":"warning","title":"Rate limited"}`
+	e.MustPrompt(t, sid, notice+"\nsay one", "end_turn")
+	e.MustPrompt(t, sid, "/beta "+notice, "end_turn")
+	if n := len(updatesOf(e, sid, "notice")); n != 2 {
+		t.Fatalf("the editor got %d notices for %s, want 2", n, sid)
+	}
+	// loadUpdates has every update before the answer, the live ones too:
+	// the two notices, and the thread twice (live, then replayed).
+	var notices, chunks int
+	for _, m := range loadUpdates(t, e, sid, cwd) {
+		switch m.Update() {
+		case "notice":
+			notices++
+		case "agent_message_chunk":
+			chunks++
+		}
+	}
+	if notices != 2 || chunks != 4 {
+		t.Errorf("%d notices and %d message chunks up to the load's answer, want 2 (live only) and 4 (2 live, 2 replayed)", notices, chunks)
 	}
 }
