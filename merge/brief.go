@@ -10,6 +10,11 @@ import (
 // echo of it by this prefix.
 const BriefHeader = "[acp-router handoff] You are taking over a conversation the user had with other agents in this session. What happened since you last took part, oldest first:"
 
+// SystemPromptHeader starts the text block that carries a session's append
+// systemPrompt into the first prompt of an agent that cannot take it on
+// session/new (acp-currency row 6), ahead of the handoff brief.
+const SystemPromptHeader = "[acp-router system prompt] The editor gave this session these instructions; follow them as part of your own:"
+
 // TurnRecord is one finished turn of a session, as the brief tells it: the
 // user's prompt and the agent's replies as text, tool call titles and
 // outcomes.

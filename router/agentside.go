@@ -392,7 +392,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		// An agent echoing its prompt must not show the router's brief as
 		// if the user had typed it.
 		var c struct{ Text string }
-		if content && !(json.Unmarshal(up.Content, &c) == nil && strings.HasPrefix(c.Text, merge.BriefHeader)) {
+		if content && !(json.Unmarshal(up.Content, &c) == nil && (strings.HasPrefix(c.Text, merge.BriefHeader) || strings.HasPrefix(c.Text, merge.SystemPromptHeader))) {
 			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
 		}
 	case "notice":

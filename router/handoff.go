@@ -201,3 +201,28 @@ func (s *Session) record(t *turn, max int) {
 func recordSize(r *merge.TurnRecord) int {
 	return len(r.User) + len(r.Reply) + len(r.Compaction) + 64*len(r.Tools)
 }
+
+// carrySystemPrompt prepends the session's append systemPrompt, once, to the
+// first prompt d gets when its agent could not take it on session/new, load
+// or resume (adaptSystemPrompt): before the brief, so that it reads as the
+// session's instructions.
+func carrySystemPrompt(s *Session, d *downstream, p json.RawMessage) json.RawMessage {
+	s.mu.Lock()
+	text := d.systemPrompt
+	d.systemPrompt = ""
+	s.mu.Unlock()
+	if text == "" {
+		return p
+	}
+	var fields struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	json.Unmarshal(p, &fields)
+	block, _ := json.Marshal(map[string]string{"type": "text", "text": merge.SystemPromptHeader + "\n" + text})
+	prompt, _ := json.Marshal(append([]json.RawMessage{block}, fields.Prompt...))
+	out, err := setPath(p, []string{"prompt"}, json.RawMessage(prompt))
+	if err != nil {
+		return p
+	}
+	return out
+}

@@ -194,7 +194,7 @@ func TestNewestAgentCapabilities(t *testing.T) {
 	}
 	requireJSON(t, "the router's agentCapabilities", jsonPath(res, "agentCapabilities"), `{"loadSession":true,
 		"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},
-		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{}},
+		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"systemPrompt":{}},
 		"auth":{"logout":{}}}`)
 
 	wantCaps := `{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true,"auth":{"terminal":true},

@@ -124,6 +124,8 @@ type fakeSession struct {
 	cwd   string
 	turn  *fakeTurn // the running prompt turn, nil when idle
 	calls int       // tool call counter
+	// newParams are the session/new params the session was made with.
+	newParams json.RawMessage
 }
 
 type fakeTurn struct {
@@ -542,7 +544,7 @@ func (a *fakeAgent) sessionNew(m wireMsg) {
 	a.mu.Lock()
 	a.nSess++
 	sid := a.prefix + strconv.Itoa(a.nSess)
-	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd}
+	a.sessions[sid] = &fakeSession{id: sid, cwd: p.Cwd, newParams: m.Params}
 	a.mu.Unlock()
 	result := map[string]any{}
 	_ = json.Unmarshal(a.opts.SessionResult, &result)
@@ -624,7 +626,7 @@ func (a *fakeAgent) prompt(m wireMsg) {
 	}
 	// The script is the first text block that is not the router's brief.
 	for _, text := range tr.texts {
-		if !strings.HasPrefix(text, "[acp-router handoff]") {
+		if !strings.HasPrefix(text, "[acp-router handoff]") && !strings.HasPrefix(text, "[acp-router system prompt]") {
 			script = text
 			break
 		}
@@ -677,6 +679,7 @@ var fakeScriptExt = map[string]func(a *fakeAgent, s *fakeSession, rest string){}
 //	prompt-text              say the prompt's text blocks, joined by " | "
 //	ext-request              request _fake/ask {sessionId}; say "ext: RESULT" or the error
 //	ext-notify               notification _fake/note {sessionId, n: 1}
+//	new-params               say the session/new params the session was made with
 //	elicit-url ID            URL elicitation ID (session scope); say "elicit: RESULT" or the error
 //	elicit-complete ID       notification elicitation/complete ID
 //	elicit-request           form elicitation scoped to this prompt's request id
@@ -840,6 +843,8 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			a.update(s.id, u)
 		case "prompt-text":
 			a.say(s.id, strings.Join(tr.texts, " | "))
+		case "new-params":
+			a.say(s.id, string(s.newParams))
 		case "ext-request":
 			res, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "q": "?"})
 			if rerr != nil {

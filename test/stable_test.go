@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -143,5 +144,60 @@ func TestNoticeLiveOnly(t *testing.T) {
 	}
 	if notices != 2 || chunks != 4 {
 		t.Errorf("%d notices and %d message chunks up to the load's answer, want 2 (live only) and 4 (2 live, 2 replayed)", notices, chunks)
+	}
+}
+
+// TestSystemPrompt: the router advertises systemPrompt; an append prompt
+// reaches the agent that takes it on session/new, and is carried as a text
+// block into the first prompt of an agent without it after a switch (not
+// on its session/new); an override is refused for such an agent, on a
+// switch and on session/new, with an error naming why.
+func TestSystemPrompt(t *testing.T) {
+	t.Parallel()
+	withSP := `{"protocolVersion":1,"agentCapabilities":{"sessionCapabilities":{"systemPrompt":{"mode":{"override":{}}}}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-", InitResult: json.RawMessage(withSP)}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+	}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	res := e.Initialize(t, capsAll)
+	if sp := jsonPath(res, "agentCapabilities", "sessionCapabilities", "systemPrompt"); string(sp) != "{}" {
+		t.Errorf("systemPrompt advertised as %s, want {} (append only)", sp)
+	}
+	newSession := func(mode string) string {
+		res := e.MustCall(t, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{},
+			"systemPrompt": map[string]any{"mode": mode, "content": []any{map[string]any{"type": "text", "text": "Answer in French."}}}})
+		return jsonString(res, "sessionId")
+	}
+	sid := newSession("append")
+	e.MustPrompt(t, sid, "new-params", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, `"systemPrompt":{"content":[{"text":"Answer in French.","type":"text"}],"mode":"append"}`) {
+		t.Errorf("alpha's session/new params %s: want the systemPrompt", got)
+	}
+	e.MustPrompt(t, sid, "/agent beta", "end_turn")
+	e.MustPrompt(t, sid, "new-params\nprompt-text", "end_turn")
+	texts := e.Texts(sid)
+	if got := texts[len(texts)-2]; strings.Contains(got, "systemPrompt") {
+		t.Errorf("beta's session/new params %s: it does not take a systemPrompt", got)
+	}
+	if got := lastText(e, sid); !strings.HasPrefix(got, "[acp-router system prompt] ") || !strings.Contains(got, "Answer in French.") {
+		t.Errorf("beta's first prompt %q: want the system prompt carried first", got)
+	}
+	e.MustPrompt(t, sid, "prompt-text", "end_turn")
+	if got := lastText(e, sid); strings.Contains(got, "Answer in French.") {
+		t.Errorf("beta's second prompt %q: the system prompt is carried once", got)
+	}
+
+	sid2 := newSession("override")
+	e.MustPrompt(t, sid2, "/agent beta", "end_turn")
+	if got := lastText(e, sid2); !strings.Contains(got, "Cannot switch") || !strings.Contains(got, `agent "beta" does not support a systemPrompt in "override" mode`) {
+		t.Errorf("switch with an override prompt: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, rerr := e.Call(ctx, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}, "_meta": map[string]any{},
+		"systemPrompt": map[string]any{"mode": "_custom", "content": []any{map[string]any{"type": "text", "text": "x"}}}})
+	if rerr == nil || rerr.Code != -32602 || !strings.Contains(rerr.Message, `"_custom" mode`) {
+		t.Errorf("session/new with a mode alpha does not take: %v, want -32602 naming it", rerr)
 	}
 }
