@@ -172,6 +172,9 @@ type AgentCapabilities struct {
 		Status  Marker `json:"status,omitempty"`
 		Archive Marker `json:"archive,omitempty"`
 		Fork    Marker `json:"fork,omitempty"`
+		// SystemPrompt: {} takes systemPrompt in append mode;
+		// {"mode":{"override":{}}} in override mode too.
+		SystemPrompt Marker `json:"systemPrompt,omitempty"`
 	} `json:"sessionCapabilities"`
 	Auth struct {
 		Logout Marker `json:"logout,omitempty"`
@@ -263,3 +266,25 @@ func oneLine(b []byte) []byte {
 
 // errNotObject: SetField was given something other than a JSON object.
 var errNotObject = errors.New("set field: not a JSON object")
+
+// SystemPromptMode reports whether an agent's sessionCapabilities.systemPrompt
+// takes a systemPrompt of mode: append with the capability, override only
+// with mode.override, other modes never (the schema: an agent refuses a mode
+// it does not know).
+func SystemPromptMode(capability Marker, mode string) bool {
+	if !Supported(capability) {
+		return false
+	}
+	switch mode {
+	case "append":
+		return true
+	case "override":
+		var c struct {
+			Mode struct {
+				Override Marker `json:"override"`
+			} `json:"mode"`
+		}
+		return json.Unmarshal(capability, &c) == nil && Supported(c.Mode.Override)
+	}
+	return false
+}

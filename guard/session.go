@@ -60,6 +60,7 @@ type ToolUpdate struct {
 	ID        string
 	Kind      json.RawMessage
 	Title     *string
+	Name      json.RawMessage // ToolCall.name: the policy's tool matcher
 	Locations json.RawMessage
 	RawInput  json.RawMessage
 	Content   json.RawMessage
@@ -70,6 +71,7 @@ type ToolUpdate struct {
 type toolEvidence struct {
 	Kind      json.RawMessage `json:"kind,omitempty"`
 	Title     *string         `json:"title,omitempty"`
+	Name      json.RawMessage `json:"name,omitempty"`
 	Locations json.RawMessage `json:"locations,omitempty"`
 	RawInput  json.RawMessage `json:"rawInput,omitempty"`
 	Content   json.RawMessage `json:"content,omitempty"`
@@ -78,7 +80,7 @@ type toolEvidence struct {
 // EncodeEvidence is one tool call update as the policy reads it (the
 // Updates of a policy.Request), nil if it cannot be encoded.
 func EncodeEvidence(up *ToolUpdate) json.RawMessage {
-	b, err := json.Marshal(toolEvidence{Kind: up.Kind, Title: up.Title, Locations: up.Locations, RawInput: up.RawInput, Content: up.Content})
+	b, err := json.Marshal(toolEvidence{Kind: up.Kind, Title: up.Title, Name: up.Name, Locations: up.Locations, RawInput: up.RawInput, Content: up.Content})
 	if err != nil {
 		return nil
 	}

@@ -27,6 +27,11 @@ func DirectoriesNote(dirs []string) string {
 	return DirectoriesHeader + " " + strings.Join(dirs, ", ") + "."
 }
 
+// SystemPromptHeader starts the text block that carries a session's append
+// systemPrompt into the first prompt of an agent that cannot take it on
+// session/new (acp-currency row 6), ahead of the handoff brief.
+const SystemPromptHeader = "[acp-router system prompt] The editor gave this session these instructions; follow them as part of your own:"
+
 // TurnRecord is one finished turn of a session, as the brief tells it: the
 // user's prompt and the agent's replies as text, tool call titles and
 // outcomes.
@@ -37,6 +42,22 @@ type TurnRecord struct {
 	User  string
 	Reply string
 	Tools []ToolRecord
+	// Compacted: the agent compacted its context during the turn
+	// (compaction_update completed); Compaction is its summary, bounded
+	// by the caller (AppendCompaction).
+	Compacted  bool
+	Compaction string
+}
+
+// AppendCompaction adds a text block of a compaction summary, keeping at
+// most max bytes in all.
+func (t *TurnRecord) AppendCompaction(typ, text string, max int) {
+	if typ != "text" || text == "" {
+		return
+	}
+	c := Capped{Max: max - len(t.Compaction)}
+	c.WriteString(text)
+	t.Compaction += c.String()
 }
 
 // ToolRecord is a tool call of a turn.
@@ -56,6 +77,15 @@ func (t TurnRecord) render() string {
 	}
 	if t.Reply != "" {
 		fmt.Fprintf(&b, "\n%s: %s", t.Title, t.Reply)
+	}
+	if t.Compacted || t.Compaction != "" {
+		// The agent's history was compacted: what it was told before this
+		// point is only in its summary, so the next agent is told so.
+		fmt.Fprintf(&b, "\n(%s compacted its conversation history here", t.Title)
+		if t.Compaction != "" {
+			fmt.Fprintf(&b, "; its summary: %s", t.Compaction)
+		}
+		b.WriteString(")")
 	}
 	return b.String()
 }

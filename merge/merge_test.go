@@ -116,7 +116,7 @@ func TestCapabilitiesNewestAgents(t *testing.T) {
 	}
 	assertJSONEqual(t, got, []byte(`{"loadSession":true,
 		"promptCapabilities":{"image":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true},
-		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{}},
+		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{},"systemPrompt":{}},
 		"auth":{"logout":{}}}`))
 }
 

@@ -16,6 +16,7 @@ type Cond struct {
 	methods  uint8 // bits of decidedMethods
 	kinds    kindSet
 	titles   []textPattern
+	tools    []textPattern
 	paths    []pathPattern
 	commands []commandPattern
 	programs []cmdToken
@@ -32,7 +33,7 @@ type Cond struct {
 // add compiles one entry of a matcher key.
 func (c *Cond) add(key, s string) error {
 	switch key {
-	case "agent", "mode", "env":
+	case "agent", "mode", "env", "tool":
 		p, err := compileText(s)
 		if err != nil {
 			return err
@@ -42,6 +43,8 @@ func (c *Cond) add(key, s string) error {
 			c.agents = append(c.agents, p)
 		case "mode":
 			c.modes = append(c.modes, p)
+		case "tool":
+			c.tools = append(c.tools, p)
 		default:
 			c.env = append(c.env, p)
 		}
@@ -174,7 +177,7 @@ var possibleKinds = map[string]map[ItemType]kindSet{
 
 // infeasible says why no request can ever satisfy the cond ("" if some
 // can): keys about different pieces of evidence, a kind a method never
-// has, a title on a method without one.
+// has, a title or tool name on a method without one.
 func (c *Cond) infeasible() string {
 	t, why := c.itemType()
 	if why != "" {
@@ -184,7 +187,7 @@ func (c *Cond) infeasible() string {
 		if c.methods != 0 && c.methods&methodBit(m) == 0 {
 			continue
 		}
-		if c.has("title") && m != acp.MethodRequestPermission {
+		if (c.has("title") || c.has("tool")) && m != acp.MethodRequestPermission {
 			continue
 		}
 		for it, ks := range possibleKinds[m] {
@@ -194,7 +197,7 @@ func (c *Cond) infeasible() string {
 		}
 	}
 	var parts []string
-	for _, k := range []string{"method", "kind", "title", "paths", "command", "program", "flags_any", "env", "domains"} {
+	for _, k := range []string{"method", "kind", "title", "tool", "paths", "command", "program", "flags_any", "env", "domains"} {
 		if c.has(k) {
 			parts = append(parts, k)
 		}
@@ -243,6 +246,9 @@ func (c *Cond) matchRequest(ev *Evidence, strict bool) bool {
 		return false
 	}
 	if c.titles != nil && !quantify(ev.Titles, strict, func(t string) bool { return anyText(c.titles, t) }) {
+		return false
+	}
+	if c.tools != nil && !quantify(ev.Tools, strict, func(t string) bool { return anyText(c.tools, t) }) {
 		return false
 	}
 	if c.cwds != nil && !quantify(ev.Cwds, strict, func(d string) bool {

@@ -56,7 +56,10 @@
 //
 // Matchers (every key must match; a list matches when any entry does):
 // agent, mode (text globs), kind (ACP tool kinds), method (the four
-// decided methods), title (text glob or "re:REGEXP"), paths and cwd
+// decided methods), title (text glob or "re:REGEXP"), tool (text globs
+// over the tool call's name, ToolCall.name: the agent names its own tools,
+// so a name is never proof of what the tool does; it selects rules, and
+// what the tool call shows it does is judged as always), paths and cwd
 // (doublestar globs over absolute cleaned paths, starting with /, **, ~,
 // ${cwd}, ${roots} or ${home}), command (token patterns: * one token, **
 // any tokens), program (a name matched by basename, or a path), flags_any

@@ -168,6 +168,11 @@ type Evidence struct {
 	// Titles are the tool call's titles (request_permission; every title
 	// the tool call had).
 	Titles []string `json:"titles,omitempty"`
+	// Tools are the tool call's programmatic names (ToolCall.name;
+	// request_permission; every name it had). The agent names its own
+	// tools: a name says what the agent calls the tool, never what the
+	// tool does, so it only selects rules and never adds kinds or items.
+	Tools []string `json:"tools,omitempty"`
 	// Cwds are the working directories of the request: the session's and a
 	// command's own (terminal/create cwd, rawInput.cwd), cleaned and
 	// resolved.
@@ -437,6 +442,7 @@ func (x *extractor) dirs(cwd string) []string {
 type toolCall struct {
 	Kind      json.RawMessage `json:"kind"`
 	Title     json.RawMessage `json:"title"`
+	Name      json.RawMessage `json:"name"`
 	Locations json.RawMessage `json:"locations"`
 	RawInput  json.RawMessage `json:"rawInput"`
 	Content   json.RawMessage `json:"content"`
@@ -479,6 +485,9 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 		}
 		if t, ok := decodeOptional[string](x, tc.Title, "toolCall.title"); ok && t != "" && !slices.Contains(x.ev.Titles, t) {
 			x.ev.Titles = append(x.ev.Titles, t)
+		}
+		if n, ok := decodeOptional[string](x, tc.Name, "toolCall.name"); ok && n != "" && !slices.Contains(x.ev.Tools, n) {
+			x.ev.Tools = append(x.ev.Tools, n)
 		}
 	}
 	// Issue 14 point 4: the stricter reading wins. A declared kind never

@@ -34,6 +34,9 @@ func Explain(d *Decision) string {
 		for _, t := range ev.Titles {
 			fmt.Fprintf(&b, "title:    %q\n", t)
 		}
+		for _, t := range ev.Tools {
+			fmt.Fprintf(&b, "tool:     %q\n", t)
+		}
 	}
 	b.WriteString("evidence:\n")
 	for _, f := range d.Findings {

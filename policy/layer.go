@@ -95,7 +95,7 @@ var (
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments"}
 	testKeys    = []string{"call", "expect", "rule", "agent", "mode", "cwd", "roots", "files", "symlinks"}
-	matcherKeys = []string{"agent", "kind", "method", "title", "paths", "command", "program", "flags_any",
+	matcherKeys = []string{"agent", "kind", "method", "title", "tool", "paths", "command", "program", "flags_any",
 		"domains", "mode", "cwd", "env"}
 
 	ruleID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)

@@ -598,7 +598,7 @@ func entrySubsumes(key, se, re string, strict bool) bool {
 		return true
 	}
 	switch key {
-	case "agent", "mode", "env", "program", "title":
+	case "agent", "mode", "env", "program", "title", "tool":
 		if strings.HasPrefix(se, "re:") || strings.HasPrefix(re, "re:") {
 			return false
 		}

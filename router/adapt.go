@@ -3,6 +3,7 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -122,4 +123,48 @@ func adaptPrompt(p json.RawMessage, caps acp.AgentCapabilities, title string) js
 		return p
 	}
 	return out
+}
+
+// adaptSystemPrompt fits the session's systemPrompt (acp-currency row 6)
+// to an agent's sessionCapabilities.systemPrompt before session/new, load
+// or resume: passed when the agent takes its mode; an append prompt is
+// removed and returned as text, for the agent's first prompt (carryLocked);
+// an override, which text in a prompt cannot carry, is refused with an
+// error naming the agent, never dropped.
+func adaptSystemPrompt(p json.RawMessage, caps acp.AgentCapabilities, agent string) (json.RawMessage, string, error) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(p, &fields) != nil {
+		return p, "", nil
+	}
+	raw, ok := fields["systemPrompt"]
+	if !ok || string(raw) == "null" {
+		return p, "", nil
+	}
+	var sp struct {
+		Mode    string `json:"mode"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	json.Unmarshal(raw, &sp)
+	if acp.SystemPromptMode(caps.SessionCapabilities.SystemPrompt, sp.Mode) {
+		return p, "", nil
+	}
+	if sp.Mode != "append" {
+		return nil, "", acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: agent %q does not support a systemPrompt in %q mode, and the router cannot carry one for it; start a session without it, or use append", agent, sp.Mode),
+			map[string]string{"agent": agent})
+	}
+	var texts []string
+	for _, b := range sp.Content {
+		if b.Type == "text" {
+			texts = append(texts, b.Text)
+		}
+	}
+	delete(fields, "systemPrompt")
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return p, "", nil
+	}
+	return out, strings.Join(texts, "\n"), nil
 }

@@ -167,11 +167,18 @@ type updateFields struct {
 	ToolKind  json.RawMessage `json:"kind"`
 	Locations json.RawMessage `json:"locations"`
 	RawInput  json.RawMessage `json:"rawInput"`
+	ToolName  json.RawMessage `json:"name"` // as sent: the policy reads a malformed one as opaque
+	// Agent-chosen ids of compactions and plans (translate.go), and what
+	// the handoff brief reads of a compaction.
+	CompactionID string          `json:"compactionId"`
+	PlanID       string          `json:"planId"` // plan_removed
+	Plan         json.RawMessage `json:"plan"`   // plan_update: its planId inside
+	Summary      json.RawMessage `json:"summary"`
 }
 
 // toolUpdate is what the permission policy reads of a tool call update.
 func (up *updateFields) toolUpdate() *guard.ToolUpdate {
-	return &guard.ToolUpdate{ID: up.ToolCallID, Kind: up.ToolKind, Title: up.Title, Locations: up.Locations,
+	return &guard.ToolUpdate{ID: up.ToolCallID, Kind: up.ToolKind, Title: up.Title, Name: up.ToolName, Locations: up.Locations,
 		RawInput: up.RawInput, Content: up.Content, Status: up.Status}
 }
 
@@ -180,7 +187,7 @@ var (
 	updateTop    = []string{"sessionId", "update"}
 	updateMember = []string{"sessionUpdate", "toolCallId", "messageId", "currentModeId", "status",
 		"title", "availableCommands", "cost", "configOptions", "_meta", "content", "kind", "locations", "rawInput",
-		"senderSessionId", "recipientSessionId"}
+		"senderSessionId", "recipientSessionId", "name", "compactionId", "planId", "plan", "summary"}
 )
 
 // decodeUpdate reads what the relay needs of a session/update the Stream
@@ -201,7 +208,7 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 		return u, nil
 	}
 	u.raw = top[1]
-	var f [16]json.RawMessage
+	var f [21]json.RawMessage
 	if err := acp.MembersOfValid(top[1], updateMember, f[:]); err != nil {
 		return nil, err
 	}
@@ -237,6 +244,12 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 			}
 		}
 	}
+	for i, dst := range []*string{&up.CompactionID, &up.PlanID} {
+		if err := rawString(f[17+i], dst); err != nil {
+			return nil, err
+		}
+	}
+	up.ToolName, up.Plan, up.Summary = f[16], f[19], f[20]
 	return u, nil
 }
 
@@ -386,16 +399,23 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		// (or its note naming the session's directories) as if the user
 		// had typed it.
 		var c struct{ Text string }
-		if content && !(json.Unmarshal(up.Content, &c) == nil && (strings.HasPrefix(c.Text, merge.BriefHeader) || strings.HasPrefix(c.Text, merge.DirectoriesHeader))) {
+		if content && !(json.Unmarshal(up.Content, &c) == nil && (strings.HasPrefix(c.Text, merge.BriefHeader) || strings.HasPrefix(c.Text, merge.DirectoriesHeader) || strings.HasPrefix(c.Text, merge.SystemPromptHeader))) {
 			line = s.agentLine(d, m, s.idEdits(name, "", "", up.MessageID, up.Meta))
 		}
-	default: // message chunks, plans, kinds the router does not know
+	case "notice":
+		// Live only, never history (acp-currency row 2): written, not
+		// recorded, from whichever agent of the session: it is about the
+		// user's session, not a turn's content.
+		s.writeLiveLocked(s.agentLine(d, m, nil))
+		return
+	default: // message chunks, plans, compactions, kinds the router does not know
 		if content {
-			line = s.agentLine(d, m, append(s.idEdits(name, "", "", up.MessageID, up.Meta), sessionEdits...))
+			edits := append(s.idEdits(name, "", "", up.MessageID, up.Meta), s.objectEdits(name, up)...)
+			line = s.agentLine(d, m, append(edits, sessionEdits...))
 		}
 	}
 	if line != nil && t != nil && t.d == d {
-		t.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
+		t.recordLocked(up)
 	}
 	s.writeLocked(line)
 }

@@ -22,7 +22,8 @@ import (
 //   - sessions, downs: sessions idle for Options.EvictIdle, or beyond
 //     Options.MaxSessions, are evicted from memory (evict.go).
 //   - Session.toolIDs, msgIDs: retired when finished (maxDoneTools,
-//     maxToolIDs, maxMsgIDs; turn end).
+//     maxToolIDs, maxMsgIDs; turn end); Session.objects: maxPlanIDs,
+//     maxCompactionIDs (objects.go).
 //   - Session.queue: maxQueued prompts.
 //   - forwards: one per editor request in flight at an agent: prompts (one
 //     running per session, the rest queued) and at most maxForwards others.

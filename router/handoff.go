@@ -95,13 +95,31 @@ func prependText(p json.RawMessage, text string) json.RawMessage {
 	return out
 }
 
-// recordLocked notes what a turn's update tells the brief: reply text and
-// tool calls with their outcome.
-func (t *turn) recordLocked(kind, toolID string, content json.RawMessage, title *string, status string) {
+// recordLocked notes what a turn's update tells the brief: reply text,
+// tool calls with their outcome, and a compaction of the agent's context
+// with its summary (acp-currency row 3).
+func (t *turn) recordLocked(up *updateFields) {
 	if t.rec == nil {
 		return
 	}
+	kind, toolID, content, title, status := up.Kind, up.ToolCallID, up.Content, up.Title, up.Status
 	switch kind {
+	case "compaction_update":
+		if status == "completed" {
+			t.rec.Compacted = true
+		}
+		var blocks []struct{ Type, Text string }
+		if up.Summary != nil && json.Unmarshal(up.Summary, &blocks) == nil { // a whole new summary
+			t.rec.Compaction = ""
+			for _, b := range blocks {
+				t.rec.AppendCompaction(b.Type, b.Text, maxBriefCompaction)
+			}
+		}
+	case "compaction_summary_chunk":
+		var c struct{ Type, Text string }
+		if json.Unmarshal(content, &c) == nil {
+			t.rec.AppendCompaction(c.Type, c.Text, maxBriefCompaction)
+		}
 	case "agent_message_chunk":
 		var c struct{ Type, Text string }
 		if !t.reply.Full() && json.Unmarshal(content, &c) == nil && c.Type == "text" {
@@ -138,6 +156,10 @@ const (
 	maxBriefTools = 256
 	maxBriefTitle = 256
 )
+
+// maxBriefCompaction bounds the summary of a turn's compactions the record
+// keeps.
+const maxBriefCompaction = 4096
 
 func briefTitle(title string) string {
 	c := merge.Capped{Max: maxBriefTitle}
@@ -207,4 +229,31 @@ func (s *Session) record(t *turn, max int) {
 	s.history = append(s.history[:0], s.history[drop:]...)
 }
 
-func recordSize(r *merge.TurnRecord) int { return len(r.User) + len(r.Reply) + 64*len(r.Tools) }
+func recordSize(r *merge.TurnRecord) int {
+	return len(r.User) + len(r.Reply) + len(r.Compaction) + 64*len(r.Tools)
+}
+
+// carrySystemPrompt prepends the session's append systemPrompt, once, to the
+// first prompt d gets when its agent could not take it on session/new, load
+// or resume (adaptSystemPrompt): before the brief, so that it reads as the
+// session's instructions.
+func carrySystemPrompt(s *Session, d *downstream, p json.RawMessage) json.RawMessage {
+	s.mu.Lock()
+	text := d.systemPrompt
+	d.systemPrompt = ""
+	s.mu.Unlock()
+	if text == "" {
+		return p
+	}
+	var fields struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	json.Unmarshal(p, &fields)
+	block, _ := json.Marshal(map[string]string{"type": "text", "text": merge.SystemPromptHeader + "\n" + text})
+	prompt, _ := json.Marshal(append([]json.RawMessage{block}, fields.Prompt...))
+	out, err := setPath(p, []string{"prompt"}, json.RawMessage(prompt))
+	if err != nil {
+		return p
+	}
+	return out
+}

@@ -213,7 +213,7 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		if cur == nil {
 			continue
 		}
-		cur.recordLocked(up.Kind, up.ToolCallID, up.Content, up.Title, up.Status)
+		cur.recordLocked(&up.updateFields)
 		if (up.Kind == "tool_call" || up.Kind == "tool_call_update") && r.opts.Guard.Enforcing() {
 			evidence[up.ToolCallID] = append(evidence[up.ToolCallID], guard.EncodeEvidence(up.toolUpdate()))
 		}
@@ -445,7 +445,7 @@ func rewriteNewParams(stored, editor json.RawMessage, cwd string) json.RawMessag
 	json.Unmarshal(stored, &fields)
 	var now map[string]json.RawMessage
 	json.Unmarshal(editor, &now)
-	for _, k := range []string{"mcpServers", "additionalDirectories"} {
+	for _, k := range []string{"mcpServers", "additionalDirectories", "systemPrompt"} {
 		if v, ok := now[k]; ok {
 			fields[k] = v
 		}
@@ -491,9 +491,13 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 	var seen int
 	json.Unmarshal(prev.Extra, &seen)
 	name := inst.Agent.Name()
-	p, _ := acp.SetField(adaptNewSession(s.newParams, agentCaps(inst), name, r.log), "sessionId", prev.SessionID)
+	p, carried, spErr := adaptSystemPrompt(adaptNewSession(s.newParams, agentCaps(inst), name, r.log), agentCaps(inst), name)
+	if spErr != nil {
+		return nil, false // refused again by openDownstream, with the error
+	}
+	p, _ = acp.SetField(p, "sessionId", prev.SessionID)
 	d := &downstream{agent: inst.Agent, inst: inst, id: prev.SessionID, seen: seen,
-		replaying: method == acp.MethodSessionLoad && dropReplay}
+		replaying: method == acp.MethodSessionLoad && dropReplay, systemPrompt: carried}
 	key := downKey(inst, d.id)
 	r.mu.Lock()
 	r.bindDownLocked(key, s)

@@ -130,12 +130,10 @@ var routedClientCaps = map[string]bool{
 	// The editor's extensions (Zed: terminal_output, terminal-auth): the
 	// router forwards extension methods and the _meta it does not know.
 	"_meta": true,
-	// plan_update and plan_removed (row 4) would be forwarded, but their
-	// planIds are not kept apart across agents and a switch clears only
-	// the legacy plan (DESIGN §5): the old agent's plan would stay on
-	// screen. Without it agents send the legacy plan, which the router
-	// keeps coherent.
-	"plan": false,
+	// plan_update and plan_removed (row 4): forwarded with the turn's
+	// content, planIds kept apart across the session's agents; a switch
+	// removes the old agent's plans from the editor's screen (objects.go).
+	"plan": true,
 	// Subagent sessions: routed (subagent.go): children announced on a
 	// routed session are translated, ordered with their parent, and their
 	// requests decided with the parent's policy state.

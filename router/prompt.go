@@ -283,6 +283,7 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 		p, _ = acp.SetField(p, "prompt", t.prompt)
 	}
 	p = r.briefAndRecord(s, t, d, p)
+	p = carrySystemPrompt(s, d, p)
 	p = rewriteSessionID(p, s.ID, d.id)
 	p = adaptPrompt(p, agentCaps(inst), inst.Agent.Title())
 	editorID := acp.RawID(t.req.ID)

@@ -61,6 +61,7 @@ type Session struct {
 	titled    bool
 	toolIDs   *merge.IDTable     // tool call ids forwarded to the editor, by agent
 	msgIDs    *merge.IDTable     // message ids, by agent
+	objects   objectIDs          // compaction and plan ids (objects.go)
 	history   []merge.TurnRecord // finished turns, for handoff briefs
 	histBytes int                // their size, as record counts it
 	nextSeq   int                // Seq of the next recorded turn
@@ -97,6 +98,10 @@ type downstream struct {
 	modeReset chan struct{}
 	modeErr   error
 	// replaying: the agent may be replaying the session's history in
+	// systemPrompt: the session's append systemPrompt as text, for the
+	// agent's next prompt: the agent does not take it on session/new
+	// (adaptSystemPrompt).
+	systemPrompt string
 	// answer to the router's session/load; the editor has it already. It
 	// lasts until the router sends the agent a prompt, not until the load
 	// answer: Gemini CLI streams its history without awaiting it, so the
@@ -218,7 +223,10 @@ func (r *Router) openDownstream(ctx context.Context, s *Session, inst *upstream.
 	if err := r.admit(inst); err != nil {
 		return nil, err
 	}
-	p := adaptNewSession(s.newParams, agentCaps(inst), inst.Agent.Name(), r.log)
+	p, carried, err := adaptSystemPrompt(adaptNewSession(s.newParams, agentCaps(inst), inst.Agent.Name(), r.log), agentCaps(inst), inst.Agent.Name())
+	if err != nil {
+		return nil, err
+	}
 	bound := false
 	bind := func(m *acp.Message) { bound = r.bind(s, inst, m) }
 	c, err := inst.Peer().Call(ctx, acp.MethodSessionNew, paramsAny(p), preferID, bind)
@@ -247,6 +255,7 @@ func (r *Router) openDownstream(ctx context.Context, s *Session, inst *upstream.
 	r.learnModes(inst.Agent.Name(), res)
 	s.mu.Lock()
 	d := s.down[inst.Agent.Name()]
+	d.systemPrompt = carried
 	s.mu.Unlock()
 	r.waitMode(ctx, s, d) // the editor's first view of the session shows the mode it will run in
 	return res, nil
@@ -447,6 +456,13 @@ func (s *Session) writeLocked(line []byte) {
 	if line != nil && !s.closed {
 		s.recordLineLocked(line)
 	}
+	s.writeLiveLocked(line)
+}
+
+// writeLiveLocked writes a line that is not part of the session's history
+// (a notice: acp-currency row 2): it is never stored, so a load never
+// replays it.
+func (s *Session) writeLiveLocked(line []byte) {
 	switch {
 	case line == nil, s.closed:
 	case !s.open:

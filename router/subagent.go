@@ -222,6 +222,9 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 			s.toolIDs.Done(id)
 			s.toolIDs.RetireDone(maxDoneTools)
 		}
+	case "notice": // live only (relayUpdate)
+		s.writeLiveLocked(s.agentLine(d, m, edits))
+		return
 	default:
 		edits = append(edits, s.idEdits(name, "", "", up.MessageID, up.Meta)...)
 	}

@@ -154,6 +154,9 @@ func (r *Router) switchTo(ctx context.Context, s *Session, name string) error {
 	s.active = name
 	r.recordMetaLocked(s)
 	s.writeLocked(s.updateLine(map[string]any{"sessionUpdate": "plan", "entries": []any{}}))
+	for _, line := range s.removePlansLocked(name) {
+		s.writeLocked(line)
+	}
 	s.writeLocked(s.optionsLineLocked())
 	s.writeLocked(s.commandsLineLocked())
 	if modes := s.legacyModesLocked(); modes.CurrentModeID != "" && len(modes.AvailableModes) > 0 {

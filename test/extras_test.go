@@ -196,12 +196,12 @@ func TestNewestAgentCapabilities(t *testing.T) {
 	}
 	requireJSON(t, "the router's agentCapabilities", jsonPath(res, "agentCapabilities"), `{"loadSession":true,
 		"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true,"acp":true},
-		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{}},
+		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{},"systemPrompt":{}},
 		"auth":{"logout":{},"status":{}}}`)
 
 	wantCaps := `{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true,"auth":{"terminal":true},
 		"session":{"configOptions":{"boolean":{}},"notices":{}},"elicitation":{"form":{},"url":{}},
-		"_meta":{"terminal_output":true,"terminal-auth":true},"subagents":{}}`
+		"_meta":{"terminal_output":true,"terminal-auth":true},"subagents":{},"plan":{}}`
 	texts := e.Texts(sid)
 	var inits []string
 	for _, text := range texts {

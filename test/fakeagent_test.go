@@ -697,6 +697,7 @@ var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 //	prompt-text              say the prompt's text blocks, joined by " | "
 //	ext-request              request _fake/ask {sessionId}; say "ext: RESULT" or the error
 //	ext-notify               notification _fake/note {sessionId, n: 1}
+//	new-params               say the session/new params the session was made with
 //	elicit-url ID            URL elicitation ID (session scope); say "elicit: RESULT" or the error
 //	elicit-complete ID       notification elicitation/complete ID
 //	elicit-request           form elicitation scoped to this prompt's request id
