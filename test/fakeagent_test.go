@@ -512,12 +512,12 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		}
 		a.reply(m.ID, params)
 	default:
-		if h := fakeMethodExt[m.Method]; h != nil {
-			h(a, m)
-			return
-		}
 		if a.opts.EchoUnknown {
 			a.reply(m.ID, map[string]any{"agent": a.opts.Name, "method": m.Method, "params": m.Params})
+			return
+		}
+		if h := fakeMethodExt[m.Method]; h != nil {
+			h(a, m)
 			return
 		}
 		a.replyErr(m.ID, &RPCError{Code: -32601, Message: "Method not found",
