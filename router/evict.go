@@ -60,16 +60,32 @@ func (r *Router) evictIdle(ctx context.Context) {
 	tick := min(max(r.opts.EvictIdle/4, 10*time.Millisecond), time.Minute)
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-r.sweep:
+		case <-retry:
 		}
 		r.evictSweep(time.Now())
+		// Still past MaxSessions (the sessions beyond it were busy, or
+		// not yet idle, when it looked): look again soon, not at the
+		// next tick, which may be a minute away.
+		retry = nil
+		r.mu.Lock()
+		over := len(r.sessions) > r.opts.MaxSessions
+		r.mu.Unlock()
+		if over {
+			retry = time.After(evictRetry)
+		}
 	}
 }
+
+// evictRetry is how soon a sweep that left more than MaxSessions sessions
+// in memory is tried again.
+const evictRetry = 100 * time.Millisecond
 
 // wakeEvictorLocked asks for a sweep now when more sessions than
 // MaxSessions are in memory. Called with r.mu held.
