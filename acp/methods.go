@@ -85,14 +85,6 @@ const (
 	Legacy Status = "legacy"
 )
 
-// Helpers whose work, in progress on other branches, makes a row's
-// Treatment true (issue 15); until it lands the router does Until.
-const (
-	ByUnstable = "unstable" // set_title, status, archive, auth/status, mcp/message, fork
-	ByProxy    = "proxy"    // proxy/initialize, proxy/successor
-	ByStable   = "stable"   // systemPrompt, ids inside updates
-)
-
 // Method is one row of the protocol table.
 type Method struct {
 	Name   string
@@ -105,20 +97,8 @@ type Method struct {
 	Handler string
 	// Code answers a Refused request.
 	Code int64
-	// Pending names the helper whose work makes Treatment true; until it
-	// is merged the router does Until (Current).
-	Pending string
-	Until   Treatment
-	// Why says why this treatment (and what Pending adds).
+	// Why says why this treatment.
 	Why string
-}
-
-// Current is the treatment the router applies at this commit.
-func (m Method) Current() Treatment {
-	if m.Pending != "" {
-		return m.Until
-	}
-	return m.Treatment
 }
 
 // Methods is the protocol table, editor-side methods first.
@@ -131,13 +111,13 @@ var Methods = []Method{
 	{Name: MethodLogout, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.logout",
 		Why: "sent to every running agent that advertises auth.logout"},
 	{Name: MethodSessionNew, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.newSession",
-		Why: "routed by cwd (routing rules), adapted per agent (adaptNewSession: MCP transports, additionalDirectories); systemPrompt adapted for an agent without it: helper stable"},
+		Why: "routed by cwd (routing rules), adapted per agent (adaptNewSession: MCP transports, additionalDirectories); systemPrompt forwarded, or carried as text for an agent without it (adaptSystemPrompt)"},
 	{Name: MethodSessionLoad, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.loadSession",
 		Why: "the router replays its own store and re-attaches each agent; -32601 without a store"},
 	{Name: MethodSessionResume, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.loadSession",
 		Why: "as session/load, without the replay"},
 	{Name: MethodSessionList, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.listSessions",
-		Why: "answered from the router's store, every agent's sessions; honouring archived: helper unstable"},
+		Why: "answered from the router's store, every agent's sessions; honouring archived (exclude, include, only)"},
 	{Name: MethodSessionDelete, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.deleteSession",
 		Why: "the router's record, and each agent's session where the agent supports it"},
 	{Name: MethodSessionClose, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.closeSession",
@@ -175,7 +155,7 @@ var Methods = []Method{
 
 	// Agents call them (x-side client).
 	{Name: MethodSessionUpdate, Side: SideClient, Status: Stable, Notification: true, Treatment: Handled, Handler: "router.relayUpdate",
-		Why: "ids translated (session, tool call, message; subagent children), recorded for the brief and the store, policy evidence; ids inside updates (compactionId, planId, session_message): helper stable"},
+		Why: "ids translated (session, tool call, message; subagent children), recorded for the brief and the store, policy evidence; ids inside updates (compactionId, planId, session_message) kept apart across agents"},
 	{Name: MethodRequestPermission, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
 		Why: "the permission policy decides first (guard; enforce.go); the editor is asked only for ask"},
 	{Name: MethodReadTextFile, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
@@ -194,9 +174,9 @@ var Methods = []Method{
 	{Name: MethodElicitationComplete, Side: SideClient, Status: Stable, Notification: true, Treatment: Handled, Handler: "router.agentNotification",
 		Why: "the elicitation id translated back; dropped for an id the router never forwarded"},
 	{Name: MethodAuthStatusUpdate, Side: SideClient, Status: Unstable, Notification: true, Treatment: Relayed,
-		Why: "names no session: forwarded attributed to its agent (_meta[\"acp-router\"].agent); helper unstable may merge it with auth/status"},
+		Why: "names no session: forwarded attributed to its agent (_meta[\"acp-router\"].agent); coalesced per agent when the editor is slow"},
 	{Name: MethodMcpMessage, Side: SideClient, Status: Unstable, Request: true, Treatment: Relayed,
-		Why: "the editor hosts the ACP MCP servers; mcpCapabilities.acp is masked until the editor side is routed by serverId (helper unstable)"},
+		Why: "the editor hosts the ACP MCP servers: an agent may reach only the servers its own sessions declared"},
 	{Name: MethodMCPConnect, Side: SideClient, Status: Removed, Request: true, Treatment: Relayed,
 		Why: "removed from the schema (acp-currency row 12): an agent's unknown call goes to the editor like any other"},
 	{Name: MethodMCPDisconnect, Side: SideClient, Status: Removed, Request: true, Treatment: Relayed, Why: "as mcp/connect"},

@@ -55,13 +55,13 @@ func TestEditorDispatchFollowsTable(t *testing.T) {
 	}
 	for _, name := range cases {
 		m, ok := acp.LookupMethod(name, false)
-		if !ok || m.Current() != acp.Handled {
-			t.Errorf("editorHandler.Handle has a case for %s, which the table says is %v", name, m.Current())
+		if !ok || m.Treatment != acp.Handled {
+			t.Errorf("editorHandler.Handle has a case for %s, which the table says is %v", name, m.Treatment)
 		}
 	}
 	var want []string
 	for _, m := range acp.Methods {
-		if m.Side != acp.SideClient && m.Current() == acp.Handled && !slices.Contains(want, m.Name) {
+		if m.Side != acp.SideClient && m.Treatment == acp.Handled && !slices.Contains(want, m.Name) {
 			want = append(want, m.Name)
 		}
 	}

@@ -409,7 +409,7 @@ func (r *Router) byTable(ctx context.Context, req *jsonrpc2.Request) {
 		r.forwardUnknown(ctx, req)
 		return
 	}
-	switch m.Current() {
+	switch m.Treatment {
 	case acp.RoutedBySession:
 		r.sessionRequest(ctx, req)
 	case acp.Unknown:
