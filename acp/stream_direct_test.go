@@ -81,11 +81,15 @@ func TestStreamDirectPartial(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 1 {
+			// The pipe is full; the rest of the second is queued, or
+			// already taken by the writer goroutine (which then waits
+			// for the pipe): either way nothing more is written, and the
+			// end of the test checks that it arrives whole and in order.
 			s.mu.Lock()
 			queue := slices.Clone(s.shared.msgs[s.shared.head:])
 			s.mu.Unlock()
-			if s.Written() != int64(capacity) || len(queue) != 1 || !bytes.Equal(queue[0], m[page:]) {
-				t.Fatalf("after the second message, %d bytes written and %d queued; want %d written and the rest of the second queued", s.Written(), len(queue), capacity)
+			if s.Written() != int64(capacity) || len(queue) > 1 || len(queue) == 1 && !bytes.Equal(queue[0], m[page:]) {
+				t.Fatalf("after the second message, %d bytes written and %d queued; want %d written and at most the rest of the second queued", s.Written(), len(queue), capacity)
 			}
 		}
 	}
