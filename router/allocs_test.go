@@ -1,0 +1,349 @@
+package router
+
+// Deterministic regression guards on the relay's cost (issue 16 part 4):
+// allocations per relayed prompt turn and per relayed 200 B update, and the
+// copies of a 1 MiB update. No timing: counts only, so CI can run them. The
+// bounds are the code's measured counts plus a little slack for the
+// runtime's own allocations (the fixtures' other goroutines run meanwhile);
+// tighten them when the code gets cheaper, never loosen them to make a
+// change pass.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+// Bounds of the guards below. Measured at 86a2754 (before issue 16's fast
+// path): 215 allocations per prompt turn (239 with -race), 14 per 200 B
+// update, 1.01 copies of a 1 MiB update (the reader's; this fixture has no
+// store).
+const (
+	maxAllocsPromptTurn     = 225
+	maxAllocsPromptTurnRace = 250
+	maxAllocsUpdate200B     = 15
+	// maxCopies1MiB: bytes allocated per relayed 1 MiB update, in
+	// multiples of its size.
+	maxCopies1MiB = 1.1
+)
+
+// turnFixture is a router served in-process over pipes whose one agent is
+// an in-process agent reached through a Link: every prompt gets one
+// agent_message_chunk and then end_turn. The editor's end counts updates
+// and signals each response on answered.
+type turnFixture struct {
+	r        *Router
+	editorW  io.WriteCloser
+	answered chan struct{}
+	updates  int64 // read by the editor so far (editor goroutine; read after answered)
+	sid      string
+	prompt   []byte // a session/prompt line with "\n"
+}
+
+func newTurnFixture(tb testing.TB) *turnFixture {
+	tb.Helper()
+	yaml := fmt.Sprintf("version: 1\nagents:\n  - name: %s\n    command: /bin/sh\nrouting: {default: %s}\nhandoff: {max_bytes: 16384}\nstate_dir: %s\n",
+		benchAgent, benchAgent, tb.TempDir())
+	cfg, err := config.Parse("turn.yaml", []byte(yaml), os.LookupEnv)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := New(cfg, Options{OpenDelay: time.Millisecond})
+	r.byName[benchAgent].SetConnect(func() (*upstream.Link, error) { return inProcessAgent(), nil })
+
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	f := &turnFixture{r: r, editorW: inW, answered: make(chan struct{})}
+	r.editor = acp.NewPeer(context.Background(), inR, outW, acp.StreamOptions{LaneBytes: editorLaneBytes, QueueBytes: editorQueueBytes, AnswerInvalid: true}, editorHandler{r})
+	r.editorSet()
+	results := make(chan []byte, 1)
+	var setup atomic.Bool
+	setup.Store(true)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		br := bufio.NewReaderSize(outR, 64<<10)
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			switch {
+			case bytes.Contains(line, []byte(`"session/update"`)):
+				f.updates++
+			case bytes.Contains(line, []byte(`"result"`)) || bytes.Contains(line, []byte(`"error"`)):
+				if setup.Load() {
+					results <- bytes.Clone(line)
+				} else {
+					f.answered <- struct{}{}
+				}
+			}
+		}
+	}()
+	tb.Cleanup(func() {
+		inW.Close()
+		<-r.editor.Done()
+		r.shutdown()
+		outR.Close()
+		<-read
+	})
+	call := func(line string) []byte {
+		tb.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			tb.Fatal(err)
+		}
+		select {
+		case res := <-results:
+			return res
+		case <-time.After(20 * time.Second):
+			tb.Fatalf("no answer to %s", line)
+		}
+		return nil
+	}
+	call(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`)
+	res := call(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}`)
+	m, err := acp.Classify(bytes.TrimSpace(res))
+	if err != nil || m.Error != nil {
+		tb.Fatalf("session/new: %s", res)
+	}
+	f.sid = acp.SessionID(m.Result)
+	f.prompt = []byte(`{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"` + f.sid + `","prompt":[{"type":"text","text":"Explain the relay."}]}}` + "\n")
+	setup.Store(false) // from now on answers go to answered
+	return f
+}
+
+// turn sends one prompt and waits for its answer.
+func (f *turnFixture) turn(tb testing.TB) {
+	if _, err := f.editorW.Write(f.prompt); err != nil {
+		tb.Fatal(err)
+	}
+	<-f.answered
+}
+
+// inProcessAgent is an ACP agent on pipes, answering initialize,
+// session/new ("sess-1") and session/prompt (one agent_message_chunk, then
+// end_turn) with as few allocations as it can, so that the guards count the
+// router's.
+func inProcessAgent() *upstream.Link {
+	outR, outW := io.Pipe()
+	inR, inW := io.Pipe()
+	done := make(chan struct{})
+	closeLink := sync.OnceFunc(func() {
+		outW.CloseWithError(io.EOF)
+		inR.CloseWithError(io.ErrClosedPipe)
+		close(done)
+	})
+	go func() {
+		defer closeLink()
+		br := bufio.NewReaderSize(inR, 64<<10)
+		var out []byte
+		chunk := []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"sess-1","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Hello from the in-process agent."}}}}` + "\n")
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			id := rawMember(line, `"id":`)
+			if id == nil {
+				continue
+			}
+			reply := func(result string) {
+				out = append(out, `{"jsonrpc":"2.0","id":`...)
+				out = append(out, id...)
+				out = append(out, `,"result":`...)
+				out = append(out, result...)
+				out = append(out, "}\n"...)
+			}
+			out = out[:0]
+			switch {
+			case bytes.Contains(line, []byte(`"method":"session/prompt"`)):
+				out = append(out, chunk...)
+				reply(`{"stopReason":"end_turn"}`)
+			case bytes.Contains(line, []byte(`"method":"session/new"`)):
+				reply(`{"sessionId":"sess-1"}`)
+			case bytes.Contains(line, []byte(`"method":"initialize"`)):
+				reply(`{"protocolVersion":1,"agentCapabilities":{"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true}}}`)
+			case bytes.Contains(line, []byte(`"method"`)):
+				reply(`null`)
+			default:
+				continue // a response
+			}
+			if _, err := outW.Write(out); err != nil {
+				return
+			}
+		}
+	}()
+	return &upstream.Link{Out: outR, In: inW, Done: done, Err: func() error { return errors.New("link closed") }, Close: closeLink}
+}
+
+// rawMember returns the raw value of the first top-level member whose
+// "name": prefix is given, for the simple ids the router sends (numbers).
+func rawMember(line []byte, prefix string) []byte {
+	i := bytes.Index(line, []byte(prefix))
+	if i < 0 {
+		return nil
+	}
+	v := line[i+len(prefix):]
+	end := bytes.IndexAny(v, ",}")
+	if end < 0 {
+		return nil
+	}
+	return v[:end]
+}
+
+// TestAllocsPromptTurn bounds the allocations of one relayed prompt turn:
+// the editor's session/prompt, the agent's one agent_message_chunk and its
+// answer, through the router (policy off, no store: the store's writer
+// runs on its own schedule). Counted over the whole process, the fixture's
+// editor and agent included (they allocate next to nothing).
+func TestAllocsPromptTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an in-process agent; -short skips it")
+	}
+	f := newTurnFixture(t)
+	for range 20 { // warm up: tables, buffers, lanes
+		f.turn(t)
+	}
+	before := f.updates
+	allocs := testing.AllocsPerRun(200, func() { f.turn(t) })
+	if got := f.updates - before; got != 201 {
+		t.Fatalf("the editor got %d updates in 201 turns", got)
+	}
+	bound := maxAllocsPromptTurn
+	if raceEnabled {
+		bound = maxAllocsPromptTurnRace
+	}
+	t.Logf("%.1f allocations per prompt turn (bound %d)", allocs, bound)
+	if allocs > float64(bound) {
+		t.Errorf("%.1f allocations per relayed prompt turn, want at most %d", allocs, bound)
+	}
+}
+
+// updateFeed is an agent's stdout that hands out one line at a time, when
+// the test sends it.
+type updateFeed struct {
+	lines chan []byte
+	cur   []byte
+}
+
+func (u *updateFeed) Read(p []byte) (int, error) {
+	if len(u.cur) == 0 {
+		line, ok := <-u.lines
+		if !ok {
+			return 0, io.EOF
+		}
+		u.cur = line
+	}
+	n := copy(p, u.cur)
+	u.cur = u.cur[n:]
+	return n, nil
+}
+
+// relayOne is the relay fixture with an agent stream reading from a feed
+// and an editor side that signals each line it got.
+type relayOne struct {
+	f    *relayFixture
+	feed *updateFeed
+	got  chan struct{}
+	done chan struct{}
+}
+
+func newRelayOne(tb testing.TB) *relayOne {
+	tb.Helper()
+	f := newRelayFixture(tb, false)
+	ro := &relayOne{f: f, feed: &updateFeed{lines: make(chan []byte)}, got: make(chan struct{}), done: make(chan struct{})}
+	agent := acp.NewStream(io.NopCloser(ro.feed), discardCloser{}, acp.StreamOptions{
+		Intercept: func(m *acp.Message) bool { return f.r.interceptAgent(f.inst, m) },
+	})
+	go func() {
+		defer close(ro.done)
+		var v json0
+		agent.ReadObject(&v)
+	}()
+	tb.Cleanup(func() {
+		close(ro.feed.lines)
+		<-ro.done
+		agent.Close()
+		f.stop()
+	})
+	return ro
+}
+
+type json0 = []byte
+
+// send relays line (with "\n") and waits until the editor's side has
+// written it.
+func (ro *relayOne) send(line []byte) {
+	before := ro.f.r.editor.Stream().Written()
+	ro.feed.lines <- line
+	for ro.f.r.editor.Stream().Written() < before+int64(len(line)) {
+		runtime.Gosched()
+	}
+}
+
+// TestAllocsUpdate200B bounds the allocations of one relayed 200 B
+// session/update: read and classified by the agent's stream, routed by the
+// router, queued and written by the editor's.
+func TestAllocsUpdate200B(t *testing.T) {
+	ro := newRelayOne(t)
+	line := append(updateLine(t, ro.f.sid, 200), '\n')
+	for range 20 {
+		ro.send(line)
+	}
+	allocs := testing.AllocsPerRun(500, func() { ro.send(line) })
+	t.Logf("%.1f allocations per 200 B update (bound %d)", allocs, maxAllocsUpdate200B)
+	if allocs > maxAllocsUpdate200B {
+		t.Errorf("%.1f allocations per relayed 200 B update, want at most %d", allocs, maxAllocsUpdate200B)
+	}
+}
+
+// TestCopies1MiB bounds the bytes allocated per relayed 1 MiB update, in
+// multiples of the update: each copy of the message on the way (the
+// reader's, a re-encoding, the store's) counts as one.
+func TestCopies1MiB(t *testing.T) {
+	ro := newRelayOne(t)
+	line := append(updateLine(t, ro.f.sid, 1<<20), '\n')
+	for range 3 {
+		ro.send(line)
+	}
+	const n = 16
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		ro.send(line)
+	}
+	runtime.ReadMemStats(&after)
+	copies := float64(after.TotalAlloc-before.TotalAlloc) / n / float64(len(line))
+	t.Logf("%.2f copies per 1 MiB update (bound %.1f)", copies, maxCopies1MiB)
+	if copies > maxCopies1MiB {
+		t.Errorf("%.2f× the message allocated per relayed 1 MiB update, want at most %.1f×", copies, maxCopies1MiB)
+	}
+}
+
+// BenchmarkPromptTurn is TestAllocsPromptTurn's turn as a benchmark (for
+// its CPU profile): prompt, one chunk, answer, through the router
+// in-process.
+func BenchmarkPromptTurn(b *testing.B) {
+	f := newTurnFixture(b)
+	for range 20 {
+		f.turn(b)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.turn(b)
+	}
+}
