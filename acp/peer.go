@@ -33,6 +33,9 @@ type Peer struct {
 
 	mu      sync.Mutex
 	pending map[string]func(*Message) // our requests in flight, by IDKey
+	// raw: the requests of pending sent by CallRaw. The Conn never saw
+	// them: their responses are consumed in the read path.
+	raw map[string]bool
 	// answered: ids whose response is on its way to the Conn. They stay in
 	// pending until the Conn has resolved the call (its next read): a Call
 	// reusing one earlier would replace jsonrpc2's pending entry and be
@@ -52,7 +55,12 @@ type Peer struct {
 // notifications (in the read loop: it must not wait for responses inline).
 // opts.Intercept, when set, sees messages before the Conn.
 func NewPeer(ctx context.Context, r io.ReadCloser, w io.WriteCloser, opts StreamOptions, h jsonrpc2.Handler) *Peer {
-	p := &Peer{pending: map[string]func(*Message){}, inbound: map[string]int{}, user: opts.Intercept, ready: make(chan struct{})}
+	p := &Peer{pending: map[string]func(*Message){}, raw: map[string]bool{}, inbound: map[string]int{}, user: opts.Intercept, ready: make(chan struct{})}
+	if p.user == nil {
+		if i, ok := h.(Interceptor); ok {
+			p.user = i.Intercept
+		}
+	}
 	opts.Intercept = p.intercept
 	p.stream = NewStream(r, w, opts)
 	log := opts.Logger
@@ -66,13 +74,26 @@ func NewPeer(ctx context.Context, r io.ReadCloser, w io.WriteCloser, opts Stream
 	return p
 }
 
+// Interceptor is a jsonrpc2.Handler that also takes messages in the read
+// path, before the Conn decodes them (the fast path, issue 16): NewPeer
+// uses its Intercept when opts.Intercept is not set. A request it consumes
+// is the Peer's to answer (Reply, ReplyRaw).
+type Interceptor interface {
+	Intercept(*Message) bool
+}
+
 func (p *Peer) intercept(m *Message) bool {
 	p.messages.Add(1)
 	if m.Kind == KindResponse {
 		key := IDKey(m.ID)
 		p.mu.Lock()
 		hook, ok := p.pending[key]
-		if ok {
+		raw := ok && p.raw[key]
+		switch {
+		case raw: // the Conn has no call to resolve: the id is free now
+			delete(p.pending, key)
+			delete(p.raw, key)
+		case ok:
 			p.pending[key] = nil // run the hook once
 			p.answered = append(p.answered, key)
 		}
@@ -80,9 +101,18 @@ func (p *Peer) intercept(m *Message) bool {
 		if ok && hook != nil {
 			hook(m)
 		}
+		return raw
+	}
+	if p.user == nil || !p.user(m) {
 		return false
 	}
-	return p.user != nil && p.user(m)
+	if m.Kind == KindRequest { // answered later, as onRecv counts the Conn's
+		key := IDKey(m.ID)
+		p.mu.Lock()
+		p.inbound[key]++
+		p.mu.Unlock()
+	}
+	return true
 }
 
 // onRecv registers a request of the peer before its handler runs, so that
@@ -248,6 +278,64 @@ func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.
 	return nil, err
 }
 
+// CallRaw is Call for params that are one line of valid JSON, sent as they
+// are: the line is built around them, without the Conn (which would decode
+// nothing but encode params once more). The response is consumed in the
+// read path: onResponse is how it is received (Wait has nothing to wait
+// for). It returns the id used on the wire; jsonrpc2.ErrClosed when the
+// connection is closed.
+func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMessage, onResponse func(*Message)) (json.RawMessage, error) {
+	p.mu.Lock()
+	raw := prefer
+	if len(raw) == 0 || !reusable(raw) || p.pendingLocked(raw) {
+		for {
+			p.next++
+			raw = json.RawMessage(strconv.FormatUint(p.next, 10))
+			if !p.pendingLocked(raw) {
+				break
+			}
+		}
+	}
+	key := IDKey(raw)
+	p.pending[key] = onResponse
+	p.raw[key] = true
+	p.mu.Unlock()
+
+	line := AppendRequest(make([]byte, 0, len(raw)+len(method)+len(params)+48), raw, method, params)
+	p.messages.Add(1)
+	err := p.stream.WriteRaw(line)
+	if err == nil {
+		return raw, nil
+	}
+	p.mu.Lock()
+	delete(p.pending, key)
+	delete(p.raw, key)
+	p.mu.Unlock()
+	if errors.Is(err, ErrClosed) {
+		err = jsonrpc2.ErrClosed
+	}
+	return nil, err
+}
+
+// ReplyRaw answers the peer's request id (as it was received) with result,
+// one line of valid JSON, written as it is (the Conn would compact and
+// escape it once more): the answer to a request taken on the fast path, or
+// one whose result is another peer's raw bytes. It goes in the lane of the
+// session the request named.
+func (p *Peer) ReplyRaw(id, result json.RawMessage) error {
+	key := IDKey(id)
+	p.mu.Lock()
+	if n := p.inbound[key]; n > 1 {
+		p.inbound[key] = n - 1
+	} else {
+		delete(p.inbound, key)
+	}
+	p.mu.Unlock()
+	p.messages.Add(1)
+	line := AppendResponse(make([]byte, 0, len(id)+len(result)+32), id, result)
+	return p.stream.writeAnswer(id, line)
+}
+
 // Notify sends a notification.
 func (p *Peer) Notify(ctx context.Context, method string, params any) error {
 	return p.conn.Notify(ctx, method, params)
@@ -295,6 +383,9 @@ func IDKey(raw json.RawMessage) string {
 	}
 	return "n" + string(raw)
 }
+
+// ParseID is the jsonrpc2 id of a raw id (a request read on the fast path).
+func ParseID(raw json.RawMessage) (jsonrpc2.ID, error) { return parseID(raw) }
 
 func parseID(raw json.RawMessage) (jsonrpc2.ID, error) {
 	// The ids Call sends: plain numbers and strings without escapes.

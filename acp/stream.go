@@ -282,18 +282,25 @@ func (s *Stream) ReadObject(v any) error {
 				}
 			}
 		}
+		// The lane of the answer, whoever answers (the Conn, or the
+		// Intercept's fast path: Peer.ReplyRaw).
+		laned := false
+		if m.Kind == KindRequest && s.answerLanes != nil {
+			if key := SessionID(m.Params); key != "" {
+				s.putLane(s.answerLanes, m.ID, key)
+				laned = true
+			}
+		}
 		if s.opts.Intercept != nil && s.opts.Intercept(m) {
 			continue
 		}
 		if err := decodeValid(m.Raw, v); err != nil {
 			// Classify accepted it, so this is a jsonrpc2 limitation.
 			s.invalid(m, fmt.Errorf("%w: %v", ErrNotRPC, err))
-			continue
-		}
-		if m.Kind == KindRequest && s.answerLanes != nil {
-			if key := SessionID(m.Params); key != "" {
-				s.putLane(s.answerLanes, m.ID, key)
+			if laned {
+				s.takeLane(s.answerLanes, m.ID)
 			}
+			continue
 		}
 		return nil
 	}
@@ -509,6 +516,17 @@ func (s *Stream) WriteObject(obj any) error {
 		key = s.LaneOf(b) // before restoreID: answerLanes has the Conn's ids
 	}
 	return s.WriteRawLane(key, s.restoreID(b))
+}
+
+// writeAnswer queues line, the answer to the peer's request id (as the
+// stream passed it on: a token when it stood for another), in the lane of
+// the session that request named.
+func (s *Stream) writeAnswer(id json.RawMessage, line []byte) error {
+	key := ""
+	if s.answerLanes != nil {
+		key, _ = s.takeLane(s.answerLanes, id)
+	}
+	return s.WriteRawLane(key, s.restoreID(line))
 }
 
 // encodeLine is json.Marshal(obj). What jsonrpc2 writes marshals itself

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -321,14 +322,25 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 		}
 	}
 	r.watchInstance(inst)
-	c, err := inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, answered)
+	// The params as they are (issue 16): built from the editor's bytes by
+	// splicing, so one line of valid JSON unless a step re-encoded them
+	// with a newline (then the Conn encodes them).
+	var agentID json.RawMessage
+	if p != nil && bytes.IndexByte(p, '\n') < 0 {
+		agentID, err = inst.Peer().CallRaw(acp.MethodSessionPrompt, p, editorID, answered)
+	} else {
+		var c *acp.Call
+		if c, err = inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, answered); err == nil {
+			agentID = c.ID
+		}
+	}
 	if err != nil {
 		r.endTurn(ctx, s, t, nil, inst.Agent.Error(inst, err))
 		return
 	}
 	r.mu.Lock()
 	if !fw.done { // else answered already
-		fw.agentID = c.ID
+		fw.agentID = agentID
 		r.forwards[key] = fw
 	}
 	r.mu.Unlock()
@@ -416,7 +428,7 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 	if synthetic {
 		r.log.Info("cancelled turn ended", "session", s.ID, "agent", t.agent)
 	} else {
-		r.replyTo(t.req)(res, err)
+		r.replyRaw(t.req, res, err)
 	}
 	r.recordTurnEnd(s)
 	r.withdraw(func(o *outgoing) bool { return o.session == s.ID })
@@ -496,7 +508,7 @@ func (r *Router) syntheticCancel(s *Session, t *turn) {
 	inst := t.inst
 	s.mu.Unlock()
 	r.log.Warn("agent did not answer session/cancel in time; answering cancelled", "session", s.ID, "agent", inst.Agent.Name())
-	r.replyTo(t.req)(cancelledResult, nil)
+	r.replyRaw(t.req, cancelledResult, nil)
 	r.withdraw(func(o *outgoing) bool { return o.session == s.ID })
 	time.AfterFunc(r.opts.DrainGrace, func() {
 		s.mu.Lock()

@@ -14,6 +14,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -395,6 +396,45 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 		r.editorMcpMessage(ctx, req)
 	default:
 		r.byTable(ctx, req)
+	}
+}
+
+// Intercept is the editor's fast path (issue 16): session/prompt is taken
+// in the stream's read path, before the jsonrpc2.Conn would decode its
+// params into a map and encode them again, and handled as Handle would
+// handle it, at the same point in the editor's message order (the Conn
+// reads the next message only once Handle has returned). Its answer is
+// written as raw bytes (replyRaw).
+func (h editorHandler) Intercept(m *acp.Message) bool {
+	if m.Kind != acp.KindRequest || m.Method != acp.MethodSessionPrompt {
+		return false
+	}
+	id, err := acp.ParseID(m.ID)
+	if err != nil {
+		return false // the Conn's decoder says what is wrong with it
+	}
+	req := &jsonrpc2.Request{Method: m.Method, ID: id}
+	if m.Params != nil {
+		p := m.Params
+		req.Params = &p
+	}
+	r := h.r
+	<-r.editorReady
+	defer r.survive("editor", req)
+	r.prompt(context.Background(), req)
+	return true
+}
+
+// replyRaw answers req, taken on the fast path or not, with res (one line of
+// valid JSON: an agent's raw result or one of the router's constants) as
+// raw bytes; an error goes through replyTo.
+func (r *Router) replyRaw(req *jsonrpc2.Request, res json.RawMessage, err error) {
+	if err != nil || req.Notif || len(res) == 0 || bytes.IndexByte(res, '\n') >= 0 {
+		r.replyTo(req)(res, err)
+		return
+	}
+	if err := r.editor.ReplyRaw(acp.RawID(req.ID), res); err != nil {
+		r.log.Debug("cannot answer the editor", "method", req.Method, "error", err)
 	}
 }
 
