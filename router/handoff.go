@@ -33,16 +33,12 @@ func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMe
 	if h.Disabled {
 		return prependText(p, dirs)
 	}
-	var fields struct {
-		Prompt []json.RawMessage `json:"prompt"`
+	blocks := t.blocks
+	if !t.parsed || t.prompt != nil { // not the editor's prompt as parsed
+		blocks = decodeBlocks(p)
 	}
-	json.Unmarshal(p, &fields)
 	var user []string
-	for _, b := range fields.Prompt {
-		var blk struct {
-			Type, Text, Name, URI string
-		}
-		json.Unmarshal(b, &blk)
+	for _, blk := range blocks {
 		switch blk.Type {
 		case "text":
 			user = append(user, blk.Text)
@@ -72,6 +68,26 @@ func (r *Router) briefAndRecord(s *Session, t *turn, d *downstream, p json.RawMe
 		return prependText(p, brief)
 	}
 	return prependText(p, dirs)
+}
+
+// promptBlock is what the router reads of a prompt's content block (names
+// matched as encoding/json matches them, regardless of case).
+type promptBlock struct {
+	Type, Text, Name, URI string
+}
+
+// decodeBlocks decodes params.prompt of p, block by block: a block that
+// does not decode is a zero block, as before parseTurn decoded them.
+func decodeBlocks(p json.RawMessage) []promptBlock {
+	var fields struct {
+		Prompt []json.RawMessage `json:"prompt"`
+	}
+	json.Unmarshal(p, &fields)
+	blocks := make([]promptBlock, len(fields.Prompt))
+	for i, b := range fields.Prompt {
+		json.Unmarshal(b, &blocks[i])
+	}
+	return blocks
 }
 
 // prependText returns prompt params p with a text block first; p itself

@@ -29,6 +29,10 @@ type turn struct {
 	// command, when set, is a router command: it runs instead of an agent
 	// and returns what the router says.
 	command func(context.Context) string
+	// blocks is the editor's params.prompt as parseTurn decoded it, for
+	// the handoff record (briefAndRecord): the prompt is decoded once.
+	blocks []promptBlock
+	parsed bool // blocks is set (nil: no prompt array)
 
 	// Guarded by the session's mu.
 	d           *downstream        // the downstream session running it
@@ -79,18 +83,39 @@ func (r *Router) prompt(ctx context.Context, req *jsonrpc2.Request) {
 // send an advertised command as plain text "/name args" in a prompt.
 func (r *Router) parseTurn(s *Session, req *jsonrpc2.Request) *turn {
 	t := &turn{req: req}
+	// One decode of the prompt (issue 16): the first block's type and text
+	// decide a command; all of them make the turn's handoff record.
+	var pb struct {
+		Prompt []promptBlock `json:"prompt"`
+	}
+	var first promptBlock
+	if json.Unmarshal(params(req), &pb) == nil {
+		t.blocks, t.parsed = pb.Prompt, true
+		if len(pb.Prompt) == 0 {
+			return t
+		}
+		first = pb.Prompt[0]
+	}
+	if t.parsed && (first.Type != "text" || !strings.HasPrefix(first.Text, "/")) {
+		return t
+	}
+	// A command, or a prompt with a block that does not decode as one
+	// (then only the first block counts, as the brief reads each alone).
 	var p struct {
 		Prompt []json.RawMessage `json:"prompt"`
 	}
 	if json.Unmarshal(params(req), &p) != nil || len(p.Prompt) == 0 {
 		return t
 	}
-	var first struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(p.Prompt[0], &first) != nil || first.Type != "text" || !strings.HasPrefix(first.Text, "/") {
-		return t
+	if !t.parsed {
+		var f struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(p.Prompt[0], &f) != nil || f.Type != "text" || !strings.HasPrefix(f.Text, "/") {
+			return t
+		}
+		first.Text = f.Text
 	}
 	name, rest, _ := strings.Cut(first.Text[1:], " ")
 	name, rest = strings.TrimSpace(name), strings.TrimSpace(rest)
