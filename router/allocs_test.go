@@ -219,9 +219,9 @@ func TestAllocsPromptTurn(t *testing.T) {
 		f.turn(t)
 	}
 	before := f.updates
-	allocs := testing.AllocsPerRun(200, func() { f.turn(t) })
-	if got := f.updates - before; got != 201 {
-		t.Fatalf("the editor got %d updates in 201 turns", got)
+	allocs := minAllocs(200, func() { f.turn(t) })
+	if got := f.updates - before; got != 3*201 {
+		t.Fatalf("the editor got %d updates in %d turns", got, 3*201)
 	}
 	bound := maxAllocsPromptTurn
 	if raceEnabled {
@@ -231,6 +231,18 @@ func TestAllocsPromptTurn(t *testing.T) {
 	if allocs > float64(bound) {
 		t.Errorf("%.1f allocations per relayed prompt turn, want at most %d", allocs, bound)
 	}
+}
+
+// minAllocs is the least of three testing.AllocsPerRun(runs, f): the count
+// is process-wide, so what an earlier test left running (a router shutting
+// down, a timer) can only add to it; the code's own count is the same
+// every time.
+func minAllocs(runs int, f func()) float64 {
+	least := testing.AllocsPerRun(runs, f)
+	for range 2 {
+		least = min(least, testing.AllocsPerRun(runs, f))
+	}
+	return least
 }
 
 // updateFeed is an agent's stdout that hands out one line at a time, when
@@ -304,7 +316,7 @@ func TestAllocsUpdate200B(t *testing.T) {
 	for range 20 {
 		ro.send(line)
 	}
-	allocs := testing.AllocsPerRun(500, func() { ro.send(line) })
+	allocs := minAllocs(500, func() { ro.send(line) })
 	t.Logf("%.1f allocations per 200 B update (bound %d)", allocs, maxAllocsUpdate200B)
 	if allocs > maxAllocsUpdate200B {
 		t.Errorf("%.1f allocations per relayed 200 B update, want at most %d", allocs, maxAllocsUpdate200B)
@@ -321,14 +333,20 @@ func TestCopies1MiB(t *testing.T) {
 		ro.send(line)
 	}
 	const n = 16
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range n {
-		ro.send(line)
+	copies := 0.0
+	for i := range 3 { // the least of three: see minAllocs
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range n {
+			ro.send(line)
+		}
+		runtime.ReadMemStats(&after)
+		c := float64(after.TotalAlloc-before.TotalAlloc) / n / float64(len(line))
+		if i == 0 || c < copies {
+			copies = c
+		}
 	}
-	runtime.ReadMemStats(&after)
-	copies := float64(after.TotalAlloc-before.TotalAlloc) / n / float64(len(line))
 	t.Logf("%.2f copies per 1 MiB update (bound %.1f)", copies, maxCopies1MiB)
 	if copies > maxCopies1MiB {
 		t.Errorf("%.2f× the message allocated per relayed 1 MiB update, want at most %.1f×", copies, maxCopies1MiB)
