@@ -73,6 +73,9 @@ func (r *Router) editorLane(inst *upstream.Instance, req *jsonrpc2.Request) stri
 // from the agent's read path straight to the editor's write queue, as the
 // agent's own bytes unless an id must be translated.
 func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
+	if m.Kind == acp.KindRequest && fastCallback(m.Method) {
+		return r.agentCallback(inst, m)
+	}
 	if m.Kind != acp.KindNotification || m.Method != acp.MethodSessionUpdate {
 		return false
 	}
@@ -114,6 +117,40 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		// (session/cancel) takes s.mu.
 		r.waitEditor(s.ID)
 	}
+	return true
+}
+
+// fastCallback: the agent's requests taken on the fast path (issue 16):
+// the callbacks of a turn.
+func fastCallback(method string) bool {
+	switch method {
+	case acp.MethodRequestPermission, acp.MethodReadTextFile, acp.MethodWriteTextFile,
+		acp.MethodTerminalCreate, acp.MethodTerminalOutput, acp.MethodTerminalWaitForExit,
+		acp.MethodTerminalKill, acp.MethodTerminalRelease:
+		return true
+	}
+	return false
+}
+
+// agentCallback handles an agent's request in the agent's read path, before
+// the jsonrpc2.Conn would decode its params into a map and encode them
+// again, exactly as agentHandler.Handle would at the same point of the
+// agent's message order (the Conn reads the next message only once Handle
+// has returned): the same checks, the same policy decision on the
+// session's sequencer.
+func (r *Router) agentCallback(inst *upstream.Instance, m *acp.Message) bool {
+	id, err := acp.ParseID(m.ID)
+	if err != nil {
+		return false // the Conn's decoder says what is wrong with it
+	}
+	req := &jsonrpc2.Request{Method: m.Method, ID: id}
+	if m.Params != nil {
+		p := m.Params
+		req.Params = &p
+	}
+	defer r.survive(inst.Agent.Name(), nil)
+	r.agentRequest(context.Background(), inst, req)
+	r.waitEditor(r.editorLane(inst, req))
 	return true
 }
 
@@ -586,7 +623,13 @@ func (s *Session) usageLineLocked(p json.RawMessage) []byte {
 // (enforce.go). The answer is relayed back with the agent's id.
 func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request) {
 	reply := func(res json.RawMessage, err error) {
-		if err := inst.Peer().Reply(context.Background(), req.ID, res, err); err != nil {
+		if err == nil && len(res) > 0 && bytes.IndexByte(res, '\n') < 0 {
+			// The editor's raw result, or one of the router's, one line.
+			err = inst.Peer().ReplyRaw(acp.RawID(req.ID), res)
+		} else {
+			err = inst.Peer().Reply(context.Background(), req.ID, res, err)
+		}
+		if err != nil {
 			r.log.Debug("cannot answer the agent", "agent", inst.Agent.Name(), "method", req.Method, "error", err)
 		}
 	}
@@ -638,6 +681,21 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 		}
 	}
 	agentID := acp.RawID(req.ID)
+	if answer == nil && p != nil && bytes.IndexByte(p, '\n') < 0 {
+		// The fast path: the editor's answer is relayed from the
+		// editor's read path, no goroutine waits for it.
+		method := req.Method
+		err := r.callEditorRaw(inst, agentID, sid, method, p, func(res json.RawMessage, err error) {
+			if err == nil {
+				r.trackTerminal(inst, method, sid, p, res)
+			}
+			reply(res, err)
+		})
+		if err != nil {
+			reply(nil, err)
+		}
+		return
+	}
 	c, done, err := r.callEditor(ctx, inst, agentID, sid, req.Method, p)
 	if err != nil {
 		reply(nil, err)
@@ -695,6 +753,97 @@ func (r *Router) callEditor(ctx context.Context, inst *upstream.Instance, agentI
 		r.mu.Unlock()
 	}
 	return c, done, nil
+}
+
+// errEditorClosed answers an agent's request the editor can no longer
+// answer.
+var errEditorClosed = acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
+
+// callEditorRaw is callEditor on the fast path: p (one line of valid JSON)
+// is sent as it is (Peer.CallRaw), and end gets the editor's answer in the
+// editor's read path, or errEditorClosed when the connection closes first.
+// end is not called when it returns an error.
+func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage, sid, method string, p json.RawMessage, end func(json.RawMessage, error)) error {
+	r.mu.Lock()
+	full := r.pending[inst] >= maxPending
+	if !full {
+		r.pending[inst]++
+	}
+	r.mu.Unlock()
+	if full {
+		return acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d requests waiting for the editor already", inst.Agent.Name(), maxPending), nil)
+	}
+	r.watchCalls.Do(func() { r.spawn(r.watchEditorCalls) })
+	o := &outgoing{inst: inst, agentID: agentID, session: sid, end: end}
+	id, err := r.editor.CallRaw(method, p, agentID, func(m *acp.Message) {
+		var res json.RawMessage
+		var err error
+		if m.Error != nil {
+			rpcErr := new(jsonrpc2.Error)
+			if json.Unmarshal(m.Error, rpcErr) != nil {
+				rpcErr = acp.NewError(acp.CodeInternalError, "acp-router: the editor answered with a malformed error", nil)
+			}
+			err = rpcErr
+		} else {
+			res = m.Result
+		}
+		r.endOutgoing(o, res, err)
+	})
+	r.mu.Lock()
+	if err != nil {
+		if r.pending[inst]--; r.pending[inst] == 0 {
+			delete(r.pending, inst)
+		}
+		r.mu.Unlock()
+		return errEditorClosed
+	}
+	if !o.ended { // else answered already
+		o.editorID = id
+		r.toEditor[acp.IDKey(id)] = o
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.editor.Done(): // closed before o was there to be failed
+		r.endOutgoing(o, nil, errEditorClosed)
+	default:
+	}
+	return nil
+}
+
+// endOutgoing relays the answer of a fast-path request to the editor, once.
+func (r *Router) endOutgoing(o *outgoing, res json.RawMessage, err error) {
+	r.mu.Lock()
+	if o.ended {
+		r.mu.Unlock()
+		return
+	}
+	o.ended = true
+	if o.editorID != nil && r.toEditor[acp.IDKey(o.editorID)] == o {
+		delete(r.toEditor, acp.IDKey(o.editorID))
+	}
+	if r.pending[o.inst]--; r.pending[o.inst] == 0 {
+		delete(r.pending, o.inst)
+	}
+	r.mu.Unlock()
+	o.end(res, err)
+}
+
+// watchEditorCalls fails the fast-path requests still waiting for the
+// editor when its connection closes (callEditor's waiters get
+// jsonrpc2.ErrClosed from the Conn).
+func (r *Router) watchEditorCalls() {
+	<-r.editor.Done()
+	r.mu.Lock()
+	var ends []*outgoing
+	for _, o := range r.toEditor {
+		if o.end != nil && !o.ended {
+			ends = append(ends, o)
+		}
+	}
+	r.mu.Unlock()
+	for _, o := range ends {
+		r.endOutgoing(o, nil, errEditorClosed)
+	}
 }
 
 // checkAgentCall refuses what the editor did not advertise (the router

@@ -100,8 +100,10 @@ type Router struct {
 	forwards   map[string]*forward         // editor request id → its forward to an agent
 	watched    map[*upstream.Instance]bool // instances whose connection watchInstance waits on
 	held       map[string]func()
-	toEditor   map[string]*outgoing            // router requests to the editor, by editor-side id
-	pending    map[*upstream.Instance]int      // toEditor entries per agent instance
+	toEditor   map[string]*outgoing       // router requests to the editor, by editor-side id
+	pending    map[*upstream.Instance]int // toEditor entries per agent instance
+	// watchCalls starts watchEditorCalls once.
+	watchCalls sync.Once
 	terminals  map[string]terminal             // terminal id → owner
 	elicits    *merge.IDTable                  // (agent, elicitationId) ↔ editor-side id
 	parked     map[*upstream.Instance]*parking // updates for sessions not bound yet (bounds.go)
@@ -157,6 +159,11 @@ type outgoing struct {
 	agentID  json.RawMessage
 	editorID json.RawMessage
 	session  string // router session id, or ""
+	// A request sent on the fast path (callEditorRaw): end relays its
+	// answer (once: ended, under Router.mu), from the editor's read path
+	// or, when the connection closes first, from watchEditorCalls.
+	end   func(json.RawMessage, error)
+	ended bool
 }
 
 type terminal struct {
