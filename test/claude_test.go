@@ -17,7 +17,35 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
+
+// lingeringTempDir is a temporary directory for an agent's HOME: the
+// claude CLI the agent runs may still be writing its session files there
+// for a moment after the test stopped the agent, so removing it is retried
+// for up to 5 s (t.TempDir's cleanup fails the test on the first
+// "directory not empty").
+func lingeringTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent-home-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil || time.Now().After(deadline) {
+				if err != nil {
+					t.Logf("agent home %s not removed: %v", dir, err)
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return dir
+}
 
 // claudeSetup returns the agents: entry for Claude and its fake API.
 func claudeSetup(t *testing.T) (peerAgent, *fakeAnthropic) {
@@ -26,7 +54,7 @@ func claudeSetup(t *testing.T) (peerAgent, *fakeAnthropic) {
 	node := needNode22(t)
 	fake := startFakeAnthropic(t)
 	env := map[string]string{
-		"HOME": t.TempDir(),
+		"HOME": lingeringTempDir(t),
 		// Node 22 first: the agent and whatever it runs with node.
 		"PATH":               filepath.Dir(node) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"ANTHROPIC_API_KEY":  "test-key", // not a credential: only the fake sees it
