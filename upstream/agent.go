@@ -25,6 +25,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/internal/owner"
+	"github.com/acp-router/acp-router/telemetry"
 )
 
 // Errors an agent reports; they are wrapped with the reason.
@@ -54,6 +55,8 @@ type Options struct {
 	InitParams func() json.RawMessage
 	// OnExit is called once when a running or starting instance ends.
 	OnExit func(*Instance, error)
+	// Telemetry records process starts, exits and restarts; nil: off.
+	Telemetry *telemetry.Telemetry
 
 	// Shutdown timings (DESIGN §7): after stdin is closed the group gets
 	// ShutdownGrace to go away, then SIGTERM and KillGrace, then SIGKILL.
@@ -448,6 +451,7 @@ func (a *Agent) stopIdle(inst *Instance, last acp.Activity, timeout time.Duratio
 }
 
 func (a *Agent) spawn(inst *Instance) error {
+	began := time.Now()
 	inst.mu.Lock()
 	stopped := inst.stopping
 	inst.mu.Unlock()
@@ -523,6 +527,7 @@ func (a *Agent) spawn(inst *Instance) error {
 	inst.mu.Lock()
 	inst.cmd, inst.wd, inst.pgid, inst.started = cmd, wd, pid, time.Now()
 	inst.mu.Unlock()
+	a.opts.Telemetry.AgentStarted(a.Name(), began, inst.Gen > 1, nil)
 	if wd != nil {
 		a.log.Info("agent started", "pid", pid, "command", cfg.Command, "watchdog", cmd.Process.Pid)
 	} else {
@@ -717,6 +722,7 @@ func (a *Agent) ended(inst *Instance, err error) {
 	stopping, reason := inst.stopping, inst.reason
 	inst.mu.Unlock()
 	a.mu.Unlock()
+	a.opts.Telemetry.AgentExited(a.Name(), !stopping, err)
 	if stopping {
 		a.log.Debug("agent exited", "status", err)
 	} else {

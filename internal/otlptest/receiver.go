@@ -1,0 +1,157 @@
+// Package otlptest is a loopback OTLP/gRPC receiver for tests. It decodes
+// what it receives with the OpenTelemetry Collector's pdata, the same code
+// a real collector runs, so that a test checks real OTLP, not what a
+// hand-rolled parser believes it is.
+package otlptest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+)
+
+// Receiver accepts OTLP traces, metrics and logs over gRPC on 127.0.0.1.
+type Receiver struct {
+	// Endpoint is its URL, for telemetry.endpoint or
+	// OTEL_EXPORTER_OTLP_ENDPOINT.
+	Endpoint string
+
+	mu      sync.Mutex
+	traces  []ptrace.Traces
+	metrics []pmetric.Metrics
+	logs    []plog.Logs
+	changed chan struct{}
+}
+
+// Start starts a receiver, stopped when the test ends.
+func Start(t testing.TB) *Receiver {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Receiver{Endpoint: "http://" + ln.Addr().String(), changed: make(chan struct{})}
+	srv := grpc.NewServer()
+	ptraceotlp.RegisterGRPCServer(srv, &traceServer{r: r})
+	pmetricotlp.RegisterGRPCServer(srv, &metricServer{r: r})
+	plogotlp.RegisterGRPCServer(srv, &logServer{r: r})
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	return r
+}
+
+func (r *Receiver) add(f func()) {
+	r.mu.Lock()
+	f()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// Wait waits until ok holds of what was received, or ctx ends (false).
+func (r *Receiver) Wait(ctx context.Context, ok func(traces []ptrace.Traces, metrics []pmetric.Metrics, logs []plog.Logs) bool) bool {
+	for {
+		r.mu.Lock()
+		done := ok(r.traces, r.metrics, r.logs)
+		ch := r.changed
+		r.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+type traceServer struct {
+	ptraceotlp.UnimplementedGRPCServer
+	r *Receiver
+}
+
+func (s *traceServer) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
+	td := ptrace.NewTraces()
+	req.Traces().CopyTo(td)
+	s.r.add(func() { s.r.traces = append(s.r.traces, td) })
+	return ptraceotlp.NewExportResponse(), nil
+}
+
+type metricServer struct {
+	pmetricotlp.UnimplementedGRPCServer
+	r *Receiver
+}
+
+func (s *metricServer) Export(_ context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
+	md := pmetric.NewMetrics()
+	req.Metrics().CopyTo(md)
+	s.r.add(func() { s.r.metrics = append(s.r.metrics, md) })
+	return pmetricotlp.NewExportResponse(), nil
+}
+
+type logServer struct {
+	plogotlp.UnimplementedGRPCServer
+	r *Receiver
+}
+
+func (s *logServer) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
+	ld := plog.NewLogs()
+	req.Logs().CopyTo(ld)
+	s.r.add(func() { s.r.logs = append(s.r.logs, ld) })
+	return plogotlp.NewExportResponse(), nil
+}
+
+// Hanging accepts connections on 127.0.0.1 and never answers: a collector
+// that is up but stuck. Its Endpoint is a URL.
+func Hanging(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// Refusing is a loopback address where nothing listens: a collector that
+// is down.
+func Refusing(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
+}
