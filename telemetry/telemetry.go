@@ -56,7 +56,8 @@ type Options struct {
 	Version string
 	// Getenv reads the OTEL_* variables [os.Getenv].
 	Getenv func(string) string
-	// ExportTimeout bounds one export, retries included [10s].
+	// ExportTimeout bounds one export, retries included
+	// [OTEL_EXPORTER_OTLP_TIMEOUT, else 10s].
 	ExportTimeout time.Duration
 	// QueueSize bounds the spans and log records waiting for export [2048].
 	QueueSize int
@@ -244,6 +245,9 @@ func Setup(ctx context.Context, cfg config.Telemetry, opts Options) (*Telemetry,
 	}
 	if opts.ExportTimeout <= 0 {
 		opts.ExportTimeout = 10 * time.Second
+		if ms, err := strconv.Atoi(opts.Getenv("OTEL_EXPORTER_OTLP_TIMEOUT")); err == nil && ms > 0 {
+			opts.ExportTimeout = time.Duration(ms) * time.Millisecond
+		}
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = 2048

@@ -30,23 +30,60 @@ type Receiver struct {
 	metrics []pmetric.Metrics
 	logs    []plog.Logs
 	changed chan struct{}
+	discard bool
+	// counted are what Discard dropped: spans, points, log records.
+	counted [3]int
 }
 
 // Start starts a receiver, stopped when the test ends.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, stop, err := Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Receiver{Endpoint: "http://" + ln.Addr().String(), changed: make(chan struct{})}
+	t.Cleanup(stop)
+	return r
+}
+
+// Listen starts a receiver outside a test (the benchmark); stop stops it.
+func Listen() (r *Receiver, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	r = &Receiver{Endpoint: "http://" + ln.Addr().String(), changed: make(chan struct{})}
 	srv := grpc.NewServer()
 	ptraceotlp.RegisterGRPCServer(srv, &traceServer{r: r})
 	pmetricotlp.RegisterGRPCServer(srv, &metricServer{r: r})
 	plogotlp.RegisterGRPCServer(srv, &logServer{r: r})
 	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	return r
+	return r, srv.Stop, nil
+}
+
+// Counts are how many spans, metric data points and log records arrived.
+func (r *Receiver) Counts() (spans, points, logs int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	spans, points, logs = r.counted[0], r.counted[1], r.counted[2]
+	for _, td := range r.traces {
+		spans += td.SpanCount()
+	}
+	for _, md := range r.metrics {
+		points += md.DataPointCount()
+	}
+	for _, ld := range r.logs {
+		logs += ld.LogRecordCount()
+	}
+	return spans, points, logs
+}
+
+// Discard makes the receiver count what arrives without keeping it (a
+// long benchmark).
+func (r *Receiver) Discard() {
+	r.mu.Lock()
+	r.discard = true
+	r.mu.Unlock()
 }
 
 func (r *Receiver) add(f func()) {
@@ -83,7 +120,13 @@ type traceServer struct {
 func (s *traceServer) Export(_ context.Context, req ptraceotlp.ExportRequest) (ptraceotlp.ExportResponse, error) {
 	td := ptrace.NewTraces()
 	req.Traces().CopyTo(td)
-	s.r.add(func() { s.r.traces = append(s.r.traces, td) })
+	s.r.add(func() {
+		if s.r.discard {
+			s.r.counted[0] += td.SpanCount()
+			return
+		}
+		s.r.traces = append(s.r.traces, td)
+	})
 	return ptraceotlp.NewExportResponse(), nil
 }
 
@@ -95,7 +138,13 @@ type metricServer struct {
 func (s *metricServer) Export(_ context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
 	md := pmetric.NewMetrics()
 	req.Metrics().CopyTo(md)
-	s.r.add(func() { s.r.metrics = append(s.r.metrics, md) })
+	s.r.add(func() {
+		if s.r.discard {
+			s.r.counted[1] += md.DataPointCount()
+			return
+		}
+		s.r.metrics = append(s.r.metrics, md)
+	})
 	return pmetricotlp.NewExportResponse(), nil
 }
 
@@ -107,7 +156,13 @@ type logServer struct {
 func (s *logServer) Export(_ context.Context, req plogotlp.ExportRequest) (plogotlp.ExportResponse, error) {
 	ld := plog.NewLogs()
 	req.Logs().CopyTo(ld)
-	s.r.add(func() { s.r.logs = append(s.r.logs, ld) })
+	s.r.add(func() {
+		if s.r.discard {
+			s.r.counted[2] += ld.LogRecordCount()
+			return
+		}
+		s.r.logs = append(s.r.logs, ld)
+	})
 	return plogotlp.NewExportResponse(), nil
 }
 
