@@ -233,6 +233,15 @@ func (g *Guard) Close() error {
 // hands it to telemetry: its span's parent is the span in ctx, and it
 // started at start (the decision and the user's answer).
 func (g *Guard) write(ctx context.Context, start time.Time, rec audit.Record) error {
+	err := g.writeFile(&rec)
+	if err == nil && g.opts.Telemetry.Enabled() {
+		g.opts.Telemetry.Decision(ctx, start, &rec, evidenceSummary(rec.Evidence))
+	}
+	return err
+}
+
+// writeFile appends rec to the audit log, setting its DecisionID.
+func (g *Guard) writeFile(rec *audit.Record) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var err error
@@ -240,7 +249,7 @@ func (g *Guard) write(ctx context.Context, start time.Time, rec audit.Record) er
 		err = errors.New("the audit log is not open")
 	} else {
 		rec.DecisionID = g.audit.NewID()
-		err = g.audit.Write(rec)
+		err = g.audit.Write(*rec)
 	}
 	switch {
 	case err != nil && !g.auditDown:
@@ -249,9 +258,6 @@ func (g *Guard) write(ctx context.Context, start time.Time, rec audit.Record) er
 	case err == nil && g.auditDown:
 		g.auditDown = false
 		g.log.Info("the audit log works again", "file", g.auditPath)
-	}
-	if err == nil && g.opts.Telemetry.Enabled() {
-		g.opts.Telemetry.Decision(ctx, start, &rec, evidenceSummary(rec.Evidence))
 	}
 	return err
 }

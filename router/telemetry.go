@@ -21,7 +21,10 @@ import (
 // editor's _meta.
 func (r *Router) traceTurnStart(s *Session, t *turn) {
 	if tel := r.opts.Telemetry; tel.Enabled() {
-		t.tel = tel.StartTurn(params(t.req), s.ID)
+		u := tel.StartTurn(params(t.req), s.ID)
+		s.mu.Lock() // the agent's requests read it (traceAgentCall)
+		t.tel = u
+		s.mu.Unlock()
 	}
 }
 
@@ -29,28 +32,30 @@ func (r *Router) traceTurnStart(s *Session, t *turn) {
 // returns p with that span as _meta.traceparent (the editor's tracestate
 // and baggage kept), so that the agent's spans join the trace.
 func (r *Router) traceDispatch(s *Session, t *turn, d *downstream, p json.RawMessage) json.RawMessage {
-	if t.tel == nil {
+	if !r.opts.Telemetry.Enabled() {
 		return p
 	}
 	s.mu.Lock()
+	u := t.tel
 	mode, _, _, _ := merge.CurrentMode(d.view)
 	s.mu.Unlock()
-	return t.tel.Dispatch(d.agent.Name(), mode, p)
+	return u.Dispatch(d.agent.Name(), mode, p)
 }
 
 // traceTurnEnd ends t's span with the agent's answer (stop reason, usage)
 // and the agent's last cost.
 func (r *Router) traceTurnEnd(s *Session, t *turn, res json.RawMessage, err error) {
-	if t.tel == nil {
+	if !r.opts.Telemetry.Enabled() {
 		return
 	}
 	var cost *telemetry.Cost
 	s.mu.Lock()
+	u := t.tel
 	if t.d != nil && t.d.cost != nil {
 		cost = &telemetry.Cost{Amount: t.d.cost.Amount, Currency: t.d.cost.Currency}
 	}
 	s.mu.Unlock()
-	t.tel.End(res, err, cost)
+	u.End(res, err, cost)
 }
 
 // traceAgentCall starts the span of an agent's request to the router

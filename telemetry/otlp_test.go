@@ -52,10 +52,14 @@ func (c *logCounter) count(msg string) int {
 // Real OTLP exporters over gRPC to a receiver that decodes with pdata:
 // the decision's log record and the metrics arrive as OTLP.
 func TestOTLPExportToReceiver(t *testing.T) {
-	for _, protocol := range []string{"grpc"} {
+	for _, protocol := range []string{"grpc", "http/protobuf"} {
 		t.Run(protocol, func(t *testing.T) {
 			rcv := otlptest.Start(t)
-			tel, err := Setup(t.Context(), config.Telemetry{Enabled: true, Endpoint: rcv.Endpoint, Protocol: protocol},
+			endpoint := rcv.Endpoint
+			if protocol != "grpc" {
+				endpoint = rcv.HTTPEndpoint
+			}
+			tel, err := Setup(t.Context(), config.Telemetry{Enabled: true, Endpoint: endpoint, Protocol: protocol},
 				Options{Getenv: func(string) string { return "" }, BatchInterval: 10 * time.Millisecond, MetricInterval: 50 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)

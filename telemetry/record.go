@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -97,8 +98,11 @@ type Turn struct {
 	t     *Telemetry
 	ctx   context.Context // carries span
 	span  trace.Span
-	call  trace.Span // session/prompt to the agent; nil until Dispatch
 	start time.Time
+
+	// The agent's requests read call (Context) while the turn goes on.
+	mu    sync.Mutex
+	call  trace.Span // session/prompt to the agent; nil until Dispatch
 	agent string
 }
 
@@ -146,6 +150,8 @@ func (u *Turn) Context(ctx context.Context) context.Context {
 	if u == nil {
 		return ctx
 	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	if u.call != nil {
 		return trace.ContextWithSpan(ctx, u.call)
 	}
@@ -159,11 +165,12 @@ func (u *Turn) Dispatch(agent, mode string, params json.RawMessage) json.RawMess
 	if u == nil {
 		return params
 	}
-	u.agent = agent
 	u.span.SetAttributes(KeyAgent.String(agent), KeyMode.String(mode))
-	var ctx context.Context
-	ctx, u.call = u.t.Tracer.Start(u.ctx, "session/prompt", trace.WithSpanKind(trace.SpanKindClient),
+	ctx, call := u.t.Tracer.Start(u.ctx, "session/prompt", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(KeyMethod.String("session/prompt"), KeyAgent.String(agent)))
+	u.mu.Lock()
+	u.agent, u.call = agent, call
+	u.mu.Unlock()
 	u.t.m.prompts.Add(ctx, 1, metric.WithAttributes(KeyAgent.String(agent)))
 	return Inject(ctx, params)
 }
@@ -203,15 +210,17 @@ func (u *Turn) End(result json.RawMessage, err error, cost *Cost) {
 	if cost != nil {
 		attrs = append(attrs, KeyCost.Float64(cost.Amount), KeyCurrency.String(cost.Currency))
 	}
-	if u.call != nil {
-		endWithError(u.call, err)
-		u.call.SetAttributes(KeyStopReason.String(reason))
-		u.call.End()
+	u.mu.Lock()
+	call, agent := u.call, u.agent
+	u.mu.Unlock()
+	if call != nil {
+		endWithError(call, err)
+		call.SetAttributes(KeyStopReason.String(reason))
+		call.End()
 	}
 	u.span.SetAttributes(attrs...)
 	endWithError(u.span, err)
 	u.span.End()
-	agent := u.agent
 	if agent == "" {
 		agent = "router" // a router command: no agent ran
 	}

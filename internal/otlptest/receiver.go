@@ -6,7 +6,9 @@ package otlptest
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 
@@ -19,11 +21,13 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Receiver accepts OTLP traces, metrics and logs over gRPC on 127.0.0.1.
+// Receiver accepts OTLP traces, metrics and logs on 127.0.0.1, over gRPC
+// and over HTTP (protobuf), on two ports.
 type Receiver struct {
-	// Endpoint is its URL, for telemetry.endpoint or
-	// OTEL_EXPORTER_OTLP_ENDPOINT.
-	Endpoint string
+	// Endpoint is its gRPC URL, HTTPEndpoint its OTLP/HTTP base URL, for
+	// telemetry.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT.
+	Endpoint     string
+	HTTPEndpoint string
 
 	mu      sync.Mutex
 	traces  []ptrace.Traces
@@ -58,7 +62,57 @@ func Listen() (r *Receiver, stop func(), err error) {
 	pmetricotlp.RegisterGRPCServer(srv, &metricServer{r: r})
 	plogotlp.RegisterGRPCServer(srv, &logServer{r: r})
 	go srv.Serve(ln)
-	return r, srv.Stop, nil
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Stop()
+		return nil, nil, err
+	}
+	r.HTTPEndpoint = "http://" + hln.Addr().String()
+	hs := &http.Server{Handler: r.httpHandler()}
+	go hs.Serve(hln)
+	return r, func() { srv.Stop(); hs.Close() }, nil
+}
+
+// httpHandler serves OTLP/HTTP with protobuf bodies (the /v1/SIGNAL
+// paths), decoded by the same servers as gRPC.
+func (r *Receiver) httpHandler() http.Handler {
+	type request interface{ UnmarshalProto([]byte) error }
+	type response interface{ MarshalProto() ([]byte, error) }
+	handle := func(newReq func() request, export func(request) (response, error)) http.HandlerFunc {
+		return func(w http.ResponseWriter, hr *http.Request) {
+			body, err := io.ReadAll(hr.Body)
+			req := newReq()
+			if err == nil {
+				err = req.UnmarshalProto(body)
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			res, err := export(req)
+			var out []byte
+			if err == nil {
+				out, err = res.MarshalProto()
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/x-protobuf")
+			w.Write(out)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/traces", handle(func() request { return ptraceotlp.NewExportRequest() }, func(q request) (response, error) {
+		return (&traceServer{r: r}).Export(context.Background(), q.(ptraceotlp.ExportRequest))
+	}))
+	mux.HandleFunc("POST /v1/metrics", handle(func() request { return pmetricotlp.NewExportRequest() }, func(q request) (response, error) {
+		return (&metricServer{r: r}).Export(context.Background(), q.(pmetricotlp.ExportRequest))
+	}))
+	mux.HandleFunc("POST /v1/logs", handle(func() request { return plogotlp.NewExportRequest() }, func(q request) (response, error) {
+		return (&logServer{r: r}).Export(context.Background(), q.(plogotlp.ExportRequest))
+	}))
+	return mux
 }
 
 // Counts are how many spans, metric data points and log records arrived.
