@@ -193,3 +193,34 @@ func TestCollectorHanging(t *testing.T) {
 		})
 	}
 }
+
+// A collector port that answers garbage: exports fail, are counted and
+// logged, and nothing blocks.
+func TestCollectorGarbage(t *testing.T) {
+	for _, protocol := range []string{"grpc", "http/protobuf"} {
+		t.Run(protocol, func(t *testing.T) {
+			logs := newLogCounter()
+			tel, err := Setup(t.Context(), config.Telemetry{Enabled: true, Endpoint: otlptest.Garbage(t), Protocol: protocol},
+				Options{Getenv: func(string) string { return "" }, Logger: logs, BatchInterval: 5 * time.Millisecond, ExportTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 20 {
+				tel.StartTurn(nil, "s").End(nil, nil, nil)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for spans, _, _ := tel.Dropped(); spans == 0 && time.Now().Before(deadline); spans, _, _ = tel.Dropped() {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if spans, _, _ := tel.Dropped(); spans == 0 {
+				t.Error("no dropped span counted")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			tel.Shutdown(ctx)
+			if n := logs.count("telemetry export failing; dropping until it works again"); n < 1 || n > 3 {
+				t.Errorf("the failure was logged %d times", n)
+			}
+		})
+	}
+}

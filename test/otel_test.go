@@ -430,3 +430,21 @@ func TestTelemetryCollectorDown(t *testing.T) {
 		})
 	}
 }
+
+// TestTelemetryBadEnvironment: an invalid OTEL_* value stops the router at
+// start-up with an error naming the variable; with telemetry off the
+// variables are not read at all.
+func TestTelemetryBadEnvironment(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})})+"telemetry: {enabled: true}\n")
+	for name, value := range map[string]string{"OTEL_TRACES_SAMPLER": "sometimes", "OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4317",
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_RESOURCE_ATTRIBUTES": "novalue"} {
+		code, out, errOut := runRouterCmd(t, []string{name + "=" + value}, "--config", cfg)
+		if code != 1 || out != "" || !strings.Contains(errOut, name) {
+			t.Errorf("%s=%s: exit %d, stdout %q, stderr %q; want 1 and an error naming it", name, value, code, out, truncate(errOut, 2000))
+		}
+	}
+	off := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}))
+	e := StartRouter(t, off, nil, withEnv("OTEL_TRACES_SAMPLER=sometimes"))
+	e.Initialize(t, capsAll)
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/plog/plogotlp"
@@ -263,4 +264,32 @@ func Refusing(t testing.TB) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return "http://" + addr
+}
+
+// Garbage answers whatever it is sent with an HTTP response whose body is
+// not OTLP and runs past its length (garbage to gRPC too): a collector
+// port that returns garbage. Its Endpoint is a URL.
+func Garbage(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				c.Read(buf)
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 9\r\n\r\n\xff\xfe garbage\x00\x01\x02garbage garbage"))
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return "http://" + ln.Addr().String()
 }
