@@ -224,3 +224,25 @@ func TestCollectorGarbage(t *testing.T) {
 		})
 	}
 }
+
+// With no endpoint anywhere, the exporters use the OTLP default,
+// http://localhost:4317 (gRPC) in plaintext, as a local collector
+// listens; a per-signal variable is left to the exporter.
+func TestDefaultEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		env              map[string]string
+		protocol, traces string
+	}{
+		{nil, "grpc", "http://localhost:4317"},
+		{nil, "http/protobuf", "http://localhost:4318"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://x:1"}, "grpc", ""},
+	} {
+		s, err := Resolve(config.Telemetry{Protocol: tc.protocol}, func(k string) string { return tc.env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.endpoint("traces"); got != tc.traces {
+			t.Errorf("%v %s: traces endpoint %q, want %q", tc.env, tc.protocol, got, tc.traces)
+		}
+	}
+}

@@ -100,6 +100,26 @@ type Settings struct {
 	Sampler     sdktrace.Sampler
 	SamplerName string
 	ServiceName string // "" leaves OTEL_SERVICE_NAME, else "acp-router"
+	getenv      func(string) string
+}
+
+// endpoint is the URL signal sig is exported to when the exporter must be
+// told: the config's endpoint, or, when neither it nor an
+// OTEL_EXPORTER_OTLP_(SIG_)ENDPOINT variable says, the spec's default
+// (http://localhost:4317 for gRPC, :4318 for HTTP) — plaintext, as a local
+// collector listens; the Go exporters would try TLS on localhost:4317.
+// "" leaves the variables to the exporter.
+func (s *Settings) endpoint(sig string) string {
+	if s.Endpoint != "" {
+		return s.Endpoint
+	}
+	if s.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || s.getenv("OTEL_EXPORTER_OTLP_"+strings.ToUpper(sig)+"_ENDPOINT") != "" {
+		return ""
+	}
+	if s.Protocol[sig] == "grpc" {
+		return "http://localhost:4317"
+	}
+	return "http://localhost:4318"
 }
 
 // Signals, as OTEL_EXPORTER_OTLP_<SIGNAL>_* names them.
@@ -112,7 +132,7 @@ func Resolve(cfg config.Telemetry, getenv func(string) string) (*Settings, error
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	s := &Settings{Protocol: map[string]string{}, Endpoint: cfg.Endpoint, Headers: cfg.Headers, ServiceName: cfg.ServiceName}
+	s := &Settings{Protocol: map[string]string{}, Endpoint: cfg.Endpoint, Headers: cfg.Headers, ServiceName: cfg.ServiceName, getenv: getenv}
 	general := cfg.Protocol
 	if general == "" {
 		p, err := protocolEnv("OTEL_EXPORTER_OTLP_PROTOCOL", getenv)
@@ -320,7 +340,7 @@ func endpointForLog(set *Settings, getenv func(string) string) string {
 	if v := getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); v != "" {
 		return v
 	}
-	return "default"
+	return set.endpoint("traces") + " (or OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT)"
 }
 
 func newResource(ctx context.Context, set *Settings, opts Options) (*resource.Resource, error) {
@@ -365,8 +385,8 @@ func urlFor(endpoint, sig string) string {
 func spanExporter(ctx context.Context, set *Settings, timeout time.Duration) (sdktrace.SpanExporter, error) {
 	if set.Protocol["traces"] == "grpc" {
 		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(timeout)}
-		if set.Endpoint != "" {
-			o = append(o, otlptracegrpc.WithEndpointURL(set.Endpoint))
+		if u := set.endpoint("traces"); u != "" {
+			o = append(o, otlptracegrpc.WithEndpointURL(u))
 		}
 		if set.Headers != nil {
 			o = append(o, otlptracegrpc.WithHeaders(set.Headers))
@@ -374,8 +394,8 @@ func spanExporter(ctx context.Context, set *Settings, timeout time.Duration) (sd
 		return otlptracegrpc.New(ctx, o...)
 	}
 	o := []otlptracehttp.Option{otlptracehttp.WithTimeout(timeout)}
-	if set.Endpoint != "" {
-		o = append(o, otlptracehttp.WithEndpointURL(urlFor(set.Endpoint, "traces")))
+	if u := set.endpoint("traces"); u != "" {
+		o = append(o, otlptracehttp.WithEndpointURL(urlFor(u, "traces")))
 	}
 	if set.Headers != nil {
 		o = append(o, otlptracehttp.WithHeaders(set.Headers))
@@ -386,8 +406,8 @@ func spanExporter(ctx context.Context, set *Settings, timeout time.Duration) (sd
 func metricExporter(ctx context.Context, set *Settings, timeout time.Duration) (sdkmetric.Exporter, error) {
 	if set.Protocol["metrics"] == "grpc" {
 		o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTimeout(timeout)}
-		if set.Endpoint != "" {
-			o = append(o, otlpmetricgrpc.WithEndpointURL(set.Endpoint))
+		if u := set.endpoint("metrics"); u != "" {
+			o = append(o, otlpmetricgrpc.WithEndpointURL(u))
 		}
 		if set.Headers != nil {
 			o = append(o, otlpmetricgrpc.WithHeaders(set.Headers))
@@ -395,8 +415,8 @@ func metricExporter(ctx context.Context, set *Settings, timeout time.Duration) (
 		return otlpmetricgrpc.New(ctx, o...)
 	}
 	o := []otlpmetrichttp.Option{otlpmetrichttp.WithTimeout(timeout)}
-	if set.Endpoint != "" {
-		o = append(o, otlpmetrichttp.WithEndpointURL(urlFor(set.Endpoint, "metrics")))
+	if u := set.endpoint("metrics"); u != "" {
+		o = append(o, otlpmetrichttp.WithEndpointURL(urlFor(u, "metrics")))
 	}
 	if set.Headers != nil {
 		o = append(o, otlpmetrichttp.WithHeaders(set.Headers))
@@ -407,8 +427,8 @@ func metricExporter(ctx context.Context, set *Settings, timeout time.Duration) (
 func logExporter(ctx context.Context, set *Settings, timeout time.Duration) (sdklog.Exporter, error) {
 	if set.Protocol["logs"] == "grpc" {
 		o := []otlploggrpc.Option{otlploggrpc.WithTimeout(timeout)}
-		if set.Endpoint != "" {
-			o = append(o, otlploggrpc.WithEndpointURL(set.Endpoint))
+		if u := set.endpoint("logs"); u != "" {
+			o = append(o, otlploggrpc.WithEndpointURL(u))
 		}
 		if set.Headers != nil {
 			o = append(o, otlploggrpc.WithHeaders(set.Headers))
@@ -416,8 +436,8 @@ func logExporter(ctx context.Context, set *Settings, timeout time.Duration) (sdk
 		return otlploggrpc.New(ctx, o...)
 	}
 	o := []otlploghttp.Option{otlploghttp.WithTimeout(timeout)}
-	if set.Endpoint != "" {
-		o = append(o, otlploghttp.WithEndpointURL(urlFor(set.Endpoint, "logs")))
+	if u := set.endpoint("logs"); u != "" {
+		o = append(o, otlploghttp.WithEndpointURL(urlFor(u, "logs")))
 	}
 	if set.Headers != nil {
 		o = append(o, otlploghttp.WithHeaders(set.Headers))
