@@ -173,6 +173,9 @@ func (a *Agent) Title() string {
 type Instance struct {
 	Agent *Agent
 	Gen   int // increases with every start
+	// Restart: a previous instance failed or was restarted (not a start
+	// after an idle stop).
+	Restart bool
 
 	cmd     *exec.Cmd // the agent, or its watchdog
 	link    *Link     // instead of cmd: an agent reached through a Link
@@ -264,6 +267,7 @@ func (a *Agent) startLocked() (*Instance, error) {
 	}
 	var delay time.Duration
 	var prev *Instance // the instance to wait for
+	restart := a.inst != nil && !a.idle
 	if a.idle {
 		// Stopped when idle: not a failure, so no budget and no backoff,
 		// but the new process starts once the old one is gone (two at once
@@ -287,7 +291,7 @@ func (a *Agent) startLocked() (*Instance, error) {
 		a.restarts = append(a.restarts, now)
 	}
 	a.gen++
-	inst := &Instance{Agent: a, Gen: a.gen, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
+	inst := &Instance{Agent: a, Gen: a.gen, Restart: restart, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.inst, a.state, a.err = inst, Starting, nil
 	a.owned.Go(func() { a.run(inst, prev, delay) })
 	return inst, nil
@@ -527,7 +531,7 @@ func (a *Agent) spawn(inst *Instance) error {
 	inst.mu.Lock()
 	inst.cmd, inst.wd, inst.pgid, inst.started = cmd, wd, pid, time.Now()
 	inst.mu.Unlock()
-	a.opts.Telemetry.AgentStarted(a.Name(), began, inst.Gen > 1, nil)
+	a.opts.Telemetry.AgentStarted(a.Name(), began, inst.Restart, nil)
 	if wd != nil {
 		a.log.Info("agent started", "pid", pid, "command", cfg.Command, "watchdog", cmd.Process.Pid)
 	} else {
