@@ -47,6 +47,8 @@ type Config struct {
 	Audit Audit
 	// History configures the session store in StateDir/sessions.
 	History History
+	// Telemetry configures OpenTelemetry export (off by default).
+	Telemetry Telemetry
 }
 
 // EnvInherit selects which of the router's environment variables an agent

@@ -60,6 +60,9 @@ func (c *Config) Keys() map[string]string {
 	put("history", c.History)
 	put("audit.file", c.Audit.File)
 	put("audit.max_bytes", c.Audit.MaxBytes)
+	tel := c.Telemetry
+	tel.Pos = Pos{} // where it is written is not what it sets
+	put("telemetry", tel)
 	return out
 }
 

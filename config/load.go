@@ -87,7 +87,7 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 }
 
 var (
-	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history"}
+	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history", "telemetry"}
 	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
 	// this build does not implement yet. They are rejected rather than
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
@@ -158,6 +158,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	cfg.History = History{MaxTotalBytes: DefaultHistoryBytes, MaxAge: DefaultHistoryAge}
 	if v := f["history"]; v != nil {
 		cfg.History = p.history(v)
+	}
+	if v := f["telemetry"]; v != nil {
+		cfg.Telemetry = p.telemetry(v)
 	}
 	return cfg
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/audit"
 	"github.com/acp-router/acp-router/policy"
@@ -60,6 +62,10 @@ type Verdict struct {
 
 	dec  policy.Decision
 	sess *Session
+	// start and trace are when the decision started and the span it was
+	// made under (the agent's request in its turn), for its own span.
+	start time.Time
+	trace trace.SpanContext
 }
 
 // ErrorMessage is the message of the error a denied direct call gets.
@@ -91,7 +97,8 @@ func (v *Verdict) AuditFailed() bool { return v.Rule == RuleAudit }
 // With no policy in force the verdict is ask (the editor decides).
 func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	start := time.Now()
-	v := &Verdict{Method: req.Method, SessionID: req.SessionID, ParentID: req.ParentID, Agent: req.Agent, sess: s}
+	v := &Verdict{Method: req.Method, SessionID: req.SessionID, ParentID: req.ParentID, Agent: req.Agent, sess: s,
+		start: start, trace: trace.SpanContextFromContext(ctx)}
 	var ref struct {
 		ToolCall struct {
 			ToolCallID string `json:"toolCallId"`
@@ -228,7 +235,8 @@ func (g *Guard) RecordRefused(agent, method, sessionID, reason string) {
 		return
 	}
 	rule := RuleUnknownSession
-	g.write(audit.Record{Time: time.Now(), Session: sessionID, Agent: agent, Method: method,
+	now := time.Now()
+	g.write(context.Background(), now, audit.Record{Time: now, Session: sessionID, Agent: agent, Method: method,
 		Evidence: []any{map[string]string{"refused": reason}}, Decision: policy.Deny.String(), Rule: &rule,
 		Layer: policy.LayerBuiltin, Source: string(policy.SourceBuiltin), PolicyHash: pol.Hash()})
 }
@@ -264,7 +272,11 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 	if v.Rule != "" {
 		rec.Rule = &v.Rule
 	}
-	if err := g.write(rec); err != nil {
+	start := v.start
+	if start.IsZero() {
+		start = rec.Time
+	}
+	if err := g.write(trace.ContextWithSpanContext(context.Background(), v.trace), start, rec); err != nil {
 		if allowed {
 			v.Effect, v.Source, v.Rule, v.Layer = policy.Deny, string(policy.SourceBuiltin), RuleAudit, policy.LayerBuiltin
 			v.Message = "the audit log cannot be written: " + err.Error()

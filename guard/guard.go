@@ -19,8 +19,10 @@
 package guard
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/audit"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/telemetry"
 )
 
 // Options configure a Guard; zero values take the defaults in brackets.
@@ -46,6 +49,9 @@ type Options struct {
 	// included; a decision that takes longer is denied [5s].
 	DecideTimeout time.Duration
 	Logger        hclog.Logger
+	// Telemetry receives every audited decision: a span, the decision
+	// metrics and the record as an OTLP log record [nil: off].
+	Telemetry *telemetry.Telemetry
 }
 
 // Guard holds the permission policy in force and the audit log. A reload
@@ -223,8 +229,19 @@ func (g *Guard) Close() error {
 	return err
 }
 
-// write appends one record to the audit log.
-func (g *Guard) write(rec audit.Record) error {
+// write appends one record to the audit log and, once it is written,
+// hands it to telemetry: its span's parent is the span in ctx, and it
+// started at start (the decision and the user's answer).
+func (g *Guard) write(ctx context.Context, start time.Time, rec audit.Record) error {
+	err := g.writeFile(&rec)
+	if err == nil && g.opts.Telemetry.Enabled() {
+		g.opts.Telemetry.Decision(ctx, start, &rec, evidenceSummary(rec.Evidence))
+	}
+	return err
+}
+
+// writeFile appends rec to the audit log, setting its DecisionID.
+func (g *Guard) writeFile(rec *audit.Record) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var err error
@@ -232,7 +249,7 @@ func (g *Guard) write(rec audit.Record) error {
 		err = errors.New("the audit log is not open")
 	} else {
 		rec.DecisionID = g.audit.NewID()
-		err = g.audit.Write(rec)
+		err = g.audit.Write(*rec)
 	}
 	switch {
 	case err != nil && !g.auditDown:
@@ -243,6 +260,28 @@ func (g *Guard) write(rec audit.Record) error {
 		g.log.Info("the audit log works again", "file", g.auditPath)
 	}
 	return err
+}
+
+// evidenceSummary is what a decision's span tells of its evidence: the
+// types and kinds of its items, never paths, commands or contents.
+func evidenceSummary(ev any) telemetry.Evidence {
+	items, _ := ev.([]auditItem)
+	var s telemetry.Evidence
+	s.Items = len(items)
+	for _, it := range items {
+		if !slices.Contains(s.Types, it.Type) {
+			s.Types = append(s.Types, it.Type)
+		}
+		for _, k := range it.Kinds {
+			if !slices.Contains(s.Kinds, string(k)) {
+				s.Kinds = append(s.Kinds, string(k))
+			}
+		}
+	}
+	if list, ok := ev.([]any); ok {
+		s.Items = len(list)
+	}
+	return s
 }
 
 // Decides: the agent requests the policy decides (DESIGN §6), when one is

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -136,7 +137,7 @@ func (g *Guard) RecordModeReset(sid, agent, from, target string, resetErr error)
 	rec := audit.Record{Time: time.Now(), Session: sid, Agent: agent, Method: "mode",
 		Evidence: []any{ev}, Decision: policy.Deny.String(), Rule: &rule, Layer: layer,
 		Source: string(policy.SourceBuiltin), PolicyHash: pol.Hash()}
-	g.write(rec) // a failure is logged by write
+	g.write(context.Background(), rec.Time, rec) // a failure is logged by write
 }
 
 // AdmitAgent says whether the router may open a session on agent: an
@@ -157,7 +158,7 @@ func (g *Guard) AdmitAgent(agent string) error {
 	rec := audit.Record{Time: time.Now(), Agent: agent, Method: acp.MethodSessionNew,
 		Evidence: []any{map[string]string{"agentInfo": id.Info, "problem": st.Problem}}, Decision: policy.Deny.String(),
 		Rule: &rule, Layer: st.By.Layer, Source: string(policy.SourceBuiltin), PolicyHash: pol.Hash()}
-	g.write(rec) // a failure is logged by write; the agent is refused anyway
+	g.write(context.Background(), rec.Time, rec) // a failure is logged by write; the agent is refused anyway
 	return acp.NewError(acp.CodeInternalError,
 		fmt.Sprintf("acp-router: the permission policy refuses agent %q: %s (unknown_agents: refuse, %s). To use it: %s.", agent, st.Problem, st.By.Pos, st.Fix),
 		map[string]string{"agent": agent, "agentInfo": id.Info, "rule": rule, "reason": st.Problem})

@@ -633,6 +633,7 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 			r.log.Debug("cannot answer the agent", "agent", inst.Agent.Name(), "method", req.Method, "error", err)
 		}
 	}
+	ctx, reply = r.traceAgentCall(ctx, inst, req, reply)
 	p := params(req)
 	if err := r.checkAgentCall(inst, req.Method, p); err != nil {
 		reply(nil, err)

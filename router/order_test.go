@@ -18,6 +18,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/telemetry"
 )
 
 // slowFS is the policy's filesystem with a slow disk under prefix: Resolve
@@ -191,6 +192,12 @@ func (e *orderEditor) transcript(sid, endID string) []string {
 // allows reads in the session's cwd; it returns the editor's end.
 func newOrderRouter(t *testing.T, fs *slowFS, decideTimeout time.Duration) *orderEditor {
 	t.Helper()
+	return newOrderRouterTel(t, fs, decideTimeout, nil)
+}
+
+// newOrderRouterTel is newOrderRouter with telemetry tel (nil: off).
+func newOrderRouterTel(t *testing.T, fs *slowFS, decideTimeout time.Duration, tel *telemetry.Telemetry) *orderEditor {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -216,11 +223,11 @@ permissions:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, FS: fs, DecideTimeout: decideTimeout})
+	g, err := guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, FS: fs, DecideTimeout: decideTimeout, Telemetry: tel})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(cfg, Options{Guard: g, OpenDelay: time.Millisecond})
+	r := New(cfg, Options{Guard: g, OpenDelay: time.Millisecond, Telemetry: tel})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	e := &orderEditor{t: t, w: inW, changed: make(chan struct{}), calls: map[string]chan *edMsg{}}

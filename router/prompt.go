@@ -14,6 +14,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/telemetry"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -43,6 +44,7 @@ type turn struct {
 	reply       merge.Capped      // its reply text, bounded
 	synthetic   bool              // the router answered "cancelled"; the agent is draining
 	done        bool
+	tel         *telemetry.Turn // its span; nil with telemetry off
 }
 
 var cancelledResult = json.RawMessage(`{"stopReason":"cancelled"}`)
@@ -247,6 +249,7 @@ func (r *Router) dequeue(s *Session, t *turn) {
 // overtake it), else once that session is opened.
 func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 	r.recordTurnStart(s, t)
+	r.traceTurnStart(s, t)
 	if t.command != nil {
 		r.spawn(func() {
 			text := t.command(ctx)
@@ -312,6 +315,7 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 	p = carrySystemPrompt(s, d, p)
 	p = rewriteSessionID(p, s.ID, d.id)
 	p = adaptPrompt(p, agentCaps(inst), inst.Agent.Title())
+	p = r.traceDispatch(s, t, d, p)
 	editorID := acp.RawID(t.req.ID)
 	key := acp.IDKey(editorID)
 	// The turn ends in the agent's read path, when its answer arrives (no
@@ -450,6 +454,7 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 		s.record(t, r.cfg.Handoff.MaxBytes)
 	}
 	s.policy.EndTurn() // an approval covers the direct calls of its own turn only
+	r.traceTurnEnd(s, t, res, err)
 	if synthetic {
 		r.log.Info("cancelled turn ended", "session", s.ID, "agent", t.agent)
 	} else {

@@ -34,6 +34,7 @@ import (
 	"github.com/acp-router/acp-router/internal/owner"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/store"
+	"github.com/acp-router/acp-router/telemetry"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -72,6 +73,9 @@ type Options struct {
 	// MaxSessions: past this many sessions in memory, idle ones are
 	// evicted least recently used first, before EvictIdle [1024].
 	MaxSessions int
+	// Telemetry exports spans and metrics of turns, agent calls, switches
+	// and agent processes; nil: off.
+	Telemetry *telemetry.Telemetry
 }
 
 // Router serves one editor connection.
@@ -227,6 +231,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		Intercept:     r.interceptAgent,
 		InitParams:    r.agentInitParams,
 		OnExit:        r.agentExited,
+		Telemetry:     opts.Telemetry,
 		ShutdownGrace: opts.ShutdownGrace,
 		KillGrace:     opts.KillGrace,
 	}
@@ -236,6 +241,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		r.agents = append(r.agents, a)
 		r.byName[ac.Name] = a
 	}
+	r.observeTelemetry()
 	return r
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -146,9 +147,12 @@ func (r *Router) switchTo(ctx context.Context, s *Session, name string) error {
 	if enforced {
 		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: this session must stay on %q (routing rule with enforce: true in %s)", s.activeName(), r.cfg.File), nil)
 	}
+	began, from := time.Now(), s.activeName()
 	if _, err := r.ensureDownstream(ctx, s, a); err != nil {
+		r.traceSwitch(s, began, from, name, err)
 		return err
 	}
+	defer r.traceSwitch(s, began, from, name, nil) // after s.mu is released
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.active = name

@@ -8,6 +8,13 @@ cd "$(dirname "$0")/.."
 # The ACP Go SDK's example agent and client (go.mod tool dependencies).
 go build -o /dev/null github.com/coder/acp-go-sdk/example/agent github.com/coder/acp-go-sdk/example/client
 
+# Jaeger, the trace receiver of test/otel_test.go: a Go tool of its own module
+# (tools/jaeger/go.mod), built here so that its time shows in the log (the
+# test links it again from the build cache).
+start=$SECONDS
+go -C tools/jaeger build -o /dev/null github.com/jaegertracing/jaeger/cmd/jaeger
+echo "jaeger: built in $((SECONDS - start)) s" >&2
+
 # The real coding agents the end-to-end tests run behind the router, each
 # against a fake model API on loopback (test/gemini_test.go, claude_test.go,
 # codex_test.go, opencode_test.go). Installed from npm into the ignored

@@ -614,6 +614,9 @@ func (a *fakeAgent) prompt(m wireMsg) {
 		a.replyErr(m.ID, &RPCError{Code: -32602, Message: err.Error()})
 		return
 	}
+	if tp := jsonString(m.Params, "_meta", "traceparent"); tp != "" {
+		a.logf("prompt-traceparent %s", tp) // test/otel_test.go
+	}
 	a.mu.Lock()
 	s := a.sessions[p.SessionID]
 	if s == nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/internal/owner"
+	"github.com/acp-router/acp-router/telemetry"
 )
 
 // Errors an agent reports; they are wrapped with the reason.
@@ -54,6 +55,8 @@ type Options struct {
 	InitParams func() json.RawMessage
 	// OnExit is called once when a running or starting instance ends.
 	OnExit func(*Instance, error)
+	// Telemetry records process starts, exits and restarts; nil: off.
+	Telemetry *telemetry.Telemetry
 
 	// Shutdown timings (DESIGN §7): after stdin is closed the group gets
 	// ShutdownGrace to go away, then SIGTERM and KillGrace, then SIGKILL.
@@ -170,6 +173,9 @@ func (a *Agent) Title() string {
 type Instance struct {
 	Agent *Agent
 	Gen   int // increases with every start
+	// Restart: a previous instance failed or was restarted (not a start
+	// after an idle stop).
+	Restart bool
 
 	cmd     *exec.Cmd // the agent, or its watchdog
 	link    *Link     // instead of cmd: an agent reached through a Link
@@ -261,6 +267,7 @@ func (a *Agent) startLocked() (*Instance, error) {
 	}
 	var delay time.Duration
 	var prev *Instance // the instance to wait for
+	restart := a.inst != nil && !a.idle
 	if a.idle {
 		// Stopped when idle: not a failure, so no budget and no backoff,
 		// but the new process starts once the old one is gone (two at once
@@ -284,7 +291,7 @@ func (a *Agent) startLocked() (*Instance, error) {
 		a.restarts = append(a.restarts, now)
 	}
 	a.gen++
-	inst := &Instance{Agent: a, Gen: a.gen, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
+	inst := &Instance{Agent: a, Gen: a.gen, Restart: restart, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.inst, a.state, a.err = inst, Starting, nil
 	a.owned.Go(func() { a.run(inst, prev, delay) })
 	return inst, nil
@@ -448,6 +455,7 @@ func (a *Agent) stopIdle(inst *Instance, last acp.Activity, timeout time.Duratio
 }
 
 func (a *Agent) spawn(inst *Instance) error {
+	began := time.Now()
 	inst.mu.Lock()
 	stopped := inst.stopping
 	inst.mu.Unlock()
@@ -523,6 +531,7 @@ func (a *Agent) spawn(inst *Instance) error {
 	inst.mu.Lock()
 	inst.cmd, inst.wd, inst.pgid, inst.started = cmd, wd, pid, time.Now()
 	inst.mu.Unlock()
+	a.opts.Telemetry.AgentStarted(a.Name(), began, inst.Restart, nil)
 	if wd != nil {
 		a.log.Info("agent started", "pid", pid, "command", cfg.Command, "watchdog", cmd.Process.Pid)
 	} else {
@@ -717,6 +726,7 @@ func (a *Agent) ended(inst *Instance, err error) {
 	stopping, reason := inst.stopping, inst.reason
 	inst.mu.Unlock()
 	a.mu.Unlock()
+	a.opts.Telemetry.AgentExited(a.Name(), !stopping, err)
 	if stopping {
 		a.log.Debug("agent exited", "status", err)
 	} else {

@@ -279,6 +279,9 @@ func TestIdleTimeout(t *testing.T) {
 			if inst.Gen <= gen {
 				t.Fatalf("cycle %d: instance %d is not a new one (last %d)", cycle, inst.Gen, gen)
 			}
+			if inst.Restart {
+				t.Errorf("cycle %d: a start after an idle stop is marked a restart (telemetry counts it)", cycle)
+			}
 			gen = inst.Gen
 			ia.waitIdleStop(t, inst, pid)
 			if d := time.Since(start); d < idle {

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/router"
 	"github.com/acp-router/acp-router/store"
+	"github.com/acp-router/acp-router/telemetry"
 )
 
 // startPolicy loads the permission policy, opens its audit log and
@@ -21,7 +23,7 @@ import (
 // policy that does not load, or fails its own tests, is an error and the
 // router does not start. record: the running router's applied config is
 // recorded for `check` (config.WriteRunning).
-func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger, record bool) (*guard.Guard, *guard.LoadedPolicy, error) {
+func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger, record bool, tel *telemetry.Telemetry) (*guard.Guard, *guard.LoadedPolicy, error) {
 	lp, err := guard.LoadPolicy(orgPolicyDir, cfg)
 	if err == nil {
 		err = lp.TestsError()
@@ -31,7 +33,7 @@ func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger, reco
 	}
 	home, _ := os.UserHomeDir()
 	g, err := guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, AuditMaxBytes: cfg.Audit.MaxBytes,
-		Home: home, Logger: log.Named("policy")})
+		Home: home, Logger: log.Named("policy"), Telemetry: tel})
 	if err != nil {
 		return nil, nil, fmt.Errorf("permission policy: %w", err)
 	}
@@ -72,7 +74,12 @@ func serve(ctx context.Context, g *globals) (int, error) {
 		return code, err
 	}
 	defer closer.Close()
-	pg, lp, err := startPolicy(ctx, cfg, log, true)
+	tel, err := telemetry.Setup(ctx, cfg.Telemetry, telemetry.Options{Logger: log.Named("telemetry"), Version: router.Version()})
+	if err != nil {
+		return 1, err
+	}
+	defer shutdownTelemetry(tel, log)
+	pg, lp, err := startPolicy(ctx, cfg, log, true, tel)
 	if err != nil {
 		return 1, err
 	}
@@ -92,11 +99,23 @@ func serve(ctx context.Context, g *globals) (int, error) {
 	} else {
 		defer st.Close()
 	}
-	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly})
+	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel})
 	in, out, restore := editorStdio()
 	defer restore()
 	if err := r.Serve(ctx, in, out); err != nil {
 		return 1, err
 	}
 	return 0, nil
+}
+
+// telemetryFlush bounds the flush at exit: a collector that is down or
+// hangs delays the router's exit by at most this long.
+const telemetryFlush = 5 * time.Second
+
+func shutdownTelemetry(tel *telemetry.Telemetry, log hclog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), telemetryFlush)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		log.Warn("telemetry: not everything was flushed at exit", "error", err)
+	}
 }

@@ -1,0 +1,86 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	sdklog "go.opentelemetry.io/otel/sdk/log"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/telemetry"
+)
+
+// discardLogs is a log exporter that keeps nothing.
+type discardLogs struct{}
+
+func (discardLogs) Export(context.Context, []sdklog.Record) error { return nil }
+func (discardLogs) Shutdown(context.Context) error                { return nil }
+func (discardLogs) ForceFlush(context.Context) error              { return nil }
+
+// TestTelemetryTurn runs turns with decided agent requests through an
+// in-process router with telemetry on (run it with -race: the hooks read
+// the turn from the agent's read path while the turn goes on), and checks
+// the spans' parents: turn under the editor's traceparent, the agent call
+// under the turn, the agent's request under the call, its decision under
+// the request.
+func TestTelemetryTurn(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
+		SpanExporter: spans, MetricReader: sdkmetric.NewManualReader(), LogExporter: discardLogs{}, BatchInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
+	var res struct{ SessionID string }
+	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{}}), &res)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for range 3 {
+		_, done := e.call("session/prompt", map[string]any{"sessionId": res.SessionID,
+			"prompt": []map[string]string{{"type": "text", "text": "say a\nread /b/y\nsay b\nwait\nsay c"}},
+			"_meta":  map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}})
+		select {
+		case m := <-done:
+			if m.Error != nil {
+				t.Fatal(string(m.Error))
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the turn did not end")
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	var got tracetest.SpanStubs
+	for ctx.Err() == nil {
+		got = spans.GetSpans()
+		if len(got) >= 12 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	byID := map[string]tracetest.SpanStub{}
+	count := map[string]int{}
+	for _, s := range got {
+		byID[s.SpanContext.SpanID().String()] = s
+		count[s.Name]++
+	}
+	if count["acp-router turn"] != 3 || count["session/prompt"] != 3 || count["fs/read_text_file"] != 3 || count["policy decision"] != 3 {
+		t.Fatalf("spans by name %v", count)
+	}
+	for _, s := range got {
+		parent := byID[s.Parent.SpanID().String()]
+		want := map[string]string{"session/prompt": "acp-router turn", "fs/read_text_file": "session/prompt", "policy decision": "fs/read_text_file"}[s.Name]
+		switch {
+		case s.Name == "acp-router turn":
+			if s.Parent.SpanID().String() != parentID || s.SpanContext.TraceID().String() != traceID {
+				t.Errorf("turn parent %v", s.Parent)
+			}
+		case want != "" && parent.Name != want:
+			t.Errorf("%s's parent is %q, want %q", s.Name, parent.Name, want)
+		}
+	}
+}
