@@ -114,8 +114,12 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		}
 		// Backpressure from a slow editor, only from this session's
 		// backlog, and holding no lock: the editor's read loop
-		// (session/cancel) takes s.mu.
+		// (session/cancel) takes s.mu. Then from a disk slower than the
+		// agents: the store's queue holds the updates not yet written.
 		r.waitEditor(s.ID)
+		if st := r.opts.Store; st != nil {
+			st.WaitRoom()
+		}
 	}
 	return true
 }

@@ -276,7 +276,13 @@ type relayOne struct {
 
 func newRelayOne(tb testing.TB) *relayOne {
 	tb.Helper()
-	f := newRelayFixture(tb, false)
+	return newRelayOneOpts(tb, Options{})
+}
+
+// newRelayOneOpts is newRelayOne with the router's options.
+func newRelayOneOpts(tb testing.TB, opts Options) *relayOne {
+	tb.Helper()
+	f := newRelayFixtureOpts(tb, false, opts)
 	ro := &relayOne{f: f, feed: &updateFeed{lines: make(chan []byte)}, got: make(chan struct{}), done: make(chan struct{})}
 	agent := acp.NewStream(io.NopCloser(ro.feed), discardCloser{}, acp.StreamOptions{
 		Intercept: func(m *acp.Message) bool { return f.r.interceptAgent(f.inst, m) },

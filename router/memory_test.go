@@ -1,0 +1,171 @@
+package router
+
+// Guards on the memory a flood of large updates costs with the session
+// store on, the configuration users run (issue 16 parts 2 and 4): how many
+// times a 1 MiB update is copied on its way to the editor and the disk, and
+// how far the heap grows above its start while 32 of them are relayed.
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/store"
+)
+
+// Bounds of the guards below, measured on the code they guard (issue 16
+// part 2). Before it, the store copied each update into its queue and
+// queued a flood up to MaxQueueBytes: 2.01 copies per 1 MiB update, and
+// a peak heap of 30–40 MiB above the start for 32 of them.
+const (
+	// maxCopies1MiBStore: bytes allocated per relayed 1 MiB update with
+	// the store on, in multiples of its size: the reader's copy, shared
+	// by the editor's queue and the store's (1.01 measured).
+	maxCopies1MiBStore = 1.1
+	// maxFloodPeakMiB: the peak heap in use above the start while 32
+	// updates of 1 MiB are relayed with the store on, in MiB.
+	maxFloodPeakMiB = 16
+)
+
+// openStore opens a session store in a temporary directory, closed when
+// the test ends.
+func openStore(tb testing.TB) *store.Store {
+	tb.Helper()
+	st, err := store.Open(filepath.Join(tb.TempDir(), "sessions"), store.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
+// TestCopies1MiBStore is TestCopies1MiB with the session store on: the
+// update goes to the editor's queue and the store's, and is written to
+// both, without a second copy.
+func TestCopies1MiBStore(t *testing.T) {
+	st := openStore(t)
+	ro := newRelayOneOpts(t, Options{Store: st})
+	if err := st.TurnStart(ro.f.s.ID); err != nil {
+		t.Fatal(err)
+	}
+	line := append(updateLine(t, ro.f.sid, 1<<20), '\n')
+	for range 3 {
+		ro.send(line)
+	}
+	const n = 16
+	copies := 0.0
+	for i := range 3 { // the least of three: see minAllocs
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range n {
+			ro.send(line)
+		}
+		runtime.ReadMemStats(&after)
+		c := float64(after.TotalAlloc-before.TotalAlloc) / n / float64(len(line))
+		if i == 0 || c < copies {
+			copies = c
+		}
+	}
+	if err := st.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.Load(t.Context(), ro.f.s.ID)
+	if err != nil || len(h.Updates) != 3+3*n {
+		t.Fatalf("the store has %d updates (%v), want %d", len(h.Updates), err, 3+3*n)
+	}
+	t.Logf("%.2f copies per 1 MiB update, store on (bound %.1f)", copies, maxCopies1MiBStore)
+	if copies > maxCopies1MiBStore {
+		t.Errorf("%.2f× the message allocated per relayed 1 MiB update with the store on, want at most %.1f×", copies, maxCopies1MiBStore)
+	}
+}
+
+// TestFloodPeakStore bounds the heap during a flood of 32 updates of 1 MiB
+// from an agent, relayed as fast as the editor reads them, with the store
+// on: the peak of the heap in use (objects and the free space of spans in
+// use: what the process keeps of it) above the start, sampled every 100 µs.
+// The queues are bounded in bytes (the editor's lane, the store's room);
+// what remains is the garbage collector's lag behind the readers' copies.
+func TestFloodPeakStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 32 MiB flood; -short skips it")
+	}
+	const n = 32
+	peak := 0.0
+	for i := range 3 { // the least of three: the peak follows the GC's timing
+		p := floodPeak(t, n)
+		if i == 0 || p < peak {
+			peak = p
+		}
+	}
+	t.Logf("peak heap %.1f MiB above the start during %d × 1 MiB updates, store on (bound %d MiB)", peak, n, maxFloodPeakMiB)
+	if peak > maxFloodPeakMiB {
+		t.Errorf("peak heap %.1f MiB above the start during a flood of %d × 1 MiB updates with the store on, want at most %d MiB", peak, n, maxFloodPeakMiB)
+	}
+}
+
+// floodPeak relays n updates of 1 MiB through a router with a store and
+// returns the peak heap in use above the start, in MiB.
+func floodPeak(t *testing.T, n int) float64 {
+	st := openStore(t)
+	f := newRelayFixtureOpts(t, false, Options{Store: st})
+	if err := st.TurnStart(f.s.ID); err != nil {
+		t.Fatal(err)
+	}
+	line := updateLine(t, f.sid, 1<<20)
+	src := &repeatReader{line: append(line, '\n'), n: n}
+	agent := acp.NewStream(io.NopCloser(src), discardCloser{}, acp.StreamOptions{
+		Intercept: func(m *acp.Message) bool { return f.r.interceptAgent(f.inst, m) },
+	})
+	inUse := func(s []metrics.Sample) uint64 {
+		metrics.Read(s)
+		return s[0].Value.Uint64() + s[1].Value.Uint64()
+	}
+	newSamples := func() []metrics.Sample {
+		return []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+	}
+	runtime.GC()
+	start := inUse(newSamples())
+	var peak atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		s := newSamples()
+		for {
+			if v := inUse(s); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}()
+	var v json.RawMessage
+	err := agent.ReadObject(&v)
+	f.stop()
+	close(stop)
+	<-sampled
+	agent.Close()
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("ReadObject: %v (the router let a message through)", err)
+	}
+	if f.lines != int64(n) {
+		t.Fatalf("the editor got %d lines, want %d", f.lines, n)
+	}
+	if err := st.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := st.Load(t.Context(), f.s.ID); err != nil || len(h.Updates) != n {
+		t.Fatalf("the store has %d updates (%v), want %d", len(h.Updates), err, n)
+	}
+	return float64(peak.Load()-min(start, peak.Load())) / (1 << 20)
+}
