@@ -365,6 +365,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 	active := s.active == name
 	content := (t != nil && t.d == d) || (active && t == nil)
 	var line []byte
+	verbatim := false // line is m.Raw and nothing keeps a piece of it
 	switch up.Kind {
 	case "available_commands_update":
 		d.commands = up.AvailableCommands
@@ -453,10 +454,17 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		if content {
 			edits := append(s.idEdits(name, "", "", up.MessageID, up.Meta), s.objectEdits(name, up)...)
 			line = s.agentLine(d, m, append(edits, sessionEdits...))
+			// What these kinds leave in the session's tables and the
+			// turn's record is decoded (strings), never a slice of m.
+			verbatim = len(line) > 0 && len(line) == len(m.Raw) && &line[0] == &m.Raw[0]
 		}
 	}
 	if line != nil && t != nil && t.d == d {
 		t.recordLocked(up)
+	}
+	if verbatim {
+		s.writeRawLocked(m)
+		return
 	}
 	s.writeLocked(line)
 }

@@ -117,7 +117,7 @@ func (s *Session) recordLineLocked(line []byte) {
 	// A subagent session's lines are its top-level session's history: a
 	// load of that session replays them, interleaved as they were sent.
 	if st, root := s.r.opts.Store, s.root(); st != nil && root.ID != "" {
-		st.AppendShared(root.ID, line) // ErrDropped: the store notes the gap itself
+		st.AppendShared(root.ID, line, nil) // ErrDropped: the store notes the gap itself
 	}
 }
 

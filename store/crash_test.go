@@ -161,7 +161,7 @@ func crashWorkload(st *Store, note func(string)) error {
 		for _, id := range []string{"a", "b"} {
 			err := st.TurnStart(id)
 			for i := range 3 {
-				err = errors.Join(err, st.AppendShared(id, mkLine(id, tn, i, 150)))
+				err = errors.Join(err, st.AppendShared(id, mkLine(id, tn, i, 150), nil))
 			}
 			if err := step(errors.Join(err, st.TurnEnd(id)), "turn %s %d", id, tn); err != nil {
 				return err

@@ -20,27 +20,30 @@ func TestAppendShared(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	const n = 8
+	ref := &countRef{}
 	for range n {
-		must(t, st.AppendShared("x", big))
+		must(t, st.AppendShared("x", big, ref))
 	}
 	runtime.ReadMemStats(&after)
+	if ref.held != n || ref.released != 0 {
+		t.Errorf("before the commit: held %d times, released %d, want %d and 0", ref.held, ref.released, n)
+	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<10 {
 		t.Errorf("%d bytes allocated by %d shared Appends of 1 MiB, want no copy", got, n)
 	}
-	must(t, st.AppendShared("x", small)) // copied: below MinSharedBytes
+	must(t, st.AppendShared("x", small, ref)) // copied: below MinSharedBytes
 	must(t, st.TurnEnd("x"))
-	st.mu.Lock()
-	held := st.held
-	st.mu.Unlock()
+	held := st.held.Load()
 	if held < n*int64(len(big)) || held > n*int64(len(big))+256<<10 {
 		t.Errorf("the queue holds %d bytes for %d lines of %d", held, n, len(big))
 	}
 	must(t, st.Sync(t.Context()))
-	st.mu.Lock()
-	held = st.held
-	st.mu.Unlock()
+	held = st.held.Load()
 	if s := st.Stats(); s.Queued != 0 || held != 0 {
 		t.Errorf("after the commit: %d queued, %d held", s.Queued, held)
+	}
+	if ref.held != n || ref.released != n {
+		t.Errorf("after the commit: held %d times, released %d, want %d each", ref.held, ref.released, n)
 	}
 	h := load(t, st, "x")
 	if len(h.Updates) != n+1 || !bytes.Equal(h.Updates[0], big) || !bytes.Equal(h.Updates[n-1], big) || !bytes.Equal(h.Updates[n], small) {
@@ -70,11 +73,9 @@ func TestWaitRoom(t *testing.T) {
 	must(t, st.TurnStart("x"))
 	big := mkLine("x", 0, 0, 1<<20)
 	for range 8 {
-		must(t, st.AppendShared("x", big))
+		must(t, st.AppendShared("x", big, nil))
 		st.WaitRoom()
-		st.mu.Lock()
-		held := st.held
-		st.mu.Unlock()
+		held := st.held.Load()
 		if held >= 2<<20 {
 			t.Fatalf("WaitRoom returned with %d bytes held (room 2 MiB)", held)
 		}
@@ -82,8 +83,8 @@ func TestWaitRoom(t *testing.T) {
 	mu.Lock()
 	stall = true
 	mu.Unlock()
-	must(t, st.AppendShared("x", big)) // commits at once (CommitBytes), then stalls
-	must(t, st.AppendShared("x", big))
+	must(t, st.AppendShared("x", big, nil)) // commits at once (CommitBytes), then stalls
+	must(t, st.AppendShared("x", big, nil))
 	start := time.Now()
 	st.WaitRoom()
 	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
@@ -96,3 +97,9 @@ func TestWaitRoom(t *testing.T) {
 		t.Errorf("%d updates stored, want 10", len(h.Updates))
 	}
 }
+
+// countRef counts Hold and Release (under the store's mutex).
+type countRef struct{ held, released int }
+
+func (c *countRef) Hold()    { c.held++ }
+func (c *countRef) Release() { c.released++ }

@@ -115,6 +115,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -227,7 +228,7 @@ type Store struct {
 	waiters   []*waiter           // served by the next commit
 	queued    int64               // bytes of records in pending buffers and in flight
 	inflight  int64               // of which the running commit's
-	held      int64               // memory they hold: chunks' capacity, shared payloads
+	held      atomic.Int64        // memory they hold: chunks' capacity, shared lines (changed under mu)
 	room      *sync.Cond          // wakes WaitRoom: a commit freed what it wrote
 	commitAt  time.Time           // when the running commit started (busy)
 	free      [][]byte            // empty chunks for reuse
@@ -479,23 +480,31 @@ func (s *Store) TurnEnd(id string) error {
 // line was not stored (see the package comment). In metadata-only mode it
 // does nothing.
 func (s *Store) Append(id string, line []byte) error {
-	return s.append(id, line, false)
+	return s.append(id, line, false, nil)
 }
 
 // AppendShared is Append of a line the caller will never modify again (a
 // line the relay also queued for the editor): a line of at least
 // MinSharedBytes is not copied but kept, by reference, until the writer
 // has written it. The store's queue then holds the relayed bytes
-// themselves, not a second copy of them (issue 16).
-func (s *Store) AppendShared(id string, line []byte) error {
-	return s.append(id, line, len(line) >= s.opts.minShared)
+// themselves, not a second copy of them (issue 16). ref, when not nil, is
+// the reference count of line's buffer: held while the store keeps line,
+// released once it is written (or its session deleted).
+func (s *Store) AppendShared(id string, line []byte, ref Ref) error {
+	return s.append(id, line, len(line) >= s.opts.minShared, ref)
+}
+
+// Ref is a reference count on a shared line's buffer (acp.Shared).
+type Ref interface {
+	Hold()
+	Release()
 }
 
 // MinSharedBytes: AppendShared keeps a reference to lines of this size or
 // more; smaller ones are copied into chunks (one write for many records).
 const MinSharedBytes = 16 << 10
 
-func (s *Store) append(id string, line []byte, shared bool) error {
+func (s *Store) append(id string, line []byte, shared bool, ref Ref) error {
 	if s.opts.MetadataOnly {
 		return nil
 	}
@@ -507,11 +516,14 @@ func (s *Store) append(id string, line []byte, shared bool) error {
 	case se.dropping:
 		s.stats.Dropped++
 		err = ErrDropped
-	case len(line) > MaxLineBytes, s.held+s.growthLocked(se, n, shared) > s.opts.MaxQueueBytes, se.unitBytes+n > s.unitLimit():
+	case len(line) > MaxLineBytes, s.held.Load()+s.growthLocked(se, n, shared) > s.opts.MaxQueueBytes, se.unitBytes+n > s.unitLimit():
 		s.dropLocked(se)
 		err = ErrDropped
 	case shared:
-		s.putSharedLocked(se, line)
+		if ref != nil {
+			ref.Hold()
+		}
+		s.putSharedLocked(se, line, ref)
 		s.queueLocked(se)
 	default:
 		s.putLocked(se, recUpdate, line)
@@ -534,10 +546,13 @@ const DefaultRoomBytes = 2 * DefaultCommitBytes
 // at MaxQueueBytes, as before, and the relay goes on), nor once the store
 // is closed. It does no I/O.
 func (s *Store) WaitRoom() {
+	if s.held.Load() < s.opts.RoomBytes {
+		return // the relay's usual case: no lock taken
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var timer *time.Timer
-	for !s.closed && s.held >= s.opts.RoomBytes {
+	for !s.closed && s.held.Load() >= s.opts.RoomBytes {
 		stalled := time.Duration(0)
 		if s.busy {
 			stalled = time.Since(s.commitAt)
@@ -596,6 +611,7 @@ func (s *Store) dropLocked(se *session) {
 type piece struct {
 	b   []byte
 	ext []byte
+	ref Ref // ext's, held
 	hdr [recHeaderLen + 1]byte
 }
 
@@ -638,7 +654,7 @@ func (s *Store) putLocked(se *session, typ byte, payload []byte) {
 	if k == 0 || se.pending[k-1].ext != nil || cap(se.pending[k-1].b)-len(se.pending[k-1].b) < n {
 		c := s.chunkLocked(n, k == 0)
 		se.pending = append(se.pending, piece{b: c})
-		s.held += int64(cap(c))
+		s.held.Add(int64(cap(c)))
 		k++
 	}
 	se.pending[k-1].b = appendRecord(se.pending[k-1].b, typ, payload)
@@ -646,12 +662,12 @@ func (s *Store) putLocked(se *session, typ byte, payload []byte) {
 }
 
 // putSharedLocked appends an update record whose payload is line itself.
-func (s *Store) putSharedLocked(se *session, line []byte) {
-	p := piece{ext: line}
+func (s *Store) putSharedLocked(se *session, line []byte, ref Ref) {
+	p := piece{ext: line, ref: ref}
 	appendRecord(p.hdr[:0], recUpdate, nil)
 	binary.LittleEndian.PutUint32(p.hdr[:], uint32(1+len(line)))
 	se.pending = append(se.pending, p)
-	s.held += p.heldBytes()
+	s.held.Add(p.heldBytes())
 	s.addedLocked(se, p.size())
 }
 
@@ -704,9 +720,13 @@ func (s *Store) chunkLocked(n int, first bool) []byte {
 // pieces held.
 func (s *Store) recycleLocked(pieces []piece) {
 	for i := range pieces {
-		s.held -= pieces[i].heldBytes()
+		s.held.Add(-pieces[i].heldBytes())
 		c := pieces[i].b
 		if pieces[i].ext != nil {
+			if pieces[i].ref != nil {
+				pieces[i].ref.Release()
+				pieces[i].ref = nil
+			}
 			continue
 		}
 		switch {
