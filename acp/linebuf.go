@@ -46,10 +46,13 @@ func (m *Message) Claim() *Shared {
 
 // Line buffers come in size classes eight to a doubling, from minPooled
 // up to maxPooled: a buffer is at most an eighth larger than the line it
-// was taken for.
+// was taken for. A larger line gets a buffer of its own, left to the
+// garbage collector as before: the pool keeps what it is given until the
+// second collection after, and must not keep a 20 MiB buffer alive for
+// minutes after one large line.
 const (
 	minPooled    = 64 << 10
-	maxPooled    = 64 << 20
+	maxPooled    = 4 << 20
 	classesPerX2 = 8
 )
 

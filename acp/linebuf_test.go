@@ -18,6 +18,9 @@ func TestLineClasses(t *testing.T) {
 			t.Fatalf("classDown(%d) = %d, want below %d", size-1, j, i)
 		}
 	}
+	if getLine(maxPooled+1) != nil || getLine(minPooled-1) != nil {
+		t.Error("a line out of the pooled range got a pooled buffer")
+	}
 	sh := getLine(1 << 20)
 	if cap(sh.b) < 1<<20 || sh.refs.Load() != 1 {
 		t.Fatalf("getLine: cap %d refs %d", cap(sh.b), sh.refs.Load())

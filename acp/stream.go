@@ -407,8 +407,12 @@ func (s *Stream) readLine() (line []byte, sh *Shared, err error) {
 						buf = make([]byte, 0, size)
 					}
 				}
-				if sh != nil && cap(buf)-len(buf) < len(chunk) {
-					buf, sh = growLine(buf, sh, min(max(2*cap(buf), len(buf)+len(chunk)), s.opts.MaxLine+2))
+				if need := len(buf) + len(chunk); sh != nil && cap(buf) < need {
+					size := min(max(2*cap(buf), need), s.opts.MaxLine+2)
+					if size > maxPooled && need <= maxPooled {
+						size = maxPooled // still pooled
+					}
+					buf, sh = growLine(buf, sh, size)
 				}
 				buf = append(buf, chunk...)
 			}
@@ -441,7 +445,10 @@ func (s *Stream) readLine() (line []byte, sh *Shared, err error) {
 }
 
 // growLine moves line, in sh's pooled buffer, to one of at least size
-// bytes (pooled when it can) and returns sh to the pool.
+// bytes (pooled when it can). sh is left to the garbage collector, not
+// returned to the pool: a buffer a line outgrew is of a size the next
+// lines (sized like this one) will not ask for, and the collector can
+// reuse its memory where the pool would keep it for two collections.
 func growLine(line []byte, sh *Shared, size int) ([]byte, *Shared) {
 	next := getLine(size)
 	var out []byte
@@ -450,13 +457,13 @@ func growLine(line []byte, sh *Shared, size int) ([]byte, *Shared) {
 	} else {
 		out = append(make([]byte, 0, size), line...)
 	}
-	sh.Release()
+	sh.refs.Store(0)
 	return out, next
 }
 
 // fitLine is fit for a line in sh's pooled buffer (sh nil: not pooled): a
 // line more than an eighth shorter than its buffer moves to a buffer of its
-// size, and the large one goes back to the pool.
+// size, and the large one is left to the garbage collector (see growLine).
 func fitLine(line []byte, sh *Shared) ([]byte, *Shared) {
 	if sh == nil {
 		return fit(line), nil
@@ -471,7 +478,7 @@ func fitLine(line []byte, sh *Shared) ([]byte, *Shared) {
 	} else {
 		out = clone(line)
 	}
-	sh.Release()
+	sh.refs.Store(0)
 	return out[:len(out):len(out)], small
 }
 
