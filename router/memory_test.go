@@ -32,9 +32,10 @@ import (
 // above the start for 32 of them. With the store keeping the relayed
 // bytes (1.01 copies: the reader's; peak 8–13 MiB, following the garbage
 // collector's timing), then the reader's long lines in pooled buffers
-// (0.00 copies allocated: the buffers come back; peak 9.2–9.3 MiB, about
-// eight buffers of 1.125 MiB: the reader's, the editor's lane, the batch
-// being written, the store's room).
+// (0.00 copies allocated: the buffers come back; peak 7.2–10.3 MiB, six
+// to nine buffers of 1.125 MiB: the reader's, the editor's lane, the
+// batch being written, the store's room). The bounds fail on the code
+// before (checked: 2.02 copies, 34.2 MiB).
 const (
 	// maxCopies1MiBStore: bytes allocated per relayed 1 MiB update with
 	// the store on, in multiples of its size. Less than one: the line's
