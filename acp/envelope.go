@@ -42,6 +42,8 @@ type Message struct {
 	Params json.RawMessage // nil when absent
 	Result json.RawMessage
 	Error  json.RawMessage
+
+	shared *Shared // Raw's pooled buffer, until claimed (Claim)
 }
 
 // HasID reports whether the message carries a non-null id.

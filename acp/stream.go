@@ -185,7 +185,7 @@ const (
 // lane is one FIFO of the write queue.
 type lane struct {
 	key    string
-	msgs   [][]byte // queued from head on
+	msgs   []queued // queued from head on (their l unset)
 	head   int
 	bytes  int  // queued, "\n" included: what WaitRoom weighs
 	taken  int  // taken by the writer, not written yet
@@ -235,7 +235,7 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 // the jsonrpc2.Conn should see, answering or skipping everything else.
 func (s *Stream) ReadObject(v any) error {
 	for {
-		line, err := s.readLine()
+		line, sh, err := s.readLine()
 		if errors.Is(err, ErrLineTooLong) {
 			s.log.Warn("message over the line limit skipped", "limit", s.opts.MaxLine)
 			s.answerInvalid(nil, jsonError(CodeInvalidRequest, fmt.Sprintf("acp-router: message exceeds the %d-byte limit", s.opts.MaxLine)))
@@ -256,6 +256,7 @@ func (s *Stream) ReadObject(v any) error {
 			s.invalid(m, err)
 			continue
 		}
+		m.shared = sh
 		switch m.Kind {
 		case KindResponse:
 			if !m.HasID() || !plainID(m.ID) {
@@ -368,13 +369,20 @@ func jsonError(code int, msg string) []byte {
 // readLine returns the next line, freshly allocated, without "\n" or
 // "\r\n". A line over MaxLine is consumed and reported as ErrLineTooLong.
 // A line that fits in the reader's buffer is copied out of it once. A
-// longer one is gathered in a buffer sized like the last long line, so a
-// run of large messages (a flood of 1 MiB updates) costs one allocation of
-// the right size each, and no copy: grown by append from nothing, a 1 MiB
-// line cost 4.6 MB of allocations.
-func (s *Stream) readLine() ([]byte, error) {
+// longer one is gathered in a pooled buffer (sh, held once: see Shared)
+// sized like the last long line, so a run of large messages (a flood of
+// 1 MiB updates) costs no allocation once their buffers come back, and no
+// copy: grown by append from nothing, a 1 MiB line cost 4.6 MB of
+// allocations.
+func (s *Stream) readLine() (line []byte, sh *Shared, err error) {
 	var buf []byte
 	tooLong := false
+	defer func() {
+		if err != nil && sh != nil {
+			sh.Release()
+			sh = nil
+		}
+	}()
 	for {
 		chunk, err := s.r.ReadSlice('\n')
 		if !tooLong {
@@ -384,16 +392,27 @@ func (s *Stream) readLine() ([]byte, error) {
 			case err == nil && buf == nil: // the whole line is buffered
 				line := bytes.TrimSuffix(chunk[:len(chunk)-1], []byte{'\r'})
 				if len(line) > s.opts.MaxLine {
-					return nil, ErrLineTooLong
+					return nil, sh, ErrLineTooLong
 				}
-				return clone(line), nil
+				return clone(line), nil, nil
 			default:
 				if buf == nil {
 					size := len(chunk)
 					if errors.Is(err, bufio.ErrBufferFull) {
 						size = min(max(s.longLine, 2*size), s.opts.MaxLine+2)
 					}
-					buf = make([]byte, 0, size)
+					if sh = getLine(size); sh != nil {
+						buf = sh.b
+					} else {
+						buf = make([]byte, 0, size)
+					}
+				}
+				if need := len(buf) + len(chunk); sh != nil && cap(buf) < need {
+					size := min(max(2*cap(buf), need), s.opts.MaxLine+2)
+					if size > maxPooled && need <= maxPooled {
+						size = maxPooled // still pooled
+					}
+					buf, sh = growLine(buf, sh, size)
 				}
 				buf = append(buf, chunk...)
 			}
@@ -401,26 +420,66 @@ func (s *Stream) readLine() ([]byte, error) {
 		switch {
 		case err == nil:
 			if tooLong {
-				return nil, ErrLineTooLong
+				return nil, sh, ErrLineTooLong
 			}
 			s.longLine = min(len(buf), maxLongLineHint)
 			line := bytes.TrimSuffix(buf[:len(buf)-1], []byte{'\r'})
 			if len(line) > s.opts.MaxLine {
-				return nil, ErrLineTooLong
+				return nil, sh, ErrLineTooLong
 			}
-			return fit(line), nil
+			line, sh = fitLine(line, sh)
+			return line, sh, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF) && (len(buf) > 0 || tooLong):
 			// A last line without "\n" still counts, and so does its limit.
 			if tooLong || len(buf) > s.opts.MaxLine {
-				return nil, ErrLineTooLong
+				return nil, sh, ErrLineTooLong
 			}
-			return fit(buf), nil
+			line, sh := fitLine(buf, sh)
+			return line, sh, nil
 		default:
-			return nil, err
+			return nil, sh, err
 		}
 	}
+}
+
+// growLine moves line, in sh's pooled buffer, to one of at least size
+// bytes (pooled when it can). sh is left to the garbage collector, not
+// returned to the pool: a buffer a line outgrew is of a size the next
+// lines (sized like this one) will not ask for, and the collector can
+// reuse its memory where the pool would keep it for two collections.
+func growLine(line []byte, sh *Shared, size int) ([]byte, *Shared) {
+	next := getLine(size)
+	var out []byte
+	if next != nil {
+		out = append(next.b, line...)
+	} else {
+		out = append(make([]byte, 0, size), line...)
+	}
+	sh.refs.Store(0)
+	return out, next
+}
+
+// fitLine is fit for a line in sh's pooled buffer (sh nil: not pooled): a
+// line more than an eighth shorter than its buffer moves to a buffer of its
+// size, and the large one is left to the garbage collector (see growLine).
+func fitLine(line []byte, sh *Shared) ([]byte, *Shared) {
+	if sh == nil {
+		return fit(line), nil
+	}
+	if cap(line)-len(line) <= len(line)/8 {
+		return line[:len(line):len(line)], sh
+	}
+	small := getLine(len(line))
+	var out []byte
+	if small != nil {
+		out = append(small.b, line...)
+	} else {
+		out = clone(line)
+	}
+	sh.refs.Store(0)
+	return out[:len(out):len(out)], small
 }
 
 // fit returns b capped at its length, or a copy of its own size when its
@@ -579,6 +638,13 @@ func (s *Stream) WriteRaw(msg []byte) error {
 // lane), for a caller that knows it: the message is not read to find it.
 // Without lanes, key is ignored.
 func (s *Stream) WriteRawLane(key string, msg []byte) error {
+	return s.WriteRawShared(key, msg, nil)
+}
+
+// WriteRawShared is WriteRawLane of a message in a pooled buffer (sh, nil:
+// none), which it holds (Shared.Hold) until the message is written. (A
+// message dropped by a failed stream is left to the garbage collector.)
+func (s *Stream) WriteRawShared(key string, msg []byte, sh *Shared) error {
 	n := len(msg) + 1
 	s.mu.Lock()
 	for {
@@ -610,7 +676,7 @@ func (s *Stream) WriteRawLane(key string, msg []byte) error {
 			s.burst = 0
 		}
 		s.burst++
-		if s.queued == 0 && !s.writing && n <= maxDirect && s.burst <= directBurst {
+		if s.queued == 0 && !s.writing && n <= maxDirect && s.burst <= directBurst && sh == nil {
 			s.writing = true
 			s.mu.Unlock()
 			return s.writeDirect(l, msg)
@@ -622,7 +688,10 @@ func (s *Stream) WriteRawLane(key string, msg []byte) error {
 		}
 		s.progress = now
 	}
-	s.pushLocked(l, msg, false)
+	if sh != nil {
+		sh.Hold()
+	}
+	s.pushLocked(l, msg, sh, false)
 	s.cond.Signal()
 	s.mu.Unlock()
 	return nil
@@ -675,18 +744,19 @@ func (s *Stream) laneLocked(key string) *lane {
 // backlog: its message waits for the batch being written, not for their
 // turns. (One whose last batch is still being written goes to the back: it
 // is a backlog that the writer happened to drain.)
-func (s *Stream) pushLocked(l *lane, msg []byte, front bool) {
+func (s *Stream) pushLocked(l *lane, msg []byte, sh *Shared, front bool) {
 	n := len(msg) + 1
 	l.bytes += n
 	s.queued += n
+	q := queued{msg: msg, sh: sh}
 	switch {
 	case !front:
-		l.msgs = append(l.msgs, msg)
+		l.msgs = append(l.msgs, q)
 	case l.head > 0:
 		l.head--
-		l.msgs[l.head] = msg
+		l.msgs[l.head] = q
 	default:
-		l.msgs = slices.Insert(l.msgs, 0, msg)
+		l.msgs = slices.Insert(l.msgs, 0, q)
 	}
 	switch {
 	case front:
@@ -715,15 +785,17 @@ func (s *Stream) takeLocked(batch []queued) []queued {
 	size := 0
 	for turns := len(s.ring); turns > 0; turns-- {
 		l := s.ring[0]
-		if size > 0 && size+len(l.msgs[l.head]) >= maxBatch {
+		if size > 0 && size+len(l.msgs[l.head].msg) >= maxBatch {
 			break // its turn starts the next batch
 		}
 		s.fresh = max(s.fresh-1, 0)
-		for !l.empty() && (size == 0 || size+len(l.msgs[l.head]) < maxBatch) {
-			msg := l.msgs[l.head]
-			l.msgs[l.head] = nil
+		for !l.empty() && (size == 0 || size+len(l.msgs[l.head].msg) < maxBatch) {
+			q := l.msgs[l.head]
+			msg := q.msg
+			l.msgs[l.head] = queued{}
 			l.head++
-			batch = append(batch, queued{msg, l})
+			q.l = l
+			batch = append(batch, q)
 			size += len(msg) + 1
 			l.bytes -= len(msg) + 1
 			l.taken += len(msg) + 1
@@ -740,10 +812,12 @@ func (s *Stream) takeLocked(batch []queued) []queued {
 	return batch
 }
 
-// queued is a message taken for writing, and its lane.
+// queued is a message queued, and once taken for writing, its lane; sh
+// is its pooled buffer, held until it is written (WriteRawShared).
 type queued struct {
 	msg []byte
 	l   *lane
+	sh  *Shared
 }
 
 // releaseLocked frees the room of n bytes of lane l that were written.
@@ -920,7 +994,7 @@ func (s *Stream) writeDirect(l *lane, msg []byte) error {
 		return s.err
 	case written < len(line):
 		rest := msg[min(written, len(msg)):] // maybe only the "\n" is left
-		s.pushLocked(l, rest, true)
+		s.pushLocked(l, rest, nil, true)
 	default:
 		s.dropLocked(l) // made for this message, maybe
 	}
@@ -968,6 +1042,11 @@ func (s *Stream) writeLoop() {
 		if s.err == nil { // else the lanes are gone
 			for _, q := range batch {
 				s.releaseLocked(q.l, len(q.msg)+1)
+			}
+		}
+		for _, q := range batch {
+			if q.sh != nil {
+				q.sh.Release()
 			}
 		}
 		s.room.Broadcast()

@@ -88,7 +88,7 @@ func TestStreamDirectPartial(t *testing.T) {
 			s.mu.Lock()
 			queue := slices.Clone(s.shared.msgs[s.shared.head:])
 			s.mu.Unlock()
-			if s.Written() != int64(capacity) || len(queue) > 1 || len(queue) == 1 && !bytes.Equal(queue[0], m[page:]) {
+			if s.Written() != int64(capacity) || len(queue) > 1 || len(queue) == 1 && !bytes.Equal(queue[0].msg, m[page:]) {
 				t.Fatalf("after the second message, %d bytes written and %d queued; want %d written and at most the rest of the second queued", s.Written(), len(queue), capacity)
 			}
 		}

@@ -114,8 +114,12 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		}
 		// Backpressure from a slow editor, only from this session's
 		// backlog, and holding no lock: the editor's read loop
-		// (session/cancel) takes s.mu.
+		// (session/cancel) takes s.mu. Then from a disk slower than the
+		// agents: the store's queue holds the updates not yet written.
 		r.waitEditor(s.ID)
+		if st := r.opts.Store; st != nil {
+			st.WaitRoom()
+		}
 	}
 	return true
 }
@@ -361,6 +365,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 	active := s.active == name
 	content := (t != nil && t.d == d) || (active && t == nil)
 	var line []byte
+	verbatim := false // line is m.Raw and nothing keeps a piece of it
 	switch up.Kind {
 	case "available_commands_update":
 		d.commands = up.AvailableCommands
@@ -449,10 +454,17 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		if content {
 			edits := append(s.idEdits(name, "", "", up.MessageID, up.Meta), s.objectEdits(name, up)...)
 			line = s.agentLine(d, m, append(edits, sessionEdits...))
+			// What these kinds leave in the session's tables and the
+			// turn's record is decoded (strings), never a slice of m.
+			verbatim = len(line) > 0 && len(line) == len(m.Raw) && &line[0] == &m.Raw[0]
 		}
 	}
 	if line != nil && t != nil && t.d == d {
 		t.recordLocked(up)
+	}
+	if verbatim {
+		s.writeRawLocked(m)
+		return
 	}
 	s.writeLocked(line)
 }

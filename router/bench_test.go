@@ -56,6 +56,14 @@ func newRelayFixture(tb testing.TB, translate bool) *relayFixture {
 // newRelayFixtureOpts is newRelayFixture with the router's options.
 func newRelayFixtureOpts(tb testing.TB, translate bool, opts Options) *relayFixture {
 	tb.Helper()
+	return newRelayFixtureEditor(tb, translate, opts, nil)
+}
+
+// newRelayFixtureEditor is newRelayFixtureOpts whose editor reads what the
+// router writes with read (nil: counts the lines), which returns the lines
+// it read once the router closes its side.
+func newRelayFixtureEditor(tb testing.TB, translate bool, opts Options, read func(io.Reader) int64) *relayFixture {
+	tb.Helper()
 	sh := "/bin/sh" // never started; the config only needs a command that exists
 	yaml := fmt.Sprintf("version: 1\nagents:\n  - name: %s\n    command: %s\nrouting: {default: %s}\nhandoff: {max_bytes: 16384}\nstate_dir: %s\n",
 		benchAgent, sh, benchAgent, tb.TempDir())
@@ -72,6 +80,12 @@ func newRelayFixtureOpts(tb testing.TB, translate bool, opts Options) *relayFixt
 	}
 	go func() {
 		defer close(f.done)
+		if read != nil {
+			f.lines = read(pr)
+			io.Copy(io.Discard, pr)
+			pr.Close()
+			return
+		}
 		buf := make([]byte, 256<<10)
 		for {
 			n, err := pr.Read(buf)

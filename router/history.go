@@ -108,12 +108,16 @@ func optionValues(options json.RawMessage) map[string]json.RawMessage {
 	return out
 }
 
-// recordLineLocked stores one update line the editor is sent.
+// recordLineLocked stores one update line the editor is sent. The line is
+// the one queued for the editor (never modified once written: see
+// acp.Stream.WriteRaw), so the store keeps a large one by reference: a
+// relayed 1 MiB update is the reader's one copy, queued for the editor and
+// the disk at once (issue 16).
 func (s *Session) recordLineLocked(line []byte) {
 	// A subagent session's lines are its top-level session's history: a
 	// load of that session replays them, interleaved as they were sent.
 	if st, root := s.r.opts.Store, s.root(); st != nil && root.ID != "" {
-		st.Append(root.ID, line) // ErrDropped: the store notes the gap itself
+		st.AppendShared(root.ID, line, nil) // ErrDropped: the store notes the gap itself
 	}
 }
 

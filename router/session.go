@@ -459,6 +459,30 @@ func (s *Session) writeLocked(line []byte) {
 	s.writeLiveLocked(line)
 }
 
+// writeRawLocked is writeLocked(m.Raw) for an update of which nothing else
+// keeps a piece: when the line is in the agent stream's pooled buffer, the
+// editor's queue and the store hold it by reference, and it goes back to
+// the pool once both have written it (acp.Shared), instead of being garbage
+// the collector has to catch up with during a flood of large updates.
+func (s *Session) writeRawLocked(m *acp.Message) {
+	if s.closed || !s.open {
+		s.writeLocked(m.Raw) // kept (held) or dropped: not claimed
+		return
+	}
+	sh := m.Claim()
+	if sh == nil {
+		s.writeLocked(m.Raw)
+		return
+	}
+	if st, root := s.r.opts.Store, s.root(); st != nil && root.ID != "" {
+		st.AppendShared(root.ID, m.Raw, sh) // ErrDropped: the store notes the gap itself
+	}
+	if err := s.r.editor.Stream().WriteRawShared(s.ID, m.Raw, sh); err != nil {
+		s.r.log.Debug("cannot write to the editor", "error", err)
+	}
+	sh.Release()
+}
+
 // writeLiveLocked writes a line that is not part of the session's history
 // (a notice: acp-currency row 2): it is never stored, so a load never
 // replays it.

@@ -42,16 +42,23 @@
 //
 // # When the queue is full
 //
-// Append copies the line into a queue bounded by MaxQueueBytes (128 MiB). A
-// line that does not fit (the disk is slower than the agents, or the line is
-// over 64 MiB, or the turn grew past MaxSessionBytes) is not stored, and
-// neither is anything else Appended to that session until its next
-// TurnStart: Append returns ErrDropped and a gap record is queued. Readers
-// end a turn at its gap, so a stored turn is always a prefix of what the
-// editor saw, never a turn with a hole in it (an update without its tool
-// call). The relay is never blocked and the store is never corrupted; the
-// loss shows as History.Partial and Stats.Dropped. A failed disk write is
-// handled the same way.
+// Append copies the line into a queue bounded by MaxQueueBytes (128 MiB) of
+// memory held (chunks' capacity, in flight until written, and the lines
+// AppendShared keeps by reference instead of copying them). The relay of
+// an agent's updates calls WaitRoom after each one, holding no lock: it
+// waits while the queue holds RoomBytes (2 MiB) or more, unless a commit
+// has been running for StallTimeout (1 s), so that a disk slower than the
+// agents slows the agents instead of queueing a flood, and a hung disk
+// does not stop them. A line that does not fit (the disk is hung or slower
+// than the agents, or the line is over 64 MiB, or the turn grew past
+// MaxSessionBytes) is not stored, and neither is anything else Appended to
+// that session until its next TurnStart: Append returns ErrDropped and a
+// gap record is queued. Readers end a turn at its gap, so a stored turn is
+// always a prefix of what the editor saw, never a turn with a hole in it
+// (an update without its tool call). The relay waits only for a disk that
+// makes progress and the store is never corrupted; the loss shows as
+// History.Partial and Stats.Dropped. A failed disk write is handled the
+// same way.
 //
 // # Limits
 //
@@ -101,12 +108,14 @@ package store
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -121,6 +130,7 @@ const (
 	DefaultCommitInterval  = 50 * time.Millisecond
 	DefaultCommitBytes     = 1 << 20
 	DefaultSweepInterval   = 10 * time.Minute
+	DefaultStallTimeout    = time.Second
 
 	// MaxLineBytes is the largest update stored: ACP messages may be 64 MiB
 	// (DESIGN §7).
@@ -134,12 +144,17 @@ type Options struct {
 	MaxSessionBytes int64         // one session's log; at most MaxTotalBytes
 	MetadataOnly    bool          // history.content: metadata-only
 
-	MaxQueueBytes  int64         // updates waiting for the writer, all sessions
+	MaxQueueBytes  int64         // memory held by updates waiting for the writer, all sessions
+	RoomBytes      int64         // memory held past which WaitRoom waits
+	StallTimeout   time.Duration // a commit running this long: WaitRoom stops waiting
 	CommitInterval time.Duration // group commit window
 	CommitBytes    int64         // queued bytes that commit at once
 	SweepInterval  time.Duration // how often limits are enforced besides Open
 
 	Logger hclog.Logger // write failures; nil: none
+
+	// minShared replaces MinSharedBytes (tests: shared records of small lines).
+	minShared int
 }
 
 func (o *Options) setDefaults() {
@@ -152,6 +167,10 @@ func (o *Options) setDefaults() {
 	def(&o.MaxSessionBytes, min(DefaultMaxSessionBytes, o.MaxTotalBytes))
 	def(&o.MaxQueueBytes, DefaultMaxQueueBytes)
 	def(&o.CommitBytes, DefaultCommitBytes)
+	def(&o.RoomBytes, DefaultRoomBytes)
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = DefaultStallTimeout
+	}
 	o.MaxSessionBytes = min(o.MaxSessionBytes, o.MaxTotalBytes)
 	if o.MaxAge <= 0 {
 		o.MaxAge = DefaultMaxAge
@@ -161,6 +180,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.minShared <= 0 {
+		o.minShared = MinSharedBytes
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
@@ -205,6 +227,10 @@ type Store struct {
 	deletes   []string            // file names to remove at the next commit
 	waiters   []*waiter           // served by the next commit
 	queued    int64               // bytes of records in pending buffers and in flight
+	inflight  int64               // of which the running commit's
+	held      atomic.Int64        // memory they hold: chunks' capacity, shared lines (changed under mu)
+	room      *sync.Cond          // wakes WaitRoom: a commit freed what it wrote
+	commitAt  time.Time           // when the running commit started (busy)
 	free      [][]byte            // empty chunks for reuse
 	freeSmall [][]byte            // empty small chunks for reuse
 	urgent    bool                // commit now, without waiting for the window
@@ -234,9 +260,9 @@ type session struct {
 	meta     Meta
 	bumps    []int64 // earlier UpdatedAt values, for List cursors (see list.go)
 
-	pending   [][]byte // chunks of records for the writer, who fills in the CRCs
-	spare     [][]byte // the previous pending slice, for reuse
-	sync      bool     // pending holds a turn end: fsync after writing
+	pending   []piece // records for the writer, who fills in the CRCs
+	spare     []piece // the previous pending slice, for reuse
+	sync      bool    // pending holds a turn end: fsync after writing
 	metaDirty bool
 	fresh     bool // made by Create: replace any log stored under this id
 	queuedIn  bool // in Store.dirty
@@ -282,6 +308,7 @@ func open(dir string, opts Options, fail func(string) error) (*Store, error) {
 		listSlack: defaultListSlack,
 		listGrain: defaultListGrain,
 	}
+	s.room = sync.NewCond(&s.mu)
 	go s.run()
 	return s, nil
 }
@@ -453,6 +480,31 @@ func (s *Store) TurnEnd(id string) error {
 // line was not stored (see the package comment). In metadata-only mode it
 // does nothing.
 func (s *Store) Append(id string, line []byte) error {
+	return s.append(id, line, false, nil)
+}
+
+// AppendShared is Append of a line the caller will never modify again (a
+// line the relay also queued for the editor): a line of at least
+// MinSharedBytes is not copied but kept, by reference, until the writer
+// has written it. The store's queue then holds the relayed bytes
+// themselves, not a second copy of them (issue 16). ref, when not nil, is
+// the reference count of line's buffer: held while the store keeps line,
+// released once it is written (or its session deleted).
+func (s *Store) AppendShared(id string, line []byte, ref Ref) error {
+	return s.append(id, line, len(line) >= s.opts.minShared, ref)
+}
+
+// Ref is a reference count on a shared line's buffer (acp.Shared).
+type Ref interface {
+	Hold()
+	Release()
+}
+
+// MinSharedBytes: AppendShared keeps a reference to lines of this size or
+// more; smaller ones are copied into chunks (one write for many records).
+const MinSharedBytes = 16 << 10
+
+func (s *Store) append(id string, line []byte, shared bool, ref Ref) error {
 	if s.opts.MetadataOnly {
 		return nil
 	}
@@ -464,15 +516,69 @@ func (s *Store) Append(id string, line []byte) error {
 	case se.dropping:
 		s.stats.Dropped++
 		err = ErrDropped
-	case len(line) > MaxLineBytes, s.queued+n > s.opts.MaxQueueBytes, se.unitBytes+n > s.unitLimit():
+	case len(line) > MaxLineBytes, s.held.Load()+s.growthLocked(se, n, shared) > s.opts.MaxQueueBytes, se.unitBytes+n > s.unitLimit():
 		s.dropLocked(se)
 		err = ErrDropped
+	case shared:
+		if ref != nil {
+			ref.Hold()
+		}
+		s.putSharedLocked(se, line, ref)
+		s.queueLocked(se)
 	default:
 		s.putLocked(se, recUpdate, line)
 		s.queueLocked(se)
 	}
 	s.mu.Unlock()
 	return err
+}
+
+// DefaultRoomBytes is the memory the queue may hold before WaitRoom waits:
+// two commits' worth (CommitBytes commits at once).
+const DefaultRoomBytes = 2 * DefaultCommitBytes
+
+// WaitRoom waits until the memory the queue holds (chunks and shared
+// lines not yet written) is below RoomBytes: the backpressure of a disk
+// slower than the agents on whoever can flood the store (the relay of an
+// agent's updates, holding no lock), so that a flood of large updates does
+// not queue up to MaxQueueBytes of them. It does not wait for a commit
+// that has been running for StallTimeout (a hung disk: Append then drops
+// at MaxQueueBytes, as before, and the relay goes on), nor once the store
+// is closed. It does no I/O.
+func (s *Store) WaitRoom() {
+	if s.held.Load() < s.opts.RoomBytes {
+		return // the relay's usual case: no lock taken
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var timer *time.Timer
+	for !s.closed && s.held.Load() >= s.opts.RoomBytes {
+		stalled := time.Duration(0)
+		if s.busy {
+			stalled = time.Since(s.commitAt)
+		}
+		if stalled >= s.opts.StallTimeout {
+			break
+		}
+		// Someone waits for the queue: commit what it holds without
+		// waiting for the window.
+		s.urgent = true
+		s.wake()
+		if timer == nil {
+			// Wake up to notice a commit that stalls meanwhile.
+			timer = time.AfterFunc(s.opts.StallTimeout-stalled, func() {
+				s.mu.Lock()
+				s.room.Broadcast()
+				s.mu.Unlock()
+			})
+		} else {
+			timer.Reset(s.opts.StallTimeout - stalled)
+		}
+		s.room.Wait()
+	}
+	if timer != nil {
+		timer.Stop()
+	}
 }
 
 // trimRoom is what a log may hold after its header and a trim record:
@@ -498,20 +604,81 @@ func (s *Store) dropLocked(se *session) {
 	s.queueLocked(se)
 }
 
+// piece is a part of a session's pending records: a chunk of whole
+// records (b, the store's own), or one update record whose payload is a
+// line shared with the caller (AppendShared): its header and type byte in
+// hdr, the line in ext, never written to nor recycled.
+type piece struct {
+	b   []byte
+	ext []byte
+	ref Ref // ext's, held
+	hdr [recHeaderLen + 1]byte
+}
+
+// size is the piece's length in the log.
+func (p *piece) size() int64 {
+	if p.ext != nil {
+		return int64(len(p.hdr) + len(p.ext))
+	}
+	return int64(len(p.b))
+}
+
+// heldBytes is the memory the piece holds.
+func (p *piece) heldBytes() int64 {
+	if p.ext != nil {
+		return int64(len(p.hdr) + cap(p.ext))
+	}
+	return int64(cap(p.b))
+}
+
+// growthLocked is the memory the queue holds more once a record of n
+// bytes is put in se's pending pieces (shared: by reference): none when it
+// fits in the last chunk.
+func (s *Store) growthLocked(se *session, n int64, shared bool) int64 {
+	k := len(se.pending)
+	switch {
+	case shared:
+		return n
+	case k > 0 && se.pending[k-1].ext == nil && int64(cap(se.pending[k-1].b)-len(se.pending[k-1].b)) >= n:
+		return 0
+	case k == 0 && n <= smallChunkSize:
+		return smallChunkSize
+	}
+	return max(n, chunkSize)
+}
+
 // putLocked appends one record to se's pending chunks: the caller's one copy.
 func (s *Store) putLocked(se *session, typ byte, payload []byte) {
 	n := recHeaderLen + 1 + len(payload)
 	k := len(se.pending)
-	if k == 0 || cap(se.pending[k-1])-len(se.pending[k-1]) < n {
-		se.pending = append(se.pending, s.chunkLocked(n, k == 0))
+	if k == 0 || se.pending[k-1].ext != nil || cap(se.pending[k-1].b)-len(se.pending[k-1].b) < n {
+		c := s.chunkLocked(n, k == 0)
+		se.pending = append(se.pending, piece{b: c})
+		s.held.Add(int64(cap(c)))
 		k++
 	}
-	se.pending[k-1] = appendRecord(se.pending[k-1], typ, payload)
-	added := int64(n)
-	se.unitBytes += added
-	before := s.queued
-	s.queued += added
-	if before < s.opts.CommitBytes && s.queued >= s.opts.CommitBytes {
+	se.pending[k-1].b = appendRecord(se.pending[k-1].b, typ, payload)
+	s.addedLocked(se, int64(n))
+}
+
+// putSharedLocked appends an update record whose payload is line itself.
+func (s *Store) putSharedLocked(se *session, line []byte, ref Ref) {
+	p := piece{ext: line, ref: ref}
+	appendRecord(p.hdr[:0], recUpdate, nil)
+	binary.LittleEndian.PutUint32(p.hdr[:], uint32(1+len(line)))
+	se.pending = append(se.pending, p)
+	s.held.Add(p.heldBytes())
+	s.addedLocked(se, p.size())
+}
+
+// addedLocked counts n bytes of records queued for se.
+func (s *Store) addedLocked(se *session, n int64) {
+	se.unitBytes += n
+	// What the running commit writes does not count: the next one must
+	// not wait for the window either once CommitBytes more are queued.
+	pend := s.queued - s.inflight
+	s.queued += n
+	if pend < s.opts.CommitBytes && pend+n >= s.opts.CommitBytes {
 		s.urgent = true
 		s.wake()
 	}
@@ -549,9 +716,19 @@ func (s *Store) chunkLocked(n int, first bool) []byte {
 	return make([]byte, 0, max(n, chunkSize))
 }
 
-// recycleLocked keeps written chunks for reuse.
-func (s *Store) recycleLocked(chunks [][]byte) {
-	for _, c := range chunks {
+// recycleLocked keeps written chunks for reuse and stops counting what the
+// pieces held.
+func (s *Store) recycleLocked(pieces []piece) {
+	for i := range pieces {
+		s.held.Add(-pieces[i].heldBytes())
+		c := pieces[i].b
+		if pieces[i].ext != nil {
+			if pieces[i].ref != nil {
+				pieces[i].ref.Release()
+				pieces[i].ref = nil
+			}
+			continue
+		}
 		switch {
 		case cap(c) == chunkSize && len(s.free) < maxFreeChunks:
 			s.free = append(s.free, c[:0])
@@ -561,10 +738,10 @@ func (s *Store) recycleLocked(chunks [][]byte) {
 	}
 }
 
-func chunksLen(chunks [][]byte) int64 {
+func piecesLen(pieces []piece) int64 {
 	var n int64
-	for _, c := range chunks {
-		n += int64(len(c))
+	for i := range pieces {
+		n += pieces[i].size()
 	}
 	return n
 }
@@ -633,8 +810,9 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if se := s.sessions[id]; se != nil {
 		delete(s.sessions, id)
 		se.deleted = true
-		s.queued -= chunksLen(se.pending)
+		s.queued -= piecesLen(se.pending)
 		s.recycleLocked(se.pending)
+		s.room.Broadcast()
 		se.pending = nil
 	}
 	s.deletes = append(s.deletes, fileName(id))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -25,8 +26,8 @@ type logState struct {
 // job is one session's share of a commit.
 type job struct {
 	se    *session
-	recs  [][]byte // chunks of whole records
-	size  int64    // their length
+	recs  []piece // whole records
+	size  int64   // their length
 	sync  bool
 	fresh bool
 	meta  *metaFile // nil: unchanged
@@ -88,7 +89,7 @@ func (s *Store) commit(final bool) {
 		if se.deleted {
 			continue
 		}
-		j := job{se: se, recs: se.pending, size: chunksLen(se.pending), sync: se.sync || s.syncAll || final, fresh: se.fresh}
+		j := job{se: se, recs: se.pending, size: piecesLen(se.pending), sync: se.sync || s.syncAll || final, fresh: se.fresh}
 		if se.metaDirty {
 			j.meta = &metaFile{Version: metaVersion, Session: se.meta.clone(), UpdatedHistory: append([]int64(nil), se.bumps...)}
 		}
@@ -102,6 +103,10 @@ func (s *Store) commit(final bool) {
 	s.deletes, s.waiters = nil, nil
 	syncAll := s.syncAll || final
 	s.urgent, s.syncAll, s.sweepReq, s.busy = false, false, false, true
+	for i := range jobs {
+		s.inflight += jobs[i].size
+	}
+	s.commitAt = time.Now()
 	s.mu.Unlock()
 
 	var errs []error
@@ -150,7 +155,8 @@ func (s *Store) commit(final bool) {
 		s.stats.Commits++
 	}
 	s.stats.WriteErrors += uint64(len(errs))
-	s.busy = false
+	s.busy, s.inflight = false, 0
+	s.room.Broadcast()
 	s.mu.Unlock()
 
 	err := errors.Join(errs...)
@@ -257,13 +263,11 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 	if j.size > 0 {
 		off := st.end
 		err = s.failpoint("log.write")
-		for _, c := range j.recs {
+		for i := range j.recs {
 			if err != nil {
 				break
 			}
-			sealRecords(c)
-			_, err = f.WriteAt(c, off)
-			off += int64(len(c))
+			off, err = s.writePiece(f, &j.recs[i], off)
 		}
 		if err != nil {
 			// These records are lost: cut what was written of them
@@ -289,6 +293,26 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		changed = true
 	}
 	return changed, nil
+}
+
+// writePiece seals p's records and writes them at off; it returns where
+// they end.
+func (s *Store) writePiece(f *os.File, p *piece, off int64) (int64, error) {
+	if p.ext == nil {
+		sealRecords(p.b)
+		_, err := f.WriteAt(p.b, off)
+		return off + int64(len(p.b)), err
+	}
+	sum := crc32.Update(crc32.Checksum(p.hdr[recHeaderLen:], castagnoli), castagnoli, p.ext)
+	binary.LittleEndian.PutUint32(p.hdr[4:], sum)
+	if _, err := f.WriteAt(p.hdr[:], off); err != nil {
+		return off, err
+	}
+	if err := s.failpoint("log.write.shared"); err != nil {
+		return off, err
+	}
+	_, err := f.WriteAt(p.ext, off+int64(len(p.hdr)))
+	return off + p.size(), err
 }
 
 // prepareLog finds where the valid records of the locked log f end, cutting

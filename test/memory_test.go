@@ -97,8 +97,9 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 // memoryRouter starts a router with one fake agent and initializes it.
 // Its state directory is in memory (/dev/shm) when the machine has one:
 // what is measured is the router, not how fast the disk takes the session
-// store's writes (a store behind the disk holds its queue, up to
-// store.DefaultMaxQueueBytes, in memory).
+// store's writes (the relay waits for a store behind the disk once its
+// queue holds store.DefaultRoomBytes, unless a commit stalls: then the
+// queue holds up to store.DefaultMaxQueueBytes in memory).
 func memoryRouter(t *testing.T) *Editor {
 	t.Helper()
 	yaml := routerYAML(t, []string{fakeAgentYAML("mem", fakeOpts{})}, "default: mem")
