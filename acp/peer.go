@@ -244,12 +244,10 @@ func (c *Call) Wait(ctx context.Context) (json.RawMessage, error) {
 	return res, nil
 }
 
-// Call sends a request without waiting for its response. prefer is the id to
-// reuse (the id of the request being forwarded), or nil for a fresh one.
-// params nil omits them. onResponse, if set, runs in the read path when the
-// response arrives.
-func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.RawMessage, onResponse func(*Message)) (*Call, error) {
-	p.mu.Lock()
+// reserveLocked picks the id of a new request — prefer when it can be
+// reused and is not pending, else a fresh number — and registers
+// onResponse for it. Called with p.mu held.
+func (p *Peer) reserveLocked(prefer json.RawMessage, onResponse func(*Message)) (json.RawMessage, string) {
 	raw := prefer
 	if len(raw) == 0 || !reusable(raw) || p.pendingLocked(raw) {
 		for {
@@ -262,6 +260,16 @@ func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.
 	}
 	key := IDKey(raw)
 	p.pending[key] = onResponse
+	return raw, key
+}
+
+// Call sends a request without waiting for its response. prefer is the id to
+// reuse (the id of the request being forwarded), or nil for a fresh one.
+// params nil omits them. onResponse, if set, runs in the read path when the
+// response arrives.
+func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.RawMessage, onResponse func(*Message)) (*Call, error) {
+	p.mu.Lock()
+	raw, key := p.reserveLocked(prefer, onResponse)
 	p.mu.Unlock()
 
 	id, err := parseID(raw)
@@ -286,18 +294,7 @@ func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.
 // connection is closed.
 func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMessage, onResponse func(*Message)) (json.RawMessage, error) {
 	p.mu.Lock()
-	raw := prefer
-	if len(raw) == 0 || !reusable(raw) || p.pendingLocked(raw) {
-		for {
-			p.next++
-			raw = json.RawMessage(strconv.FormatUint(p.next, 10))
-			if !p.pendingLocked(raw) {
-				break
-			}
-		}
-	}
-	key := IDKey(raw)
-	p.pending[key] = onResponse
+	raw, key := p.reserveLocked(prefer, onResponse)
 	p.raw[key] = true
 	p.mu.Unlock()
 

@@ -143,14 +143,9 @@ func fastCallback(method string) bool {
 // has returned): the same checks, the same policy decision on the
 // session's sequencer.
 func (r *Router) agentCallback(inst *upstream.Instance, m *acp.Message) bool {
-	id, err := acp.ParseID(m.ID)
-	if err != nil {
+	req, ok := jsonrpcRequest(m)
+	if !ok {
 		return false // the Conn's decoder says what is wrong with it
-	}
-	req := &jsonrpc2.Request{Method: m.Method, ID: id}
-	if m.Params != nil {
-		p := m.Params
-		req.Params = &p
 	}
 	defer r.survive(inst.Agent.Name(), nil)
 	r.agentRequest(context.Background(), inst, req)

@@ -422,14 +422,9 @@ func (h editorHandler) Intercept(m *acp.Message) bool {
 	if m.Kind != acp.KindRequest || m.Method != acp.MethodSessionPrompt {
 		return false
 	}
-	id, err := acp.ParseID(m.ID)
-	if err != nil {
+	req, ok := jsonrpcRequest(m)
+	if !ok {
 		return false // the Conn's decoder says what is wrong with it
-	}
-	req := &jsonrpc2.Request{Method: m.Method, ID: id}
-	if m.Params != nil {
-		p := m.Params
-		req.Params = &p
 	}
 	r := h.r
 	<-r.editorReady
@@ -764,4 +759,20 @@ func (r *Router) survive(from string, req *jsonrpc2.Request) {
 	if req != nil && !req.Notif && from == "editor" {
 		r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: internal error: %v", p), nil))
 	}
+}
+
+// jsonrpcRequest is a request taken on the fast path, as the handlers of
+// the slow path receive it (its params are not copied); false when its id
+// does not parse.
+func jsonrpcRequest(m *acp.Message) (*jsonrpc2.Request, bool) {
+	id, err := acp.ParseID(m.ID)
+	if err != nil {
+		return nil, false
+	}
+	req := &jsonrpc2.Request{Method: m.Method, ID: id}
+	if m.Params != nil {
+		p := m.Params
+		req.Params = &p
+	}
+	return req, true
 }
