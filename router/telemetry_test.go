@@ -54,19 +54,22 @@ func TestTelemetryTurn(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
+	// The turn's span ends after its answer is written, so the last one
+	// may be exported after the answer arrived: wait for every span.
 	var got tracetest.SpanStubs
-	for ctx.Err() == nil {
+	var byID map[string]tracetest.SpanStub
+	var count map[string]int
+	for {
 		got = spans.GetSpans()
-		if len(got) >= 12 {
+		byID, count = map[string]tracetest.SpanStub{}, map[string]int{}
+		for _, s := range got {
+			byID[s.SpanContext.SpanID().String()] = s
+			count[s.Name]++
+		}
+		if count["acp-router turn"] >= 3 && count["session/prompt"] >= 3 && count["fs/read_text_file"] >= 3 && count["policy decision"] >= 3 || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	byID := map[string]tracetest.SpanStub{}
-	count := map[string]int{}
-	for _, s := range got {
-		byID[s.SpanContext.SpanID().String()] = s
-		count[s.Name]++
 	}
 	if count["acp-router turn"] != 3 || count["session/prompt"] != 3 || count["fs/read_text_file"] != 3 || count["policy decision"] != 3 {
 		t.Fatalf("spans by name %v", count)
