@@ -88,30 +88,13 @@ func TestCopies1MiBStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := append(updateLine(t, ro.f.sid, 1<<20), '\n')
-	for range 3 {
-		ro.send(line)
-	}
-	const n = 16
-	copies := 0.0
-	for i := range 3 { // the least of three: see minAllocs
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		for range n {
-			ro.send(line)
-		}
-		runtime.ReadMemStats(&after)
-		c := float64(after.TotalAlloc-before.TotalAlloc) / n / float64(len(line))
-		if i == 0 || c < copies {
-			copies = c
-		}
-	}
+	copies := copiesPerSend(ro, line)
 	if err := st.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	h, err := st.Load(t.Context(), ro.f.s.ID)
-	if err != nil || len(h.Updates) != 3+3*n {
-		t.Fatalf("the store has %d updates (%v), want %d", len(h.Updates), err, 3+3*n)
+	if err != nil || len(h.Updates) != 3+3*copiesSends {
+		t.Fatalf("the store has %d updates (%v), want %d", len(h.Updates), err, 3+3*copiesSends)
 	}
 	t.Logf("%.2f copies per 1 MiB update, store on (bound %.2f)", copies, copiesBound())
 	if copies > copiesBound() {
