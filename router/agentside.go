@@ -80,16 +80,15 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		return false
 	}
 	defer r.survive(inst.Agent.Name(), nil)
-	u, err := decodeUpdate(m)
-	if err != nil || u.SessionID == "" {
+	var u updateParams // on the stack unless the update waits (below)
+	if err := u.decode(m.Params); err != nil || u.SessionID == "" {
 		r.log.Warn("malformed session/update dropped", "agent", inst.Agent.Name(), "error", err)
 		return true
 	}
-	key := downKey(inst, u.SessionID)
 	r.mu.Lock()
-	s := r.downs[key]
+	s := r.downLocked(inst, u.SessionID)
 	if s == nil {
-		if r.tombs.has(key) { // closed or evicted: the rest of its turn
+		if r.tombs.has(downKey(inst, u.SessionID)) { // closed or evicted: the rest of its turn
 			r.mu.Unlock()
 			r.closedDrops.add(1, "agent", inst.Agent.Name(), "session", u.SessionID)
 			return true
@@ -108,9 +107,10 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	s.mu.Unlock()
 	if d != nil && d.inst == inst {
 		if s.order().busy() {
-			s.order().do(r, func() { r.relayUpdate(s, d, m, u) })
+			later := u
+			s.order().do(r, func() { r.relayUpdate(s, d, m, &later) })
 		} else {
-			r.relayUpdate(s, d, m, u)
+			r.relayUpdate(s, d, m, &u)
 		}
 		// Backpressure from a slow editor, only from this session's
 		// backlog, and holding no lock: the editor's read loop
@@ -232,61 +232,102 @@ var (
 // is never decoded or copied, nor scanned byte by byte again. Names match
 // exactly, as the editor reads them.
 func decodeUpdate(m *acp.Message) (*updateParams, error) {
-	var top [2]json.RawMessage
-	if err := acp.MembersOfValid(m.Params, updateTop, top[:]); err != nil {
+	u := new(updateParams)
+	if err := u.decode(m.Params); err != nil {
 		return nil, err
 	}
-	u := new(updateParams)
+	return u, nil
+}
+
+// decode is decodeUpdate into u (zero) from the params of a validated line.
+func (u *updateParams) decode(params json.RawMessage) error {
+	var top [2]json.RawMessage
+	if err := acp.MembersOfValid(params, updateTop, top[:]); err != nil {
+		return err
+	}
 	if err := rawString(top[0], &u.SessionID); err != nil {
-		return nil, err
+		return err
 	}
 	if top[1] == nil || string(top[1]) == "null" {
-		return u, nil
+		return nil
 	}
 	u.raw = top[1]
 	var f [21]json.RawMessage
 	if err := acp.MembersOfValid(top[1], updateMember, f[:]); err != nil {
-		return nil, err
+		return err
 	}
 	up := &u.Update
-	for i, dst := range []*string{&up.Kind, &up.ToolCallID, &up.MessageID, &up.CurrentModeID, &up.Status} {
-		if err := rawString(f[i], dst); err != nil {
-			return nil, err
+	if err := rawKind(f[0], &up.Kind); err != nil {
+		return err
+	}
+	for i, dst := range [...]*string{&up.ToolCallID, &up.MessageID, &up.CurrentModeID, &up.Status} {
+		if err := rawString(f[1+i], dst); err != nil {
+			return err
 		}
 	}
 	up.HasTitle = f[5] != nil
 	if f[5] != nil && string(f[5]) != "null" {
 		up.Title = new(string)
 		if err := rawString(f[5], up.Title); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	// Decoded into variables of their own: a pointer into u given to
+	// json.Unmarshal would put every u on the heap.
 	if f[6] != nil {
-		if err := json.Unmarshal(f[6], &up.AvailableCommands); err != nil {
-			return nil, err
+		var cmds []json.RawMessage
+		if err := json.Unmarshal(f[6], &cmds); err != nil {
+			return err
 		}
+		up.AvailableCommands = cmds
 	}
 	if f[7] != nil {
-		if err := json.Unmarshal(f[7], &up.Cost); err != nil {
-			return nil, err
+		var cost *merge.Cost
+		if err := json.Unmarshal(f[7], &cost); err != nil {
+			return err
 		}
+		up.Cost = cost
 	}
 	up.ConfigOptions, up.Meta, up.Content, up.ToolKind, up.Locations, up.RawInput = f[8], f[9], f[10], f[11], f[12], f[13]
-	for i, dst := range []**string{&up.Sender, &up.Recipient} {
+	for i, dst := range [...]**string{&up.Sender, &up.Recipient} {
 		if raw := f[14+i]; raw != nil && string(raw) != "null" {
 			*dst = new(string)
 			if err := rawString(raw, *dst); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	for i, dst := range []*string{&up.CompactionID, &up.PlanID} {
+	for i, dst := range [...]*string{&up.CompactionID, &up.PlanID} {
 		if err := rawString(f[17+i], dst); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	up.ToolName, up.Plan, up.Summary = f[16], f[19], f[20]
-	return u, nil
+	return nil
+}
+
+// updateKinds are the sessionUpdate values of the schema: rawKind returns
+// these strings instead of a new one per update.
+var updateKinds = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call",
+		"tool_call_update", "plan", "plan_update", "plan_removed", "available_commands_update", "current_mode_update",
+		"config_option_update", "session_info_update", "usage_update", "notice", "subagent_update", "session_message",
+		"compaction_update", "compaction_summary_chunk"} {
+		m[k] = k
+	}
+	return m
+}()
+
+// rawKind is rawString for the sessionUpdate member.
+func rawKind(raw json.RawMessage, out *string) error {
+	if len(raw) >= 2 && raw[0] == '"' {
+		if k, ok := updateKinds[string(raw[1:len(raw)-1])]; ok { // no copy
+			*out = k
+			return nil
+		}
+	}
+	return rawString(raw, out)
 }
 
 // rawString decodes a JSON string member (absent or null: unchanged). One
@@ -299,7 +340,17 @@ func rawString(raw json.RawMessage, out *string) error {
 		*out = string(raw[1 : len(raw)-1])
 		return nil
 	}
-	return json.Unmarshal(raw, out)
+	return unquote(raw, out)
+}
+
+// unquote decodes a JSON string with escapes (out does not escape).
+func unquote(raw json.RawMessage, out *string) error {
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	*out = v
+	return nil
 }
 
 // relayUpdate applies DESIGN §5 "cross-agent state" to one update of
@@ -527,8 +578,7 @@ func (s *Session) idEdits(agent, toolID, editorToolID, messageID string, meta js
 		s.msgIDs.Trim(maxMsgIDs) // a message gone on that long is over
 	}
 	for _, path := range metaToolCallIDs {
-		var id string
-		if meta != nil && pathString(meta, path, &id) && id != "" {
+		if id, ok := pathString(meta, path); ok && id != "" {
 			if out, ok := s.toolIDs.Lookup(agent, id); ok && out != id {
 				edits = append(edits, idEdit{append([]string{"update", "_meta"}, path...), out})
 			}
@@ -537,18 +587,23 @@ func (s *Session) idEdits(agent, toolID, editorToolID, messageID string, meta js
 	return edits
 }
 
-// pathString reads the string at path in obj.
-func pathString(obj json.RawMessage, path []string, out *string) bool {
-	for _, k := range path {
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(obj, &fields) != nil {
-			return false
-		}
-		if obj = fields[k]; obj == nil {
-			return false
-		}
+// pathString reads the string at path in obj (a validated line's).
+func pathString(obj json.RawMessage, path []string) (string, bool) {
+	if obj == nil {
+		return "", false
 	}
-	return json.Unmarshal(obj, out) == nil
+	var v [1]json.RawMessage
+	for _, k := range path {
+		if acp.MembersOfValid(obj, []string{k}, v[:]) != nil || v[0] == nil {
+			return "", false
+		}
+		obj = v[0]
+	}
+	var id string
+	if len(obj) == 0 || obj[0] != '"' || rawString(obj, &id) != nil {
+		return "", false
+	}
+	return id, true
 }
 
 // setPath returns obj with the value at path replaced, every other byte of

@@ -137,9 +137,10 @@ func (t *turn) recordLocked(up *updateFields) {
 			t.rec.AppendCompaction(c.Type, c.Text, maxBriefCompaction)
 		}
 	case "agent_message_chunk":
-		var c struct{ Type, Text string }
-		if !t.reply.Full() && json.Unmarshal(content, &c) == nil && c.Type == "text" {
-			t.reply.WriteString(c.Text)
+		if !t.reply.Full() {
+			if text, ok := textBlock(content); ok {
+				t.reply.WriteString(text)
+			}
 		}
 	case "tool_call":
 		if len(t.rec.Tools) >= maxBriefTools {
@@ -163,6 +164,19 @@ func (t *turn) recordLocked(up *updateFields) {
 		}
 	}
 }
+
+// textBlock returns the text of a text content block (of a validated line).
+func textBlock(content json.RawMessage) (string, bool) {
+	var f [2]json.RawMessage
+	var typ, text string
+	if acp.MembersOfValid(content, textBlockMembers, f[:]) != nil || rawString(f[0], &typ) != nil || typ != "text" ||
+		len(f[1]) == 0 || f[1][0] != '"' || rawString(f[1], &text) != nil {
+		return "", false
+	}
+	return text, true
+}
+
+var textBlockMembers = []string{"type", "text"}
 
 // A turn's record keeps at most maxBriefTools tool calls, titles of at
 // most maxBriefTitle bytes: a brief is bounded anyway (handoff.max_bytes),

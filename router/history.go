@@ -177,24 +177,23 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		}
 	}
 	for _, line := range lines {
-		var m struct {
-			Params struct {
-				Update struct {
-					updateFields
-					Meta *turnMeta `json:"_meta"`
-				} `json:"update"`
-			} `json:"params"`
-		}
-		if json.Unmarshal(line, &m) != nil {
+		// Read as the live relay reads an update (decodeUpdate): the
+		// line validated once, then only the members it needs found.
+		m, err := acp.Classify(line)
+		if err != nil || m.Kind != acp.KindNotification {
 			continue
 		}
-		up := &m.Params.Update
-		if up.Kind == "user_message_chunk" && up.Meta != nil {
-			var c struct{ Type, Text string }
-			json.Unmarshal(up.Content, &c)
+		var u updateParams
+		if u.decode(m.Params) != nil {
+			continue
+		}
+		up := &u.Update
+		var meta *turnMeta
+		if up.Kind == "user_message_chunk" && up.Meta != nil && json.Unmarshal(up.Meta, &meta) == nil && meta != nil {
+			text, isText := textBlock(up.Content)
 			if !inPrompt {
 				end()
-				if agent := up.Meta.AcpRouter.Agent; agent != "" {
+				if agent := meta.AcpRouter.Agent; agent != "" {
 					title := agent
 					if a := r.byName[agent]; a != nil {
 						title = a.Title()
@@ -205,11 +204,11 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 				}
 			}
 			inPrompt = true
-			if cur != nil && c.Type == "text" {
+			if cur != nil && isText {
 				if cur.rec.User != "" {
 					cur.rec.User += "\n"
 				}
-				cur.rec.User += c.Text
+				cur.rec.User += text
 			}
 			continue
 		}
@@ -217,7 +216,7 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		if cur == nil {
 			continue
 		}
-		cur.recordLocked(&up.updateFields)
+		cur.recordLocked(up)
 		if (up.Kind == "tool_call" || up.Kind == "tool_call_update") && r.opts.Guard.Enforcing() {
 			evidence[up.ToolCallID] = append(evidence[up.ToolCallID], guard.EncodeEvidence(up.toolUpdate()))
 		}

@@ -118,7 +118,19 @@ func tableKey(inst *upstream.Instance) string {
 	return inst.Agent.Name() + "#" + strconv.Itoa(inst.Gen)
 }
 
-func downKey(inst *upstream.Instance, id string) string { return tableKey(inst) + " " + id }
+func downKey(inst *upstream.Instance, id string) string { return string(appendDownKey(nil, inst, id)) }
+
+func appendDownKey(b []byte, inst *upstream.Instance, id string) []byte {
+	b = append(append(b, inst.Agent.Name()...), '#')
+	b = strconv.AppendInt(b, int64(inst.Gen), 10)
+	return append(append(b, ' '), id...)
+}
+
+// downLocked is r.downs[downKey(inst, id)] without making the key a string.
+func (r *Router) downLocked(inst *upstream.Instance, id string) *Session {
+	var buf [128]byte
+	return r.downs[string(appendDownKey(buf[:0], inst, id))]
+}
 
 // alive returns d's instance, or an error naming the agent when the process
 // the downstream session lived on is gone.
