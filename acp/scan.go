@@ -509,46 +509,105 @@ func MembersOfValid(obj json.RawMessage, names []string, out []json.RawMessage) 
 		return errors.New("acp: MembersOfValid: out is shorter than names")
 	}
 	clear(out[:len(names)])
-	b := obj
+	_, err := eachMemberOfValid(obj, func(key []byte, escaped bool, i int) (int, bool) {
+		vEnd, ok := valueEnd(obj, i)
+		if ok {
+			setMember(names, out, key, escaped, obj[i:vEnd:vEnd])
+		}
+		return vEnd, ok
+	})
+	return err
+}
+
+// MembersOfValidIn is MembersOfValid of obj and, in the same pass, of the
+// object that is obj's member names[in]: its members named inNames go to
+// inOut (nil when names[in] is absent or not an object). A member of a 1 MiB
+// update's params is then found with one scan of the line, not two.
+func MembersOfValidIn(obj json.RawMessage, names []string, out []json.RawMessage, in int, inNames []string, inOut []json.RawMessage) error {
+	if len(out) < len(names) || len(inOut) < len(inNames) || in < 0 || in >= len(names) {
+		return errors.New("acp: MembersOfValidIn: out is shorter than names")
+	}
+	clear(out[:len(names)])
+	clear(inOut[:len(inNames)])
+	inner := names[in]
+	_, err := eachMemberOfValid(obj, func(key []byte, escaped bool, i int) (int, bool) {
+		var name string
+		if escaped || !ascii(key) {
+			name = memberName(key)
+		}
+		if (name == "" && string(key) == inner || name != "" && name == inner) && i < len(obj) && obj[i] == '{' {
+			// The last occurrence wins, as in a map decode.
+			clear(inOut[:len(inNames)])
+			vEnd, err := eachMemberOfValid(obj[i:], func(k []byte, esc bool, j int) (int, bool) {
+				v := obj[i:]
+				end, ok := valueEnd(v, j)
+				if ok {
+					setMember(inNames, inOut, k, esc, v[j:end:end])
+				}
+				return end, ok
+			})
+			if err != nil {
+				return 0, false
+			}
+			vEnd += i
+			setMember(names, out, key, escaped, obj[i:vEnd:vEnd])
+			return vEnd, true
+		}
+		if name == "" && string(key) == inner || name != "" && name == inner {
+			clear(inOut[:len(inNames)]) // not an object: it has no members
+		}
+		vEnd, ok := valueEnd(obj, i)
+		if ok {
+			setMember(names, out, key, escaped, obj[i:vEnd:vEnd])
+		}
+		return vEnd, ok
+	})
+	return err
+}
+
+// eachMemberOfValid calls value for each member of the valid object b
+// with its name as written (escaped: with escapes to resolve) and where its
+// value starts; value returns where the value ends. It returns the index
+// after the object ("null": no members, its end).
+func eachMemberOfValid(b []byte, value func(key []byte, escaped bool, i int) (int, bool)) (int, error) {
 	i := skipSpace(b, 0)
 	if i < len(b) && b[i] == 'n' {
-		return nil // null: Classify accepted it, so it is "null"
+		return i + 4, nil // null: Classify accepted it, so it is "null"
 	}
 	if i >= len(b) || b[i] != '{' {
-		return errNotObject
+		return 0, errNotObject
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return nil
+		return i + 1, nil
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return errNotObject
+			return 0, errNotObject
 		}
 		keyEnd, ok := stringEnd(b, i)
 		if !ok {
-			return errNotObject
+			return 0, errNotObject
 		}
 		key := b[i+1 : keyEnd-1]
 		i = skipSpace(b, keyEnd)
 		if i >= len(b) || b[i] != ':' {
-			return errNotObject
+			return 0, errNotObject
 		}
 		i = skipSpace(b, i+1)
-		vEnd, ok := valueEnd(b, i)
-		if !ok {
-			return errNotObject
+		vEnd, ok := value(key, bytes.IndexByte(key, '\\') >= 0, i)
+		if !ok || vEnd <= i || vEnd > len(b) {
+			return 0, errNotObject
 		}
-		setMember(names, out, key, bytes.IndexByte(key, '\\') >= 0, b[i:vEnd:vEnd])
 		i = skipSpace(b, vEnd)
 		if i >= len(b) {
-			return errNotObject
+			return 0, errNotObject
 		}
 		if b[i] == '}' {
-			return nil
+			return i + 1, nil
 		}
 		if b[i] != ',' {
-			return errNotObject
+			return 0, errNotObject
 		}
 		i = skipSpace(b, i+1)
 	}

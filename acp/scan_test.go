@@ -510,3 +510,49 @@ func TestParseID(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMembersOfValidIn: on valid input, MembersOfValidIn's one pass finds
+// what MembersOfValid finds in obj and then in its member (as a map decode
+// reads both: the last occurrence); on any input it never panics.
+func FuzzMembersOfValidIn(f *testing.F) {
+	for _, c := range scanCases {
+		f.Add([]byte(c), "id", "sessionId")
+	}
+	for _, line := range seedLines(f) {
+		f.Add(line, "params", "sessionId")
+		f.Add(line, "params", "update")
+	}
+	f.Add([]byte(`{"params":{"a":1},"params":{"b":2}}`), "params", "a")
+	f.Add([]byte(`{"params":{"a":1},"params":3}`), "params", "a")
+	f.Add([]byte(`{"par\u0061ms":{"a":1,"a":[2]}}`), "params", "a")
+	f.Fuzz(func(t *testing.T, obj []byte, name, inner string) {
+		names, inNames := []string{"id", name}, []string{inner, "sessionId"}
+		out, inOut := make([]json.RawMessage, 2), make([]json.RawMessage, 2)
+		err := MembersOfValidIn(obj, names, out, 1, inNames, inOut) // must not panic
+		if !json.Valid(obj) {
+			return
+		}
+		want := make([]json.RawMessage, 2)
+		wantErr := MembersOfValid(obj, names, want)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("%q: err %v, MembersOfValid %v", obj, err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		wantIn := make([]json.RawMessage, 2)
+		if v := want[1]; len(v) > 0 && v[0] == '{' {
+			if err := MembersOfValid(v, inNames, wantIn); err != nil {
+				t.Fatalf("%q: MembersOfValid of %q: %v", obj, v, err)
+			}
+		}
+		for i := range 2 {
+			if !bytes.Equal(out[i], want[i]) || (out[i] == nil) != (want[i] == nil) {
+				t.Fatalf("%q: %q = %q, want %q", obj, names[i], out[i], want[i])
+			}
+			if !bytes.Equal(inOut[i], wantIn[i]) || (inOut[i] == nil) != (wantIn[i] == nil) || cap(inOut[i]) != len(inOut[i]) {
+				t.Fatalf("%q: %q.%q = %q, want %q", obj, name, inNames[i], inOut[i], wantIn[i])
+			}
+		}
+	})
+}

@@ -697,6 +697,41 @@ func (s *Stream) WriteRawShared(key string, msg []byte, sh *Shared) error {
 	return nil
 }
 
+// WriteRawLines is WriteRawLane of each of msgs in turn, as many as its
+// lane has room for (LaneBytes; at least one) queued at once: a writer of
+// many lines at a time (a history replay) takes the lock and wakes the
+// writer once for all of them. It returns how many it queued; the caller
+// waits for room (WaitRoom) before it writes the rest.
+func (s *Stream) WriteRawLines(key string, msgs [][]byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.err != nil:
+		return 0, s.err
+	case s.closing:
+		return 0, ErrClosed
+	}
+	l := s.laneLocked(key)
+	room := s.opts.LaneBytes - l.bytes
+	if s.lanes == nil {
+		room = s.opts.QueueBytes - s.queued
+	}
+	if s.queued == 0 {
+		s.progress = time.Now()
+	}
+	n := 0
+	for _, msg := range msgs {
+		if n > 0 && len(msg)+1 > room {
+			break
+		}
+		s.pushLocked(l, msg, nil, false)
+		room -= len(msg) + 1
+		n++
+	}
+	s.cond.Signal()
+	return n, nil
+}
+
 // AliasLane makes key's messages use the lane of to from now on ("" ends
 // the alias). Without lanes it does nothing.
 func (s *Stream) AliasLane(key, to string) {

@@ -421,3 +421,58 @@ func jsonPathRaw(t *testing.T, line []byte, key string) json.RawMessage {
 	}
 	return m[key]
 }
+
+// TestStreamWriteRawLines: a batch writer queues, per call, only what its
+// lane has room for (at least one message), in order, beside a writer of
+// single messages in another lane; nothing is lost.
+func TestStreamWriteRawLines(t *testing.T) {
+	const perWriter, laneCap = 2000, 4 << 10
+	s, out := writeStream(t, StreamOptions{LaneBytes: laneCap, QueueBytes: 1 << 20})
+	res := collect(t, &slowReader{r: out, until: time.Now().Add(100 * time.Millisecond)})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var msgs [][]byte
+		for n := range perWriter {
+			msgs = append(msgs, laneMsg("r", 0, n, 100+(n*7919)%1500))
+		}
+		calls := 0
+		for len(msgs) > 0 {
+			n, err := s.WriteRawLines("r", msgs)
+			if err != nil {
+				t.Errorf("WriteRawLines: %v", err)
+				return
+			}
+			queued := 0
+			for _, m := range msgs[:n] {
+				queued += len(m) + 1
+			}
+			if n < 1 || n > 1 && queued > laneCap {
+				t.Errorf("call %d queued %d messages (%d bytes) in a lane of %d bytes", calls, n, queued, laneCap)
+				return
+			}
+			msgs, calls = msgs[n:], calls+1
+			if err := s.WaitRoom("r"); err != nil {
+				t.Errorf("WaitRoom: %v", err)
+				return
+			}
+		}
+		if calls >= perWriter/2 {
+			t.Errorf("%d calls for %d messages: not batched", calls, perWriter)
+		}
+	})
+	wg.Go(func() {
+		for n := range perWriter {
+			if err := s.WriteRawLane("b", laneMsg("b", 1, n, 200)); err != nil {
+				t.Errorf("WriteRawLane: %v", err)
+				return
+			}
+			if err := s.WaitRoom("b"); err != nil {
+				t.Errorf("WaitRoom: %v", err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	s.Close()
+	checkSequences(t, recvAll(t, res), 2, perWriter)
+}

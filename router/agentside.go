@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -242,7 +243,10 @@ func decodeUpdate(m *acp.Message) (*updateParams, error) {
 // decode is decodeUpdate into u (zero) from the params of a validated line.
 func (u *updateParams) decode(params json.RawMessage) error {
 	var top [2]json.RawMessage
-	if err := acp.MembersOfValid(params, updateTop, top[:]); err != nil {
+	var f [21]json.RawMessage
+	// One pass over the params: the update's members are found as the
+	// update is stepped over.
+	if err := acp.MembersOfValidIn(params, updateTop, top[:], 1, updateMember, f[:]); err != nil {
 		return err
 	}
 	if err := rawString(top[0], &u.SessionID); err != nil {
@@ -251,11 +255,10 @@ func (u *updateParams) decode(params json.RawMessage) error {
 	if top[1] == nil || string(top[1]) == "null" {
 		return nil
 	}
-	u.raw = top[1]
-	var f [21]json.RawMessage
-	if err := acp.MembersOfValid(top[1], updateMember, f[:]); err != nil {
-		return err
+	if top[1][0] != '{' {
+		return errors.New("update is not an object")
 	}
+	u.raw = top[1]
 	up := &u.Update
 	if err := rawKind(f[0], &up.Kind); err != nil {
 		return err

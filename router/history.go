@@ -162,6 +162,8 @@ func (r *Router) recordTurnEnd(s *Session) {
 // also returns, per agent, the first turn that agent has not seen (an agent
 // that ran a turn was briefed on everything before it). Tool calls a deny
 // rule matches are hidden, as when they were first recorded.
+var envelopeParams = []string{"params"}
+
 func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[string]int) {
 	var turns []merge.TurnRecord
 	seen := map[string]int{}
@@ -177,14 +179,13 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		}
 	}
 	for _, line := range lines {
-		// Read as the live relay reads an update (decodeUpdate): the
-		// line validated once, then only the members it needs found.
-		m, err := acp.Classify(line)
-		if err != nil || m.Kind != acp.KindNotification {
-			continue
-		}
+		// Read as the live relay reads an update (decodeUpdate), only the
+		// members it needs found: the line is one the router wrote (from
+		// a line it validated, or encoded itself) and the store's checksum
+		// says it is still that line.
+		var env [1]json.RawMessage
 		var u updateParams
-		if u.decode(m.Params) != nil {
+		if acp.MembersOfValid(line, envelopeParams, env[:]) != nil || u.decode(env[0]) != nil {
 			continue
 		}
 		up := &u.Update
@@ -434,8 +435,14 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 // replay writes the stored updates to the editor, as they were sent, as
 // fast as the editor takes them.
 func (r *Router) replay(h *store.History) {
-	for _, line := range h.Updates {
-		r.writeEditor(h.Meta.ID, line)
+	st := r.editor.Stream()
+	for lines := h.Updates; len(lines) > 0; {
+		n, err := st.WriteRawLines(h.Meta.ID, lines)
+		if err != nil {
+			r.log.Debug("cannot write to the editor", "error", err)
+			return
+		}
+		lines = lines[n:]
 		r.waitEditor(h.Meta.ID)
 	}
 }

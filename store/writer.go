@@ -430,7 +430,16 @@ func (s *Store) trim(f *os.File, st *logState, path string) error {
 	if _, err := tmp.Write(head); err != nil {
 		return err
 	}
-	if _, err := io.Copy(tmp, io.NewSectionReader(f, cut, end-cut)); err != nil {
+	// From f's own descriptor (writes use WriteAt, so its offset is free):
+	// the kernel copies the kept suffix (copy_file_range) instead of
+	// reading it into the process and writing it back.
+	if _, err := f.Seek(cut, io.SeekStart); err != nil {
+		return err
+	}
+	if n, err := io.Copy(tmp, io.LimitReader(f, end-cut)); err != nil || n != end-cut {
+		if err == nil {
+			err = fmt.Errorf("store: trim copied %d of %d bytes", n, end-cut)
+		}
 		return err
 	}
 	if err := s.failpoint("trim.sync"); err != nil {
