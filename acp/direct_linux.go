@@ -2,7 +2,9 @@ package acp
 
 import (
 	"io"
+	"os"
 	"syscall"
+	"unsafe"
 )
 
 // directWriter writes to a non-blocking file descriptor without waiting.
@@ -12,8 +14,12 @@ type directWriter = syscall.RawConn
 // (O_NONBLOCK: the pipes os.Pipe makes, as for an agent's stdin), else nil.
 // A blocking one (the router's own stdout, as editors start it) is only
 // written by the writer goroutine.
-func newDirectWriter(w io.Writer) directWriter {
-	sc, ok := w.(syscall.Conn)
+func newDirectWriter(w io.Writer) directWriter { return nonblocking(w) }
+
+// nonblocking returns the descriptor of f (a file, a pipe) when it is in
+// non-blocking mode, else nil.
+func nonblocking(f any) syscall.RawConn {
+	sc, ok := f.(syscall.Conn)
 	if !ok {
 		return nil
 	}
@@ -38,7 +44,14 @@ func tryWrite(rc directWriter, b []byte) (int, error) {
 	var err error
 	if cerr := rc.Write(func(fd uintptr) bool {
 		for {
-			n, err = syscall.Write(int(fd), b)
+			// A raw system call: on a non-blocking descriptor it returns at
+			// once, so the runtime's bookkeeping of a call that may block
+			// (entersyscall, which also wakes sysmon) is cost for nothing.
+			r, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+			n, err = int(r), nil
+			if errno != 0 {
+				n, err = -1, errno
+			}
 			if err != syscall.EINTR {
 				return true // never wait for the descriptor to be writable
 			}
@@ -50,4 +63,53 @@ func tryWrite(rc directWriter, b []byte) (int, error) {
 		return 0, nil
 	}
 	return max(n, 0), err
+}
+
+// rawReader reads a non-blocking descriptor with raw system calls, waiting
+// for it in the runtime's poller (syscall.RawConn.Read) when it has
+// nothing: a read that cannot block needs none of the bookkeeping of one
+// that can (entersyscall, which wakes sysmon), and a proxy reads a line or
+// two per system call.
+type rawReader struct {
+	r  io.Reader
+	rc syscall.RawConn
+}
+
+// newRawReader returns a rawReader for r when it is a non-blocking
+// descriptor the poller waits for, else r.
+func newRawReader(r io.Reader) io.Reader {
+	rc := nonblocking(r)
+	if rc == nil {
+		return r
+	}
+	return &rawReader{r: r, rc: rc}
+}
+
+func (r *rawReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n uintptr
+	var errno syscall.Errno
+	if err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			if errno != syscall.EINTR {
+				return errno != syscall.EAGAIN // else wait in the poller
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	switch {
+	case errno != 0:
+		name := "pipe"
+		if f, ok := r.r.(interface{ Name() string }); ok {
+			name = f.Name()
+		}
+		return 0, &os.PathError{Op: "read", Path: name, Err: errno}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return int(n), nil
 }

@@ -14,3 +14,5 @@ type directWriter = *struct{}
 func newDirectWriter(io.Writer) directWriter { return nil }
 
 func tryWrite(directWriter, []byte) (int, error) { return 0, errors.ErrUnsupported }
+
+func newRawReader(r io.Reader) io.Reader { return r }

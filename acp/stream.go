@@ -206,7 +206,7 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 	s := &Stream{
 		opts:     opts,
 		log:      opts.Logger,
-		r:        bufio.NewReaderSize(r, 64<<10),
+		r:        bufio.NewReaderSize(newRawReader(r), 64<<10),
 		rc:       r,
 		w:        w,
 		shared:   &lane{},
