@@ -79,7 +79,13 @@ type StreamOptions struct {
 	// read loop, in order. Returning true consumes it. It must not block on
 	// the peer that is being read.
 	Intercept func(*Message) bool
-	Logger    hclog.Logger
+	// Batch, when set, is called before Intercept is handed a line that
+	// was read together with more (they are already buffered), and the
+	// function it returns (nil: none) once the last of them was handed over,
+	// or before ReadObject returns: what the lines in between produce can
+	// go out with one system call (another Stream's Cork and Uncork).
+	Batch  func() (end func())
+	Logger hclog.Logger
 }
 
 // Stream is a jsonrpc2.ObjectStream over newline-delimited JSON (ACP's stdio
@@ -127,6 +133,9 @@ type Stream struct {
 	lineBuf   []byte
 	lastWrite time.Time
 	burst     int
+	// corks counts the Cork calls not yet undone: while it is positive,
+	// small messages are queued without waking the writer.
+	corks int
 
 	done     chan struct{} // closed when the writer goroutine exits
 	failOnce sync.Once
@@ -234,8 +243,23 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 // ReadObject implements jsonrpc2.ObjectStream: it returns the next message
 // the jsonrpc2.Conn should see, answering or skipping everything else.
 func (s *Stream) ReadObject(v any) error {
+	var endBatch func()
+	if s.opts.Batch != nil {
+		defer func() {
+			if endBatch != nil {
+				endBatch()
+			}
+		}()
+	}
 	for {
+		if endBatch != nil && s.r.Buffered() == 0 {
+			endBatch() // before the read that may wait
+			endBatch = nil
+		}
 		line, sh, err := s.readLine()
+		if s.opts.Batch != nil && endBatch == nil && err == nil && s.r.Buffered() > 0 {
+			endBatch = s.opts.Batch()
+		}
 		if errors.Is(err, ErrLineTooLong) {
 			s.log.Warn("message over the line limit skipped", "limit", s.opts.MaxLine)
 			s.answerInvalid(nil, jsonError(CodeInvalidRequest, fmt.Sprintf("acp-router: message exceeds the %d-byte limit", s.opts.MaxLine)))
@@ -676,7 +700,7 @@ func (s *Stream) WriteRawShared(key string, msg []byte, sh *Shared) error {
 			s.burst = 0
 		}
 		s.burst++
-		if s.queued == 0 && !s.writing && n <= maxDirect && s.burst <= directBurst && sh == nil {
+		if s.corks == 0 && s.queued == 0 && !s.writing && n <= maxDirect && s.burst <= directBurst && sh == nil {
 			s.writing = true
 			s.mu.Unlock()
 			return s.writeDirect(l, msg)
@@ -692,9 +716,111 @@ func (s *Stream) WriteRawShared(key string, msg []byte, sh *Shared) error {
 		sh.Hold()
 	}
 	s.pushLocked(l, msg, sh, false)
-	s.cond.Signal()
+	if s.corks == 0 || s.queued > maxDirect || sh != nil {
+		s.cond.Signal()
+	}
 	s.mu.Unlock()
 	return nil
+}
+
+// Cork holds back small messages until the matching Uncork: they are
+// queued, and neither written by their writer nor handed to the writer
+// goroutine, so that the messages a peer's read loop produces from one read
+// (an agent's last update and its answer to a prompt) leave in one system
+// call. Cork and Uncork come in pairs and nothing may wait between them
+// (WaitRoom lets the writer go first).
+func (s *Stream) Cork() {
+	s.mu.Lock()
+	s.corks++
+	s.mu.Unlock()
+}
+
+// Flush wakes the writer for what is queued, corked or not: for a corker
+// about to wait for something else.
+func (s *Stream) Flush() {
+	s.mu.Lock()
+	if s.queued > 0 {
+		s.cond.Signal()
+	}
+	s.mu.Unlock()
+}
+
+// Uncork undoes a Cork; the last one writes what was held back: itself
+// when it fits a direct write, else by waking the writer.
+func (s *Stream) Uncork() {
+	s.mu.Lock()
+	s.corks--
+	if s.corks > 0 || s.queued == 0 || s.writing || s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if s.direct == nil || s.queued > maxDirect {
+		s.cond.Signal()
+		s.mu.Unlock()
+		return
+	}
+	s.writeQueuedDirect() // unlocks
+}
+
+// writeQueuedDirect writes what is queued (a direct write's worth, taken
+// as the writer takes it) with one system call as far as the pipe takes it
+// without blocking, and queues the rest again, first. Called with s.mu
+// held, not writing; returns with it released.
+func (s *Stream) writeQueuedDirect() {
+	batch := s.takeLocked(nil)
+	s.writing = true
+	s.mu.Unlock()
+	line := s.lineBuf[:0]
+	for _, q := range batch {
+		if s.log.IsTrace() {
+			s.log.Trace("send", "message", truncate(q.msg, traceBytes))
+		}
+		line = append(append(line, q.msg...), '\n')
+	}
+	s.lineBuf = line
+	written, err := tryWrite(s.direct, line)
+	s.writtenBytes.Add(int64(written))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writing = false
+	s.progress = time.Now()
+	if s.err == nil && err != nil {
+		s.failLocked(fmt.Errorf("write: %w", err))
+	}
+	if s.err != nil {
+		return // the lanes are gone
+	}
+	s.room.Broadcast()
+	left := written
+	var rest []int // batch indexes not (wholly) written
+	for i, q := range batch {
+		n := len(q.msg) + 1
+		if len(rest) == 0 && left >= n {
+			left -= n
+			s.releaseLocked(q.l, n)
+			if q.sh != nil {
+				q.sh.Release()
+			}
+			continue
+		}
+		rest = append(rest, i)
+	}
+	// Back at the front of their lanes, in order: the first unwritten one
+	// (maybe partly written: only its rest) ends up first of all.
+	for k := len(rest) - 1; k >= 0; k-- {
+		q := batch[rest[k]]
+		n := len(q.msg) + 1
+		q.l.taken -= n
+		s.queued -= n
+		msg := q.msg
+		if k == 0 {
+			msg = msg[min(left, len(msg)):] // maybe only the "\n" is left
+		}
+		s.pushLocked(q.l, msg, q.sh, true)
+	}
+	if len(s.ring) > 0 || s.closing {
+		s.cond.Signal()
+	}
 }
 
 // WriteRawLines is WriteRawLane of each of msgs in turn, as many as its
@@ -980,6 +1106,9 @@ func (s *Stream) WaitRoom(key string) error {
 			return ErrClosed
 		case s.queued < s.opts.QueueBytes && (s.lanes == nil || s.laneBytesLocked(key) < s.opts.LaneBytes):
 			return nil
+		}
+		if s.corks > 0 {
+			s.cond.Signal() // what a Cork holds back must not be waited for
 		}
 		s.room.Wait()
 	}

@@ -261,3 +261,91 @@ func TestStreamLaneDirectPartial(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamCork: what is written between Cork and Uncork is held back
+// (nothing reaches the pipe, the writer goroutine is not woken) and leaves
+// with one direct write at the last Uncork; a write that does not fit the
+// pipe is finished by the writer goroutine, whole and in order; a WaitRoom
+// that must wait lets the writer write what a Cork holds back.
+func TestStreamCork(t *testing.T) {
+	line := func(w, n, size int) []byte {
+		head := fmt.Sprintf(`{"w":%d,"n":%d,"pad":"`, w, n)
+		return []byte(head + strings.Repeat("x", max(size-len(head)-3, 0)) + `"}`)
+	}
+	t.Run("held", func(t *testing.T) {
+		s, out := pipeStream(t, StreamOptions{LaneBytes: 1 << 20, QueueBytes: 4 << 20})
+		time.Sleep(20 * time.Millisecond) // the writer goroutine waits (an awake one takes what is queued)
+		s.Cork()
+		s.Cork() // two agents' read loops at once
+		for n := range 3 {
+			if err := s.WriteRawLane("a", line(0, n, 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Uncork()
+		time.Sleep(20 * time.Millisecond) // a woken writer would write now
+		if s.Written() != 0 {
+			t.Fatalf("%d bytes written while corked", s.Written())
+		}
+		s.Uncork()
+		if want := int64(3 * 100); s.Written() != want { // by the Uncork itself
+			t.Fatalf("after the last Uncork %d bytes written, want %d", s.Written(), want)
+		}
+		s.Close()
+		checkSequences(t, recvAll(t, collect(t, out)), 1, 3)
+	})
+	t.Run("partial", func(t *testing.T) {
+		s, out := pipeStream(t, StreamOptions{LaneBytes: 1 << 20, QueueBytes: 4 << 20})
+		capacity, page := pipeSize(t, out), os.Getpagesize()
+		// Nobody reads: the pipe keeps one page and a half free.
+		if err := s.WriteRawLane("b", line(1, 0, capacity-page-page/2)); err != nil {
+			t.Fatal(err)
+		}
+		s.Cork()
+		var msgs [][]byte
+		for n := range 4 { // the second one is cut by the pipe
+			m := line(0, n, page)
+			msgs = append(msgs, m)
+			if err := s.WriteRawLane("a", m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Uncork()
+		s.Close()
+		got := recvAll(t, collect(t, out))
+		var a [][]byte
+		for _, l := range got {
+			if bytes.HasPrefix(l, []byte(`{"w":0`)) {
+				a = append(a, l)
+			}
+		}
+		if len(got) != len(msgs)+1 {
+			t.Fatalf("%d messages arrived, want %d", len(got), len(msgs)+1)
+		}
+		if len(a) != len(msgs) {
+			t.Fatalf("%d of %d corked messages arrived", len(a), len(msgs))
+		}
+		for i := range a {
+			if !bytes.Equal(a[i], msgs[i]) {
+				t.Fatalf("message %d arrived as %d bytes, want %d", i, len(a[i]), len(msgs[i]))
+			}
+		}
+	})
+	t.Run("waitroom", func(t *testing.T) {
+		s, out := pipeStream(t, StreamOptions{LaneBytes: 4 << 10, QueueBytes: 1 << 20})
+		res := collect(t, out)
+		s.Cork()
+		n := 0
+		for ; n < 20; n++ { // 20 KiB into a 4 KiB lane, corked
+			if err := s.WriteRawLane("a", line(0, n, 1000)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := returnsWithin(t, 5*time.Second, "WaitRoom while corked", func() error { return s.WaitRoom("a") }); err != nil {
+			t.Fatal(err)
+		}
+		s.Uncork()
+		s.Close()
+		checkSequences(t, recvAll(t, res), 1, n)
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -460,5 +461,38 @@ func TestStreamIntercept(t *testing.T) {
 	want := []string{"notification eaten", "notification passed", "request eaten", "request handled"}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("Intercept saw %q, want %q", seen, want)
+	}
+}
+
+// TestStreamBatch: lines read together are handed to Intercept between one
+// Batch call and its end, which comes before the read loop waits for more
+// (and when ReadObject returns); a line read alone is in no batch.
+func TestStreamBatch(t *testing.T) {
+	r, w := io.Pipe()
+	var mu sync.Mutex
+	var events []string
+	note := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	s := NewStream(r, discardCloser{}, StreamOptions{
+		Intercept: func(m *Message) bool { note(string(m.Method)); return true },
+		Batch: func() func() {
+			note("start")
+			return func() { note("end") }
+		},
+	})
+	done := make(chan error, 1)
+	go func() {
+		var v json.RawMessage
+		done <- s.ReadObject(&v)
+	}()
+	w.Write([]byte(`{"jsonrpc":"2.0","method":"a"}` + "\n" + `{"jsonrpc":"2.0","method":"b"}` + "\n"))
+	w.Write([]byte(`{"jsonrpc":"2.0","method":"c"}` + "\n"))
+	w.Close()
+	if err := <-done; !errors.Is(err, io.EOF) {
+		t.Fatalf("ReadObject: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got, want := strings.Join(events, " "), "start a b end c"; got != want {
+		t.Errorf("events %q, want %q", got, want)
 	}
 }

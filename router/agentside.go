@@ -118,7 +118,9 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 		// (session/cancel) takes s.mu. Then from a disk slower than the
 		// agents: the store's queue holds the updates not yet written.
 		r.waitEditor(s.ID)
-		if st := r.opts.Store; st != nil {
+		if st := r.opts.Store; st != nil && st.Full() {
+			// What the editor is owed (Cork) must not wait for the disk.
+			r.editor.Stream().Flush()
 			st.WaitRoom()
 		}
 	}

@@ -229,6 +229,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		StateDir:      cfg.StateDir,
 		Handler:       func(i *upstream.Instance) jsonrpc2.Handler { return agentHandler{r, i} },
 		Intercept:     r.interceptAgent,
+		Batch:         r.corkEditor,
 		InitParams:    r.agentInitParams,
 		OnExit:        r.agentExited,
 		Telemetry:     opts.Telemetry,
@@ -258,6 +259,20 @@ const (
 	editorLaneBytes  = 2 << 20
 	editorQueueBytes = 16 << 20
 )
+
+// corkEditor is the agents' read loops' Batch: the editor's messages that
+// the lines of one read of an agent produce (a turn's last update and the
+// prompt's answer) are written together, with one system call.
+func (r *Router) corkEditor() func() {
+	select {
+	case <-r.editorReady:
+	default:
+		return nil
+	}
+	st := r.editor.Stream()
+	st.Cork()
+	return st.Uncork
+}
 
 // Serve speaks ACP to the editor on in/out until the editor closes its
 // input or ctx ends, then shuts every agent down. It returns nil when the

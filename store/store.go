@@ -537,6 +537,9 @@ func (s *Store) append(id string, line []byte, shared bool, ref Ref) error {
 // two commits' worth (CommitBytes commits at once).
 const DefaultRoomBytes = 2 * DefaultCommitBytes
 
+// Full reports whether WaitRoom would wait now.
+func (s *Store) Full() bool { return s.held.Load() >= s.opts.RoomBytes }
+
 // WaitRoom waits until the memory the queue holds (chunks and shared
 // lines not yet written) is below RoomBytes: the backpressure of a disk
 // slower than the agents on whoever can flood the store (the relay of an

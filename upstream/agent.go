@@ -51,6 +51,8 @@ type Options struct {
 	Handler func(*Instance) jsonrpc2.Handler
 	// Intercept sees the agent's messages in the read path (the relay).
 	Intercept func(*Instance, *acp.Message) bool
+	// Batch is the agent streams' acp.StreamOptions.Batch.
+	Batch func() (end func())
 	// InitParams returns the initialize params sent to the agent.
 	InitParams func() json.RawMessage
 	// OnExit is called once when a running or starting instance ends.
@@ -593,6 +595,7 @@ func (a *Agent) connectPeer(inst *Instance, out io.ReadCloser, in io.WriteCloser
 			a.failInstance(inst, err)
 		},
 		Intercept: intercept,
+		Batch:     a.opts.Batch,
 		Logger:    a.log,
 	}, handler)
 }
