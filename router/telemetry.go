@@ -104,7 +104,9 @@ func (r *Router) traceSwitch(s *Session, began time.Time, from, to string, err e
 	tel.Switch(ctx, began, s.ID, from, to, handoff, err)
 }
 
-// observeTelemetry registers the gauges read at each metric export.
+// observeTelemetry registers the gauges read at each metric export: open
+// sessions, bytes relayed to each agent, and the depth of each write queue
+// (the editor's and each running agent's).
 func (r *Router) observeTelemetry() {
 	err := r.opts.Telemetry.Observe(func() int64 {
 		r.mu.Lock()
@@ -114,6 +116,17 @@ func (r *Router) observeTelemetry() {
 		for _, a := range r.agents {
 			if inst := a.Current(); inst != nil && inst.Peer() != nil {
 				yield(a.Name(), inst.Peer().Stream().Written())
+			}
+		}
+	}, func(yield func(string, int64)) {
+		select {
+		case <-r.editorReady: // Serve has set r.editor
+			yield("", int64(r.editor.Stream().Queued()))
+		default:
+		}
+		for _, a := range r.agents {
+			if inst := a.Current(); inst != nil && inst.Peer() != nil {
+				yield(a.Name(), int64(inst.Peer().Stream().Queued()))
 			}
 		}
 	})

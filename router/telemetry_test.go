@@ -3,11 +3,13 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/acp-router/acp-router/config"
@@ -85,5 +87,89 @@ func TestTelemetryTurn(t *testing.T) {
 		case want != "" && parent.Name != want:
 			t.Errorf("%s's parent is %q, want %q", s.Name, parent.Name, want)
 		}
+	}
+}
+
+// TestTelemetryWriteQueueDepth: the write-queue gauge reports the bytes
+// waiting for the editor (here: an editor that stopped reading while its
+// agent says 256 KiB) and a point for each running agent, read at the
+// metric export (a manual reader here).
+func TestTelemetryWriteQueueDepth(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
+		SpanExporter: tracetest.NewInMemoryExporter(), MetricReader: reader, LogExporter: discardLogs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
+	var res struct{ SessionID string }
+	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{}}), &res)
+
+	depth := func() (editor int64, agents map[string]int64) {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		agents = map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "acp_router.write_queue.bytes" {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+					peer, _ := dp.Attributes.Value(telemetry.KeyPeer)
+					agent, _ := dp.Attributes.Value(telemetry.KeyAgent)
+					switch peer.AsString() {
+					case "editor":
+						editor = dp.Value
+					case "agent":
+						agents[agent.AsString()] = dp.Value
+					default:
+						t.Errorf("a point with peer %q", peer.AsString())
+					}
+				}
+			}
+		}
+		return editor, agents
+	}
+	if ed, agents := depth(); ed != 0 || len(agents) != 1 || agents["fake"] != 0 {
+		t.Errorf("idle: editor %d, agents %v; want 0 and {fake: 0}", ed, agents)
+	}
+
+	const big = 256 << 10
+	_, done := e.call("session/prompt", map[string]any{"sessionId": res.SessionID,
+		"prompt": []map[string]string{{"type": "text", "text": "say a\nsay " + strings.Repeat("x", big) + "\nsay b"}}})
+	e.mu.Lock() // the editor stops reading after its next message
+	locked := true
+	defer func() {
+		if locked {
+			e.mu.Unlock()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ed, _ := depth()
+		if ed >= big {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the editor's queue holds %d bytes; want at least %d", ed, big)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.mu.Unlock()
+	locked = false
+	select {
+	case m := <-done:
+		if m.Error != nil {
+			t.Fatal(string(m.Error))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the turn did not end")
+	}
+	if ed, _ := depth(); ed != 0 {
+		t.Errorf("after the turn the editor's queue holds %d bytes", ed)
 	}
 }

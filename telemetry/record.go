@@ -44,6 +44,7 @@ const (
 	KeyFrom       = attribute.Key("acp_router.switch.from")
 	KeyTo         = attribute.Key("acp_router.switch.to")
 	KeySignal     = attribute.Key("acp_router.telemetry.signal")
+	KeyPeer       = attribute.Key("acp_router.peer")
 	KeyPrompt     = attribute.Key("acp.prompt.text")
 	KeyInTokens   = attribute.Key("gen_ai.usage.input_tokens")
 	KeyOutTokens  = attribute.Key("gen_ai.usage.output_tokens")
@@ -343,8 +344,10 @@ func (t *Telemetry) Switch(ctx context.Context, began time.Time, session, from, 
 
 // Observe registers gauges read at each metric export: open is the
 // number of sessions in memory; agents yields each agent's bytes relayed
-// to it so far.
-func (t *Telemetry) Observe(open func() int64, agents func(yield func(agent string, bytes int64))) error {
+// to it so far; queues yields the bytes waiting in each destination's
+// write queue (agent "" is the editor). They are callbacks: nothing is
+// counted on the relay's path.
+func (t *Telemetry) Observe(open func() int64, agents, queues func(yield func(agent string, bytes int64))) error {
 	if t == nil {
 		return nil
 	}
@@ -360,6 +363,22 @@ func (t *Telemetry) Observe(open func() int64, agents func(yield func(agent stri
 		metric.WithDescription("Bytes the router wrote to each agent."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			agents(func(agent string, n int64) { o.Observe(n, metric.WithAttributes(KeyAgent.String(agent))) })
+			return nil
+		}))
+	if err != nil {
+		return err
+	}
+	editor, agent := metric.WithAttributes(KeyPeer.String("editor")), KeyPeer.String("agent")
+	_, err = t.Meter.Int64ObservableGauge("acp_router.write_queue.bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes waiting to be written to the editor and to each agent (the per-destination write queue)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			queues(func(name string, n int64) {
+				if name == "" {
+					o.Observe(n, editor)
+				} else {
+					o.Observe(n, metric.WithAttributes(agent, KeyAgent.String(name)))
+				}
+			})
 			return nil
 		}))
 	return err
