@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/merge"
@@ -85,6 +86,31 @@ func (r *Router) traceAgentCall(ctx context.Context, inst *upstream.Instance, re
 		end(err)
 		reply(res, err)
 	}
+}
+
+// traceEditorRequest returns ctx carrying the traceparent in the _meta of
+// the editor's request, if any: the parent of the spans of the agent calls
+// it causes (acp.Peer.ObserveCalls).
+func (r *Router) traceEditorRequest(ctx context.Context, req *jsonrpc2.Request) context.Context {
+	if !r.opts.Telemetry.Enabled() || req.Notif {
+		return ctx
+	}
+	return telemetry.Extract(ctx, params(req))
+}
+
+// turnContext returns ctx carrying the span of s's running turn, if any
+// and ctx has none (the editor's request's): the parent of the agent calls
+// the turn makes (a /agent switch opens the other agent's session).
+func (r *Router) turnContext(ctx context.Context, s *Session) context.Context {
+	if !r.opts.Telemetry.Enabled() || trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turn != nil {
+		ctx = s.turn.tel.Context(ctx)
+	}
+	return ctx
 }
 
 // traceSwitch records a session's switch of agent, begun at began, under

@@ -3,14 +3,18 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/telemetry"
@@ -171,5 +175,74 @@ func TestTelemetryWriteQueueDepth(t *testing.T) {
 	}
 	if ed, _ := depth(); ed != 0 {
 		t.Errorf("after the turn the editor's queue holds %d bytes", ed)
+	}
+}
+
+// TestTelemetryAgentCalls: every request the router sends an agent besides
+// session/prompt has a client span (acp.Peer.ObserveCalls): initialize,
+// session/new under the traceparent of the editor's session/new, and
+// session/set_mode, which this agent refuses, with its error code.
+func TestTelemetryAgentCalls(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
+		SpanExporter: spans, MetricReader: sdkmetric.NewManualReader(), LogExporter: discardLogs{}, BatchInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	var res struct{ SessionID string }
+	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{},
+		"_meta": map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}}), &res)
+	_, done := e.call("session/set_mode", map[string]any{"sessionId": res.SessionID, "modeId": "plan"})
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("session/set_mode was not answered")
+	}
+
+	byName := map[string]tracetest.SpanStub{}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(byName) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		for _, s := range spans.GetSpans() {
+			byName[s.Name] = s
+		}
+		delete(byName, "agent start")
+	}
+	attrs := func(s tracetest.SpanStub) map[string]string {
+		m := map[string]string{}
+		for _, kv := range s.Attributes {
+			m[string(kv.Key)] = kv.Value.Emit()
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name, code string
+		parent     string // "" for a new trace
+	}{
+		{name: "initialize"},
+		{name: "session/new", parent: parentID},
+		{name: "session/set_mode", code: "-32601"},
+	} {
+		s, ok := byName[tc.name]
+		if !ok {
+			t.Errorf("no %s span (spans: %v)", tc.name, slices.Collect(maps.Keys(byName)))
+			continue
+		}
+		a := attrs(s)
+		if a["rpc.method"] != tc.name || a["acp.agent"] != "fake" || a["rpc.jsonrpc.error_code"] != tc.code {
+			t.Errorf("%s: attributes %v", tc.name, a)
+		}
+		if s.SpanKind != trace.SpanKindClient {
+			t.Errorf("%s: kind %v", tc.name, s.SpanKind)
+		}
+		if got := s.Parent.SpanID(); tc.parent != "" && (got.String() != tc.parent || s.SpanContext.TraceID().String() != traceID) {
+			t.Errorf("%s: parent %s in trace %s; want %s in %s", tc.name, got, s.SpanContext.TraceID(), tc.parent, traceID)
+		}
+		if (s.Status.Code == codes.Error) != (tc.code != "") {
+			t.Errorf("%s: status %v", tc.name, s.Status)
+		}
 	}
 }

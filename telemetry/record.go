@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/audit"
 )
 
@@ -254,6 +255,38 @@ func (t *Telemetry) Call(ctx context.Context, method, agent string) (context.Con
 	return ctx, func(err error) {
 		endWithError(span, err)
 		span.End()
+	}
+}
+
+// AgentCalls is the observer of agent's connection (acp.Peer.ObserveCalls):
+// a client span per request the router sends it — initialize,
+// authenticate, session/new, load, resume, fork, close, set_mode,
+// set_config_option, the editor's extension requests it relays... — with
+// rpc.method, acp.agent and, for an error answer, rpc.jsonrpc.error_code;
+// its parent is ctx's span (the turn, or the traceparent of the editor's
+// request that caused it). session/prompt has its own span (Turn.Dispatch).
+// nil when telemetry is off.
+func (t *Telemetry) AgentCalls(agent string) acp.CallObserver {
+	if t == nil {
+		return nil
+	}
+	name := KeyAgent.String(agent)
+	return func(ctx context.Context, method string) func(*acp.Message, error) {
+		if method == acp.MethodSessionPrompt {
+			return nil
+		}
+		_, span := t.Tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(KeyMethod.String(method), name))
+		return func(m *acp.Message, err error) {
+			if m != nil && m.Error != nil {
+				var e jsonrpc2.Error
+				json.Unmarshal(m.Error, &e)
+				span.SetAttributes(KeyErrorCode.Int64(e.Code))
+				span.SetStatus(codes.Error, e.Message)
+			}
+			endWithError(span, err)
+			span.End()
+		}
 	}
 }
 
