@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -90,9 +91,10 @@ func (m *instruments) init(meter metric.Meter, d *drops) error {
 	return errors.Join(errs...)
 }
 
-// stopReasons are ACP's StopReason values; an agent's own value is
-// counted as "other" (a label must stay low-cardinality).
-var stopReasons = map[string]bool{"end_turn": true, "max_tokens": true, "max_turn_requests": true, "refusal": true, "cancelled": true}
+// stopReasons are ACP's StopReason values, by their JSON; an agent's own
+// value is counted as "other" (a label must stay low-cardinality).
+var stopReasons = map[string]string{`"end_turn"`: "end_turn", `"max_tokens"`: "max_tokens",
+	`"max_turn_requests"`: "max_turn_requests", `"refusal"`: "refusal", `"cancelled"`: "cancelled"}
 
 // Turn is the span of one prompt turn and the call of its agent. nil when
 // telemetry is off; every method is safe on nil.
@@ -106,6 +108,7 @@ type Turn struct {
 	mu    sync.Mutex
 	call  trace.Span // session/prompt to the agent; nil until Dispatch
 	agent string
+	mode  string
 }
 
 // StartTurn starts the span of a prompt turn of router session session.
@@ -167,13 +170,12 @@ func (u *Turn) Dispatch(agent, mode string, params json.RawMessage) json.RawMess
 	if u == nil {
 		return params
 	}
-	u.span.SetAttributes(KeyAgent.String(agent), KeyMode.String(mode))
 	ctx, call := u.t.Tracer.Start(u.ctx, "session/prompt", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(KeyMethod.String("session/prompt"), KeyAgent.String(agent)))
 	u.mu.Lock()
-	u.agent, u.call = agent, call
+	u.agent, u.mode, u.call = agent, mode, call // the turn's span gets them at End
 	u.mu.Unlock()
-	u.t.m.prompts.Add(ctx, 1, metric.WithAttributes(KeyAgent.String(agent)))
+	u.t.m.prompts.Add(ctx, 1, u.t.labels.prompt(agent))
 	return Inject(ctx, params)
 }
 
@@ -189,35 +191,37 @@ func (u *Turn) End(result json.RawMessage, err error, cost *Cost) {
 	if u == nil {
 		return
 	}
-	var r struct {
-		StopReason string `json:"stopReason"`
-		Usage      *struct {
-			InputTokens  int64 `json:"inputTokens"`
-			OutputTokens int64 `json:"outputTokens"`
-			TotalTokens  int64 `json:"totalTokens"`
-		} `json:"usage"`
-	}
-	json.Unmarshal(result, &r)
-	reason := r.StopReason
-	switch {
-	case err != nil:
+	// Two members of a small object, read without a decoder: this runs
+	// once a turn on the relay's path.
+	var v [2]json.RawMessage
+	acp.Members(result, resultNames, v[:])
+	reason := "other"
+	if err != nil {
 		reason = "error"
-	case !stopReasons[reason]:
-		reason = "other"
+	} else if r, ok := stopReasons[string(v[0])]; ok { // no copy: a map index
+		reason = r
 	}
-	attrs := []attribute.KeyValue{KeyStopReason.String(reason)}
-	if r.Usage != nil {
-		attrs = append(attrs, KeyInTokens.Int64(r.Usage.InputTokens), KeyOutTokens.Int64(r.Usage.OutputTokens), KeyTokens.Int64(r.Usage.TotalTokens))
+	u.mu.Lock()
+	call, agent, mode := u.call, u.agent, u.mode
+	u.mu.Unlock()
+	// One SetAttributes for the turn's span: each call normalises and
+	// de-duplicates all of them.
+	attrs := make([]attribute.KeyValue, 1, 8)
+	attrs[0] = KeyStopReason.String(reason)
+	if call != nil {
+		attrs = append(attrs, KeyAgent.String(agent), KeyMode.String(mode))
+	}
+	if usage := v[1]; len(usage) > 0 && usage[0] == '{' {
+		var n [3]json.RawMessage
+		acp.Members(usage, usageNames, n[:])
+		attrs = append(attrs, KeyInTokens.Int64(tokens(n[0])), KeyOutTokens.Int64(tokens(n[1])), KeyTokens.Int64(tokens(n[2])))
 	}
 	if cost != nil {
 		attrs = append(attrs, KeyCost.Float64(cost.Amount), KeyCurrency.String(cost.Currency))
 	}
-	u.mu.Lock()
-	call, agent := u.call, u.agent
-	u.mu.Unlock()
 	if call != nil {
 		endWithError(call, err)
-		call.SetAttributes(KeyStopReason.String(reason))
+		call.SetAttributes(attrs[0])
 		call.End()
 	}
 	u.span.SetAttributes(attrs...)
@@ -226,9 +230,57 @@ func (u *Turn) End(result json.RawMessage, err error, cost *Cost) {
 	if agent == "" {
 		agent = "router" // a router command: no agent ran
 	}
-	labels := metric.WithAttributes(KeyAgent.String(agent), KeyStopReason.String(reason))
+	labels := u.t.labels.turn(agent, reason)
 	u.t.m.turns.Add(u.ctx, 1, labels)
 	u.t.m.turnDuration.Record(u.ctx, time.Since(u.start).Seconds(), labels)
+}
+
+var (
+	resultNames = []string{"stopReason", "usage"}
+	usageNames  = []string{"inputTokens", "outputTokens", "totalTokens"}
+)
+
+// tokens is a usage count as the agent wrote it (0 when it is not an
+// integer, as a decode into int64 left it).
+func tokens(raw json.RawMessage) int64 {
+	n, _ := strconv.ParseInt(string(raw), 10, 64)
+	return n
+}
+
+// labels are the metric attribute sets of the turns, made once per agent
+// and stop reason: building a set sorts and allocates.
+type labels struct {
+	mu    sync.Mutex
+	agent map[string]metric.MeasurementOption
+	turns map[[2]string]metric.MeasurementOption
+}
+
+func (l *labels) prompt(agent string) metric.MeasurementOption {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.agent[agent]
+	if !ok {
+		if l.agent == nil {
+			l.agent = map[string]metric.MeasurementOption{}
+		}
+		o = metric.WithAttributeSet(attribute.NewSet(KeyAgent.String(agent)))
+		l.agent[agent] = o
+	}
+	return o
+}
+
+func (l *labels) turn(agent, reason string) metric.MeasurementOption {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.turns[[2]string{agent, reason}]
+	if !ok {
+		if l.turns == nil {
+			l.turns = map[[2]string]metric.MeasurementOption{}
+		}
+		o = metric.WithAttributeSet(attribute.NewSet(KeyAgent.String(agent), KeyStopReason.String(reason)))
+		l.turns[[2]string{agent, reason}] = o
+	}
+	return o
 }
 
 // endWithError sets span's status from a call's error, with its JSON-RPC

@@ -88,6 +88,7 @@ type Telemetry struct {
 	spans         *spanQueue
 	drops         *drops
 	m             instruments
+	labels        labels
 
 	shutdownOnce sync.Once
 	shutdownErr  error
