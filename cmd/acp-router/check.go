@@ -197,6 +197,13 @@ func describeTelemetry(w io.Writer, eff config.EffectiveTelemetry, getenv func(s
 		state = "off"
 	}
 	fmt.Fprintf(w, "telemetry: %s%s\n", state, lock)
+	// env is a variable as it counts: not at all when the lock overrides it.
+	env := func(name string) string {
+		if eff.Lock && slices.Contains(telemetry.LockedEnv, name) {
+			return ""
+		}
+		return getenv(name)
+	}
 	from := func(key string) string {
 		if src, ok := eff.From[key]; ok {
 			if src.Org {
@@ -204,19 +211,19 @@ func describeTelemetry(w io.Writer, eff config.EffectiveTelemetry, getenv func(s
 			}
 			return "config " + src.Pos.String()
 		}
-		if name := telemetryEnv[key]; name != "" && !eff.Lock && getenv(name) != "" {
+		if name := telemetryEnv[key]; name != "" && env(name) != "" {
 			return name
 		}
 		return "default"
 	}
 	enabled := from("enabled")
-	if !eff.Lock && strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+	if strings.EqualFold(env("OTEL_SDK_DISABLED"), "true") {
 		enabled = "OTEL_SDK_DISABLED"
 	}
 	fmt.Fprintf(w, "  enabled: %t   (%s)\n", !off, enabled)
 	endpoint := set.Endpoint
 	if endpoint == "" {
-		if endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); endpoint == "" || eff.Lock {
+		if endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT"); endpoint == "" {
 			endpoint = "the OTLP default for the protocol"
 		}
 	}
@@ -232,8 +239,11 @@ func describeTelemetry(w io.Writer, eff config.EffectiveTelemetry, getenv func(s
 	} else {
 		fmt.Fprintf(w, "  headers: %s   (%s)\n", cmp.Or(strings.Join(names, ", "), "none"), src)
 	}
-	sampler := set.SamplerName
-	if arg := cmp.Or(eff.SamplerArg, getenvUnlocked(eff, getenv, "OTEL_TRACES_SAMPLER_ARG")); arg != "" && strings.HasSuffix(sampler, "traceidratio") {
+	sampler, arg := set.SamplerName, eff.SamplerArg // as Resolve pairs them
+	if eff.Sampler == "" {
+		arg = env("OTEL_TRACES_SAMPLER_ARG")
+	}
+	if arg != "" && strings.HasSuffix(sampler, "traceidratio") {
 		sampler += " " + arg
 	}
 	fmt.Fprintf(w, "  sampler: %s   (%s)\n", sampler, from("sampler"))
@@ -241,11 +251,4 @@ func describeTelemetry(w io.Writer, eff config.EffectiveTelemetry, getenv func(s
 	fmt.Fprintf(w, "  service_name: %s   (%s)\n", service, from("service_name"))
 	fmt.Fprintf(w, "  export_prompts: %t   (%s)\n", eff.ExportPrompts, from("export_prompts"))
 	return warnings
-}
-
-func getenvUnlocked(eff config.EffectiveTelemetry, getenv func(string) string, name string) string {
-	if eff.Lock {
-		return ""
-	}
-	return getenv(name)
 }
