@@ -49,6 +49,56 @@ type Peer struct {
 	// messages counts what was read from the peer and sent to it through
 	// the Conn (Activity).
 	messages atomic.Uint64
+
+	// observe (ObserveCalls) sees each request sent; ends are the ends of
+	// those in flight, by IDKey (nil when nobody observes).
+	observe CallObserver
+	ends    map[string]func(*Message, error)
+}
+
+// CallObserver sees each request a Peer sends (Call, CallRaw) and returns
+// what is told how it ended, or nil: the response (m.Error set for an
+// error answer), or err when it got none (not sent, or the connection
+// closed first). The telemetry's span per agent call (issue 17) is one.
+type CallObserver func(ctx context.Context, method string) (end func(m *Message, err error))
+
+// ObserveCalls makes o see every request sent from now on; call it before
+// the first Call.
+func (p *Peer) ObserveCalls(o CallObserver) {
+	p.mu.Lock()
+	p.observe, p.ends = o, map[string]func(*Message, error){}
+	p.mu.Unlock()
+	go func() {
+		<-p.Done()
+		p.mu.Lock()
+		ends := p.ends
+		p.ends = map[string]func(*Message, error){}
+		p.mu.Unlock()
+		for _, end := range ends {
+			end(nil, jsonrpc2.ErrClosed)
+		}
+	}()
+}
+
+// observeLocked registers o's end of request key, sent as method.
+func (p *Peer) observeLocked(ctx context.Context, key, method string) {
+	if p.observe == nil {
+		return
+	}
+	if end := p.observe(ctx, method); end != nil {
+		p.ends[key] = end
+	}
+}
+
+// unobserve ends request key's observation with err (it was not sent).
+func (p *Peer) unobserve(key string, err error) {
+	p.mu.Lock()
+	end := p.ends[key]
+	delete(p.ends, key)
+	p.mu.Unlock()
+	if end != nil {
+		end(nil, err)
+	}
 }
 
 // NewPeer connects to a peer over r/w. h handles the peer's requests and
@@ -89,6 +139,10 @@ func (p *Peer) intercept(m *Message) bool {
 		p.mu.Lock()
 		hook, ok := p.pending[key]
 		raw := ok && p.raw[key]
+		end := p.ends[key] // nil map when nobody observes
+		if end != nil {
+			delete(p.ends, key)
+		}
 		switch {
 		case raw: // the Conn has no call to resolve: the id is free now
 			delete(p.pending, key)
@@ -98,6 +152,9 @@ func (p *Peer) intercept(m *Message) bool {
 			p.answered = append(p.answered, key)
 		}
 		p.mu.Unlock()
+		if end != nil {
+			end(m, nil)
+		}
 		if ok && hook != nil {
 			hook(m)
 		}
@@ -270,6 +327,7 @@ func (p *Peer) reserveLocked(prefer json.RawMessage, onResponse func(*Message)) 
 func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.RawMessage, onResponse func(*Message)) (*Call, error) {
 	p.mu.Lock()
 	raw, key := p.reserveLocked(prefer, onResponse)
+	p.observeLocked(ctx, key, method)
 	p.mu.Unlock()
 
 	id, err := parseID(raw)
@@ -283,6 +341,7 @@ func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.
 	p.mu.Lock()
 	delete(p.pending, key)
 	p.mu.Unlock()
+	p.unobserve(key, err)
 	return nil, err
 }
 
@@ -296,6 +355,7 @@ func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMes
 	p.mu.Lock()
 	raw, key := p.reserveLocked(prefer, onResponse)
 	p.raw[key] = true
+	p.observeLocked(context.Background(), key, method)
 	p.mu.Unlock()
 
 	line := AppendRequest(make([]byte, 0, len(raw)+len(method)+len(params)+48), raw, method, params)
@@ -311,6 +371,7 @@ func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMes
 	if errors.Is(err, ErrClosed) {
 		err = jsonrpc2.ErrClosed
 	}
+	p.unobserve(key, err)
 	return nil, err
 }
 

@@ -1354,3 +1354,12 @@ func (s *Stream) Done() <-chan struct{} { return s.done }
 
 // Written is the number of bytes written so far (for tests and metrics).
 func (s *Stream) Written() int64 { return s.writtenBytes.Load() }
+
+// Queued is how many bytes wait in the write queue or are being written
+// ("\n" included): read by the telemetry's queue-depth gauge at each
+// metric export, not on the write path.
+func (s *Stream) Queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queued
+}

@@ -47,8 +47,12 @@ type Config struct {
 	Audit Audit
 	// History configures the session store in StateDir/sessions.
 	History History
-	// Telemetry configures OpenTelemetry export (off by default).
+	// Telemetry configures OpenTelemetry export (off by default): the
+	// user's block; EffectiveTelemetry merges it with OrgTelemetry.
 	Telemetry Telemetry
+	// OrgTelemetry are the telemetry: blocks of the org policy files, in
+	// file name order; set by guard.LoadPolicy, which reads them.
+	OrgTelemetry []Telemetry
 }
 
 // EnvInherit selects which of the router's environment variables an agent

@@ -14,7 +14,7 @@ import (
 // of what it applied, and a reload or `acp-router check` names each key
 // that changed since (Changed). Values are hashed, never kept: env values
 // are often secrets. The permission policy is not in it: it has its own
-// hash and is applied on reload.
+// hash and is applied on reload; the org's telemetry: is in it (merged).
 func (c *Config) Keys() map[string]string {
 	out := map[string]string{}
 	put := func(key string, v any) {
@@ -60,9 +60,9 @@ func (c *Config) Keys() map[string]string {
 	put("history", c.History)
 	put("audit.file", c.Audit.File)
 	put("audit.max_bytes", c.Audit.MaxBytes)
-	tel := c.Telemetry
-	tel.Pos = Pos{} // where it is written is not what it sets
-	put("telemetry", tel)
+	// The org's telemetry: too (guard.LoadPolicy reads it): a change
+	// there needs a restart like the user's.
+	put("telemetry", c.EffectiveTelemetry().fingerprint())
 	return out
 }
 

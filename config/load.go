@@ -72,6 +72,9 @@ type parser struct {
 	env  func(string) (string, bool)
 	home string
 	errs []*Error
+	// org: an org policy file's block (ParseOrgTelemetry): ${NAME} is not
+	// expanded.
+	org bool
 }
 
 func (p *parser) pos(n *yaml.Node) Pos { return yamlpos.At(p.file, n) }
@@ -450,6 +453,13 @@ func (p *parser) expanded(path string, n *yaml.Node) (string, bool) {
 	s, ok := p.str(path, n)
 	if !ok {
 		return "", false
+	}
+	if p.org {
+		if strings.Contains(s, "${") {
+			p.errorf(n, path, "${NAME} is not expanded in org policy files (the user's environment would set it); write the value")
+			return "", false
+		}
+		return s, true
 	}
 	s, err := expandEnv(s, p.env)
 	if err != nil {

@@ -101,12 +101,31 @@ func (l *LoadedPolicy) Failed() []policy.TestResult {
 // their tests. A nil Policy with a nil error: no layer exists (the router
 // enforces nothing). Failing tests are reported in Results, not as an
 // error; the caller refuses such a policy (TestsError).
+//
+// The org files' telemetry: blocks are parsed into cfg.OrgTelemetry (an
+// error in one is an error of its file, as for the policy); an org layer
+// with nothing else is no policy layer.
 func LoadPolicy(orgDir string, cfg *config.Config) (*LoadedPolicy, error) {
 	out := &LoadedPolicy{Watch: map[string][]string{}}
 	out.Watch[orgDir] = []string{""}
 	org, err := LoadOrgLayer(orgDir)
 	if err != nil {
 		return nil, err
+	}
+	cfg.OrgTelemetry = nil
+	if org != nil {
+		var errs []error
+		for _, b := range org.Telemetry {
+			t, err := config.ParseOrgTelemetry(b.File, b.Node)
+			errs = append(errs, err)
+			cfg.OrgTelemetry = append(cfg.OrgTelemetry, t)
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		if !org.HasPolicy() {
+			org = nil
+		}
 	}
 	var user *policy.Layer
 	if cfg.File != "" {

@@ -135,6 +135,42 @@ func TestLoadOrgLayer(t *testing.T) {
 	})
 }
 
+// TestLoadPolicyOrgTelemetry: an org file's telemetry: block reaches the
+// config (parsed, file:line:col errors); a file with only that block is no
+// policy layer (it must not start enforcing the built-in mode table).
+func TestLoadPolicyOrgTelemetry(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to create root-owned files (CI runs as root)")
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "10-otel.yaml"), []byte("telemetry:\n  enabled: true\n  endpoint: https://otel.acme:4317\n  lock: true\n"), 0o644)
+	cfg := &config.Config{}
+	lp, err := LoadPolicy(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lp.Policy != nil {
+		t.Errorf("an org directory with only telemetry: compiled a policy (%s)", lp.Policy.Hash())
+	}
+	eff := cfg.EffectiveTelemetry()
+	if !eff.Enabled || !eff.Lock || eff.Endpoint != "https://otel.acme:4317" || eff.LockPos.String() != filepath.Join(dir, "10-otel.yaml")+":4:9" {
+		t.Errorf("effective telemetry %+v", eff)
+	}
+
+	os.WriteFile(filepath.Join(dir, "20-rules.yaml"), []byte("default: deny\ntelemetry: {sampler: sometimes}\n"), 0o644)
+	if _, err := LoadPolicy(dir, cfg); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "20-rules.yaml")+":2:22: telemetry.sampler") {
+		t.Errorf("got %v, want an error at 20-rules.yaml:2:22", err)
+	}
+	os.WriteFile(filepath.Join(dir, "20-rules.yaml"), []byte("default: deny\ntelemetry: {sampler: always_on}\n"), 0o644)
+	if lp, err = LoadPolicy(dir, cfg); err != nil || lp.Policy == nil {
+		t.Fatalf("got %v, %v", lp, err)
+	}
+	if eff := cfg.EffectiveTelemetry(); eff.Sampler != "always_on" || !eff.Lock || len(cfg.OrgTelemetry) != 2 {
+		t.Errorf("effective telemetry %+v", eff)
+	}
+}
+
 // TestReloadRelevant: which file events make the policy watcher reload.
 func TestReloadRelevant(t *testing.T) {
 	watch := map[string][]string{"/etc/acp-router/policy.d": {""}, "/home/u/.config/acp-router": {"config.yaml"}}

@@ -52,8 +52,26 @@ type Layer struct {
 	// already joined with the directory of the file that lists it; a
 	// leading ~/ is left for the caller to expand.
 	Includes []Include
-	Rules    []*Rule
-	Tests    []*TestCase
+	// Telemetry (org layer only) are the files' telemetry: blocks, in
+	// the order read, for the caller to parse (config.ParseOrgTelemetry):
+	// the org may set and lock the router's telemetry (issue 17). They
+	// are not part of the policy or its hash.
+	Telemetry []Block
+	Rules     []*Rule
+	Tests     []*TestCase
+}
+
+// Block is a mapping of a policy file that another package reads.
+type Block struct {
+	File string
+	Node *yaml.Node
+}
+
+// HasPolicy: the layer sets something of the permission policy (an org
+// file may hold only a telemetry: block).
+func (l *Layer) HasPolicy() bool {
+	return l.Default != None || len(l.DenyModes) > 0 || len(l.AllowModes) > 0 || l.UnknownAgents != "" ||
+		l.LowerLayersMay != nil || len(l.Rules) > 0 || len(l.Tests) > 0 || len(l.Includes) > 0
 }
 
 // ModeRef is one deny_modes or allow_modes entry.
@@ -90,7 +108,7 @@ type Rule struct {
 
 // Keys of a permissions mapping, a rule and a matcher.
 var (
-	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests"}
+	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests", "telemetry"}
 	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments"}
@@ -182,6 +200,7 @@ func (l *Layer) Merge(o *Layer) error {
 	}
 	l.Tests = append(l.Tests, o.Tests...)
 	l.Includes = append(l.Includes, o.Includes...)
+	l.Telemetry = append(l.Telemetry, o.Telemetry...)
 	l.Files = append(l.Files, o.Files...)
 	return p.err()
 }
@@ -283,6 +302,9 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 				l.LowerLayersMay = append(l.LowerLayersMay, e)
 			}
 		}
+	}
+	if v := f["telemetry"]; v != nil {
+		l.Telemetry = append(l.Telemetry, Block{File: p.file, Node: v})
 	}
 	if v := f["include"]; v != nil {
 		for i, item := range p.list("include", v, true) {

@@ -365,6 +365,9 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 	<-r.editorReady // Serve has set r.editor
 	defer r.survive("editor", req)
 	ctx = context.WithoutCancel(ctx)
+	if req.Method != acp.MethodSessionPrompt { // the turn reads its own
+		ctx = r.traceEditorRequest(ctx, req)
+	}
 	switch req.Method {
 	case acp.MethodInitialize:
 		if !r.role.CompareAndSwap(roleNone, roleAgent) && r.isProxy() {

@@ -148,7 +148,7 @@ func (r *Router) switchTo(ctx context.Context, s *Session, name string) error {
 		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: this session must stay on %q (routing rule with enforce: true in %s)", s.activeName(), r.cfg.File), nil)
 	}
 	began, from := time.Now(), s.activeName()
-	if _, err := r.ensureDownstream(ctx, s, a); err != nil {
+	if _, err := r.ensureDownstream(r.turnContext(ctx, s), s, a); err != nil {
 		r.traceSwitch(s, began, from, name, err)
 		return err
 	}

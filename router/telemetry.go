@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/merge"
@@ -87,6 +88,31 @@ func (r *Router) traceAgentCall(ctx context.Context, inst *upstream.Instance, re
 	}
 }
 
+// traceEditorRequest returns ctx carrying the traceparent in the _meta of
+// the editor's request, if any: the parent of the spans of the agent calls
+// it causes (acp.Peer.ObserveCalls).
+func (r *Router) traceEditorRequest(ctx context.Context, req *jsonrpc2.Request) context.Context {
+	if !r.opts.Telemetry.Enabled() || req.Notif {
+		return ctx
+	}
+	return telemetry.Extract(ctx, params(req))
+}
+
+// turnContext returns ctx carrying the span of s's running turn, if any
+// and ctx has none (the editor's request's): the parent of the agent calls
+// the turn makes (a /agent switch opens the other agent's session).
+func (r *Router) turnContext(ctx context.Context, s *Session) context.Context {
+	if !r.opts.Telemetry.Enabled() || trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turn != nil {
+		ctx = s.turn.tel.Context(ctx)
+	}
+	return ctx
+}
+
 // traceSwitch records a session's switch of agent, begun at began, under
 // its running turn's span (a /agent command is a turn).
 func (r *Router) traceSwitch(s *Session, began time.Time, from, to string, err error) {
@@ -104,7 +130,9 @@ func (r *Router) traceSwitch(s *Session, began time.Time, from, to string, err e
 	tel.Switch(ctx, began, s.ID, from, to, handoff, err)
 }
 
-// observeTelemetry registers the gauges read at each metric export.
+// observeTelemetry registers the gauges read at each metric export: open
+// sessions, bytes relayed to each agent, and the depth of each write queue
+// (the editor's and each running agent's).
 func (r *Router) observeTelemetry() {
 	err := r.opts.Telemetry.Observe(func() int64 {
 		r.mu.Lock()
@@ -114,6 +142,17 @@ func (r *Router) observeTelemetry() {
 		for _, a := range r.agents {
 			if inst := a.Current(); inst != nil && inst.Peer() != nil {
 				yield(a.Name(), inst.Peer().Stream().Written())
+			}
+		}
+	}, func(yield func(string, int64)) {
+		select {
+		case <-r.editorReady: // Serve has set r.editor
+			yield("", int64(r.editor.Stream().Queued()))
+		default:
+		}
+		for _, a := range r.agents {
+			if inst := a.Current(); inst != nil && inst.Peer() != nil {
+				yield(a.Name(), int64(inst.Peer().Stream().Queued()))
 			}
 		}
 	})

@@ -3,12 +3,18 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/telemetry"
@@ -84,6 +90,159 @@ func TestTelemetryTurn(t *testing.T) {
 			}
 		case want != "" && parent.Name != want:
 			t.Errorf("%s's parent is %q, want %q", s.Name, parent.Name, want)
+		}
+	}
+}
+
+// TestTelemetryWriteQueueDepth: the write-queue gauge reports the bytes
+// waiting for the editor (here: an editor that stopped reading while its
+// agent says 256 KiB) and a point for each running agent, read at the
+// metric export (a manual reader here).
+func TestTelemetryWriteQueueDepth(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
+		SpanExporter: tracetest.NewInMemoryExporter(), MetricReader: reader, LogExporter: discardLogs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
+	var res struct{ SessionID string }
+	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{}}), &res)
+
+	depth := func() (editor int64, agents map[string]int64) {
+		t.Helper()
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(t.Context(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		agents = map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "acp_router.write_queue.bytes" {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+					peer, _ := dp.Attributes.Value(telemetry.KeyPeer)
+					agent, _ := dp.Attributes.Value(telemetry.KeyAgent)
+					switch peer.AsString() {
+					case "editor":
+						editor = dp.Value
+					case "agent":
+						agents[agent.AsString()] = dp.Value
+					default:
+						t.Errorf("a point with peer %q", peer.AsString())
+					}
+				}
+			}
+		}
+		return editor, agents
+	}
+	if ed, agents := depth(); ed != 0 || len(agents) != 1 || agents["fake"] != 0 {
+		t.Errorf("idle: editor %d, agents %v; want 0 and {fake: 0}", ed, agents)
+	}
+
+	const big = 256 << 10
+	_, done := e.call("session/prompt", map[string]any{"sessionId": res.SessionID,
+		"prompt": []map[string]string{{"type": "text", "text": "say a\nsay " + strings.Repeat("x", big) + "\nsay b"}}})
+	e.mu.Lock() // the editor stops reading after its next message
+	locked := true
+	defer func() {
+		if locked {
+			e.mu.Unlock()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ed, _ := depth()
+		if ed >= big {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the editor's queue holds %d bytes; want at least %d", ed, big)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.mu.Unlock()
+	locked = false
+	select {
+	case m := <-done:
+		if m.Error != nil {
+			t.Fatal(string(m.Error))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the turn did not end")
+	}
+	if ed, _ := depth(); ed != 0 {
+		t.Errorf("after the turn the editor's queue holds %d bytes", ed)
+	}
+}
+
+// TestTelemetryAgentCalls: every request the router sends an agent besides
+// session/prompt has a client span (acp.Peer.ObserveCalls): initialize,
+// session/new under the traceparent of the editor's session/new, and
+// session/set_mode, which this agent refuses, with its error code.
+func TestTelemetryAgentCalls(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
+		SpanExporter: spans, MetricReader: sdkmetric.NewManualReader(), LogExporter: discardLogs{}, BatchInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	var res struct{ SessionID string }
+	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{},
+		"_meta": map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}}), &res)
+	_, done := e.call("session/set_mode", map[string]any{"sessionId": res.SessionID, "modeId": "plan"})
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("session/set_mode was not answered")
+	}
+
+	byName := map[string]tracetest.SpanStub{}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(byName) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		for _, s := range spans.GetSpans() {
+			byName[s.Name] = s
+		}
+		delete(byName, "agent start")
+	}
+	attrs := func(s tracetest.SpanStub) map[string]string {
+		m := map[string]string{}
+		for _, kv := range s.Attributes {
+			m[string(kv.Key)] = kv.Value.Emit()
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name, code string
+		parent     string // "" for a new trace
+	}{
+		{name: "initialize"},
+		{name: "session/new", parent: parentID},
+		{name: "session/set_mode", code: "-32601"},
+	} {
+		s, ok := byName[tc.name]
+		if !ok {
+			t.Errorf("no %s span (spans: %v)", tc.name, slices.Collect(maps.Keys(byName)))
+			continue
+		}
+		a := attrs(s)
+		if a["rpc.method"] != tc.name || a["acp.agent"] != "fake" || a["rpc.jsonrpc.error_code"] != tc.code {
+			t.Errorf("%s: attributes %v", tc.name, a)
+		}
+		if s.SpanKind != trace.SpanKindClient {
+			t.Errorf("%s: kind %v", tc.name, s.SpanKind)
+		}
+		if got := s.Parent.SpanID(); tc.parent != "" && (got.String() != tc.parent || s.SpanContext.TraceID().String() != traceID) {
+			t.Errorf("%s: parent %s in trace %s; want %s in %s", tc.name, got, s.SpanContext.TraceID(), tc.parent, traceID)
+		}
+		if (s.Status.Code == codes.Error) != (tc.code != "") {
+			t.Errorf("%s: status %v", tc.name, s.Status)
 		}
 	}
 }

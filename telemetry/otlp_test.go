@@ -246,3 +246,56 @@ func TestDefaultEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// An org's locked block (config.Telemetry.Lock): the user's OTEL_*
+// variables cannot turn telemetry off or send it elsewhere, although the
+// exporters read some of them from the process environment themselves.
+func TestLockedIgnoresEnv(t *testing.T) {
+	org, user := otlptest.Start(t), otlptest.Start(t)
+	t.Setenv("OTEL_SDK_DISABLED", "true")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", user.Endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", user.Endpoint)
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-user=1")
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	cfg := config.Telemetry{Enabled: true, Endpoint: org.Endpoint, Lock: true}
+
+	if off, err := Disabled(cfg, nil); off || err != nil {
+		t.Errorf("Disabled = %v, %v: OTEL_SDK_DISABLED turned a locked block off", off, err)
+	}
+	set, err := Resolve(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Headers == nil || len(set.Headers) != 0 || set.SamplerName != "parentbased_always_on" || set.Protocol["traces"] != "grpc" {
+		t.Errorf("locked settings took the environment: %+v", set)
+	}
+	if got := IgnoredEnv(cfg, config.Pos{File: "/etc/p/10.yaml", Line: 2, Col: 9}, nil); len(got) != 6 ||
+		got[0] != "OTEL_SDK_DISABLED is ignored: the org locks telemetry (/etc/p/10.yaml:2:9)" {
+		t.Errorf("IgnoredEnv = %q", got)
+	}
+	unlocked := cfg
+	unlocked.Lock = false
+	if got := IgnoredEnv(unlocked, config.Pos{}, nil); got != nil {
+		t.Errorf("not locked: IgnoredEnv = %q", got)
+	}
+	if off, _ := Disabled(unlocked, nil); !off {
+		t.Error("not locked: OTEL_SDK_DISABLED=true left telemetry on")
+	}
+
+	tel, err := Setup(t.Context(), cfg, Options{BatchInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := tel.StartTurn(json.RawMessage(`{}`), "s1")
+	u.End(json.RawMessage(`{"stopReason":"end_turn"}`), nil, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if !org.Wait(ctx, func(tr []ptrace.Traces, _ []pmetric.Metrics, _ []plog.Logs) bool { return len(tr) > 0 }) {
+		t.Error("the org's endpoint got no span")
+	}
+	tel.Shutdown(ctx)
+	if spans, points, logs := user.Counts(); spans+points+logs != 0 {
+		t.Errorf("the user's endpoint got %d spans, %d points, %d logs", spans, points, logs)
+	}
+}

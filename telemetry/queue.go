@@ -18,10 +18,15 @@ var errQueueFull = errors.New("telemetry: the span queue is full")
 
 // spanQueue is a batching span processor whose every drop is counted: the
 // SDK's batch processor drops silently when its queue is full. OnEnd never
-// blocks.
+// blocks, and wakes the exporter goroutine only when a batch is full: the
+// turn that ends a span does not pay a goroutine hand-off (issue 17, the
+// on-path cost); the others wait for the interval's tick.
 type spanQueue struct {
 	exp      sdktrace.SpanExporter
-	in       chan sdktrace.ReadOnlySpan
+	mu       sync.Mutex
+	buf      []sdktrace.ReadOnlySpan // ended, waiting; at most size
+	size     int
+	full     chan struct{} // a batch is waiting (capacity 1)
 	flush    chan chan struct{}
 	stop     chan context.Context
 	done     chan struct{}
@@ -33,7 +38,7 @@ type spanQueue struct {
 }
 
 func newSpanQueue(exp sdktrace.SpanExporter, size int, interval, timeout time.Duration, d *drops) *spanQueue {
-	q := &spanQueue{exp: exp, in: make(chan sdktrace.ReadOnlySpan, size), flush: make(chan chan struct{}),
+	q := &spanQueue{exp: exp, size: size, full: make(chan struct{}, 1), flush: make(chan chan struct{}),
 		stop: make(chan context.Context, 1), done: make(chan struct{}), interval: interval, timeout: timeout,
 		batch: min(512, size), drops: d}
 	go q.run()
@@ -46,10 +51,20 @@ func (q *spanQueue) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
-	select {
-	case q.in <- s:
-	default:
+	q.mu.Lock()
+	n := len(q.buf)
+	if n < q.size {
+		q.buf = append(q.buf, s)
+	}
+	q.mu.Unlock()
+	switch {
+	case n >= q.size:
 		q.drops.lost(sigTraces, 1, errQueueFull)
+	case n+1 == q.batch:
+		select {
+		case q.full <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -57,44 +72,46 @@ func (q *spanQueue) run() {
 	defer close(q.done)
 	tick := time.NewTicker(q.interval)
 	defer tick.Stop()
-	var buf []sdktrace.ReadOnlySpan
+	var spare []sdktrace.ReadOnlySpan
+	// export sends what is queued, in batches, until a batch is not full.
 	export := func(ctx context.Context) {
-		if len(buf) == 0 {
-			return
-		}
-		ctx, cancel := context.WithTimeout(ctx, q.timeout)
-		q.exp.ExportSpans(ctx, buf) // counted by countingSpans
-		cancel()
-		buf = buf[:0:0]
-	}
-	drain := func(ctx context.Context) {
 		for {
-			select {
-			case s := <-q.in:
-				buf = append(buf, s)
-				if len(buf) >= q.batch {
-					export(ctx)
-				}
-			default:
-				export(ctx)
+			// The two buffers swap: OnEnd appends to one while the other
+			// is exported.
+			q.mu.Lock()
+			take := q.buf
+			if len(take) == 0 {
+				q.mu.Unlock()
+				return
+			}
+			if len(take) > q.batch {
+				take = take[:q.batch:q.batch]
+				q.buf = append(spare[:0], q.buf[q.batch:]...)
+			} else {
+				q.buf = spare[:0]
+			}
+			q.mu.Unlock()
+			ctx, cancel := context.WithTimeout(ctx, q.timeout)
+			q.exp.ExportSpans(ctx, take) // counted by countingSpans
+			cancel()
+			clear(take)
+			spare = take[:0]
+			if len(take) < q.batch {
 				return
 			}
 		}
 	}
 	for {
 		select {
-		case s := <-q.in:
-			buf = append(buf, s)
-			if len(buf) >= q.batch {
-				export(context.Background())
-			}
+		case <-q.full:
+			export(context.Background())
 		case <-tick.C:
 			export(context.Background())
 		case ack := <-q.flush:
-			drain(context.Background())
+			export(context.Background())
 			close(ack)
 		case ctx := <-q.stop:
-			drain(ctx)
+			export(ctx)
 			return
 		}
 	}

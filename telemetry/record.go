@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/audit"
 )
 
@@ -44,6 +46,7 @@ const (
 	KeyFrom       = attribute.Key("acp_router.switch.from")
 	KeyTo         = attribute.Key("acp_router.switch.to")
 	KeySignal     = attribute.Key("acp_router.telemetry.signal")
+	KeyPeer       = attribute.Key("acp_router.peer")
 	KeyPrompt     = attribute.Key("acp.prompt.text")
 	KeyInTokens   = attribute.Key("gen_ai.usage.input_tokens")
 	KeyOutTokens  = attribute.Key("gen_ai.usage.output_tokens")
@@ -88,9 +91,10 @@ func (m *instruments) init(meter metric.Meter, d *drops) error {
 	return errors.Join(errs...)
 }
 
-// stopReasons are ACP's StopReason values; an agent's own value is
-// counted as "other" (a label must stay low-cardinality).
-var stopReasons = map[string]bool{"end_turn": true, "max_tokens": true, "max_turn_requests": true, "refusal": true, "cancelled": true}
+// stopReasons are ACP's StopReason values, by their JSON; an agent's own
+// value is counted as "other" (a label must stay low-cardinality).
+var stopReasons = map[string]string{`"end_turn"`: "end_turn", `"max_tokens"`: "max_tokens",
+	`"max_turn_requests"`: "max_turn_requests", `"refusal"`: "refusal", `"cancelled"`: "cancelled"}
 
 // Turn is the span of one prompt turn and the call of its agent. nil when
 // telemetry is off; every method is safe on nil.
@@ -104,6 +108,7 @@ type Turn struct {
 	mu    sync.Mutex
 	call  trace.Span // session/prompt to the agent; nil until Dispatch
 	agent string
+	mode  string
 }
 
 // StartTurn starts the span of a prompt turn of router session session.
@@ -165,13 +170,12 @@ func (u *Turn) Dispatch(agent, mode string, params json.RawMessage) json.RawMess
 	if u == nil {
 		return params
 	}
-	u.span.SetAttributes(KeyAgent.String(agent), KeyMode.String(mode))
 	ctx, call := u.t.Tracer.Start(u.ctx, "session/prompt", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(KeyMethod.String("session/prompt"), KeyAgent.String(agent)))
 	u.mu.Lock()
-	u.agent, u.call = agent, call
+	u.agent, u.mode, u.call = agent, mode, call // the turn's span gets them at End
 	u.mu.Unlock()
-	u.t.m.prompts.Add(ctx, 1, metric.WithAttributes(KeyAgent.String(agent)))
+	u.t.m.prompts.Add(ctx, 1, u.t.labels.prompt(agent))
 	return Inject(ctx, params)
 }
 
@@ -187,35 +191,37 @@ func (u *Turn) End(result json.RawMessage, err error, cost *Cost) {
 	if u == nil {
 		return
 	}
-	var r struct {
-		StopReason string `json:"stopReason"`
-		Usage      *struct {
-			InputTokens  int64 `json:"inputTokens"`
-			OutputTokens int64 `json:"outputTokens"`
-			TotalTokens  int64 `json:"totalTokens"`
-		} `json:"usage"`
-	}
-	json.Unmarshal(result, &r)
-	reason := r.StopReason
-	switch {
-	case err != nil:
+	// Two members of a small object, read without a decoder: this runs
+	// once a turn on the relay's path.
+	var v [2]json.RawMessage
+	acp.Members(result, resultNames, v[:])
+	reason := "other"
+	if err != nil {
 		reason = "error"
-	case !stopReasons[reason]:
-		reason = "other"
+	} else if r, ok := stopReasons[string(v[0])]; ok { // no copy: a map index
+		reason = r
 	}
-	attrs := []attribute.KeyValue{KeyStopReason.String(reason)}
-	if r.Usage != nil {
-		attrs = append(attrs, KeyInTokens.Int64(r.Usage.InputTokens), KeyOutTokens.Int64(r.Usage.OutputTokens), KeyTokens.Int64(r.Usage.TotalTokens))
+	u.mu.Lock()
+	call, agent, mode := u.call, u.agent, u.mode
+	u.mu.Unlock()
+	// One SetAttributes for the turn's span: each call normalises and
+	// de-duplicates all of them.
+	attrs := make([]attribute.KeyValue, 1, 8)
+	attrs[0] = KeyStopReason.String(reason)
+	if call != nil {
+		attrs = append(attrs, KeyAgent.String(agent), KeyMode.String(mode))
+	}
+	if usage := v[1]; len(usage) > 0 && usage[0] == '{' {
+		var n [3]json.RawMessage
+		acp.Members(usage, usageNames, n[:])
+		attrs = append(attrs, KeyInTokens.Int64(tokens(n[0])), KeyOutTokens.Int64(tokens(n[1])), KeyTokens.Int64(tokens(n[2])))
 	}
 	if cost != nil {
 		attrs = append(attrs, KeyCost.Float64(cost.Amount), KeyCurrency.String(cost.Currency))
 	}
-	u.mu.Lock()
-	call, agent := u.call, u.agent
-	u.mu.Unlock()
 	if call != nil {
 		endWithError(call, err)
-		call.SetAttributes(KeyStopReason.String(reason))
+		call.SetAttributes(attrs[0])
 		call.End()
 	}
 	u.span.SetAttributes(attrs...)
@@ -224,9 +230,57 @@ func (u *Turn) End(result json.RawMessage, err error, cost *Cost) {
 	if agent == "" {
 		agent = "router" // a router command: no agent ran
 	}
-	labels := metric.WithAttributes(KeyAgent.String(agent), KeyStopReason.String(reason))
+	labels := u.t.labels.turn(agent, reason)
 	u.t.m.turns.Add(u.ctx, 1, labels)
 	u.t.m.turnDuration.Record(u.ctx, time.Since(u.start).Seconds(), labels)
+}
+
+var (
+	resultNames = []string{"stopReason", "usage"}
+	usageNames  = []string{"inputTokens", "outputTokens", "totalTokens"}
+)
+
+// tokens is a usage count as the agent wrote it (0 when it is not an
+// integer, as a decode into int64 left it).
+func tokens(raw json.RawMessage) int64 {
+	n, _ := strconv.ParseInt(string(raw), 10, 64)
+	return n
+}
+
+// labels are the metric attribute sets of the turns, made once per agent
+// and stop reason: building a set sorts and allocates.
+type labels struct {
+	mu    sync.Mutex
+	agent map[string]metric.MeasurementOption
+	turns map[[2]string]metric.MeasurementOption
+}
+
+func (l *labels) prompt(agent string) metric.MeasurementOption {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.agent[agent]
+	if !ok {
+		if l.agent == nil {
+			l.agent = map[string]metric.MeasurementOption{}
+		}
+		o = metric.WithAttributeSet(attribute.NewSet(KeyAgent.String(agent)))
+		l.agent[agent] = o
+	}
+	return o
+}
+
+func (l *labels) turn(agent, reason string) metric.MeasurementOption {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.turns[[2]string{agent, reason}]
+	if !ok {
+		if l.turns == nil {
+			l.turns = map[[2]string]metric.MeasurementOption{}
+		}
+		o = metric.WithAttributeSet(attribute.NewSet(KeyAgent.String(agent), KeyStopReason.String(reason)))
+		l.turns[[2]string{agent, reason}] = o
+	}
+	return o
 }
 
 // endWithError sets span's status from a call's error, with its JSON-RPC
@@ -253,6 +307,38 @@ func (t *Telemetry) Call(ctx context.Context, method, agent string) (context.Con
 	return ctx, func(err error) {
 		endWithError(span, err)
 		span.End()
+	}
+}
+
+// AgentCalls is the observer of agent's connection (acp.Peer.ObserveCalls):
+// a client span per request the router sends it — initialize,
+// authenticate, session/new, load, resume, fork, close, set_mode,
+// set_config_option, the editor's extension requests it relays... — with
+// rpc.method, acp.agent and, for an error answer, rpc.jsonrpc.error_code;
+// its parent is ctx's span (the turn, or the traceparent of the editor's
+// request that caused it). session/prompt has its own span (Turn.Dispatch).
+// nil when telemetry is off.
+func (t *Telemetry) AgentCalls(agent string) acp.CallObserver {
+	if t == nil {
+		return nil
+	}
+	name := KeyAgent.String(agent)
+	return func(ctx context.Context, method string) func(*acp.Message, error) {
+		if method == acp.MethodSessionPrompt {
+			return nil
+		}
+		_, span := t.Tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(KeyMethod.String(method), name))
+		return func(m *acp.Message, err error) {
+			if m != nil && m.Error != nil {
+				var e jsonrpc2.Error
+				json.Unmarshal(m.Error, &e)
+				span.SetAttributes(KeyErrorCode.Int64(e.Code))
+				span.SetStatus(codes.Error, e.Message)
+			}
+			endWithError(span, err)
+			span.End()
+		}
 	}
 }
 
@@ -343,8 +429,10 @@ func (t *Telemetry) Switch(ctx context.Context, began time.Time, session, from, 
 
 // Observe registers gauges read at each metric export: open is the
 // number of sessions in memory; agents yields each agent's bytes relayed
-// to it so far.
-func (t *Telemetry) Observe(open func() int64, agents func(yield func(agent string, bytes int64))) error {
+// to it so far; queues yields the bytes waiting in each destination's
+// write queue (agent "" is the editor). They are callbacks: nothing is
+// counted on the relay's path.
+func (t *Telemetry) Observe(open func() int64, agents, queues func(yield func(agent string, bytes int64))) error {
 	if t == nil {
 		return nil
 	}
@@ -360,6 +448,22 @@ func (t *Telemetry) Observe(open func() int64, agents func(yield func(agent stri
 		metric.WithDescription("Bytes the router wrote to each agent."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			agents(func(agent string, n int64) { o.Observe(n, metric.WithAttributes(KeyAgent.String(agent))) })
+			return nil
+		}))
+	if err != nil {
+		return err
+	}
+	editor, agent := metric.WithAttributes(KeyPeer.String("editor")), KeyPeer.String("agent")
+	_, err = t.Meter.Int64ObservableGauge("acp_router.write_queue.bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes waiting to be written to the editor and to each agent (the per-destination write queue)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			queues(func(name string, n int64) {
+				if name == "" {
+					o.Observe(n, editor)
+				} else {
+					o.Observe(n, metric.WithAttributes(agent, KeyAgent.String(name)))
+				}
+			})
 			return nil
 		}))
 	return err

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +88,7 @@ type Telemetry struct {
 	spans         *spanQueue
 	drops         *drops
 	m             instruments
+	labels        labels
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -125,14 +127,66 @@ func (s *Settings) endpoint(sig string) string {
 // Signals, as OTEL_EXPORTER_OTLP_<SIGNAL>_* names them.
 var signals = []string{"traces", "metrics", "logs"}
 
-// Resolve applies the precedence the README documents: a key set in the
-// telemetry: block, then the OTEL_* variable, then the default. An invalid
-// OTEL_* value is an error naming the variable.
-func Resolve(cfg config.Telemetry, getenv func(string) string) (*Settings, error) {
+// LockedEnv are the OTEL_* variables an org's locked telemetry: block
+// overrides (config.Telemetry.Lock): those that say whether, where, how
+// and how often the router exports, and what it samples. The TLS
+// variables, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are still read.
+var LockedEnv = func() []string {
+	out := []string{"OTEL_SDK_DISABLED", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_METRIC_EXPORT_INTERVAL"}
+	for _, sig := range []string{"", "TRACES_", "METRICS_", "LOGS_"} {
+		for _, k := range []string{"ENDPOINT", "HEADERS", "PROTOCOL", "TIMEOUT"} {
+			out = append(out, "OTEL_EXPORTER_OTLP_"+sig+k)
+		}
+	}
+	return out
+}()
+
+// IgnoredEnv are the warnings for the LockedEnv variables that are set
+// while the org locks telemetry: they are ignored. None when not locked.
+func IgnoredEnv(cfg config.Telemetry, lockPos config.Pos, getenv func(string) string) []string {
+	if !cfg.Lock {
+		return nil
+	}
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	var out []string
+	for _, name := range LockedEnv {
+		if getenv(name) != "" {
+			out = append(out, fmt.Sprintf("%s is ignored: the org locks telemetry (%s)", name, lockPos))
+		}
+	}
+	return out
+}
+
+// envFor is the environment as cfg lets it count: without the LockedEnv
+// variables when the org locks telemetry.
+func envFor(cfg config.Telemetry, getenv func(string) string) func(string) string {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if !cfg.Lock {
+		return getenv
+	}
+	return func(name string) string {
+		if slices.Contains(LockedEnv, name) {
+			return ""
+		}
+		return getenv(name)
+	}
+}
+
+// Resolve applies the precedence the README documents: a key set in the
+// telemetry: block, then the OTEL_* variable, then the default. An invalid
+// OTEL_* value is an error naming the variable. A locked block (the org's)
+// ignores the LockedEnv variables, and the endpoint and headers are then
+// always given to the exporters, which would read the variables themselves.
+func Resolve(cfg config.Telemetry, getenv func(string) string) (*Settings, error) {
+	getenv = envFor(cfg, getenv)
 	s := &Settings{Protocol: map[string]string{}, Endpoint: cfg.Endpoint, Headers: cfg.Headers, ServiceName: cfg.ServiceName, getenv: getenv}
+	if cfg.Lock && s.Headers == nil {
+		s.Headers = map[string]string{} // replaces OTEL_EXPORTER_OTLP_HEADERS
+	}
 	general := cfg.Protocol
 	if general == "" {
 		p, err := protocolEnv("OTEL_EXPORTER_OTLP_PROTOCOL", getenv)
@@ -231,11 +285,10 @@ func protocolEnv(name string, getenv func(string) string) (string, error) {
 }
 
 // Disabled: the configuration leaves telemetry off (not enabled, or
-// OTEL_SDK_DISABLED=true, which wins over the config file).
+// OTEL_SDK_DISABLED=true, which wins over the config file unless the org
+// locks telemetry).
 func Disabled(cfg config.Telemetry, getenv func(string) string) (bool, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
+	getenv = envFor(cfg, getenv)
 	switch v := strings.ToLower(getenv("OTEL_SDK_DISABLED")); v {
 	case "true":
 		return true, nil
@@ -249,9 +302,7 @@ func Disabled(cfg config.Telemetry, getenv func(string) string) (bool, error) {
 // Setup starts telemetry as cfg and the environment say; nil (and no
 // error) when it is off. Shutdown flushes and stops it.
 func Setup(ctx context.Context, cfg config.Telemetry, opts Options) (*Telemetry, error) {
-	if opts.Getenv == nil {
-		opts.Getenv = os.Getenv
-	}
+	opts.Getenv = envFor(cfg, opts.Getenv)
 	off, err := Disabled(cfg, opts.Getenv)
 	if err != nil || off {
 		return nil, err

@@ -452,3 +452,76 @@ func (b *blockingExporter) ExportSpans(ctx context.Context, _ []sdktrace.ReadOnl
 	return nil
 }
 func (b *blockingExporter) Shutdown(context.Context) error { return nil }
+
+// TestInject: the traceparent goes into _meta in one splice, every other
+// byte kept; the unusual shapes (no _meta, an empty one, one that is not
+// an object, the name twice, whitespace, "_meta" inside a string) too.
+func TestInject(t *testing.T) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x4b, 0xf9, 1}, SpanID: trace.SpanID{0xab, 2}, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	tp := `"traceparent":"00-4bf90100000000000000000000000000-ab02000000000000-01"`
+	for _, tc := range []struct{ name, in, want string }{
+		{"no _meta", `{"sessionId":"s","prompt":[{"text":"\"_meta\":{}"}]}`, `{"sessionId":"s","prompt":[{"text":"\"_meta\":{}"}],"_meta":{` + tp + `}}`},
+		{"no _meta, whitespace", "{\"a\":1 }\n", `{"a":1,"_meta":{` + tp + "}}\n"},
+		{"empty object", `{}`, `{"_meta":{` + tp + `}}`},
+		{"editor's traceparent replaced", `{"a":1,"_meta":{"tracestate":"x=1","traceparent":"00-11111111111111111111111111111111-2222222222222222-01","baggage":"k=v"},"b":2}`,
+			`{"a":1,"_meta":{"tracestate":"x=1",` + tp + `,"baggage":"k=v"},"b":2}`},
+		{"_meta without traceparent", `{"_meta": {"baggage":"k=v"},"a":1}`, `{"_meta": {` + tp + `,"baggage":"k=v"},"a":1}`},
+		{"empty _meta", `{"_meta":{ },"a":1}`, `{"_meta":{` + tp + ` },"a":1}`},
+		{"_meta null", `{"_meta":null,"a":1}`, `{"_meta":{` + tp + `},"a":1}`},
+		{"traceparent twice", `{"_meta":{"traceparent":"x","traceparent":"y"}}`, `{"_meta":{` + tp + `,` + tp + `}}`},
+		{"params null", `null`, `null`},
+		{"not an object", `[1]`, `[1]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(Inject(ctx, json.RawMessage(tc.in))); got != tc.want {
+				t.Errorf("Inject(%s)\n = %s\nwant %s", tc.in, got, tc.want)
+			}
+		})
+	}
+	if got := string(Inject(context.Background(), json.RawMessage(`{"a":1}`))); got != `{"a":1}` {
+		t.Errorf("without a span: %s", got)
+	}
+}
+
+// TestQueueConcurrentEnds: spans ended from many goroutines while the
+// queue exports (full batches and ticks) are each exported once, none
+// lost; under -race, OnEnd never writes where an export reads.
+func TestQueueConcurrentEnds(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tel, err := Setup(t.Context(), config.Telemetry{Enabled: true}, Options{Getenv: func(string) string { return "" }, SpanExporter: spans,
+		MetricReader: sdkmetric.NewManualReader(), LogExporter: &memLogs{}, BatchInterval: time.Millisecond, QueueSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bursts with pauses: exports of full batches, of partial ones, and
+	// ticks that find nothing, each followed by more ends.
+	const workers, rounds, each = 8, 30, 100
+	for range rounds {
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for range each {
+					_, s := tel.Tracer.Start(context.Background(), "s")
+					s.End()
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(3 * time.Millisecond)
+	}
+	defer tel.Shutdown(context.Background())
+	if err := tel.tp.ForceFlush(t.Context()); err != nil { // (the in-memory exporter's Shutdown forgets)
+		t.Fatal(err)
+	}
+	seen := map[trace.SpanID]bool{}
+	for _, s := range spans.GetSpans() {
+		if seen[s.SpanContext.SpanID()] {
+			t.Fatalf("span %s exported twice", s.SpanContext.SpanID())
+		}
+		seen[s.SpanContext.SpanID()] = true
+	}
+	if spansDropped, _, _ := tel.Dropped(); len(seen) != workers*rounds*each || spansDropped != 0 {
+		t.Errorf("exported %d spans, dropped %d; want %d and 0", len(seen), spansDropped, workers*rounds*each)
+	}
+}

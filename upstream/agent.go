@@ -598,6 +598,9 @@ func (a *Agent) connectPeer(inst *Instance, out io.ReadCloser, in io.WriteCloser
 		Batch:     a.opts.Batch,
 		Logger:    a.log,
 	}, handler)
+	if o := a.opts.Telemetry.AgentCalls(a.Name()); o != nil {
+		inst.peer.ObserveCalls(o)
+	}
 }
 
 func closeAll(fs ...*os.File) {

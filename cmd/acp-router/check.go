@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/telemetry"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -45,6 +47,7 @@ func check(g *globals, args []string) (int, error) {
 	agents := agentIDs(cfg)
 	warnings := config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
 	warnings = append(warnings, describePolicy(os.Stdout, lp, orgPolicyDir, agents)...)
+	warnings = append(warnings, describeTelemetry(os.Stdout, cfg.EffectiveTelemetry(), os.Getenv)...)
 	warnings = append(warnings, pendingRestarts(cfg)...)
 	config.Warn(os.Stdout, warnings)
 	if lp.TestsError() != nil {
@@ -155,4 +158,97 @@ func pendingRestarts(cfg *config.Config) []string {
 		}
 	}
 	return out
+}
+
+// telemetryEnv is the variable each telemetry: key falls back to.
+var telemetryEnv = map[string]string{
+	"endpoint":     "OTEL_EXPORTER_OTLP_ENDPOINT",
+	"protocol":     "OTEL_EXPORTER_OTLP_PROTOCOL",
+	"headers":      "OTEL_EXPORTER_OTLP_HEADERS",
+	"sampler":      "OTEL_TRACES_SAMPLER",
+	"sampler_arg":  "OTEL_TRACES_SAMPLER_ARG",
+	"service_name": "OTEL_SERVICE_NAME",
+}
+
+// describeTelemetry writes the telemetry setting in force (the org's
+// telemetry: blocks and the user's, merged, then the environment) and
+// where each key came from: an org file, the config, a variable or the
+// default. Header values are never printed. It returns the warnings: the
+// user's keys and variables an org lock overrides.
+func describeTelemetry(w io.Writer, eff config.EffectiveTelemetry, getenv func(string) string) []string {
+	warnings := slices.Clone(eff.Ignored)
+	warnings = append(warnings, telemetry.IgnoredEnv(eff.Telemetry, eff.LockPos, getenv)...)
+	lock := ""
+	if eff.Lock {
+		lock = fmt.Sprintf(", locked by the org (%s)", eff.LockPos)
+	}
+	off, err := telemetry.Disabled(eff.Telemetry, getenv)
+	if err != nil {
+		fmt.Fprintf(w, "telemetry: invalid environment%s\n", lock)
+		return append(warnings, err.Error()+": the router does not start")
+	}
+	set, err := telemetry.Resolve(eff.Telemetry, getenv)
+	if err != nil {
+		fmt.Fprintf(w, "telemetry: invalid environment%s\n", lock)
+		return append(warnings, err.Error()+": the router does not start")
+	}
+	state := "on"
+	if off {
+		state = "off"
+	}
+	fmt.Fprintf(w, "telemetry: %s%s\n", state, lock)
+	// env is a variable as it counts: not at all when the lock overrides it.
+	env := func(name string) string {
+		if eff.Lock && slices.Contains(telemetry.LockedEnv, name) {
+			return ""
+		}
+		return getenv(name)
+	}
+	from := func(key string) string {
+		if src, ok := eff.From[key]; ok {
+			if src.Org {
+				return "org " + src.Pos.String()
+			}
+			return "config " + src.Pos.String()
+		}
+		if name := telemetryEnv[key]; name != "" && env(name) != "" {
+			return name
+		}
+		return "default"
+	}
+	enabled := from("enabled")
+	if strings.EqualFold(env("OTEL_SDK_DISABLED"), "true") {
+		enabled = "OTEL_SDK_DISABLED"
+	}
+	fmt.Fprintf(w, "  enabled: %t   (%s)\n", !off, enabled)
+	endpoint := set.Endpoint
+	if endpoint == "" {
+		if endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT"); endpoint == "" {
+			endpoint = "the OTLP default for the protocol"
+		}
+	}
+	fmt.Fprintf(w, "  endpoint: %s   (%s)\n", endpoint, from("endpoint"))
+	fmt.Fprintf(w, "  protocol: %s   (%s)\n", set.Protocol["traces"], from("protocol"))
+	var names []string
+	for k := range set.Headers {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	if src := from("headers"); src == "OTEL_EXPORTER_OTLP_HEADERS" {
+		fmt.Fprintf(w, "  headers: from %s   (%s)\n", src, src)
+	} else {
+		fmt.Fprintf(w, "  headers: %s   (%s)\n", cmp.Or(strings.Join(names, ", "), "none"), src)
+	}
+	sampler, arg := set.SamplerName, eff.SamplerArg // as Resolve pairs them
+	if eff.Sampler == "" {
+		arg = env("OTEL_TRACES_SAMPLER_ARG")
+	}
+	if arg != "" && strings.HasSuffix(sampler, "traceidratio") {
+		sampler += " " + arg
+	}
+	fmt.Fprintf(w, "  sampler: %s   (%s)\n", sampler, from("sampler"))
+	service := cmp.Or(eff.ServiceName, getenv("OTEL_SERVICE_NAME"), "acp-router")
+	fmt.Fprintf(w, "  service_name: %s   (%s)\n", service, from("service_name"))
+	fmt.Fprintf(w, "  export_prompts: %t   (%s)\n", eff.ExportPrompts, from("export_prompts"))
+	return warnings
 }

@@ -18,24 +18,30 @@ import (
 	"github.com/acp-router/acp-router/telemetry"
 )
 
-// startPolicy loads the permission policy, opens its audit log and
-// reloads it on SIGHUP and file changes until ctx ends. Fail closed: a
-// policy that does not load, or fails its own tests, is an error and the
-// router does not start. record: the running router's applied config is
-// recorded for `check` (config.WriteRunning).
-func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger, record bool, tel *telemetry.Telemetry) (*guard.Guard, *guard.LoadedPolicy, error) {
+// loadPolicy loads the permission policy of every layer, and the org's
+// telemetry: into cfg. Fail closed: a policy that does not load, or fails
+// its own tests, is an error and the router does not start.
+func loadPolicy(cfg *config.Config) (*guard.LoadedPolicy, error) {
 	lp, err := guard.LoadPolicy(orgPolicyDir, cfg)
 	if err == nil {
 		err = lp.TestsError()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("permission policy: %w\nthe router does not start without a valid policy; `acp-router check` shows it", err)
+		return nil, fmt.Errorf("permission policy: %w\nthe router does not start without a valid policy; `acp-router check` shows it", err)
 	}
+	return lp, nil
+}
+
+// startPolicy opens the audit log of the policy lp (loadPolicy) and
+// reloads it on SIGHUP and file changes until ctx ends. record: the
+// running router's applied config is recorded for `check`
+// (config.WriteRunning).
+func startPolicy(ctx context.Context, cfg *config.Config, lp *guard.LoadedPolicy, log hclog.Logger, record bool, tel *telemetry.Telemetry) (*guard.Guard, error) {
 	home, _ := os.UserHomeDir()
 	g, err := guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, AuditMaxBytes: cfg.Audit.MaxBytes,
 		Home: home, Logger: log.Named("policy"), Telemetry: tel})
 	if err != nil {
-		return nil, nil, fmt.Errorf("permission policy: %w", err)
+		return nil, fmt.Errorf("permission policy: %w", err)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -64,7 +70,7 @@ func startPolicy(ctx context.Context, cfg *config.Config, log hclog.Logger, reco
 		defer signal.Stop(hup)
 		g.Watch(ctx, opts)
 	}()
-	return g, lp, nil
+	return g, nil
 }
 
 // serve runs the router for an editor on stdin/stdout.
@@ -74,12 +80,21 @@ func serve(ctx context.Context, g *globals) (int, error) {
 		return code, err
 	}
 	defer closer.Close()
-	tel, err := telemetry.Setup(ctx, cfg.Telemetry, telemetry.Options{Logger: log.Named("telemetry"), Version: router.Version()})
+	// The policy first: the org's files may set and lock telemetry:.
+	lp, err := loadPolicy(cfg)
+	if err != nil {
+		return 1, err
+	}
+	eff := cfg.EffectiveTelemetry()
+	for _, w := range append(eff.Ignored, telemetry.IgnoredEnv(eff.Telemetry, eff.LockPos, nil)...) {
+		log.Warn("telemetry locked by the org", "ignored", w)
+	}
+	tel, err := telemetry.Setup(ctx, eff.Telemetry, telemetry.Options{Logger: log.Named("telemetry"), Version: router.Version()})
 	if err != nil {
 		return 1, err
 	}
 	defer shutdownTelemetry(tel, log)
-	pg, lp, err := startPolicy(ctx, cfg, log, true, tel)
+	pg, err := startPolicy(ctx, cfg, lp, log, true, tel)
 	if err != nil {
 		return 1, err
 	}

@@ -33,7 +33,11 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 			return 2, fmt.Errorf("no agent %q in %s", *agent, cfg.File)
 		}
 	}
-	guard, _, err := startPolicy(ctx, cfg, log, false, nil)
+	lp, err := loadPolicy(cfg)
+	if err != nil {
+		return 1, err
+	}
+	guard, err := startPolicy(ctx, cfg, lp, log, false, nil)
 	if err != nil {
 		return 1, err
 	}
