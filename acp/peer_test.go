@@ -133,9 +133,25 @@ func TestPeerCallIDs(t *testing.T) {
 	}
 	pending = append(pending, cn, c)
 
-	// Once answered, an id is free again.
+	// Once answered, an id is free again: from the Conn's next read, which
+	// may come a moment after Wait returned the answer.
 	answer(t, c7)
 	answer(t, cs)
+	for _, raw := range []string{"7", `"tool-1"`} {
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			p.mu.Lock()
+			busy := p.pendingLocked(json.RawMessage(raw))
+			p.mu.Unlock()
+			if !busy {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("answered id %s still pending after %v", raw, waitTimeout)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	if _, id := call(t, "7"); string(id) != "7" {
 		t.Errorf("answered id 7 not reused: %s", id)
 	}
