@@ -613,6 +613,43 @@ func eachMemberOfValid(b []byte, value func(key []byte, escaped bool, i int) (in
 	}
 }
 
+// EachElementOfValid calls fn with each element of the valid JSON array
+// arr (a member MembersOfValid found), in order, until fn returns false. It
+// fails when arr is not an array; "null" has no elements.
+func EachElementOfValid(arr json.RawMessage, fn func(elem json.RawMessage) bool) error {
+	b := arr
+	i := skipSpace(b, 0)
+	if i < len(b) && b[i] == 'n' {
+		return nil
+	}
+	if i >= len(b) || b[i] != '[' {
+		return errors.New("acp: not an array")
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return nil
+	}
+	for {
+		end, ok := valueEnd(b, i)
+		if !ok {
+			return errors.New("acp: not an array")
+		}
+		if !fn(b[i:end:end]) {
+			return nil
+		}
+		i = skipSpace(b, end)
+		switch {
+		case i >= len(b):
+			return errors.New("acp: not an array")
+		case b[i] == ']':
+			return nil
+		case b[i] != ',':
+			return errors.New("acp: not an array")
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
 // stringEnd returns the index after the closing quote of the valid string
 // at b[i] == '"': the first quote not escaped by an odd run of backslashes.
 // Quotes are found eight bytes at a time (the has-zero-byte trick of

@@ -556,3 +556,33 @@ func FuzzMembersOfValidIn(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEachElementOfValid: on a valid JSON array, the elements are those a
+// decode into []json.RawMessage finds; on any input it never panics.
+func FuzzEachElementOfValid(f *testing.F) {
+	for _, c := range []string{`[]`, `[1]`, ` [ 1 , "a,]" , {"b":[2,3]} , null ] `, `null`, `[[],[[]]]`, `["\\"]"]`} {
+		f.Add([]byte(c))
+	}
+	for _, c := range scanCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, arr []byte) {
+		var got []json.RawMessage
+		err := EachElementOfValid(arr, func(e json.RawMessage) bool { got = append(got, e); return true })
+		var want []json.RawMessage
+		if json.Unmarshal(arr, &want) != nil {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", arr, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d elements, want %d", arr, len(got), len(want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("%q: element %d = %q, want %q", arr, i, got[i], want[i])
+			}
+		}
+	})
+}

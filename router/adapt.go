@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -74,7 +75,7 @@ func adaptNewSession(p json.RawMessage, caps acp.AgentCapabilities, agent string
 // becomes its text.
 func adaptPrompt(p json.RawMessage, caps acp.AgentCapabilities, title string) json.RawMessage {
 	pc := caps.PromptCapabilities
-	if pc.Image && pc.Audio && pc.EmbeddedContext {
+	if pc.Image && pc.Audio && pc.EmbeddedContext || !needsAdapting(p, pc.Image, pc.Audio, pc.EmbeddedContext) {
 		return p
 	}
 	var fields map[string]json.RawMessage
@@ -168,3 +169,34 @@ func adaptSystemPrompt(p json.RawMessage, caps acp.AgentCapabilities, agent stri
 	}
 	return out, strings.Join(texts, "\n"), nil
 }
+
+// needsAdapting reports whether a block of the prompt in p (params the
+// router built from a line it validated) is of a type the agent does not
+// take; when in doubt (a type written with escapes, p not read), true.
+func needsAdapting(p json.RawMessage, image, audio, embedded bool) bool {
+	var prompt [1]json.RawMessage
+	if acp.MembersOfValid(p, promptMember, prompt[:]) != nil {
+		return true
+	}
+	needs := false
+	err := acp.EachElementOfValid(prompt[0], func(b json.RawMessage) bool {
+		var typ [1]json.RawMessage
+		switch {
+		case acp.MembersOfValid(b, typeMember, typ[:]) != nil, bytes.IndexByte(typ[0], '\\') >= 0:
+			needs = true
+		case string(typ[0]) == `"image"`:
+			needs = !image
+		case string(typ[0]) == `"audio"`:
+			needs = !audio
+		case string(typ[0]) == `"resource"`:
+			needs = !embedded
+		}
+		return !needs
+	})
+	return needs || err != nil
+}
+
+var (
+	promptMember = []string{"prompt"}
+	typeMember   = []string{"type"}
+)

@@ -93,3 +93,16 @@ func TestAdaptNewSession(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptPromptFastPath: a prompt with nothing the agent lacks is
+// returned as it is (not re-encoded); a block type written with escapes is
+// still read as the agent would read it.
+func TestAdaptPromptFastPath(t *testing.T) {
+	text := json.RawMessage(`{"sessionId":"s", "prompt":[{"type":"text","text":"a <b>"},{"type":"resource_link","uri":"file:///c","name":"c"}]}`)
+	if got := adaptPrompt(text, capsJSON(t, `{}`), "Codex"); &got[0] != &text[0] || len(got) != len(text) {
+		t.Errorf("a text prompt was rewritten: %s", got)
+	}
+	escaped := json.RawMessage(`{"sessionId":"s","prompt":[{"type":"im\u0061ge","data":"AAAA","mimeType":"image/png"}]}`)
+	jsonEqual(t, string(adaptPrompt(escaped, capsJSON(t, `{}`), "Codex")),
+		`{"sessionId":"s","prompt":[{"type":"text","text":"[image (image/png) omitted: Codex does not accept images]"}]}`)
+}

@@ -137,15 +137,21 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 			meta.AcpRouter.Agent = s.activeName()
 		}
 	}
-	var fields struct {
-		Prompt []json.RawMessage `json:"prompt"`
+	// Each block as the editor sent it, spliced into the record (the
+	// editor's line was validated): no encoding/json per prompt.
+	var prompt [1]json.RawMessage
+	if acp.MembersOfValid(params(t.req), promptMember, prompt[:]) != nil {
+		return
 	}
-	json.Unmarshal(params(t.req), &fields)
-	for _, block := range fields.Prompt {
-		line := mustJSON(map[string]any{"jsonrpc": "2.0", "method": acp.MethodSessionUpdate,
-			"params": map[string]any{"sessionId": s.ID, "update": map[string]any{"sessionUpdate": "user_message_chunk", "content": block, "_meta": meta}}})
+	head := append(append([]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`), mustJSON(s.ID)...),
+		`,"update":{"sessionUpdate":"user_message_chunk","_meta":`...)
+	head = append(append(head, mustJSON(meta)...), `,"content":`...)
+	acp.EachElementOfValid(prompt[0], func(block json.RawMessage) bool {
+		line := make([]byte, 0, len(head)+len(block)+3)
+		line = append(append(append(line, head...), block...), "}}}"...)
 		st.Append(s.ID, line)
-	}
+		return true
+	})
 }
 
 // recordTurnEnd ends the turn in the store (committed and synced by the

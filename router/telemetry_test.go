@@ -138,8 +138,16 @@ func TestTelemetryWriteQueueDepth(t *testing.T) {
 		}
 		return editor, agents
 	}
-	if ed, agents := depth(); ed != 0 || len(agents) != 1 || agents["fake"] != 0 {
-		t.Errorf("idle: editor %d, agents %v; want 0 and {fake: 0}", ed, agents)
+	// Idle once the writers wrote what session/new produced (an update
+	// after the answer may still be on its way).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		ed, agents := depth()
+		if ed == 0 && len(agents) == 1 && agents["fake"] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle: editor %d, agents %v; want 0 and {fake: 0}", ed, agents)
+		}
 	}
 
 	const big = 256 << 10
