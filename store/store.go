@@ -232,6 +232,7 @@ type Store struct {
 	room      *sync.Cond          // wakes WaitRoom: a commit freed what it wrote
 	commitAt  time.Time           // when the running commit started (busy)
 	free      [][]byte            // empty chunks for reuse
+	freeMid   [][]byte            // empty mid-size chunks for reuse
 	freeSmall [][]byte            // empty small chunks for reuse
 	urgent    bool                // commit now, without waiting for the window
 	syncAll   bool                // the next commit fsyncs everything it writes
@@ -644,10 +645,36 @@ func (s *Store) growthLocked(se *session, n int64, shared bool) int64 {
 		return n
 	case k > 0 && se.pending[k-1].ext == nil && int64(cap(se.pending[k-1].b)-len(se.pending[k-1].b)) >= n:
 		return 0
-	case k == 0 && n <= smallChunkSize:
-		return smallChunkSize
 	}
-	return max(n, chunkSize)
+	return int64(chunkFor(int(n), se.lastChunk()))
+}
+
+// lastChunk is the capacity of se's last pending chunk (0: none yet).
+func (se *session) lastChunk() int {
+	for i := len(se.pending) - 1; i >= 0; i-- {
+		if se.pending[i].ext == nil {
+			return cap(se.pending[i].b)
+		}
+	}
+	return 0
+}
+
+// chunkFor is the capacity of the chunk a record of n bytes starts, after
+// a chunk of prev bytes (0: the session's first of the window): chunks grow
+// 4 KiB, 32 KiB, then 128 KiB, so that sixteen sessions queueing a few
+// records each hold kilobytes, not a 128 KiB chunk each (their sum made
+// the relay wait for the store: WaitRoom), while a flood soon writes
+// 128 KiB at a time.
+func chunkFor(n, prev int) int {
+	switch {
+	case n > chunkSize:
+		return n
+	case prev == 0 && n <= smallChunkSize:
+		return smallChunkSize
+	case prev <= smallChunkSize && n <= midChunkSize:
+		return midChunkSize
+	}
+	return chunkSize
 }
 
 // putLocked appends one record to se's pending chunks: the caller's one copy.
@@ -655,7 +682,7 @@ func (s *Store) putLocked(se *session, typ byte, payload []byte) {
 	n := recHeaderLen + 1 + len(payload)
 	k := len(se.pending)
 	if k == 0 || se.pending[k-1].ext != nil || cap(se.pending[k-1].b)-len(se.pending[k-1].b) < n {
-		c := s.chunkLocked(n, k == 0)
+		c := s.chunkLocked(chunkFor(n, se.lastChunk()))
 		se.pending = append(se.pending, piece{b: c})
 		s.held.Add(int64(cap(c)))
 		k++
@@ -695,28 +722,31 @@ func (s *Store) addedLocked(se *session, n int64) {
 // one window would otherwise hold a large chunk each.
 const (
 	chunkSize      = 128 << 10 // a record larger than this gets a chunk of its own
+	midChunkSize   = 32 << 10
 	smallChunkSize = 4 << 10
 	maxFreeChunks  = 32
+	maxFreeMid     = 64
 	maxFreeSmall   = 256
 )
 
-// chunkLocked returns an empty chunk with room for n bytes: a small one
-// for a session's first of the window (first) when n fits.
-func (s *Store) chunkLocked(n int, first bool) []byte {
-	if first && n <= smallChunkSize {
-		if len(s.freeSmall) > 0 {
-			c := s.freeSmall[len(s.freeSmall)-1]
-			s.freeSmall = s.freeSmall[:len(s.freeSmall)-1]
-			return c
-		}
-		return make([]byte, 0, smallChunkSize)
+// chunkLocked returns an empty chunk of capacity size (chunkFor), reused
+// when one of its class is free.
+func (s *Store) chunkLocked(size int) []byte {
+	var free *[][]byte
+	switch size {
+	case smallChunkSize:
+		free = &s.freeSmall
+	case midChunkSize:
+		free = &s.freeMid
+	case chunkSize:
+		free = &s.free
 	}
-	if n <= chunkSize && len(s.free) > 0 {
-		c := s.free[len(s.free)-1]
-		s.free = s.free[:len(s.free)-1]
+	if free != nil && len(*free) > 0 {
+		c := (*free)[len(*free)-1]
+		*free = (*free)[:len(*free)-1]
 		return c
 	}
-	return make([]byte, 0, max(n, chunkSize))
+	return make([]byte, 0, size)
 }
 
 // recycleLocked keeps written chunks for reuse and stops counting what the
@@ -735,6 +765,8 @@ func (s *Store) recycleLocked(pieces []piece) {
 		switch {
 		case cap(c) == chunkSize && len(s.free) < maxFreeChunks:
 			s.free = append(s.free, c[:0])
+		case cap(c) == midChunkSize && len(s.freeMid) < maxFreeMid:
+			s.freeMid = append(s.freeMid, c[:0])
 		case cap(c) == smallChunkSize && len(s.freeSmall) < maxFreeSmall:
 			s.freeSmall = append(s.freeSmall, c[:0])
 		}
