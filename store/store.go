@@ -112,6 +112,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -221,25 +222,23 @@ type Store struct {
 	opts Options
 	log  hclog.Logger
 
-	mu        sync.Mutex
-	sessions  map[string]*session // held by this Store, by id
-	dirty     []*session          // sessions with something to commit
-	deletes   []string            // file names to remove at the next commit
-	waiters   []*waiter           // served by the next commit
-	queued    int64               // bytes of records in pending buffers and in flight
-	inflight  int64               // of which the running commit's
-	held      atomic.Int64        // memory they hold: chunks' capacity, shared lines (changed under mu)
-	room      *sync.Cond          // wakes WaitRoom: a commit freed what it wrote
-	commitAt  time.Time           // when the running commit started (busy)
-	free      [][]byte            // empty chunks for reuse
-	freeMid   [][]byte            // empty mid-size chunks for reuse
-	freeSmall [][]byte            // empty small chunks for reuse
-	urgent    bool                // commit now, without waiting for the window
-	syncAll   bool                // the next commit fsyncs everything it writes
-	sweepReq  bool                // the next commit also enforces the limits
-	busy      bool                // a commit is running
-	closed    bool
-	stats     Stats
+	mu       sync.Mutex
+	sessions map[string]*session    // held by this Store, by id
+	dirty    []*session             // sessions with something to commit
+	deletes  []string               // file names to remove at the next commit
+	waiters  []*waiter              // served by the next commit
+	queued   int64                  // bytes of records in pending buffers and in flight
+	inflight int64                  // of which the running commit's
+	held     atomic.Int64           // memory they hold: chunks' capacity, shared lines (changed under mu)
+	room     *sync.Cond             // wakes WaitRoom: a commit freed what it wrote
+	commitAt time.Time              // when the running commit started (busy)
+	free     [chunkClasses][][]byte // empty chunks for reuse, by chunkClass
+	urgent   bool                   // commit now, without waiting for the window
+	syncAll  bool                   // the next commit fsyncs everything it writes
+	sweepReq bool                   // the next commit also enforces the limits
+	busy     bool                   // a commit is running
+	closed   bool
+	stats    Stats
 
 	listSlack time.Duration // see defaultListSlack
 	listGrain time.Duration // see defaultListGrain
@@ -660,21 +659,24 @@ func (se *session) lastChunk() int {
 }
 
 // chunkFor is the capacity of the chunk a record of n bytes starts, after
-// a chunk of prev bytes (0: the session's first of the window): chunks grow
-// 4 KiB, 32 KiB, then 128 KiB, so that sixteen sessions queueing a few
-// records each hold kilobytes, not a 128 KiB chunk each (their sum made
-// the relay wait for the store: WaitRoom), while a flood soon writes
-// 128 KiB at a time.
+// a chunk of prev bytes (0: the session's first of the window): chunks
+// double from 4 KiB to 128 KiB, so that a session holds at most about
+// twice what it queued, and sixteen sessions queueing some dozens of
+// records each hold that, not a 128 KiB chunk each (their sum made the
+// relay wait for the store: WaitRoom), while a flood soon writes 128 KiB at
+// a time.
 func chunkFor(n, prev int) int {
-	switch {
-	case n > chunkSize:
+	if n > chunkSize {
 		return n
-	case prev == 0 && n <= smallChunkSize:
-		return smallChunkSize
-	case prev <= smallChunkSize && n <= midChunkSize:
-		return midChunkSize
 	}
-	return chunkSize
+	size := smallChunkSize
+	if prev > 0 {
+		size = min(2*prev, chunkSize)
+	}
+	for size < n {
+		size *= 2
+	}
+	return size
 }
 
 // putLocked appends one record to se's pending chunks: the caller's one copy.
@@ -722,31 +724,29 @@ func (s *Store) addedLocked(se *session, n int64) {
 // one window would otherwise hold a large chunk each.
 const (
 	chunkSize      = 128 << 10 // a record larger than this gets a chunk of its own
-	midChunkSize   = 32 << 10
 	smallChunkSize = 4 << 10
+	chunkClasses   = 6 // 4 KiB ... 128 KiB
 	maxFreeChunks  = 32
-	maxFreeMid     = 64
-	maxFreeSmall   = 256
 )
 
 // chunkLocked returns an empty chunk of capacity size (chunkFor), reused
 // when one of its class is free.
 func (s *Store) chunkLocked(size int) []byte {
-	var free *[][]byte
-	switch size {
-	case smallChunkSize:
-		free = &s.freeSmall
-	case midChunkSize:
-		free = &s.freeMid
-	case chunkSize:
-		free = &s.free
-	}
-	if free != nil && len(*free) > 0 {
-		c := (*free)[len(*free)-1]
-		*free = (*free)[:len(*free)-1]
-		return c
+	if c := chunkClass(size); c >= 0 && len(s.free[c]) > 0 {
+		free := s.free[c]
+		s.free[c] = free[:len(free)-1]
+		return free[len(free)-1]
 	}
 	return make([]byte, 0, size)
+}
+
+// chunkClass is the free list of chunks of capacity size: 4 KiB, 8 KiB,
+// ... 128 KiB; -1 for others.
+func chunkClass(size int) int {
+	if size < smallChunkSize || size > chunkSize || size&(size-1) != 0 {
+		return -1
+	}
+	return bits.Len(uint(size/smallChunkSize)) - 1
 }
 
 // recycleLocked keeps written chunks for reuse and stops counting what the
@@ -762,13 +762,9 @@ func (s *Store) recycleLocked(pieces []piece) {
 			}
 			continue
 		}
-		switch {
-		case cap(c) == chunkSize && len(s.free) < maxFreeChunks:
-			s.free = append(s.free, c[:0])
-		case cap(c) == midChunkSize && len(s.freeMid) < maxFreeMid:
-			s.freeMid = append(s.freeMid, c[:0])
-		case cap(c) == smallChunkSize && len(s.freeSmall) < maxFreeSmall:
-			s.freeSmall = append(s.freeSmall, c[:0])
+		// Up to 1 MiB of free chunks per class (4 MiB of the largest).
+		if k := chunkClass(cap(c)); k >= 0 && len(s.free[k]) < max(1<<20/cap(c), maxFreeChunks*(cap(c)/chunkSize)) {
+			s.free[k] = append(s.free[k], c[:0])
 		}
 	}
 }

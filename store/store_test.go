@@ -3,10 +3,12 @@ package store
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -616,5 +618,65 @@ func TestArchived(t *testing.T) {
 	must(t, other.Sync(ctx))
 	if got := listAll(t, st, ListOptions{Archived: ArchivedExclude}); !slices.Equal(got, []string{"s0", "s2", "s3"}) {
 		t.Errorf("after unarchive: %v", got)
+	}
+}
+
+// TestManySessionsUnderRoom: sixteen sessions queueing a few dozen small
+// records each in one commit window do not hold RoomBytes between them
+// (their chunks grow with what each queues), so the relay does not wait
+// for the disk (WaitRoom); one session queueing much still gets 128 KiB
+// chunks.
+func TestManySessionsUnderRoom(t *testing.T) {
+	st, err := Open(t.TempDir(), Options{CommitInterval: time.Hour}) // no commit during the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	line := []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + strings.Repeat("x", 150) + `"}}}}`)
+	for i := range 16 {
+		id := fmt.Sprint("s", i)
+		must(t, st.Create(Meta{ID: id}))
+	}
+	must(t, st.Sync(t.Context())) // the sessions' files exist: nothing is committed below
+	for i := range 16 {
+		id := fmt.Sprint("s", i)
+		must(t, st.TurnStart(id))
+		for range 150 { // about 38 KB each
+			must(t, st.Append(id, line))
+		}
+	}
+	st.mu.Lock()
+	se := st.sessions["s0"]
+	caps := []int{}
+	for _, p := range se.pending {
+		caps = append(caps, cap(p.b))
+	}
+	queued := st.queued
+	st.mu.Unlock()
+	if held := st.held.Load(); st.Full() || held > 2*queued {
+		t.Errorf("16 sessions queueing %d bytes hold %d bytes of chunks (Full %v, RoomBytes %d)", queued, held, st.Full(), st.opts.RoomBytes)
+	}
+	if want := []int{4 << 10, 8 << 10, 16 << 10, 32 << 10}; !slices.Equal(caps, want) {
+		t.Errorf("chunks of one session: %v, want %v", caps, want)
+	}
+	for range 2000 { // a flood: 128 KiB chunks
+		must(t, st.Append("s0", line))
+	}
+	st.mu.Lock()
+	last := cap(se.pending[len(se.pending)-1].b)
+	st.mu.Unlock()
+	if last != chunkSize {
+		t.Errorf("a flooding session's last chunk is %d bytes, want %d", last, chunkSize)
+	}
+}
+
+func TestChunkFor(t *testing.T) {
+	for _, tt := range []struct{ n, prev, want int }{
+		{100, 0, 4 << 10}, {5000, 0, 8 << 10}, {100, 4 << 10, 8 << 10}, {100, 64 << 10, 128 << 10},
+		{100, 128 << 10, 128 << 10}, {20 << 10, 4 << 10, 32 << 10}, {200 << 10, 0, 200 << 10}, {200 << 10, 128 << 10, 200 << 10},
+	} {
+		if got := chunkFor(tt.n, tt.prev); got != tt.want {
+			t.Errorf("chunkFor(%d, %d) = %d, want %d", tt.n, tt.prev, got, tt.want)
+		}
 	}
 }
