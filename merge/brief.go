@@ -97,17 +97,21 @@ func (t TurnRecord) render() string {
 // whole turns dropped oldest first; a newest turn alone over the bound is
 // cut at a UTF-8 boundary. "" when there is nothing to tell.
 func Brief(turns []TurnRecord, since, max int) string {
+	// turns are in Seq order: the ones since are at the end, and a turn of
+	// a long session does not walk its whole history.
+	first := len(turns)
+	for first > 0 && turns[first-1].Seq >= since {
+		first--
+	}
 	var parts []string
-	for _, t := range turns {
-		if t.Seq >= since {
-			parts = append(parts, t.render())
-		}
+	for _, t := range turns[first:] {
+		parts = append(parts, t.render())
 	}
 	if len(parts) == 0 {
 		return ""
 	}
 	size := len(BriefHeader)
-	first := len(parts)
+	first = len(parts)
 	for first > 0 && size+len(parts[first-1]) <= max {
 		first--
 		size += len(parts[first])
