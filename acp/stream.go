@@ -692,7 +692,7 @@ func (s *Stream) WriteRawShared(key string, msg []byte, sh *Shared) error {
 	}
 	l := s.laneLocked(key)
 	var now time.Time
-	if s.direct != nil {
+	if s.direct != nil && s.corks == 0 { // corked: queued anyway, no clock read
 		now = time.Now()
 		last := s.lastWrite
 		s.lastWrite = now
