@@ -627,7 +627,7 @@ func TestArchived(t *testing.T) {
 // for the disk (WaitRoom); one session queueing much still gets 128 KiB
 // chunks.
 func TestManySessionsUnderRoom(t *testing.T) {
-	st, err := Open(t.TempDir(), Options{CommitInterval: time.Hour}) // no commit during the test
+	st, err := Open(t.TempDir(), Options{CommitInterval: time.Hour, CommitBytes: 1 << 30}) // no commit during the test
 	if err != nil {
 		t.Fatal(err)
 	}
