@@ -171,23 +171,26 @@ func (r *Router) evict(s *Session, last, now time.Time) bool {
 // it: a closed session comes back only with session/load or resume. id is
 // the id named.
 func (r *Router) sessionFor(ctx context.Context, p json.RawMessage) (s *Session, id string) {
-	var ref acp.SessionRef
-	if p == nil || json.Unmarshal(p, &ref) != nil || ref.SessionID == "" {
+	// Found, not decoded: a prompt's params may hold megabytes of blocks
+	// (and the name matched exactly, as the agent and the editor's lane
+	// read it).
+	sid := acp.SessionID(p)
+	if sid == "" {
 		return nil, ""
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s = r.sessions[ref.SessionID]; s == nil && r.opts.Store != nil && !r.closedIDs.has(ref.SessionID) {
+	if s = r.sessions[sid]; s == nil && r.opts.Store != nil && !r.closedIDs.has(sid) {
 		// Registered now, in the editor's read loop, so that what the
 		// editor sends next for it waits for it instead of reviving it
 		// again; prompts queue behind the revive (prompt).
-		s = r.emptySession(ref.SessionID)
+		s = r.emptySession(sid)
 		s.reviving, s.ready = true, make(chan struct{})
 		r.sessions[s.ID] = s
 		r.wakeEvictorLocked()
 		r.spawn(func() { r.revive(ctx, s) })
 	}
-	return s, ref.SessionID
+	return s, sid
 }
 
 // revive brings s (registered by sessionFor) back from the store, its

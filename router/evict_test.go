@@ -295,3 +295,27 @@ func TestMaxSessionsEvicted(t *testing.T) {
 		t.Errorf("chunks = %q", got)
 	}
 }
+
+// TestSessionForFindsTheID: sessionFor reads params' sessionId as the
+// agent and the editor's lane read it (the name exactly, escapes resolved),
+// beside blocks it does not decode.
+func TestSessionForFindsTheID(t *testing.T) {
+	a := &Session{ID: "a"}
+	r := &Router{sessions: map[string]*Session{"a": a}}
+	big := strings.Repeat(`{"type":"text","text":"x"},`, 10000)
+	for _, tt := range []struct {
+		params string
+		want   *Session
+		id     string
+	}{
+		{`{"sessionId":"a","prompt":[` + big + `{"type":"text","text":"y"}]}`, a, "a"},
+		{`{"prompt":[],"sessionId":"\u0061"}`, a, "a"},
+		{`{"SessionId":"a","prompt":[]}`, nil, ""},
+		{`{"sessionId":7}`, nil, ""},
+		{`{"sessionId":"b"}`, nil, "b"},
+	} {
+		if s, id := r.sessionFor(t.Context(), json.RawMessage(tt.params)); s != tt.want || id != tt.id {
+			t.Errorf("sessionFor(%.60s) = %v, %q; want %v, %q", tt.params, s, id, tt.want, tt.id)
+		}
+	}
+}
