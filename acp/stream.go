@@ -129,10 +129,12 @@ type Stream struct {
 	// lineBuf is its message and "\n" (used by whoever set writing).
 	// lastWrite is when WriteRaw last wrote or queued a message; burst
 	// counts the messages since the last pause of directGap.
-	direct    directWriter
-	lineBuf   []byte
-	lastWrite time.Time
-	burst     int
+	direct  directWriter
+	lineBuf []byte
+	// directBatch is the messages of a direct write (writeQueuedDirect).
+	directBatch []queued
+	lastWrite   time.Time
+	burst       int
 	// corks counts the Cork calls not yet undone: while it is positive,
 	// small messages are queued without waking the writer.
 	corks int
@@ -701,9 +703,8 @@ func (s *Stream) WriteRawShared(key string, msg []byte, sh *Shared) error {
 		}
 		s.burst++
 		if s.corks == 0 && s.queued == 0 && !s.writing && n <= maxDirect && s.burst <= directBurst && sh == nil {
-			s.writing = true
-			s.mu.Unlock()
-			return s.writeDirect(l, msg)
+			s.pushLocked(l, msg, nil, false)
+			return s.writeQueuedDirect() // just msg: nothing else was queued
 		}
 	}
 	if s.queued == 0 {
@@ -759,15 +760,18 @@ func (s *Stream) Uncork() {
 		s.mu.Unlock()
 		return
 	}
-	s.writeQueuedDirect() // unlocks
+	s.writeQueuedDirect() // unlocks; a failure is the stream's (Err)
 }
 
 // writeQueuedDirect writes what is queued (a direct write's worth, taken
 // as the writer takes it) with one system call as far as the pipe takes it
-// without blocking, and queues the rest again, first. Called with s.mu
-// held, not writing; returns with it released.
-func (s *Stream) writeQueuedDirect() {
-	batch := s.takeLocked(nil)
+// without blocking, and queues the rest again, first, for the writer
+// goroutine, which it wakes only when there is such a rest (a wake-up for
+// nothing costs two thread switches on every direct write) or the close.
+// Called with s.mu held, not writing; returns with it released, and the
+// stream's failure.
+func (s *Stream) writeQueuedDirect() error {
+	batch := s.takeLocked(s.directBatch[:0])
 	s.writing = true
 	s.mu.Unlock()
 	line := s.lineBuf[:0]
@@ -788,32 +792,31 @@ func (s *Stream) writeQueuedDirect() {
 		s.failLocked(fmt.Errorf("write: %w", err))
 	}
 	if s.err != nil {
-		return // the lanes are gone
+		return s.err // the lanes are gone
 	}
 	s.room.Broadcast()
-	left := written
-	var rest []int // batch indexes not (wholly) written
+	left, first := written, len(batch) // batch[first:] was not (wholly) written
 	for i, q := range batch {
 		n := len(q.msg) + 1
-		if len(rest) == 0 && left >= n {
-			left -= n
-			s.releaseLocked(q.l, n)
-			if q.sh != nil {
-				q.sh.Release()
-			}
-			continue
+		if left < n {
+			first = i
+			break
 		}
-		rest = append(rest, i)
+		left -= n
+		s.releaseLocked(q.l, n)
+		if q.sh != nil {
+			q.sh.Release()
+		}
 	}
 	// Back at the front of their lanes, in order: the first unwritten one
 	// (maybe partly written: only its rest) ends up first of all.
-	for k := len(rest) - 1; k >= 0; k-- {
-		q := batch[rest[k]]
+	for k := len(batch) - 1; k >= first; k-- {
+		q := batch[k]
 		n := len(q.msg) + 1
 		q.l.taken -= n
 		s.queued -= n
 		msg := q.msg
-		if k == 0 {
+		if k == first {
 			msg = msg[min(left, len(msg)):] // maybe only the "\n" is left
 		}
 		s.pushLocked(q.l, msg, q.sh, true)
@@ -821,6 +824,9 @@ func (s *Stream) writeQueuedDirect() {
 	if len(s.ring) > 0 || s.closing {
 		s.cond.Signal()
 	}
+	clear(batch)
+	s.directBatch = batch[:0]
+	return nil
 }
 
 // WriteRawLines is WriteRawLane of each of msgs in turn, as many as its
@@ -1125,44 +1131,6 @@ func (s *Stream) laneBytesLocked(key string) int {
 		return l.bytes
 	}
 	return 0
-}
-
-// writeDirect writes msg and "\n" to w as far as it goes without blocking
-// and queues the rest, first, for the writer goroutine. The caller has set
-// s.writing. l is msg's lane.
-func (s *Stream) writeDirect(l *lane, msg []byte) error {
-	if s.log.IsTrace() {
-		s.log.Trace("send", "message", truncate(msg, traceBytes))
-	}
-	line := append(append(s.lineBuf[:0], msg...), '\n')
-	s.lineBuf = line
-	written, err := tryWrite(s.direct, line)
-	s.writtenBytes.Add(int64(written))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.writing = false
-	s.progress = time.Now()
-	// Wake the writer only when it has work: messages queued meanwhile
-	// (or the rest of this one, below), or the close. A wake-up for
-	// nothing costs two thread switches on every direct write.
-	defer func() {
-		if len(s.ring) > 0 || s.closing {
-			s.cond.Signal()
-		}
-	}()
-	switch {
-	case s.err != nil:
-		return s.err
-	case err != nil:
-		s.failLocked(fmt.Errorf("write: %w", err))
-		return s.err
-	case written < len(line):
-		rest := msg[min(written, len(msg)):] // maybe only the "\n" is left
-		s.pushLocked(l, rest, nil, true)
-	default:
-		s.dropLocked(l) // made for this message, maybe
-	}
-	return nil
 }
 
 func (s *Stream) writeLoop() {
