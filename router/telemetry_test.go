@@ -35,12 +35,7 @@ func (discardLogs) ForceFlush(context.Context) error              { return nil }
 // the request.
 func TestTelemetryTurn(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
-	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
-		SpanExporter: spans, MetricReader: sdkmetric.NewManualReader(), LogExporter: discardLogs{}, BatchInterval: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(context.Background())
+	tel := testTelemetry(t, spans, sdkmetric.NewManualReader())
 	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
 	var res struct{ SessionID string }
 	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{}}), &res)
@@ -100,12 +95,7 @@ func TestTelemetryTurn(t *testing.T) {
 // metric export (a manual reader here).
 func TestTelemetryWriteQueueDepth(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
-		SpanExporter: tracetest.NewInMemoryExporter(), MetricReader: reader, LogExporter: discardLogs{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(context.Background())
+	tel := testTelemetry(t, tracetest.NewInMemoryExporter(), reader)
 	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
 	var res struct{ SessionID string }
 	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{}}), &res)
@@ -192,12 +182,7 @@ func TestTelemetryWriteQueueDepth(t *testing.T) {
 // session/set_mode, which this agent refuses, with its error code.
 func TestTelemetryAgentCalls(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
-	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
-		SpanExporter: spans, MetricReader: sdkmetric.NewManualReader(), LogExporter: discardLogs{}, BatchInterval: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(context.Background())
+	tel := testTelemetry(t, spans, sdkmetric.NewManualReader())
 	e := newOrderRouterTel(t, &slowFS{prefix: "/never/"}, time.Minute, tel)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	var res struct{ SessionID string }
@@ -253,4 +238,17 @@ func TestTelemetryAgentCalls(t *testing.T) {
 			t.Errorf("%s: status %v", tc.name, s.Status)
 		}
 	}
+}
+
+// testTelemetry is telemetry on, its spans to spans, its metrics read by
+// reader, no OTEL_* variables, shut down at the end of the test.
+func testTelemetry(t *testing.T, spans *tracetest.InMemoryExporter, reader sdkmetric.Reader) *telemetry.Telemetry {
+	t.Helper()
+	tel, err := telemetry.Setup(t.Context(), config.Telemetry{Enabled: true}, telemetry.Options{Getenv: func(string) string { return "" },
+		SpanExporter: spans, MetricReader: reader, LogExporter: discardLogs{}, BatchInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	return tel
 }
