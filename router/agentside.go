@@ -62,7 +62,7 @@ func (r *Router) editorLane(inst *upstream.Instance, req *jsonrpc2.Request) stri
 		return ""
 	}
 	r.mu.Lock()
-	s := r.downs[downKey(inst, id)]
+	s := r.downLocked(inst, id)
 	r.mu.Unlock()
 	if s != nil {
 		return s.ID
@@ -735,7 +735,7 @@ func (r *Router) agentSession(inst *upstream.Instance, p json.RawMessage) *Sessi
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.downs[downKey(inst, ref.SessionID)]
+	return r.downLocked(inst, ref.SessionID)
 }
 
 // relayRequest sends an agent's request to the editor and answers the agent
@@ -994,7 +994,7 @@ func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.
 		return "", p, nil
 	}
 	r.mu.Lock()
-	s := r.downs[downKey(inst, ref.SessionID)]
+	s := r.downLocked(inst, ref.SessionID)
 	r.mu.Unlock()
 	if s == nil {
 		if acp.IsExtension(method) {

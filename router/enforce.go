@@ -111,7 +111,7 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 	var ref acp.SessionRef
 	json.Unmarshal(p, &ref)
 	r.mu.Lock()
-	s := r.downs[downKey(inst, ref.SessionID)]
+	s := r.downLocked(inst, ref.SessionID)
 	r.mu.Unlock()
 	agent := inst.Agent.Name()
 	if s == nil {

@@ -162,14 +162,15 @@ func (r *Router) recordTurnEnd(s *Session) {
 	}
 }
 
+// envelopeParams names the member turnsFrom reads of a stored line.
+var envelopeParams = []string{"params"}
+
 // turnsFrom reads the handoff brief's turns back from a stored update
 // stream: each turn starts at the user_message_chunk the router recorded
 // for its prompt and collects the reply text and tool calls after it. It
 // also returns, per agent, the first turn that agent has not seen (an agent
 // that ran a turn was briefed on everything before it). Tool calls a deny
 // rule matches are hidden, as when they were first recorded.
-var envelopeParams = []string{"params"}
-
 func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[string]int) {
 	var turns []merge.TurnRecord
 	seen := map[string]int{}

@@ -114,16 +114,17 @@ type downstream struct {
 
 // tableKey names an agent instance: a restarted agent may hand out the same
 // session ids again, and they must not alias its previous process's.
-func tableKey(inst *upstream.Instance) string {
-	return inst.Agent.Name() + "#" + strconv.Itoa(inst.Gen)
+func tableKey(inst *upstream.Instance) string { return string(appendTableKey(nil, inst)) }
+
+func appendTableKey(b []byte, inst *upstream.Instance) []byte {
+	return strconv.AppendInt(append(append(b, inst.Agent.Name()...), '#'), int64(inst.Gen), 10)
 }
 
+// downKey names downstream session id of inst (r.downs, tombstones).
 func downKey(inst *upstream.Instance, id string) string { return string(appendDownKey(nil, inst, id)) }
 
 func appendDownKey(b []byte, inst *upstream.Instance, id string) []byte {
-	b = append(append(b, inst.Agent.Name()...), '#')
-	b = strconv.AppendInt(b, int64(inst.Gen), 10)
-	return append(append(b, ' '), id...)
+	return append(append(appendTableKey(b, inst), ' '), id...)
 }
 
 // downLocked is r.downs[downKey(inst, id)] without making the key a string.

@@ -180,7 +180,7 @@ func (r *Router) sessionIDEdits(inst *upstream.Instance, child *Session, up *upd
 			continue
 		}
 		r.mu.Lock()
-		s := r.downs[downKey(inst, *m.id)]
+		s := r.downLocked(inst, *m.id)
 		r.mu.Unlock()
 		if s == nil {
 			return nil, false

@@ -71,7 +71,7 @@ func (r *Router) traceAgentCall(ctx context.Context, inst *upstream.Instance, re
 	var ref acp.SessionRef
 	json.Unmarshal(params(req), &ref)
 	r.mu.Lock()
-	s := r.downs[downKey(inst, ref.SessionID)]
+	s := r.downLocked(inst, ref.SessionID)
 	r.mu.Unlock()
 	if s != nil {
 		root := s.root()
