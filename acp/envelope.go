@@ -43,7 +43,8 @@ type Message struct {
 	Result json.RawMessage
 	Error  json.RawMessage
 
-	shared *Shared // Raw's pooled buffer, until claimed (Claim)
+	shared *Shared  // Raw's pooled buffer, until claimed (Claim)
+	pre    *prescan // what the read found of the params (Prescanned)
 }
 
 // HasID reports whether the message carries a non-null id.
@@ -65,10 +66,15 @@ var (
 // decoding or copying them (ID, Params, Result and Error alias line). On
 // ErrNotRPC the returned message still carries the id when one could be
 // read, so that the reply can name it.
-func Classify(line []byte) (*Message, error) {
-	m := &Message{Raw: line}
+func Classify(line []byte) (*Message, error) { return ClassifyPrescan(line, nil) }
+
+// ClassifyPrescan is Classify that also reads, in the same pass, the members
+// p names of a p.Method message's params (Message.Prescanned), when the
+// line gives its method before its params. p may be nil.
+func ClassifyPrescan(line []byte, p *Prescan) (*Message, error) {
 	trimmed := bytes.TrimLeft(line, " \t")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
+		m := &Message{Raw: line}
 		if !validJSON(line) {
 			return m, ErrParse
 		}
@@ -78,7 +84,16 @@ func Classify(line []byte) (*Message, error) {
 	// encoding/json matches struct fields without regard to case, so
 	// {"method":"a","Method":"b"} would read as "b" there and as "a" in
 	// jsonrpc2's Request and in the peer the line is relayed to.
-	e, res := scanEnvelope(line)
+	pre := prescan{p: p}
+	e, res := scanEnvelope(line, &pre)
+	var m *Message
+	if pre.ok {
+		mp := &messagePre{m: Message{Raw: line}, pre: pre}
+		m = &mp.m
+		m.pre = &mp.pre
+	} else {
+		m = &Message{Raw: line}
+	}
 	switch res {
 	case scanInvalid:
 		return m, ErrParse

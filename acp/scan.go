@@ -269,52 +269,64 @@ const (
 // of its value. It returns the span of the object itself; ok is false when
 // b is not valid JSON or not an object.
 func scanObject(b []byte, fn func(key []byte, escaped bool, vStart, vEnd int)) (start, end int, ok bool) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
+	start = skipSpace(b, 0)
+	end, ok = scanObjectAt(b, start, 1, func(key []byte, escaped bool, v int) (int, bool) {
+		vEnd, ok := scanValue(b, v, 1)
+		if ok {
+			fn(key, escaped, v, vEnd)
+		}
+		return vEnd, ok
+	})
+	if !ok || skipSpace(b, end) != len(b) {
 		return 0, 0, false
 	}
-	start = i
+	return start, end, true
+}
+
+// scanObjectAt validates the object at b[i], which is the depth-th open
+// container (the outermost is 1), and returns the index after it. value
+// validates each member's value, starting at its index, and returns the
+// index after it; it is given the member's name as written (quotes
+// stripped, escapes not resolved) and whether that has escapes. A value
+// inside the object is inside depth containers (scanValue's depth).
+func scanObjectAt(b []byte, i, depth int, value func(key []byte, escaped bool, v int) (int, bool)) (int, bool) {
+	if i >= len(b) || b[i] != '{' || depth > maxDepth {
+		return 0, false
+	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		i++
-	} else {
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return 0, 0, false
-			}
-			keyEnd, escaped, ok := scanString(b, i)
-			if !ok {
-				return 0, 0, false
-			}
-			key := b[i+1 : keyEnd-1]
-			i = skipSpace(b, keyEnd)
-			if i >= len(b) || b[i] != ':' {
-				return 0, 0, false
-			}
-			i = skipSpace(b, i+1)
-			vEnd, ok := scanValue(b, i, 1)
-			if !ok {
-				return 0, 0, false
-			}
-			fn(key, escaped, i, vEnd)
-			i = skipSpace(b, vEnd)
-			if i >= len(b) {
-				return 0, 0, false
-			}
-			if b[i] == '}' {
-				i++
-				break
-			}
-			if b[i] != ',' {
-				return 0, 0, false
-			}
-			i = skipSpace(b, i+1)
+		return i + 1, true
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return 0, false
 		}
+		keyEnd, escaped, ok := scanString(b, i)
+		if !ok {
+			return 0, false
+		}
+		key := b[i+1 : keyEnd-1]
+		i = skipSpace(b, keyEnd)
+		if i >= len(b) || b[i] != ':' {
+			return 0, false
+		}
+		i = skipSpace(b, i+1)
+		vEnd, ok := value(key, escaped, i)
+		if !ok {
+			return 0, false
+		}
+		i = skipSpace(b, vEnd)
+		if i >= len(b) {
+			return 0, false
+		}
+		if b[i] == '}' {
+			return i + 1, true
+		}
+		if b[i] != ',' {
+			return 0, false
+		}
+		i = skipSpace(b, i+1)
 	}
-	if skipSpace(b, i) != len(b) {
-		return 0, 0, false
-	}
-	return start, i, true
 }
 
 // memberName resolves the escapes of a member name as written (and
@@ -328,7 +340,9 @@ func memberName(key []byte) string {
 
 // scanEnvelope validates line and reads its top-level members. A member
 // given twice counts as its last occurrence, as encoding/json reads it.
-func scanEnvelope(line []byte) (members, int) {
+// With pre.p set, the params of a pre.p.Method message are read for it
+// (prescan.go) when the method comes first.
+func scanEnvelope(line []byte, pre *prescan) (members, int) {
 	var m members
 	i := skipSpace(line, 0)
 	if i >= len(line) {
@@ -344,9 +358,28 @@ func scanEnvelope(line []byte) (members, int) {
 		}
 		return m, scanNotObject
 	}
-	if _, _, ok := scanObject(line, func(key []byte, escaped bool, vStart, vEnd int) {
-		m.set(key, escaped, line[vStart:vEnd:vEnd])
-	}); !ok {
+	end, ok := scanObjectAt(line, i, 1, func(key []byte, escaped bool, v int) (int, bool) {
+		var vEnd int
+		var ok bool
+		if pre.p != nil && nameIs(key, escaped, "params") {
+			// The last params member is the one read, for its method
+			// as given so far (Prescanned checks the final method).
+			pre.ok = false
+			if line[v] == '{' && len(line) < 1<<32 && methodIs(m.method, pre.p.Method) {
+				vEnd, ok = pre.params(line, v)
+				pre.ok = ok
+			} else {
+				vEnd, ok = scanValue(line, v, 1)
+			}
+		} else {
+			vEnd, ok = scanValue(line, v, 1)
+		}
+		if ok {
+			m.set(key, escaped, line[v:vEnd:vEnd])
+		}
+		return vEnd, ok
+	})
+	if !ok || skipSpace(line, end) != len(line) {
 		return m, scanInvalid
 	}
 	return m, scanMembers

@@ -75,6 +75,10 @@ type StreamOptions struct {
 	// JSON-RPC error (the editor side, DESIGN §7); otherwise they are logged
 	// and dropped (the agent side).
 	AnswerInvalid bool
+	// Prescan, when set, has the members it names read from the params of
+	// its method's messages while the line is validated
+	// (Message.Prescanned): one scan of the line instead of two.
+	Prescan *Prescan
 	// Intercept sees every valid message before the jsonrpc2.Conn, in the
 	// read loop, in order. Returning true consumes it. It must not block on
 	// the peer that is being read.
@@ -214,6 +218,11 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 	if opts.QueueBytes <= 0 {
 		opts.QueueBytes = DefaultQueueBytes
 	}
+	if opts.Prescan != nil {
+		if err := opts.Prescan.Check(); err != nil {
+			panic(err) // a constant of the caller's code
+		}
+	}
 	s := &Stream{
 		opts:     opts,
 		log:      opts.Logger,
@@ -277,7 +286,7 @@ func (s *Stream) ReadObject(v any) error {
 		if s.log.IsTrace() {
 			s.log.Trace("recv", "message", truncate(line, traceBytes))
 		}
-		m, err := Classify(line)
+		m, err := ClassifyPrescan(line, s.opts.Prescan)
 		if err != nil {
 			s.invalid(m, err)
 			continue

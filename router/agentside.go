@@ -82,7 +82,7 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	}
 	defer r.survive(inst.Agent.Name(), nil)
 	var u updateParams // on the stack unless the update waits (below)
-	if err := u.decode(m.Params); err != nil || u.SessionID == "" {
+	if err := u.decodeMessage(m); err != nil || u.SessionID == "" {
 		r.log.Warn("malformed session/update dropped", "agent", inst.Agent.Name(), "error", err)
 		return true
 	}
@@ -227,6 +227,9 @@ var (
 	updateMember = []string{"sessionUpdate", "toolCallId", "messageId", "currentModeId", "status",
 		"title", "availableCommands", "cost", "configOptions", "_meta", "content", "kind", "locations", "rawInput",
 		"senderSessionId", "recipientSessionId", "name", "compactionId", "planId", "plan", "summary"}
+	// updatePrescan has the agents' streams read these members while they
+	// validate a session/update line: one scan of it, not two.
+	updatePrescan = &acp.Prescan{Method: acp.MethodSessionUpdate, Names: updateTop, In: 1, InNames: updateMember}
 )
 
 // decodeUpdate reads what the relay needs of a session/update the Stream
@@ -236,10 +239,22 @@ var (
 // exactly, as the editor reads them.
 func decodeUpdate(m *acp.Message) (*updateParams, error) {
 	u := new(updateParams)
-	if err := u.decode(m.Params); err != nil {
+	if err := u.decodeMessage(m); err != nil {
 		return nil, err
 	}
 	return u, nil
+}
+
+// decodeMessage is decodeUpdate into u (zero): from what the agent's stream
+// read of the params as it validated the line (updatePrescan), or else
+// from the params.
+func (u *updateParams) decodeMessage(m *acp.Message) error {
+	var top [2]json.RawMessage
+	var f [21]json.RawMessage
+	if m.Prescanned(updatePrescan, top[:], f[:]) {
+		return u.fill(&top, &f)
+	}
+	return u.decode(m.Params)
 }
 
 // decode is decodeUpdate into u (zero) from the params of a validated line.
@@ -251,6 +266,11 @@ func (u *updateParams) decode(params json.RawMessage) error {
 	if err := acp.MembersOfValidIn(params, updateTop, top[:], 1, updateMember, f[:]); err != nil {
 		return err
 	}
+	return u.fill(&top, &f)
+}
+
+// fill decodes the members decode found (top: updateTop, f: updateMember).
+func (u *updateParams) fill(top *[2]json.RawMessage, f *[21]json.RawMessage) error {
 	if err := rawString(top[0], &u.SessionID); err != nil {
 		return err
 	}

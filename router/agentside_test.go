@@ -13,8 +13,9 @@ import (
 
 // TestDecodeUpdate: the one-pass decode of session/update reads what a
 // struct decode reads, for every update in the real agents' transcripts
-// and for edge cases (escapes, nulls, no update); a member of the wrong
-// type is an error.
+// and for edge cases (escapes, nulls, no update), both from what the
+// agent's stream read as it validated the line (updatePrescan) and from
+// the params; a member of the wrong type is an error.
 func TestDecodeUpdate(t *testing.T) {
 	files, _ := filepath.Glob("../testdata/real-agents/*.jsonl")
 	if len(files) == 0 {
@@ -46,11 +47,16 @@ func TestDecodeUpdate(t *testing.T) {
 	)
 	n := 0
 	for _, line := range lines {
-		m, err := acp.Classify(line)
+		m, err := acp.ClassifyPrescan(line, updatePrescan)
 		if err != nil || m.Method != acp.MethodSessionUpdate {
 			continue
 		}
 		n++
+		var top [2]json.RawMessage
+		var f [21]json.RawMessage
+		if !m.Prescanned(updatePrescan, top[:], f[:]) {
+			t.Errorf("not read in the validating pass: %.200s", line)
+		}
 		want := new(updateParams)
 		if err := json.Unmarshal(m.Params, want); err != nil {
 			t.Fatalf("struct decode of %s: %v", line, err)
@@ -58,13 +64,16 @@ func TestDecodeUpdate(t *testing.T) {
 		var members struct{ Update map[string]json.RawMessage }
 		json.Unmarshal(m.Params, &members)
 		_, want.Update.HasTitle = members.Update["title"]
-		got, err := decodeUpdate(m)
-		if err != nil {
-			t.Fatalf("decodeUpdate(%s): %v", line, err)
-		}
-		// A struct decode keeps "null" for raw members; so does Members.
-		if !reflect.DeepEqual(normalize(got), normalize(want)) {
-			t.Errorf("decodeUpdate(%.300s)\n got %+v\nwant %+v", line, got.Update, want.Update)
+		plain, _ := acp.Classify(line)
+		for _, m := range []*acp.Message{m, plain} {
+			got, err := decodeUpdate(m)
+			if err != nil {
+				t.Fatalf("decodeUpdate(%s): %v", line, err)
+			}
+			// A struct decode keeps "null" for raw members; so does Members.
+			if !reflect.DeepEqual(normalize(got), normalize(want)) {
+				t.Errorf("decodeUpdate(%.300s)\n got %+v\nwant %+v", line, got.Update, want.Update)
+			}
 		}
 	}
 	if n < 60 {
@@ -74,6 +83,18 @@ func TestDecodeUpdate(t *testing.T) {
 		if _, err := decodeUpdate(&acp.Message{Params: json.RawMessage(bad)}); err == nil {
 			t.Errorf("decodeUpdate(%s): no error", bad)
 		}
+	}
+}
+
+// TestAgentStreamsPrescan: the agents' streams read a session/update's
+// members as they validate it (one scan of the line).
+func TestAgentStreamsPrescan(t *testing.T) {
+	f := newRelayFixture(t, false)
+	if f.r.uopts.Prescan != updatePrescan {
+		t.Fatal("the agents' streams do not read updates in their validating pass")
+	}
+	if err := updatePrescan.Check(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -295,6 +295,7 @@ func newRelayOneOpts(tb testing.TB, opts Options) *relayOne {
 	ro := &relayOne{f: f, feed: &updateFeed{lines: make(chan []byte)}, got: make(chan struct{}), done: make(chan struct{})}
 	agent := acp.NewStream(io.NopCloser(ro.feed), discardCloser{}, acp.StreamOptions{
 		Intercept: func(m *acp.Message) bool { return f.r.interceptAgent(f.inst, m) },
+		Prescan:   f.r.uopts.Prescan,
 	})
 	go func() {
 		defer close(ro.done)

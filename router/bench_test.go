@@ -194,6 +194,7 @@ func BenchmarkForwardUpdate(b *testing.B) {
 				src := &repeatReader{line: append(line, '\n'), n: b.N}
 				agent := acp.NewStream(io.NopCloser(src), discardCloser{}, acp.StreamOptions{
 					Intercept: func(m *acp.Message) bool { return f.r.interceptAgent(f.inst, m) },
+					Prescan:   f.r.uopts.Prescan,
 				})
 				b.ReportAllocs()
 				b.SetBytes(int64(len(line) + 1))

@@ -138,6 +138,7 @@ func floodPeak(t *testing.T, n int) float64 {
 	src := &repeatReader{line: append(line, '\n'), n: n}
 	agent := acp.NewStream(io.NopCloser(src), discardCloser{}, acp.StreamOptions{
 		Intercept: func(m *acp.Message) bool { return f.r.interceptAgent(f.inst, m) },
+		Prescan:   f.r.uopts.Prescan,
 	})
 	inUse := func(s []metrics.Sample) uint64 {
 		metrics.Read(s)
@@ -229,6 +230,7 @@ func TestFloodIntactStore(t *testing.T) {
 	}
 	agent := acp.NewStream(io.NopCloser(&src), discardCloser{}, acp.StreamOptions{
 		Intercept: func(m *acp.Message) bool { return f.r.interceptAgent(f.inst, m) },
+		Prescan:   f.r.uopts.Prescan,
 	})
 	var v json.RawMessage
 	err := agent.ReadObject(&v)

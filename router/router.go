@@ -230,6 +230,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		Handler:       func(i *upstream.Instance) jsonrpc2.Handler { return agentHandler{r, i} },
 		Intercept:     r.interceptAgent,
 		Batch:         r.corkEditor,
+		Prescan:       updatePrescan,
 		InitParams:    r.agentInitParams,
 		OnExit:        r.agentExited,
 		Telemetry:     opts.Telemetry,

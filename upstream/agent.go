@@ -53,6 +53,8 @@ type Options struct {
 	Intercept func(*Instance, *acp.Message) bool
 	// Batch is the agent streams' acp.StreamOptions.Batch.
 	Batch func() (end func())
+	// Prescan is the agent streams' acp.StreamOptions.Prescan.
+	Prescan *acp.Prescan
 	// InitParams returns the initialize params sent to the agent.
 	InitParams func() json.RawMessage
 	// OnExit is called once when a running or starting instance ends.
@@ -596,6 +598,7 @@ func (a *Agent) connectPeer(inst *Instance, out io.ReadCloser, in io.WriteCloser
 		},
 		Intercept: intercept,
 		Batch:     a.opts.Batch,
+		Prescan:   a.opts.Prescan,
 		Logger:    a.log,
 	}, handler)
 	if o := a.opts.Telemetry.AgentCalls(a.Name()); o != nil {

@@ -47,6 +47,7 @@ var allVariants = []variant{
 		"handoff: {max_bytes: 16384}\n", true, false},
 	{"nopolicy", "the same without the permission policy and audit log (the session store stays on)", "handoff: {max_bytes: 16384}\n", false, false},
 	{"bare", "no permission policy, no handoff brief (handoff: none); the session store stays on", "handoff: none\n", false, false},
+	{"metaonly", "as bare, and the session store keeps metadata only (history: {content: metadata-only}): no update is written to disk", "handoff: none\nhistory: {content: metadata-only}\n", false, false},
 	{"otel", "example's features with telemetry on (traces, metrics, audit logs over OTLP/gRPC to a loopback receiver in the benchmark process)",
 		"handoff: {max_bytes: 16384}\n", true, true},
 }

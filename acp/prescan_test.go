@@ -1,0 +1,135 @@
+package acp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// testPrescan is shaped like the router's: a session/update's params and
+// some of its update's members.
+var testPrescan = &Prescan{
+	Method:  MethodSessionUpdate,
+	Names:   []string{"sessionId", "update"},
+	In:      1,
+	InNames: []string{"sessionUpdate", "toolCallId", "content", "_meta", "title"},
+}
+
+// checkPrescan holds ClassifyPrescan to Classify (the same message, the
+// same error) and, when it prescanned, to MembersOfValidIn of the params.
+func checkPrescan(t *testing.T, line []byte, p *Prescan) (prescanned bool) {
+	t.Helper()
+	want, wantErr := Classify(line)
+	m, err := ClassifyPrescan(line, p)
+	if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+		t.Fatalf("%q: error %v, Classify %v", line, err, wantErr)
+	}
+	if m.Kind != want.Kind || m.Method != want.Method || !bytes.Equal(m.ID, want.ID) || !bytes.Equal(m.Params, want.Params) ||
+		!bytes.Equal(m.Result, want.Result) || !bytes.Equal(m.Error, want.Error) || (m.Params == nil) != (want.Params == nil) {
+		t.Fatalf("%q: message %+v, Classify %+v", line, m, want)
+	}
+	out, inOut := make([]json.RawMessage, len(p.Names)), make([]json.RawMessage, len(p.InNames))
+	if !m.Prescanned(p, out, inOut) {
+		return false
+	}
+	if err != nil || m.Method != p.Method {
+		t.Fatalf("%q: prescanned a message that is not a %s (err %v)", line, p.Method, err)
+	}
+	wantOut, wantIn := make([]json.RawMessage, len(p.Names)), make([]json.RawMessage, len(p.InNames))
+	if err := MembersOfValidIn(m.Params, p.Names, wantOut, p.In, p.InNames, wantIn); err != nil {
+		t.Fatalf("%q: prescanned params that MembersOfValidIn refuses: %v", line, err)
+	}
+	for i := range out {
+		if !bytes.Equal(out[i], wantOut[i]) || (out[i] == nil) != (wantOut[i] == nil) || cap(out[i]) != len(out[i]) {
+			t.Fatalf("%q: %s = %q, MembersOfValidIn %q", line, p.Names[i], out[i], wantOut[i])
+		}
+	}
+	for i := range inOut {
+		if !bytes.Equal(inOut[i], wantIn[i]) || (inOut[i] == nil) != (wantIn[i] == nil) || cap(inOut[i]) != len(inOut[i]) {
+			t.Fatalf("%q: %s = %q, MembersOfValidIn %q", line, p.InNames[i], inOut[i], wantIn[i])
+		}
+	}
+	if other := (&Prescan{Method: p.Method, Names: p.Names, In: p.In, InNames: p.InNames}); m.Prescanned(other, out, inOut) {
+		t.Fatalf("%q: prescanned for another Prescan", line)
+	}
+	return true
+}
+
+// TestPrescan: a session/update whose method comes first is read in the
+// same pass, and gives what a second scan gives; the other shapes fall
+// back (Prescanned false) and are classified as Classify does.
+func TestPrescan(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		pre  bool
+	}{
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi \"x\""}}}}`, true},
+		{`{"method":"session/update","jsonrpc":"2.0","params":{"update":{"toolCallId":"t","sessionUpdate":"tool_call","title":null},"sessionId":"s","_meta":{}}}`, true},
+		{` { "jsonrpc" : "2.0" , "method" : "session/update" , "params" : { "sessionId" : "s" , "update" : { } } } `, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"content":1,"content":2}}}`, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"content":1},"update":"x","sessionId":"s"}}`, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"content":1},"update":{"title":"t"}}}`, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"s\u0065ssionId":"s","upd\u0061te":{"_m\u0065ta":{"a":1}}}}`, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"},"params":{"sessionId":"b"}}`, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{}}`, true},
+		{`{"jsonrpc":"2.0","params":{"sessionId":"s","update":{}},"method":"session/update"}`, false}, // params first
+		{`{"jsonrpc":"2.0","method":"session/upd\u0061te","params":{"sessionId":"s","update":{}}}`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":null}`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":[1]}`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"},"method":"session/prompt"}`, false},
+		{`{"jsonrpc":"2.0","method":"session/prompt","params":{"sessionId":"a"},"method":"session/update"}`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"},"params":null}`, false},
+		{`{"jsonrpc":"2.0","id":1,"method":"session/update","params":{"sessionId":"a"}}`, true}, // a request: still read
+		{`{"jsonrpc":"2.0","method":"session/prompt","params":{"sessionId":"s"}}`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"x":tru}}}`, false}, // invalid
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{}}}x`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s" "update":{}}}`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}}`, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"a":` + strings.Repeat("[", 9997) + strings.Repeat("]", 9997) + `}}}`, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"a":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}}}`, false},
+	} {
+		if got := checkPrescan(t, []byte(tt.line), testPrescan); got != tt.pre {
+			t.Errorf("%.120s: prescanned %v, want %v", tt.line, got, tt.pre)
+		}
+	}
+	// Every real agent's session/update is read in one pass.
+	n := 0
+	for _, line := range seedLines(t) {
+		m, err := Classify(line)
+		if err != nil || m.Method != MethodSessionUpdate || m.Params == nil || m.Params[0] != '{' {
+			continue
+		}
+		n++
+		if !checkPrescan(t, line, testPrescan) {
+			t.Errorf("a real agent's update was not prescanned: %.200s", line)
+		}
+	}
+	if n < 100 {
+		t.Errorf("only %d session/update lines in the fixtures", n)
+	}
+	if (&Prescan{Method: "m", Names: []string{"a"}, In: 1}).Check() == nil {
+		t.Error("In out of Names: no error")
+	}
+	if testPrescan.Check() != nil {
+		t.Error(testPrescan.Check())
+	}
+}
+
+// FuzzPrescan: ClassifyPrescan classifies as Classify does, and what it
+// reads of the params is what MembersOfValidIn reads; it never panics.
+func FuzzPrescan(f *testing.F) {
+	for _, line := range seedLines(f) {
+		f.Add(line, "update", "content")
+		if len(line) > 2 {
+			f.Add(line[:len(line)/2], "sessionId", "x")
+		}
+	}
+	f.Add([]byte(`{"method":"session/update","params":{"update":{"a":1},"update":{"b":2},"update":3}}`), "update", "a")
+	f.Add([]byte(`{"method":"session/update","params":{"a\u0062":{"b":1}}}`), "ab", "b")
+	f.Fuzz(func(t *testing.T, line []byte, name, inner string) {
+		p := &Prescan{Method: MethodSessionUpdate, Names: []string{"sessionId", name}, In: 1, InNames: []string{inner, "_meta"}}
+		checkPrescan(t, line, p)
+	})
+}
