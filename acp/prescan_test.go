@@ -31,6 +31,7 @@ func checkPrescan(t *testing.T, line []byte, p *Prescan) (prescanned bool) {
 		t.Fatalf("%q: message %+v, Classify %+v", line, m, want)
 	}
 	out, inOut := make([]json.RawMessage, len(p.Names)), make([]json.RawMessage, len(p.InNames))
+	checkParamsOfValid(t, line, p, want, wantErr)
 	if !m.Prescanned(p, out, inOut) {
 		return false
 	}
@@ -55,6 +56,41 @@ func checkPrescan(t *testing.T, line []byte, p *Prescan) (prescanned bool) {
 		t.Fatalf("%q: prescanned for another Prescan", line)
 	}
 	return true
+}
+
+// checkParamsOfValid: on a line Classify accepted, ParamsOfValid reads
+// what MembersOfValidIn reads of the params, or fails when they are not an
+// object.
+func checkParamsOfValid(t *testing.T, line []byte, p *Prescan, m *Message, err error) {
+	t.Helper()
+	out, inOut := make([]json.RawMessage, len(p.Names)), make([]json.RawMessage, len(p.InNames))
+	gotErr := ParamsOfValid(line, p, out, inOut) // must not panic, whatever line is
+	if err != nil {
+		return
+	}
+	if len(m.Params) == 0 || m.Params[0] != '{' {
+		if gotErr == nil {
+			t.Fatalf("%q: ParamsOfValid read params that are not an object", line)
+		}
+		return
+	}
+	if gotErr != nil {
+		t.Fatalf("%q: ParamsOfValid: %v", line, gotErr)
+	}
+	wantOut, wantIn := make([]json.RawMessage, len(p.Names)), make([]json.RawMessage, len(p.InNames))
+	if err := MembersOfValidIn(m.Params, p.Names, wantOut, p.In, p.InNames, wantIn); err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		if !bytes.Equal(out[i], wantOut[i]) || (out[i] == nil) != (wantOut[i] == nil) {
+			t.Fatalf("%q: ParamsOfValid %s = %q, MembersOfValidIn %q", line, p.Names[i], out[i], wantOut[i])
+		}
+	}
+	for i := range inOut {
+		if !bytes.Equal(inOut[i], wantIn[i]) || (inOut[i] == nil) != (wantIn[i] == nil) {
+			t.Fatalf("%q: ParamsOfValid %s = %q, MembersOfValidIn %q", line, p.InNames[i], inOut[i], wantIn[i])
+		}
+	}
 }
 
 // TestPrescan: a session/update whose method comes first is read in the
@@ -118,7 +154,8 @@ func TestPrescan(t *testing.T) {
 }
 
 // FuzzPrescan: ClassifyPrescan classifies as Classify does, and what it
-// reads of the params is what MembersOfValidIn reads; it never panics.
+// (and ParamsOfValid) reads of the params is what MembersOfValidIn reads;
+// neither ever panics.
 func FuzzPrescan(f *testing.F) {
 	for _, line := range seedLines(f) {
 		f.Add(line, "update", "content")

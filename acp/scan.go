@@ -560,15 +560,46 @@ func MembersOfValidIn(obj json.RawMessage, names []string, out []json.RawMessage
 	if len(out) < len(names) || len(inOut) < len(inNames) || in < 0 || in >= len(names) {
 		return errors.New("acp: MembersOfValidIn: out is shorter than names")
 	}
+	_, err := membersOfValidIn(obj, names, out, in, inNames, inOut)
+	return err
+}
+
+// ParamsOfValid is MembersOfValidIn of p's names in the params of line, a
+// valid JSON-RPC message (one the router validated and stored), in one
+// pass over the line: out and inOut are as Message.Prescanned fills them.
+// It fails when params is absent or not an object.
+func ParamsOfValid(line []byte, p *Prescan, out, inOut []json.RawMessage) error {
+	if len(out) < len(p.Names) || len(inOut) < len(p.InNames) || p.In < 0 || p.In >= len(p.Names) {
+		return errors.New("acp: ParamsOfValid: out is shorter than names")
+	}
+	found := false
+	_, err := eachMemberOfValid(line, func(key []byte, escaped bool, i int) (int, bool) {
+		if !nameIs(key, escaped, "params") {
+			return valueEnd(line, i)
+		}
+		// The last occurrence wins.
+		found = i < len(line) && line[i] == '{'
+		if !found {
+			return valueEnd(line, i)
+		}
+		end, err := membersOfValidIn(line[i:], p.Names, out, p.In, p.InNames, inOut)
+		return i + end, err == nil
+	})
+	if err == nil && !found {
+		err = errNotObject
+	}
+	return err
+}
+
+// membersOfValidIn is MembersOfValidIn, also returning where obj's value
+// ends.
+func membersOfValidIn(obj json.RawMessage, names []string, out []json.RawMessage, in int, inNames []string, inOut []json.RawMessage) (int, error) {
 	clear(out[:len(names)])
 	clear(inOut[:len(inNames)])
 	inner := names[in]
-	_, err := eachMemberOfValid(obj, func(key []byte, escaped bool, i int) (int, bool) {
-		var name string
-		if escaped || !ascii(key) {
-			name = memberName(key)
-		}
-		if (name == "" && string(key) == inner || name != "" && name == inner) && i < len(obj) && obj[i] == '{' {
+	return eachMemberOfValid(obj, func(key []byte, escaped bool, i int) (int, bool) {
+		isInner := nameIs(key, escaped, inner)
+		if isInner && i < len(obj) && obj[i] == '{' {
 			// The last occurrence wins, as in a map decode.
 			clear(inOut[:len(inNames)])
 			vEnd, err := eachMemberOfValid(obj[i:], func(k []byte, esc bool, j int) (int, bool) {
@@ -586,7 +617,7 @@ func MembersOfValidIn(obj json.RawMessage, names []string, out []json.RawMessage
 			setMember(names, out, key, escaped, obj[i:vEnd:vEnd])
 			return vEnd, true
 		}
-		if name == "" && string(key) == inner || name != "" && name == inner {
+		if isInner {
 			clear(inOut[:len(inNames)]) // not an object: it has no members
 		}
 		vEnd, ok := valueEnd(obj, i)
@@ -595,7 +626,6 @@ func MembersOfValidIn(obj json.RawMessage, names []string, out []json.RawMessage
 		}
 		return vEnd, ok
 	})
-	return err
 }
 
 // eachMemberOfValid calls value for each member of the valid object b

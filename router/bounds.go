@@ -37,7 +37,8 @@ import (
 //     (auth: per advertised method, from initialize).
 //   - Session.held (updates before a new session is open): held for
 //     Options.OpenDelay (50 ms) only.
-//   - Session.history: bounded by the handoff brief (handoff.go record),
+//   - Session.history: bounded by the handoff brief (handoff.go record;
+//     a loaded session's too, fillFromStore),
 //     a running turn's record by maxBriefTools; Session.policy by guard
 //     (per session and turn).
 const (

@@ -12,6 +12,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/store"
 )
 
 // Unit tests of the bounds (bounds.go, DESIGN §7): what an agent sends
@@ -308,4 +309,38 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("condition not met within 5s")
+}
+
+// TestLoadedHistoryBounded: a stored session with far more turns than a
+// brief tells is loaded with the live bound on its history (record): at
+// most twice the brief's size, the newest turns, numbered as stored.
+func TestLoadedHistoryBounded(t *testing.T) {
+	f := newRelayFixture(t, false)
+	max := f.r.cfg.Handoff.MaxBytes
+	const turns = 200
+	reply := strings.Repeat("x", 4000)
+	var lines [][]byte
+	for i := range turns {
+		lines = append(lines,
+			fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"question %d"},"_meta":{"acpRouter":{"agent":%q}}}}}`, i, benchAgent),
+			fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"answer %d %s"}}}}`, i, reply))
+	}
+	s := f.r.emptySession("s")
+	f.r.fillFromStore(s, &store.History{Meta: store.Meta{ID: "s", Cwd: "/tmp", ActiveAgent: benchAgent}, Updates: lines}, "/tmp", nil)()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.histBytes > 2*max || len(s.history) == 0 || len(s.history) >= turns {
+		t.Fatalf("loaded history: %d turns, %d bytes (brief bound %d)", len(s.history), s.histBytes, max)
+	}
+	size := 0
+	for _, rec := range s.history {
+		size += recordSize(&rec)
+	}
+	last := s.history[len(s.history)-1]
+	if size != s.histBytes || s.nextSeq != turns || last.Seq != turns-1 || last.User != fmt.Sprint("question ", turns-1) {
+		t.Fatalf("histBytes %d (counted %d), nextSeq %d, newest turn %d %q", s.histBytes, size, s.nextSeq, last.Seq, last.User)
+	}
+	if brief := merge.Brief(s.history, 0, max); !strings.Contains(brief, fmt.Sprint("answer ", turns-1)) {
+		t.Fatalf("the brief lacks the newest turn: %.200s", brief)
+	}
 }

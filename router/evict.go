@@ -204,7 +204,7 @@ func (r *Router) revive(ctx context.Context, s *Session) {
 	case err != nil:
 		err = acp.NewError(acp.CodeInternalError, "acp-router: cannot load the session: "+err.Error(), map[string]string{"sessionId": s.ID})
 	default:
-		r.fillFromStore(s, h, h.Meta.Cwd, nil)
+		r.fillFromStore(s, h, h.Meta.Cwd, nil)()
 		r.declareMcp(s)
 		active := s.activeName()
 		r.log.Info("session brought back from the store", "session", s.ID, "agent", active)

@@ -248,15 +248,23 @@ func (s *Session) record(t *turn, max int) {
 	t.rec.Reply = t.reply.String()
 	s.history = append(s.history, *t.rec)
 	s.histBytes += recordSize(t.rec)
-	if s.histBytes <= 2*max {
-		return
+	s.history, s.histBytes = boundHistory(s.history, s.histBytes, max)
+}
+
+// boundHistory keeps a session's history (of size bytes, recordSize) at
+// most twice the brief bound max: past it, the oldest turns go until it is
+// back under max (the newest turn stays), so that trimming costs O(1) per
+// turn on average.
+func boundHistory(history []merge.TurnRecord, size, max int) ([]merge.TurnRecord, int) {
+	if size <= 2*max {
+		return history, size
 	}
 	drop := 0
-	for drop < len(s.history)-1 && s.histBytes > max {
-		s.histBytes -= recordSize(&s.history[drop])
+	for drop < len(history)-1 && size > max {
+		size -= recordSize(&history[drop])
 		drop++
 	}
-	s.history = append(s.history[:0], s.history[drop:]...)
+	return append(history[:0], history[drop:]...), size
 }
 
 func recordSize(r *merge.TurnRecord) int {

@@ -162,9 +162,6 @@ func (r *Router) recordTurnEnd(s *Session) {
 	}
 }
 
-// envelopeParams names the member turnsFrom reads of a stored line.
-var envelopeParams = []string{"params"}
-
 // turnsFrom reads the handoff brief's turns back from a stored update
 // stream: each turn starts at the user_message_chunk the router recorded
 // for its prompt and collects the reply text and tool calls after it. It
@@ -190,9 +187,10 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		// members it needs found: the line is one the router wrote (from
 		// a line it validated, or encoded itself) and the store's checksum
 		// says it is still that line.
-		var env [1]json.RawMessage
+		var top [2]json.RawMessage
+		var f [21]json.RawMessage
 		var u updateParams
-		if acp.MembersOfValid(line, envelopeParams, env[:]) != nil || u.decode(env[0]) != nil {
+		if acp.ParamsOfValid(line, updatePrescan, top[:], f[:]) != nil || u.fill(&top, &f) != nil {
 			continue
 		}
 		up := &u.Update
@@ -350,11 +348,12 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 		return nil, err
 	}
 	s := r.emptySession(id)
-	r.fillFromStore(s, h, cwd, editorParams)
+	finish := r.fillFromStore(s, h, cwd, editorParams)
 	active := s.active
 	r.mu.Lock()
 	if other := r.sessions[id]; other != nil { // loaded twice at once
 		r.mu.Unlock()
+		finish()
 		if !other.waitReady(ctx) {
 			return nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: session %q could not be reopened; try again", id), map[string]string{"sessionId": id})
 		}
@@ -366,6 +365,7 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 	if replay {
 		r.replay(h)
 	}
+	finish()
 	r.log.Info("session reopened", "session", id, "agent", active, "replayed", replay && len(h.Updates) > 0)
 	if _, err := r.ensureDownstream(ctx, s, r.byName[active]); err != nil { // modes already checked
 		r.forget(s)
@@ -404,7 +404,11 @@ func (r *Router) emptySession(id string) *Session {
 // yet but for its turn and queue) from its stored history h: cwd, MCP
 // servers and directories from editorParams when given, else as stored;
 // the agents it used, to re-attach when it uses them; the brief's turns.
-func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorParams json.RawMessage) {
+//
+// The brief's turns and the agents come last: fillFromStore returns a
+// function that waits for them and sets them, to be called before s is
+// used for a turn or an agent (and in any case: it ends a goroutine).
+func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorParams json.RawMessage) (finish func()) {
 	var extra storedSession
 	json.Unmarshal(h.Meta.Extra, &extra)
 	newParams := rewriteNewParams(extra.NewParams, editorParams, cwd)
@@ -424,18 +428,36 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 	}
 	s.Cwd, s.Enforce, s.newParams, s.roots = cwd, extra.Enforce, newParams, roots
 	s.policy = guard.NewSession(cwd, roots)
-	history, seen := r.turnsFrom(s, h.Updates)
-	histBytes := 0
-	for _, t := range history {
-		histBytes += recordSize(&t)
-	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.active, s.title, s.titled = active, h.Meta.Title, extra.Titled
-	s.history, s.nextSeq, s.histBytes = history, len(history), histBytes
-	for name, a := range h.Meta.Agents {
-		a.Extra = mustJSON(seen[name]) // the first turn it has not seen
-		s.stored[name] = a
+	s.mu.Unlock()
+	// The brief's turns are read from the history while the caller
+	// replays it to the editor (on another core, if there is one).
+	var (
+		history []merge.TurnRecord
+		seen    map[string]int
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		history, seen = r.turnsFrom(s, h.Updates)
+	}()
+	return func() {
+		<-done
+		histBytes := 0
+		for _, t := range history {
+			histBytes += recordSize(&t)
+		}
+		nextSeq := len(history)
+		// The live bound (record): a brief never tells more.
+		history, histBytes = boundHistory(history, histBytes, r.cfg.Handoff.MaxBytes)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.history, s.nextSeq, s.histBytes = history, nextSeq, histBytes
+		for name, a := range h.Meta.Agents {
+			a.Extra = mustJSON(seen[name]) // the first turn it has not seen
+			s.stored[name] = a
+		}
 	}
 }
 
