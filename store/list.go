@@ -51,10 +51,10 @@ type Page struct {
 	NextCursor string // "" on the last page
 }
 
-// defaultListSlack is how far back a pagination's ordering is taken, so
-// that the order it uses is already on disk: another process's change
-// reaches its files within a commit window (50 ms) plus the time to write
-// them.
+// A pagination's ordering is taken TouchInterval plus defaultListSlack
+// back, so that the order it uses is already on disk: another process's
+// change reaches its files within a commit window (50 ms) plus the time to
+// write them, and a moved UpdatedAt within TouchInterval (1 s) more.
 const defaultListSlack = time.Second
 
 // List returns sessions newest first: by UpdatedAt, then by id. It reads the
@@ -62,19 +62,20 @@ const defaultListSlack = time.Second
 // sessions; those this Store holds are taken from memory.
 //
 // Pagination is stable under concurrent writes. A pagination (a first page
-// and the pages its cursors lead to) orders sessions by their UpdatedAt as it
-// was at T0: one second before its first page was read, rounded down to a
-// whole second. Every session created before the first page and not deleted
-// meanwhile is returned exactly once, in that order, whatever is updated
-// meanwhile, by this process or others; sessions created after it are left
-// to the next pagination. The returned metadata is current, so a session
-// updated meanwhile carries an UpdatedAt newer than its position, and a
-// session updated in the last second or two before the first page shows
-// where it was before that update. This holds for cursors up to an hour old
-// and sessions updated in at most 512 distinct seconds of that hour (the
-// UpdatedAt history each session keeps), and for changes other processes
-// committed within the second: a disk stalled for longer may make a session
-// updated during the pagination appear twice or not at all.
+// and the pages its cursors lead to) orders sessions by their UpdatedAt as
+// it was at T0: two seconds (TouchInterval plus one) before its first page
+// was read, rounded down to a whole second. Every session created before
+// the first page and not deleted meanwhile is returned exactly once, in
+// that order, whatever is updated meanwhile, by this process or others;
+// sessions created after it are left to the next pagination. The returned
+// metadata is current, so a session updated meanwhile carries an UpdatedAt
+// newer than its position, and a session updated in the last two or three
+// seconds before the first page shows where it was before that update.
+// This holds for cursors up to an hour old and sessions updated in at most
+// 512 distinct seconds of that hour (the UpdatedAt history each session
+// keeps), and for changes other processes committed within that slack: a
+// disk stalled for longer may make a session updated during the pagination
+// appear twice or not at all.
 func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	c, err := decodeCursor(o.Cursor)
 	if err != nil {

@@ -172,7 +172,7 @@ func listerChild() int {
 	defer st.Close()
 	// Twice the production slack: under a loaded CI a writer's commit may
 	// take longer than usual to reach the disk.
-	st.listSlack = 2 * defaultListSlack
+	st.listSlack = 2 * (DefaultTouchInterval + defaultListSlack)
 	ctx := context.Background()
 	fail := func(format string, args ...any) int {
 		fmt.Printf(format+"\n", args...)

@@ -38,7 +38,11 @@
 // the store: records are checksummed, a torn or partly written last record
 // is ignored by readers and truncated away by the next writer under the
 // session's lock, and metadata is replaced atomically (temp file + fsync +
-// rename).
+// rename). A session's metadata is written by the commit after it changes,
+// except when only its UpdatedAt moved (a turn's start or end): then at
+// most once per TouchInterval (1 s), and at once at Sync and Close. Sixteen
+// busy sessions thus cost sixteen metadata writes a second, not sixteen per
+// commit window; a crash may leave UpdatedAt on disk up to a second behind.
 //
 // # When the queue is full
 //
@@ -132,6 +136,7 @@ const (
 	DefaultCommitBytes     = 1 << 20
 	DefaultSweepInterval   = 10 * time.Minute
 	DefaultStallTimeout    = time.Second
+	DefaultTouchInterval   = time.Second
 
 	// MaxLineBytes is the largest update stored: ACP messages may be 64 MiB
 	// (DESIGN §7).
@@ -151,6 +156,12 @@ type Options struct {
 	CommitInterval time.Duration // group commit window
 	CommitBytes    int64         // queued bytes that commit at once
 	SweepInterval  time.Duration // how often limits are enforced besides Open
+	// TouchInterval: a session whose metadata changed only by its
+	// UpdatedAt (a turn's start or end) has it written at most this often
+	// (and at Sync and Close); other changes are written with the next
+	// commit. List in another process sees such an UpdatedAt up to this
+	// much later; its slack covers it (list.go).
+	TouchInterval time.Duration
 
 	Logger hclog.Logger // write failures; nil: none
 
@@ -181,6 +192,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.TouchInterval <= 0 {
+		o.TouchInterval = DefaultTouchInterval
 	}
 	if o.minShared <= 0 {
 		o.minShared = MinSharedBytes
@@ -244,8 +258,11 @@ type Store struct {
 	listGrain time.Duration // see defaultListGrain
 
 	kick chan struct{} // wakes the writer; capacity 1
-	quit chan struct{}
-	done chan struct{}
+	// touchTimer wakes the writer when a deferred UpdatedAt is due
+	// (laterLocked); guarded by mu.
+	touchTimer *time.Timer
+	quit       chan struct{}
+	done       chan struct{}
 
 	// Owned by the writer goroutine.
 	files      map[string]*logState  // what this process knows of each log, by file name
@@ -264,8 +281,10 @@ type session struct {
 	spare     []piece // the previous pending slice, for reuse
 	sync      bool    // pending holds a turn end: fsync after writing
 	metaDirty bool
-	fresh     bool // made by Create: replace any log stored under this id
-	queuedIn  bool // in Store.dirty
+	touched   bool      // UpdatedAt moved since the metadata was last written
+	metaAt    time.Time // when the metadata was last taken for writing
+	fresh     bool      // made by Create: replace any log stored under this id
+	queuedIn  bool      // in Store.dirty
 	deleted   bool
 	dropping  bool  // dropping records until the next TurnStart
 	unitBytes int64 // bytes queued since the last TurnStart
@@ -305,7 +324,7 @@ func open(dir string, opts Options, fail func(string) error) (*Store, error) {
 		files:     map[string]*logState{},
 		fail:      fail,
 		sweepReq:  true,
-		listSlack: defaultListSlack,
+		listSlack: opts.TouchInterval + defaultListSlack,
 		listGrain: defaultListGrain,
 	}
 	s.room = sync.NewCond(&s.mu)
@@ -818,7 +837,7 @@ func (s *Store) touchLocked(se *session, now time.Time) {
 	}
 	se.bumps = pushBump(se.bumps, prev.UnixNano(), now, s.listGrain)
 	se.meta.UpdatedAt = now
-	se.metaDirty = true
+	se.touched = true
 }
 
 // Release stops holding a session (session/close): what was queued is still

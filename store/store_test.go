@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -678,5 +679,89 @@ func TestChunkFor(t *testing.T) {
 		if got := chunkFor(tt.n, tt.prev); got != tt.want {
 			t.Errorf("chunkFor(%d, %d) = %d, want %d", tt.n, tt.prev, got, tt.want)
 		}
+	}
+}
+
+// TestTouchInterval: turns that only move a session's UpdatedAt have its
+// metadata written at most once per TouchInterval (not once per commit
+// window), the last UpdatedAt reaches the disk within the interval without
+// further activity, and Sync writes it at once; other changes are written
+// with the next commit.
+func TestTouchInterval(t *testing.T) {
+	const interval = 400 * time.Millisecond
+	var metaWrites atomic.Int64
+	dir := t.TempDir()
+	st, err := open(dir, Options{CommitInterval: 5 * time.Millisecond, TouchInterval: interval}, func(op string) error {
+		if op == "meta.write" {
+			metaWrites.Add(1)
+		}
+		return nil
+	})
+	must(t, err)
+	defer st.Close()
+	ctx := t.Context()
+	must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
+	must(t, st.Sync(ctx))
+	onDisk := func() time.Time {
+		mf, err := readMeta(st.metaPath(fileName("s")), fileName("s"))
+		must(t, err)
+		return mf.Session.UpdatedAt
+	}
+	held := func() time.Time {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.sessions["s"].meta.UpdatedAt
+	}
+
+	// Turns for 1.2 s, one every 2 ms (a commit window each).
+	before := metaWrites.Load()
+	start := time.Now()
+	for time.Since(start) < 3*interval {
+		must(t, st.TurnStart("s"))
+		must(t, st.Append("s", []byte(`{"u":1}`)))
+		must(t, st.TurnEnd("s"))
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(start)
+	if n, most := metaWrites.Load()-before, int64(took/interval)+2; n > most {
+		t.Errorf("%d metadata writes in %v of turns, want at most %d (one per %v)", n, took, most, interval)
+	}
+	// The last turn's UpdatedAt reaches the disk by itself within the
+	// interval (and a commit window).
+	last := held()
+	deadline := time.Now().Add(interval + time.Second)
+	for !onDisk().Equal(last) {
+		if time.Now().After(deadline) {
+			t.Fatalf("UpdatedAt on disk %v, held %v, %v after the last turn", onDisk(), last, interval+time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Sync writes a moved UpdatedAt at once.
+	must(t, st.TurnStart("s"))
+	must(t, st.Sync(ctx))
+	if !onDisk().Equal(held()) {
+		t.Error("Sync left UpdatedAt behind")
+	}
+	// Another change is not held back.
+	must(t, st.TurnStart("s"))
+	must(t, st.Update("s", func(m *Meta) { m.Title = "renamed" }))
+	deadline = time.Now().Add(interval / 2)
+	for {
+		mf, err := readMeta(st.metaPath(fileName("s")), fileName("s"))
+		must(t, err)
+		if mf.Session.Title == "renamed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a title change waited for the touch interval")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Close writes what waits.
+	must(t, st.TurnEnd("s"))
+	last = held()
+	must(t, st.Close())
+	if !onDisk().Equal(last) {
+		t.Error("Close left UpdatedAt behind")
 	}
 }

@@ -49,6 +49,11 @@ func (s *Store) run() {
 			s.mu.Unlock()
 		case <-s.quit:
 			s.commit(true)
+			s.mu.Lock()
+			if s.touchTimer != nil {
+				s.touchTimer.Stop()
+			}
+			s.mu.Unlock()
 			return
 		}
 		if !s.isUrgent() {
@@ -73,6 +78,25 @@ func (s *Store) run() {
 	}
 }
 
+// laterLocked keeps the sessions whose UpdatedAt waits (commit) queued and
+// wakes the writer when the first of them is due.
+func (s *Store) laterLocked(later []*session, now time.Time) {
+	if len(later) == 0 {
+		return
+	}
+	due := s.opts.TouchInterval
+	for _, se := range later {
+		se.queuedIn = true
+		s.dirty = append(s.dirty, se)
+		due = min(due, se.metaAt.Add(s.opts.TouchInterval).Sub(now))
+	}
+	if s.touchTimer == nil {
+		s.touchTimer = time.AfterFunc(due, s.wake)
+	} else {
+		s.touchTimer.Reset(due)
+	}
+}
+
 func (s *Store) isUrgent() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -83,15 +107,29 @@ func (s *Store) isUrgent() bool {
 // so that a waiter registered before sees all that was queued before it.
 func (s *Store) commit(final bool) {
 	s.mu.Lock()
+	now := time.Now()
+	// Sync, Close and the waiters of a commit get every change on disk;
+	// otherwise a session's metadata that only moved its UpdatedAt waits
+	// for TouchInterval to pass since it was last written (later).
+	everything := final || s.syncAll || len(s.waiters) > 0
 	jobs := make([]job, 0, len(s.dirty))
+	var later []*session
 	for _, se := range s.dirty {
 		se.queuedIn = false
 		if se.deleted {
 			continue
 		}
+		meta := se.metaDirty || se.touched && (everything || now.Sub(se.metaAt) >= s.opts.TouchInterval)
+		if !meta && se.touched {
+			later = append(later, se)
+		}
+		if !meta && len(se.pending) == 0 && !se.sync && !se.fresh {
+			continue
+		}
 		j := job{se: se, recs: se.pending, size: piecesLen(se.pending), sync: se.sync || s.syncAll || final, fresh: se.fresh}
-		if se.metaDirty {
+		if meta {
 			j.meta = &metaFile{Version: metaVersion, Session: se.meta.clone(), UpdatedHistory: append([]int64(nil), se.bumps...)}
+			se.metaAt, se.touched = now, false
 		}
 		se.pending, se.spare = se.spare[:0], nil
 		se.sync, se.metaDirty, se.fresh = false, false, false
@@ -99,6 +137,7 @@ func (s *Store) commit(final bool) {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
+	s.laterLocked(later, now)
 	deletes, waiters, sweep := s.deletes, s.waiters, s.sweepReq
 	s.deletes, s.waiters = nil, nil
 	syncAll := s.syncAll || final
