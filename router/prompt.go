@@ -454,12 +454,13 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 		s.record(t, r.cfg.Handoff.MaxBytes)
 	}
 	s.policy.EndTurn() // an approval covers the direct calls of its own turn only
-	r.traceTurnEnd(s, t, res, err)
 	if synthetic {
 		r.log.Info("cancelled turn ended", "session", s.ID, "agent", t.agent)
 	} else {
 		r.replyRaw(t.req, res, err)
 	}
+	// After the answer: the editor does not wait for the span's end.
+	r.traceTurnEnd(s, t, res, err)
 	r.recordTurnEnd(s)
 	r.withdraw(func(o *outgoing) bool { return o.session == s.ID })
 	if next != nil {

@@ -42,3 +42,22 @@ func BenchmarkTurn(b *testing.B) {
 		u.End(result, nil, nil)
 	}
 }
+
+// BenchmarkSpan is the floor of a traced turn: one span of the SDK
+// (started, one attribute, ended, queued for a discarding exporter), what
+// any span per turn costs before it is exported.
+func BenchmarkSpan(b *testing.B) {
+	tel, err := Setup(b.Context(), config.Telemetry{Enabled: true}, Options{Getenv: func(string) string { return "" },
+		SpanExporter: discardSpans{}, MetricReader: sdkmetric.NewManualReader(), LogExporter: &memLogs{}, BatchInterval: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, span := tel.Tracer.Start(ctx, "acp-router turn")
+		span.SetAttributes(KeySession.String("s1"))
+		span.End()
+	}
+}
