@@ -464,6 +464,21 @@ func parseID(raw json.RawMessage) (jsonrpc2.ID, error) {
 
 // RawID is the wire form of a jsonrpc2 id, as received.
 func RawID(id jsonrpc2.ID) json.RawMessage {
-	b, _ := id.MarshalJSON()
-	return b
+	if !id.IsString {
+		return strconv.AppendUint(make([]byte, 0, 20), id.Num, 10)
+	}
+	return AppendString(nil, id.Str)
+}
+
+// AppendString appends s to dst as a JSON string. A string that needs no
+// escape is copied between quotes; any other is encoded by encoding/json
+// (which also escapes <, > and &: the same string to a decoder).
+func AppendString(dst []byte, s string) []byte {
+	if verbatim([]byte(s)) { // no copy: the conversion does not escape
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
 }

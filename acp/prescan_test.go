@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/sourcegraph/jsonrpc2"
 )
 
 // testPrescan is shaped like the router's: a session/update's params and
@@ -168,5 +170,41 @@ func FuzzPrescan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte, name, inner string) {
 		p := &Prescan{Method: MethodSessionUpdate, Names: []string{"sessionId", name}, In: 1, InNames: []string{inner, "_meta"}}
 		checkPrescan(t, line, p)
+	})
+}
+
+// FuzzAppendString: AppendString writes the JSON string a decoder reads
+// back as json.Marshal's encoding of s reads; RawID gives back the id
+// jsonrpc2 decodes.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "a", `a"b`, `\`, "\x00", "<&>", "é", "\xff", "\u2028", "0199a3c2-7f1e"} {
+		f.Add(s, uint64(7))
+	}
+	f.Fuzz(func(t *testing.T, s string, n uint64) {
+		got := AppendString([]byte("x"), s)
+		if got[0] != 'x' {
+			t.Fatal("dst not kept")
+		}
+		want, _ := json.Marshal(s)
+		var a, b string
+		if err := json.Unmarshal(got[1:], &a); err != nil {
+			t.Fatalf("%q: %s: %v", s, got[1:], err)
+		}
+		json.Unmarshal(want, &b)
+		if a != b {
+			t.Fatalf("%q: AppendString reads back %q, json.Marshal %q", s, a, b)
+		}
+		for _, id := range []jsonrpc2.ID{{Num: n}, {Str: s, IsString: true}} {
+			var back jsonrpc2.ID
+			if err := json.Unmarshal(RawID(id), &back); err != nil {
+				t.Fatalf("RawID(%+v) = %s: %v", id, RawID(id), err)
+			}
+			ref, _ := id.MarshalJSON()
+			var refBack jsonrpc2.ID
+			json.Unmarshal(ref, &refBack)
+			if back != refBack {
+				t.Fatalf("RawID(%+v) = %s reads %+v; MarshalJSON reads %+v", id, RawID(id), back, refBack)
+			}
+		}
 	})
 }

@@ -117,3 +117,60 @@ func normalize(u *updateParams) updateParams {
 	out.Update.AvailableCommands = cmds
 	return out
 }
+
+// TestPromptBlocks: the blocks parseTurn reads are those a decode into
+// []promptBlock finds, for prompts whose member names are written as the
+// schema writes them, and it fails where that decode fails.
+func TestPromptBlocks(t *testing.T) {
+	for _, p := range []string{
+		`{"sessionId":"s","prompt":[{"type":"text","text":"/agent claude"}]}`,
+		`{"sessionId":"s","prompt":[{"type":"text","text":"a\"b\u00e9"},{"type":"resource_link","name":"n","uri":"file:///x"},null]}`,
+		`{"sessionId":"s","prompt":[{"type":"image","data":"AAAA","mimeType":"image/png"}],"_meta":{}}`,
+		`{"sessionId":"s","prompt":[]}`,
+		`{"sessionId":"s","prompt":null}`,
+		`{"sessionId":"s"}`,
+		`null`,
+		`{"prompt":[{"type":"text","text":"x","text":"y"}]}`,
+		`{"prompt":[{"type":"text","text":5}]}`,
+		`{"prompt":[{"type":"text","text":null}]}`,
+		`{"prompt":["text"]}`,
+		`{"prompt":[[]]}`,
+		`{"prompt":{"type":"text"}}`,
+		`{"prompt":"x"}`,
+		`[1]`,
+	} {
+		var want struct {
+			Prompt []promptBlock `json:"prompt"`
+		}
+		wantErr := json.Unmarshal([]byte(p), &want)
+		got, ok := promptBlocks(json.RawMessage(p))
+		if ok != (wantErr == nil) || ok && !reflect.DeepEqual(got, want.Prompt) && !(len(got) == 0 && len(want.Prompt) == 0) {
+			t.Errorf("promptBlocks(%s) = %+v, %v; the decode %+v, %v", p, got, ok, want.Prompt, wantErr)
+		}
+	}
+}
+
+// FuzzPromptBlocks: on prompts whose member names are exact, promptBlocks
+// reads what the decode reads; on any valid JSON it never panics.
+func FuzzPromptBlocks(f *testing.F) {
+	f.Add("text", "/agent x", "", "", 2)
+	f.Add("resource_link", "", "a\"b", "file:///\u00e9", 1)
+	f.Fuzz(func(t *testing.T, typ, text, name, uri string, n int) {
+		block, _ := json.Marshal(map[string]string{"type": typ, "text": text, "name": name, "uri": uri})
+		var blocks []json.RawMessage
+		for range n % 4 {
+			blocks = append(blocks, block)
+		}
+		p, _ := json.Marshal(map[string]any{"sessionId": "s", "prompt": blocks})
+		var want struct {
+			Prompt []promptBlock `json:"prompt"`
+		}
+		if err := json.Unmarshal(p, &want); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := promptBlocks(p)
+		if !ok || len(got) != len(want.Prompt) || len(got) > 0 && !reflect.DeepEqual(got, want.Prompt) {
+			t.Fatalf("promptBlocks(%s) = %+v, %v; the decode %+v", p, got, ok, want.Prompt)
+		}
+	})
+}

@@ -37,10 +37,12 @@ import (
 // session/update read without allocations of its own (the update's fields
 // on the stack, kinds interned, ids found with MembersOfValid): 5 per 200 B
 // update (the line, its Message, the session id, the fixture's
-// goroutines), 53 per prompt turn (55 with -race).
+// goroutines), 53 per prompt turn (55 with -race). With the prompt's
+// blocks read without encoding/json (promptBlocks) and the answer's id
+// written without it (acp.RawID): 38 per prompt turn (39 with -race).
 const (
-	maxAllocsPromptTurn     = 56
-	maxAllocsPromptTurnRace = 58
+	maxAllocsPromptTurn     = 41
+	maxAllocsPromptTurnRace = 42
 	maxAllocsUpdate200B     = 6
 	// The bound on the bytes allocated per relayed 1 MiB update is
 	// memory_test.go's (copiesBound), with or without the store.

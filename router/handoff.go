@@ -76,6 +76,40 @@ type promptBlock struct {
 	Type, Text, Name, URI string
 }
 
+// blockMembers are the members of a content block promptBlock holds.
+var blockMembers = []string{"type", "text", "name", "uri"}
+
+// promptBlocks reads the blocks of a prompt's params p (validated JSON) as
+// the agent reads them, members matched by their exact names, without a
+// decoder; ok is false when p.prompt is not an array of blocks (an element
+// that is not an object or null, a member of promptBlock that is not a
+// string or null), as a decode into []promptBlock fails.
+func promptBlocks(p json.RawMessage) (blocks []promptBlock, ok bool) {
+	var prompt [1]json.RawMessage
+	if acp.MembersOfValid(p, promptMember, prompt[:]) != nil {
+		return nil, false
+	}
+	if prompt[0] == nil {
+		return nil, true
+	}
+	ok = true
+	err := acp.EachElementOfValid(prompt[0], func(elem json.RawMessage) bool {
+		var b promptBlock
+		if string(elem) != "null" {
+			var f [4]json.RawMessage
+			ok = len(elem) > 0 && elem[0] == '{' && acp.MembersOfValid(elem, blockMembers, f[:]) == nil &&
+				rawString(f[0], &b.Type) == nil && rawString(f[1], &b.Text) == nil &&
+				rawString(f[2], &b.Name) == nil && rawString(f[3], &b.URI) == nil
+		}
+		blocks = append(blocks, b)
+		return ok
+	})
+	if err != nil || !ok {
+		return nil, false
+	}
+	return blocks, true
+}
+
 // decodeBlocks decodes params.prompt of p, block by block: a block that
 // does not decode is a zero block, as before parseTurn decoded them.
 func decodeBlocks(p json.RawMessage) []promptBlock {

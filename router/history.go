@@ -130,11 +130,11 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 		return
 	}
 	st.TurnStart(s.ID)
-	var meta turnMeta
+	agent := "" // a router command: no agent (turnMeta's omitempty)
 	if t.command == nil {
-		meta.AcpRouter.Agent = t.agent
-		if meta.AcpRouter.Agent == "" {
-			meta.AcpRouter.Agent = s.activeName()
+		agent = t.agent
+		if agent == "" {
+			agent = s.activeName()
 		}
 	}
 	// Each block as the editor sent it, spliced into the record (the
@@ -143,9 +143,12 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 	if acp.MembersOfValid(params(t.req), promptMember, prompt[:]) != nil {
 		return
 	}
-	head := append(append([]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`), mustJSON(s.ID)...),
-		`,"update":{"sessionUpdate":"user_message_chunk","_meta":`...)
-	head = append(append(head, mustJSON(meta)...), `,"content":`...)
+	head := acp.AppendString(append(make([]byte, 0, 192), `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`...), s.ID)
+	head = append(head, `,"update":{"sessionUpdate":"user_message_chunk","_meta":{"acpRouter":{`...)
+	if agent != "" {
+		head = acp.AppendString(append(head, `"agent":`...), agent)
+	}
+	head = append(head, `}},"content":`...)
 	acp.EachElementOfValid(prompt[0], func(block json.RawMessage) bool {
 		line := make([]byte, 0, len(head)+len(block)+3)
 		line = append(append(append(line, head...), block...), "}}}"...)

@@ -87,16 +87,13 @@ func (r *Router) parseTurn(s *Session, req *jsonrpc2.Request) *turn {
 	t := &turn{req: req}
 	// One decode of the prompt (issue 16): the first block's type and text
 	// decide a command; all of them make the turn's handoff record.
-	var pb struct {
-		Prompt []promptBlock `json:"prompt"`
-	}
 	var first promptBlock
-	if json.Unmarshal(params(req), &pb) == nil {
-		t.blocks, t.parsed = pb.Prompt, true
-		if len(pb.Prompt) == 0 {
+	if blocks, ok := promptBlocks(params(req)); ok {
+		t.blocks, t.parsed = blocks, true
+		if len(blocks) == 0 {
 			return t
 		}
-		first = pb.Prompt[0]
+		first = blocks[0]
 	}
 	if t.parsed && (first.Type != "text" || !strings.HasPrefix(first.Text, "/")) {
 		return t
