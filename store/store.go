@@ -258,8 +258,10 @@ type Store struct {
 	listGrain time.Duration // see defaultListGrain
 
 	kick chan struct{} // wakes the writer; capacity 1
-	// touchTimer wakes the writer when a deferred UpdatedAt is due
-	// (laterLocked); guarded by mu.
+	// later holds the sessions whose UpdatedAt waits for TouchInterval,
+	// and touchTimer wakes the writer when the first is due (laterLocked);
+	// guarded by mu.
+	later      []*session
 	touchTimer *time.Timer
 	quit       chan struct{}
 	done       chan struct{}

@@ -726,6 +726,28 @@ func TestTouchInterval(t *testing.T) {
 	if n, most := metaWrites.Load()-before, int64(took/interval)+2; n > most {
 		t.Errorf("%d metadata writes in %v of turns, want at most %d (one per %v)", n, took, most, interval)
 	}
+	// While its UpdatedAt waits, the session's (and any other's) updates
+	// are committed within a commit window, not at the interval.
+	logSize := func(id string) int64 {
+		fi, err := os.Stat(st.logPath(fileName(id)))
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}
+	must(t, st.Create(Meta{ID: "other", Cwd: "/p"}))
+	must(t, st.Sync(ctx))      // both metadata files written: s's UpdatedAt waits from now
+	must(t, st.TurnStart("s")) // moved: it waits for the interval
+	time.Sleep(20 * time.Millisecond)
+	for _, id := range []string{"s", "other"} {
+		size := logSize(id)
+		must(t, st.Append(id, []byte(`{"u":2}`)))
+		for deadline := time.Now().Add(interval / 4); logSize(id) == size; time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: an update waited for the touch interval of a session whose UpdatedAt waits", id)
+			}
+		}
+	}
 	// The last turn's UpdatedAt reaches the disk by itself within the
 	// interval (and a commit window).
 	last := held()

@@ -78,16 +78,16 @@ func (s *Store) run() {
 	}
 }
 
-// laterLocked keeps the sessions whose UpdatedAt waits (commit) queued and
-// wakes the writer when the first of them is due.
+// laterLocked keeps the sessions whose UpdatedAt waits (commit) for a
+// later commit, and wakes the writer when the first of them is due. They
+// are not in dirty: a change queued meanwhile wakes the writer as usual.
 func (s *Store) laterLocked(later []*session, now time.Time) {
 	if len(later) == 0 {
 		return
 	}
 	due := s.opts.TouchInterval
 	for _, se := range later {
-		se.queuedIn = true
-		s.dirty = append(s.dirty, se)
+		s.later = append(s.later, se)
 		due = min(due, se.metaAt.Add(s.opts.TouchInterval).Sub(now))
 	}
 	if s.touchTimer == nil {
@@ -112,9 +112,19 @@ func (s *Store) commit(final bool) {
 	// otherwise a session's metadata that only moved its UpdatedAt waits
 	// for TouchInterval to pass since it was last written (later).
 	everything := final || s.syncAll || len(s.waiters) > 0
-	jobs := make([]job, 0, len(s.dirty))
+	// The sessions whose UpdatedAt waited are looked at again (those
+	// queued since are in dirty already).
+	cands := s.dirty
+	for _, se := range s.later {
+		if !se.queuedIn {
+			cands = append(cands, se)
+		}
+	}
+	clear(s.later)
+	s.later = s.later[:0]
+	jobs := make([]job, 0, len(cands))
 	var later []*session
-	for _, se := range s.dirty {
+	for _, se := range cands {
 		se.queuedIn = false
 		if se.deleted {
 			continue
@@ -135,7 +145,7 @@ func (s *Store) commit(final bool) {
 		se.sync, se.metaDirty, se.fresh = false, false, false
 		jobs = append(jobs, j)
 	}
-	clear(s.dirty)
+	clear(cands)
 	s.dirty = s.dirty[:0]
 	s.laterLocked(later, now)
 	deletes, waiters, sweep := s.deletes, s.waiters, s.sweepReq
