@@ -326,9 +326,21 @@ func TestLoadedHistoryBounded(t *testing.T) {
 			fmt.Appendf(nil, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"answer %d %s"}}}}`, i, reply))
 	}
 	s := f.r.emptySession("s")
-	f.r.fillFromStore(s, &store.History{Meta: store.Meta{ID: "s", Cwd: "/tmp", ActiveAgent: benchAgent}, Updates: lines}, "/tmp", nil)()
+	meta := store.Meta{ID: "s", Cwd: "/tmp", ActiveAgent: benchAgent, Agents: map[string]store.Agent{benchAgent: {SessionID: "down-1"}}}
+	finish := f.r.fillFromStore(s, &store.History{Meta: meta, Updates: lines}, "/tmp", nil)
+	// The agents are known at once (a request racing the replay finds
+	// the agent's session to re-attach); what they have seen, at finish.
+	s.mu.Lock()
+	if got := s.stored[benchAgent].SessionID; got != "down-1" {
+		t.Errorf("before finish: the stored agent's session is %q", got)
+	}
+	s.mu.Unlock()
+	finish()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if a := s.stored[benchAgent]; a.SessionID != "down-1" || string(a.Extra) != fmt.Sprint(turns) {
+		t.Errorf("after finish: stored agent %+v, want session down-1 having seen %d turns", a, turns)
+	}
 	if s.histBytes > 2*max || len(s.history) == 0 || len(s.history) >= turns {
 		t.Fatalf("loaded history: %d turns, %d bytes (brief bound %d)", len(s.history), s.histBytes, max)
 	}

@@ -408,9 +408,9 @@ func (r *Router) emptySession(id string) *Session {
 // servers and directories from editorParams when given, else as stored;
 // the agents it used, to re-attach when it uses them; the brief's turns.
 //
-// The brief's turns and the agents come last: fillFromStore returns a
-// function that waits for them and sets them, to be called before s is
-// used for a turn or an agent (and in any case: it ends a goroutine).
+// The brief's turns come last: fillFromStore returns a function that waits
+// for them and sets them (and what turn each agent has seen), to be called
+// before s is used for a turn (and in any case: it ends a goroutine).
 func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorParams json.RawMessage) (finish func()) {
 	var extra storedSession
 	json.Unmarshal(h.Meta.Extra, &extra)
@@ -433,6 +433,9 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 	s.policy = guard.NewSession(cwd, roots)
 	s.mu.Lock()
 	s.active, s.title, s.titled = active, h.Meta.Title, extra.Titled
+	for name, a := range h.Meta.Agents {
+		s.stored[name] = a // what turn each has seen: set by finish
+	}
 	s.mu.Unlock()
 	// The brief's turns are read from the history while the caller
 	// replays it to the editor (on another core, if there is one).
@@ -457,9 +460,11 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.history, s.nextSeq, s.histBytes = history, nextSeq, histBytes
-		for name, a := range h.Meta.Agents {
-			a.Extra = mustJSON(seen[name]) // the first turn it has not seen
-			s.stored[name] = a
+		for name := range h.Meta.Agents {
+			if a, ok := s.stored[name]; ok {
+				a.Extra = mustJSON(seen[name]) // the first turn it has not seen
+				s.stored[name] = a
+			}
 		}
 	}
 }
