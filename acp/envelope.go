@@ -87,7 +87,7 @@ func ClassifyPrescan(line []byte, p *Prescan) (*Message, error) {
 	pre := prescan{p: p}
 	e, res := scanEnvelope(line, &pre)
 	var m *Message
-	if pre.ok {
+	if pre.ok && res == scanMembers {
 		mp := &messagePre{m: Message{Raw: line}, pre: pre}
 		m = &mp.m
 		m.pre = &mp.pre
