@@ -91,7 +91,6 @@ func parseRecords(data []byte, fn func(typ byte, payload []byte)) int {
 // with the offset and type of each.
 func scanLog(f *os.File, start, size int64, fn func(off int64, typ byte)) (int64, error) {
 	r := bufio.NewReaderSize(io.NewSectionReader(f, start, size-start), 256<<10)
-	h := crc32.New(castagnoli)
 	var hdr [recHeaderLen + 1]byte
 	off := start
 	for size-off >= recHeaderLen+1 {
@@ -103,12 +102,25 @@ func scanLog(f *os.File, start, size int64, fn func(off int64, typ byte)) (int64
 		if n < 1 || n > maxBody || n > size-off-recHeaderLen || !validType(hdr[8]) {
 			break
 		}
-		h.Reset()
-		h.Write(hdr[8:])
-		if _, err := io.CopyN(h, r, n-1); err != nil {
-			return off, err
+		// The body's checksum from the reader's buffer, in place (an
+		// io.CopyN would allocate a buffer per record).
+		crc := crc32.Update(0, castagnoli, hdr[8:])
+		for rem := n - 1; rem > 0; {
+			if r.Buffered() == 0 {
+				if _, err := r.Peek(1); err != nil {
+					if err == io.EOF {
+						err = io.ErrUnexpectedEOF
+					}
+					return off, err
+				}
+			}
+			k := int(min(rem, int64(r.Buffered())))
+			chunk, _ := r.Peek(k)
+			crc = crc32.Update(crc, castagnoli, chunk)
+			r.Discard(k)
+			rem -= int64(k)
 		}
-		if h.Sum32() != sum {
+		if crc != sum {
 			break
 		}
 		if fn != nil {

@@ -787,3 +787,53 @@ func TestTouchInterval(t *testing.T) {
 		t.Error("Close left UpdatedAt behind")
 	}
 }
+
+// TestScanLog: scanLog finds the records parseRecords finds in the same
+// bytes, stops where it stops (a corrupted record), and allocates the same
+// whatever the number of records (a trim scans the whole log).
+func TestScanLog(t *testing.T) {
+	dir := t.TempDir()
+	st, err := Open(dir, Options{})
+	must(t, err)
+	must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
+	for i := range 3000 {
+		if i%100 == 0 {
+			must(t, st.TurnStart("s"))
+		}
+		must(t, st.Append("s", mkLine("s", i, 0, 100+i%5000)))
+	}
+	must(t, st.Close())
+	path := filepath.Join(dir, fileName("s")+".log")
+	data, err := os.ReadFile(path)
+	must(t, err)
+	check := func(data []byte) {
+		t.Helper()
+		type rec struct {
+			off int64
+			typ byte
+		}
+		var want []rec
+		off := int64(logHeaderLen)
+		wantEnd := int64(logHeaderLen) + int64(parseRecords(data[logHeaderLen:], func(typ byte, payload []byte) {
+			want = append(want, rec{off, typ})
+			off += int64(recHeaderLen + 1 + len(payload))
+		}))
+		f, err := os.Open(path)
+		must(t, err)
+		defer f.Close()
+		var got []rec
+		end, err := scanLog(f, logHeaderLen, int64(len(data)), func(off int64, typ byte) { got = append(got, rec{off, typ}) })
+		must(t, err)
+		if end != wantEnd || !slices.Equal(got, want) {
+			t.Fatalf("scanLog: end %d, %d records; parseRecords: end %d, %d records", end, len(got), wantEnd, len(want))
+		}
+		allocs := testing.AllocsPerRun(3, func() { scanLog(f, logHeaderLen, int64(len(data)), nil) })
+		if allocs > 10 {
+			t.Errorf("scanLog of %d records: %.0f allocations", len(want), allocs)
+		}
+	}
+	check(data)
+	data[len(data)/2] ^= 0xff // a record in the middle no longer matches its checksum
+	must(t, os.WriteFile(path, data, 0o600))
+	check(data)
+}
