@@ -45,6 +45,10 @@ type Message struct {
 
 	shared *Shared  // Raw's pooled buffer, until claimed (Claim)
 	pre    *prescan // what the read found of the params (Prescanned)
+	// paramsAt is where Params starts in Raw, when Params is Raw's only
+	// params member (else -1; 0 in a Message not made by Classify):
+	// ReplaceInParams.
+	paramsAt int
 }
 
 // HasID reports whether the message carries a non-null id.
@@ -101,6 +105,10 @@ func ClassifyPrescan(line []byte, p *Prescan) (*Message, error) {
 		return m, fmt.Errorf("%w: top level must be an object", ErrNotRPC)
 	}
 	m.ID, m.Params, m.Result, m.Error = e.id, e.params, e.result, e.error
+	m.paramsAt = -1
+	if e.params != nil && !e.paramsDup {
+		m.paramsAt = e.paramsAt
+	}
 	// The id first: every later error is answered with m.ID.
 	if m.ID != nil && !validID(m.ID) {
 		m.ID = nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -206,5 +207,118 @@ func FuzzAppendString(f *testing.F) {
 				t.Fatalf("RawID(%+v) = %s reads %+v; MarshalJSON reads %+v", id, RawID(id), back, refBack)
 			}
 		}
+	})
+}
+
+// decodeUseNumber decodes JSON keeping numbers as written.
+func decodeUseNumber(b []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}
+
+// checkReplace holds ReplaceInParams to a decode of the line with the
+// replacements set in the decoded params: the same JSON, all else kept.
+func checkReplace(t *testing.T, line []byte, reps []Replacement) (ok bool) {
+	t.Helper()
+	m, err := Classify(line)
+	if err != nil {
+		return false
+	}
+	out, ok := m.ReplaceInParams(reps) // must not panic
+	if !ok {
+		return false
+	}
+	if bytes.IndexByte(out, '\n') >= 0 {
+		t.Fatalf("%q: a line break in %q", line, out)
+	}
+	want, err := decodeUseNumber(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := want.(map[string]any)["params"]
+	for _, r := range reps {
+		obj := params.(map[string]any)
+		for _, k := range r.Path[:len(r.Path)-1] {
+			next, isObj := obj[k].(map[string]any)
+			if !isObj {
+				t.Fatalf("%q: replaced %v, which a decode does not find", line, r.Path)
+			}
+			obj = next
+		}
+		if _, there := obj[r.Path[len(r.Path)-1]]; !there {
+			t.Fatalf("%q: replaced %v, which a decode does not find", line, r.Path)
+		}
+		// As a JSON string holds it (invalid UTF-8 becomes U+FFFD).
+		b, _ := json.Marshal(r.Value)
+		var v string
+		json.Unmarshal(b, &v)
+		obj[r.Path[len(r.Path)-1]] = v
+	}
+	got, err := decodeUseNumber(out)
+	if err != nil {
+		t.Fatalf("%q: ReplaceInParams gave %q: %v", line, out, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: ReplaceInParams gave\n%s\nwant the decode %v", line, out, want)
+	}
+	return true
+}
+
+// TestReplaceInParams: the relay's id rewrite keeps every other byte and
+// gives what setting the ids in a decode gives; paths through repeated or
+// non-object members, or not there, take the slow path.
+func TestReplaceInParams(t *testing.T) {
+	sid := []string{"sessionId"}
+	tool := []string{"update", "toolCallId"}
+	meta := []string{"update", "_meta", "claudeCode", "toolUseId"}
+	for _, tt := range []struct {
+		line string
+		reps []Replacement
+		ok   bool
+	}{
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x\"y"}}}}`, []Replacement{{sid, "r-1"}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"t1","sessionUpdate":"tool_call","_meta":{"claudeCode":{"toolUseId":"t1"}}},"sessionId":"a"},"x":1}`, []Replacement{{sid, "r\"1\n"}, {tool, "t9"}, {meta, "t9"}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","sessionId":"b","update":{}}}`, []Replacement{{sid, "r"}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"s\u0065ssionId":"a"}}`, []Replacement{{sid, "r"}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":7}}`, []Replacement{{sid, "r"}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"a"},"update":{"toolCallId":"b"}}}`, []Replacement{{tool, "t"}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":"x"}}`, []Replacement{{tool, "t"}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{}}}`, []Replacement{{tool, "t"}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"},"params":{"sessionId":"b"}}`, []Replacement{{sid, "r"}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"a"}}}`, []Replacement{{[]string{"update"}, "u"}, {tool, "t"}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"}}`, []Replacement{{sid, "r"}, {sid, "q"}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":[1]}`, []Replacement{{sid, "r"}}, false},
+	} {
+		if got := checkReplace(t, []byte(tt.line), tt.reps); got != tt.ok {
+			t.Errorf("%s: ReplaceInParams ok = %v, want %v", tt.line, got, tt.ok)
+		}
+	}
+	if _, ok := (&Message{Raw: []byte(`{"params":{"sessionId":"a"}}`), Params: []byte(`{"sessionId":"a"}`)}).ReplaceInParams([]Replacement{{sid, "r"}}); ok {
+		t.Error("a Message Classify did not read: replaced")
+	}
+	// Every real agent's update, with its session id replaced.
+	for _, line := range seedLines(t) {
+		m, err := Classify(line)
+		if err != nil || m.Method != MethodSessionUpdate {
+			continue
+		}
+		if !checkReplace(t, line, []Replacement{{sid, "router-session"}}) {
+			t.Errorf("a real agent's update took the slow path: %.200s", line)
+		}
+	}
+}
+
+// FuzzReplaceInParams: on any line, ReplaceInParams never panics, and when
+// it replaces, the result is the decode's with the values set.
+func FuzzReplaceInParams(f *testing.F) {
+	for _, line := range seedLines(f) {
+		f.Add(line, "sessionId", "update", "toolCallId", "x")
+	}
+	f.Add([]byte(`{"method":"m","params":{"a":{"b":1,"b":2},"c":3}}`), "c", "a", "b", "v\u2028")
+	f.Fuzz(func(t *testing.T, line []byte, k1, k2, k3, v string) {
+		checkReplace(t, line, []Replacement{{[]string{k1}, v}, {[]string{k2, k3}, v + "2"}})
 	})
 }

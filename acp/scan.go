@@ -254,6 +254,8 @@ func validJSON(b []byte) bool {
 type members struct {
 	jsonrpc, id, method, params, result, error []byte
 	folded, foldedAs                           string
+	paramsAt                                   int  // where params starts in the line
+	paramsDup                                  bool // params is given more than once
 }
 
 // scan outcomes.
@@ -375,7 +377,7 @@ func scanEnvelope(line []byte, pre *prescan) (members, int) {
 			vEnd, ok = scanValue(line, v, 1)
 		}
 		if ok {
-			m.set(key, escaped, line[v:vEnd:vEnd])
+			m.set(key, escaped, line[v:vEnd:vEnd], v)
 		}
 		return vEnd, ok
 	})
@@ -387,19 +389,19 @@ func scanEnvelope(line []byte, pre *prescan) (members, int) {
 
 // set records one top-level member. key is the name as written (quotes
 // stripped, escapes not yet resolved).
-func (m *members) set(key []byte, escaped bool, v []byte) {
+func (m *members) set(key []byte, escaped bool, v []byte, at int) {
 	if escaped || !ascii(key) {
 		// Rare: resolve escapes (and replace invalid UTF-8) exactly as the
 		// map decode did.
 		name := memberName(key)
-		if !m.setExact([]byte(name), v) && m.folded == "" {
+		if !m.setExact([]byte(name), v, at) && m.folded == "" {
 			if as := foldedMember(name); as != "" {
 				m.folded, m.foldedAs = name, as
 			}
 		}
 		return
 	}
-	if m.setExact(key, v) || m.folded != "" {
+	if m.setExact(key, v, at) || m.folded != "" {
 		return
 	}
 	switch len(key) {
@@ -410,7 +412,7 @@ func (m *members) set(key []byte, escaped bool, v []byte) {
 	}
 }
 
-func (m *members) setExact(name, v []byte) bool {
+func (m *members) setExact(name, v []byte, at int) bool {
 	switch string(name) {
 	case "jsonrpc":
 		m.jsonrpc = v
@@ -419,7 +421,8 @@ func (m *members) setExact(name, v []byte) bool {
 	case "method":
 		m.method = v
 	case "params":
-		m.params = v
+		m.paramsDup = m.params != nil
+		m.params, m.paramsAt = v, at
 	case "result":
 		m.result = v
 	case "error":

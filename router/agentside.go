@@ -586,6 +586,9 @@ type idEdit struct {
 	id   string
 }
 
+// sessionIDPath is the path of the session id in params.
+var sessionIDPath = []string{"sessionId"}
+
 // metaToolCallIDs are the id-bearing _meta keys editors read that hold a
 // tool call id of the same session (DESIGN §5: keep the table in one
 // place). Terminal ids need none: the editor makes them.
@@ -661,7 +664,19 @@ func (s *Session) agentLine(d *downstream, m *acp.Message, edits []idEdit) []byt
 		return m.Raw
 	}
 	if s.ID != d.id {
-		edits = append(edits, idEdit{[]string{"sessionId"}, s.ID})
+		edits = append(edits, idEdit{sessionIDPath, s.ID})
+	}
+	// The ids written in place, the agent's other bytes kept, in one
+	// pass (issue 16); the slow path below for what that cannot do.
+	var reps [8]acp.Replacement
+	if len(edits) <= len(reps) {
+		rs := reps[:0]
+		for _, e := range edits {
+			rs = append(rs, acp.Replacement{Path: e.path, Value: e.id})
+		}
+		if line, ok := m.ReplaceInParams(rs); ok {
+			return line
+		}
 	}
 	p := m.Params
 	for _, e := range edits {
