@@ -264,6 +264,14 @@ func checkReplace(t *testing.T, line []byte, reps []Replacement) (ok bool) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: ReplaceInParams gave\n%s\nwant the decode %v", line, out, want)
 	}
+	// The same on the params alone.
+	po, ok := ReplaceInValid(m.Params, reps)
+	if !ok {
+		t.Fatalf("%q: ReplaceInValid refused what ReplaceInParams did", line)
+	}
+	if got, err := decodeUseNumber(po); err != nil || !reflect.DeepEqual(got, params) {
+		t.Fatalf("%q: ReplaceInValid gave %s (%v), want %v", line, po, err, params)
+	}
 	return true
 }
 

@@ -1,5 +1,7 @@
 package acp
 
+import "encoding/json"
+
 // Replacement is a string value written in place of the value at Path:
 // member names from the params object down, matched exactly (after
 // escapes), as a map decode names them.
@@ -26,6 +28,21 @@ func (m *Message) ReplaceInParams(reps []Replacement) (line []byte, ok bool) {
 	if len(p) == 0 || p[0] != '{' || m.paramsAt < 0 || m.paramsAt+len(p) > len(m.Raw) || &m.Raw[m.paramsAt] != &p[0] {
 		return nil, false
 	}
+	return replaceIn(m.Raw, m.paramsAt, p, reps)
+}
+
+// ReplaceInValid is ReplaceInParams for an object known to be valid JSON
+// (params of a line the Stream classified, or built from one by splicing):
+// it returns obj with the replacements' values written at their paths.
+func ReplaceInValid(obj json.RawMessage, reps []Replacement) (json.RawMessage, bool) {
+	if len(obj) == 0 || obj[0] != '{' {
+		return nil, false
+	}
+	return replaceIn(obj, 0, obj, reps)
+}
+
+// replaceIn is ReplaceInParams of the object p at offset at in line.
+func replaceIn(line []byte, at int, p []byte, reps []Replacement) ([]byte, bool) {
 	var spans [maxReplaced]struct{ start, end, rep int }
 	n := 0
 	var found [maxReplaced]bool
@@ -82,7 +99,7 @@ func (m *Message) ReplaceInParams(reps []Replacement) (line []byte, ok bool) {
 		})
 		return end, err == nil
 	}
-	if _, ok := walk(p, m.paramsAt, 0); !ok {
+	if _, ok := walk(p, at, 0); !ok {
 		return nil, false
 	}
 	for r := range reps {
@@ -90,16 +107,16 @@ func (m *Message) ReplaceInParams(reps []Replacement) (line []byte, ok bool) {
 			return nil, false
 		}
 	}
-	size := len(m.Raw)
+	size := len(line)
 	for _, sp := range spans[:n] {
 		size += len(reps[sp.rep].Value) + 2 - (sp.end - sp.start)
 	}
 	out := make([]byte, 0, size+16)
-	at := 0
+	from := 0
 	for _, sp := range spans[:n] { // in the line's order: the walk is
-		out = append(out, m.Raw[at:sp.start]...)
+		out = append(out, line[from:sp.start]...)
 		out = AppendString(out, reps[sp.rep].Value)
-		at = sp.end
+		from = sp.end
 	}
-	return append(out, m.Raw[at:]...), true
+	return append(out, line[from:]...), true
 }

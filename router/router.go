@@ -754,6 +754,9 @@ func rewriteSessionID(p json.RawMessage, from, to string) json.RawMessage {
 	if from == to || p == nil {
 		return p
 	}
+	if out, ok := acp.ReplaceInValid(p, []acp.Replacement{{Path: sessionIDPath, Value: to}}); ok {
+		return out // in one pass, not a validating scan of the whole prompt
+	}
 	out, err := acp.SetField(p, "sessionId", to)
 	if err != nil {
 		return p
