@@ -261,6 +261,9 @@ func (b *bench) cell(sc, fig, path string, m medians) string {
 		if strings.HasPrefix(why, "not supported") {
 			return "not supported by this router build"
 		}
+		if strings.HasPrefix(why, "not applicable") {
+			return "n/a (below)"
+		}
 		return "error (below)"
 	}
 	if why, ok := b.errs[sc][""]; ok && strings.HasPrefix(why, "skipped") {

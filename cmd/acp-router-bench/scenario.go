@@ -427,6 +427,10 @@ func (b *bench) replay(sc *scenario) {
 			paths = append(paths, p)
 			continue
 		}
+		if v := variantsByName[strings.TrimPrefix(p, "router:")]; p != "router" && strings.Contains(v.yaml, "metadata-only") {
+			b.fail(sc.name, p, "not applicable: history: {content: metadata-only} stores no update, so the router replays none (session/load relies on the agent's own)")
+			continue
+		}
 		status("  %s: recording a session of %s updates to load", p, thousands(float64(n)))
 		sid, err := b.recordReplay(p, n)
 		if err != nil {
