@@ -198,6 +198,19 @@ func plainID(id json.RawMessage) bool {
 	return len(id) < 19 || (len(id) == 19 && string(id) <= "9223372036854775807")
 }
 
+// AppendString appends s to dst as a JSON string. A string that needs no
+// escape is copied between quotes; any other is encoded by encoding/json
+// (which also escapes <, > and &: the same string to a decoder).
+func AppendString(dst []byte, s string) []byte {
+	if verbatim([]byte(s)) { // no copy: the conversion does not escape
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
+}
+
 // AppendRequest appends the request {"jsonrpc":"2.0","id":id,"method":
 // method,"params":params} to dst, params left out when nil, without
 // encoding/json: id (a valid JSON-RPC id, as read) and params (one line of
@@ -208,12 +221,7 @@ func AppendRequest(dst, id json.RawMessage, method string, params json.RawMessag
 	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
 	dst = append(dst, id...)
 	dst = append(dst, `,"method":`...)
-	if verbatim([]byte(method)) {
-		dst = append(append(append(dst, '"'), method...), '"')
-	} else {
-		b, _ := json.Marshal(method)
-		dst = append(dst, b...)
-	}
+	dst = AppendString(dst, method)
 	if params != nil {
 		dst = append(dst, `,"params":`...)
 		dst = append(dst, params...)

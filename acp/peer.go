@@ -469,16 +469,3 @@ func RawID(id jsonrpc2.ID) json.RawMessage {
 	}
 	return AppendString(nil, id.Str)
 }
-
-// AppendString appends s to dst as a JSON string. A string that needs no
-// escape is copied between quotes; any other is encoded by encoding/json
-// (which also escapes <, > and &: the same string to a decoder).
-func AppendString(dst []byte, s string) []byte {
-	if verbatim([]byte(s)) { // no copy: the conversion does not escape
-		dst = append(dst, '"')
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	b, _ := json.Marshal(s)
-	return append(dst, b...)
-}

@@ -687,13 +687,8 @@ func (s *Session) agentLine(d *downstream, m *acp.Message, edits []idEdit) []byt
 	}
 	// The envelope is written around the params as they are (valid JSON on
 	// one line: the agent's, spliced by setPath), not re-encoded.
-	method, err := json.Marshal(m.Method)
-	if err != nil {
-		return m.Raw
-	}
-	line := make([]byte, 0, len(p)+len(method)+40)
-	line = append(line, `{"jsonrpc":"2.0","method":`...)
-	line = append(line, method...)
+	line := make([]byte, 0, len(p)+len(m.Method)+40)
+	line = acp.AppendString(append(line, `{"jsonrpc":"2.0","method":`...), m.Method)
 	line = append(line, `,"params":`...)
 	line = append(line, p...)
 	return append(line, '}')

@@ -94,6 +94,12 @@ func (e *orderEditor) call(method string, params any) (string, <-chan *edMsg) {
 func (e *orderEditor) mustCall(method string, params any) json.RawMessage {
 	e.t.Helper()
 	_, ch := e.call(method, params)
+	return e.await(method, ch)
+}
+
+// await waits for the successful result of a call made with call.
+func (e *orderEditor) await(method string, ch <-chan *edMsg) json.RawMessage {
+	e.t.Helper()
 	select {
 	case m := <-ch:
 		if m.Error != nil {

@@ -41,17 +41,9 @@ func TestTelemetryTurn(t *testing.T) {
 	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/b", "mcpServers": []any{}}), &res)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	for range 3 {
-		_, done := e.call("session/prompt", map[string]any{"sessionId": res.SessionID,
+		e.mustCall("session/prompt", map[string]any{"sessionId": res.SessionID,
 			"prompt": []map[string]string{{"type": "text", "text": "say a\nread /b/y\nsay b\nwait\nsay c"}},
 			"_meta":  map[string]string{"traceparent": "00-" + traceID + "-" + parentID + "-01"}})
-		select {
-		case m := <-done:
-			if m.Error != nil {
-				t.Fatal(string(m.Error))
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("the turn did not end")
-		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -163,14 +155,7 @@ func TestTelemetryWriteQueueDepth(t *testing.T) {
 	}
 	e.mu.Unlock()
 	locked = false
-	select {
-	case m := <-done:
-		if m.Error != nil {
-			t.Fatal(string(m.Error))
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the turn did not end")
-	}
+	e.await("session/prompt", done)
 	if ed, _ := depth(); ed != 0 {
 		t.Errorf("after the turn the editor's queue holds %d bytes", ed)
 	}
