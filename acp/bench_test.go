@@ -228,3 +228,25 @@ func BenchmarkUpdateMembers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScanString is the scan of one long JSON string (what a big
+// update's text costs the validating pass): prose with an escape every 12
+// bytes (the benchmark agent's filler), code with a line break every 40,
+// and text with none.
+func BenchmarkScanString(b *testing.B) {
+	for _, v := range []struct{ name, unit string }{
+		{"prose", `The quick brown fox jumps over the lazy dog; \"quoted\" text.\n`},
+		{"code", `\tif err := f(x); err != nil { return fmt.Errorf(\"f: %w\", err) }\n`},
+		{"plain", `The quick brown fox jumps over the lazy dog, again and again. `},
+	} {
+		s := []byte(`"` + strings.Repeat(v.unit, (1<<20)/len(v.unit)) + `"`)
+		b.Run(v.name, func(b *testing.B) {
+			b.SetBytes(int64(len(s)))
+			for b.Loop() {
+				if end, _, ok := scanString(s, 0); !ok || end != len(s) {
+					b.Fatal("scan failed")
+				}
+			}
+		})
+	}
+}

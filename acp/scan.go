@@ -59,24 +59,54 @@ func skipSpace(b []byte, i int) int {
 // index after its closing quote, and whether it holds an escape.
 func scanString(b []byte, i int) (end int, escaped, ok bool) {
 	i++
-	for {
-		for {
-			if i+8 > len(b) {
-				for i < len(b) && strSafe[b[i]] {
-					i++
-				}
-				break
-			}
-			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
+	for i+8 <= len(b) {
+		m := special(binary.LittleEndian.Uint64(b[i:]))
+		if m == 0 {
 			i += 8
+			continue
 		}
-		if i >= len(b) {
-			return 0, false, false
+		// Each special byte of the word in turn, without loading it
+		// again: the escapes of a text (a line break, a quote) come
+		// every few bytes.
+		next := i + 8
+		for m != 0 {
+			k := i + bits.TrailingZeros64(m)>>3
+			switch b[k] {
+			case '"':
+				return k + 1, escaped, true
+			case '\\':
+				escaped = true
+				if k+1 >= len(b) {
+					return 0, false, false
+				}
+				switch b[k+1] {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+					k += 2
+				case 'u':
+					if k+6 > len(b) || !isHex(b[k+2]) || !isHex(b[k+3]) || !isHex(b[k+4]) || !isHex(b[k+5]) {
+						return 0, false, false
+					}
+					k += 6
+				default:
+					return 0, false, false
+				}
+			default:
+				if b[k] < 0x20 { // a control character
+					return 0, false, false
+				}
+				k++ // special marks only its lowest byte exactly
+			}
+			if k >= next {
+				next = k // the escape ran past the word
+				break
+			}
+			m &^= uint64(1)<<(uint(k-i)*8) - 1 // the marks before k
 		}
+		i = next
+	}
+	for ; i < len(b); i++ {
 		switch c := b[i]; {
+		case strSafe[c]:
 		case c == '"':
 			return i + 1, escaped, true
 		case c == '\\':
@@ -86,19 +116,20 @@ func scanString(b []byte, i int) (end int, escaped, ok bool) {
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
+				i++
 			case 'u':
 				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
 					return 0, false, false
 				}
-				i += 6
+				i += 5
 			default:
 				return 0, false, false
 			}
-		default: // a control character
+		default:
 			return 0, false, false
 		}
 	}
+	return 0, false, false
 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

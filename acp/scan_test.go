@@ -160,6 +160,12 @@ var scanCases = []string{
 	"{\"method\":\"m\",\"params\":{\"t\":\"" + strings.Repeat(`abcdefg\"\\\n`, 20) + "\"}}",
 	"{\"method\":\"m\",\"params\":{\"t\":\"" + strings.Repeat("12345678", 20) + "\x01\"}}",
 	"{\"method\":\"m\",\"params\":{\"t\":\"" + strings.Repeat("1234567\xe9", 20) + "\"}}",
+	// Past the first special byte of a word, special marks bytes that
+	// are not special (a borrow from an escaped backslash reaches the
+	// ']'): scanString must look at each byte it marks.
+	"{\"method\":\"m\",\"params\":{\"t\":\"" + strings.Repeat(`ab\\]]cd\\]`, 20) + "\"}}",
+	"{\"method\":\"m\",\"params\":{\"t\":\"" + strings.Repeat(`a\\\\]#$`, 20) + "\"}}",
+	"{\"method\":\"m\",\"params\":{\"t\":\"" + strings.Repeat(`abcdef\u00e9`, 20) + "\x1f\"}}",
 }
 
 func TestClassifyMatchesMapDecode(t *testing.T) {
