@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The numbers in README.md come from:
@@ -166,4 +168,35 @@ func BenchmarkList(b *testing.B) {
 			b.Fatal(len(p.Sessions), err)
 		}
 	}
+}
+
+// BenchmarkTrimmedSession is one session past its cap: turns of 16 updates
+// of 4 KiB into a 16 MiB log, so that every 4 MiB appended trims it (the
+// flood benchmark's case, scaled down). Reports the process's CPU time per
+// MiB appended, the writer goroutine's included.
+func BenchmarkTrimmedSession(b *testing.B) {
+	st := openT(b, benchDir(b), Options{MaxSessionBytes: 16 << 20})
+	ctx := b.Context()
+	must(b, st.Create(Meta{ID: "x"}))
+	line := mkLine("x", 0, 0, 4096)
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b.ResetTimer()
+	before := cpu()
+	for i := range b.N {
+		must(b, st.TurnStart("x"))
+		for range 16 {
+			must(b, st.Append("x", line))
+		}
+		must(b, st.TurnEnd("x"))
+		if i%64 == 63 {
+			must(b, st.Sync(ctx))
+		}
+	}
+	must(b, st.Sync(ctx))
+	mib := float64(b.N) * 16 * float64(len(line)) / (1 << 20)
+	b.ReportMetric(float64((cpu()-before).Microseconds())/mib, "cpu-µs/MiB")
 }

@@ -102,7 +102,7 @@ func crashOptions() Options {
 	// is the same in every run; the small cap makes trims happen.
 	// The turns' updates (150 B) are stored by reference (AppendShared),
 	// the late ones (100 B) copied: both kinds of pieces are written.
-	return Options{MaxSessionBytes: 2 << 10, CommitInterval: time.Hour, SweepInterval: time.Hour, minShared: 120}
+	return Options{MaxSessionBytes: 2 << 10, CommitInterval: time.Hour, SweepInterval: time.Hour, minShared: 120, verifyStarts: true}
 }
 
 func crashChild() int {

@@ -105,7 +105,7 @@ const (
 // on the shared session, and renames its newest. It prints the rounds done.
 func writerChild() int {
 	name := os.Getenv(envName)
-	st, err := Open(os.Getenv(envDir), Options{CommitInterval: 5 * time.Millisecond, MaxSessionBytes: 16 << 10})
+	st, err := Open(os.Getenv(envDir), Options{CommitInterval: 5 * time.Millisecond, MaxSessionBytes: 16 << 10, verifyStarts: true})
 	if err != nil {
 		fmt.Println(err)
 		return 1

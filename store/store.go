@@ -167,6 +167,9 @@ type Options struct {
 
 	// minShared replaces MinSharedBytes (tests: shared records of small lines).
 	minShared int
+	// verifyStarts (tests) has every trim check the turn starts it keeps
+	// in memory against a scan of the log, and panic if they differ.
+	verifyStarts bool
 }
 
 func (o *Options) setDefaults() {

@@ -170,7 +170,7 @@ func TestQueueFull(t *testing.T) {
 func TestTrimWholeTurns(t *testing.T) {
 	dir := t.TempDir()
 	const limit = 4 << 10
-	st := openT(t, dir, Options{MaxSessionBytes: limit})
+	st := openT(t, dir, Options{MaxSessionBytes: limit, verifyStarts: true})
 	must(t, st.Create(Meta{ID: "x"}))
 	logPath := filepath.Join(dir, fileName("x")+".log")
 	for tn := range 20 {
@@ -231,7 +231,7 @@ func itoa(i int) string {
 // trimming it: each notices the other's appends and renames.
 func TestTwoWritersOneSession(t *testing.T) {
 	dir := t.TempDir()
-	o := Options{MaxSessionBytes: 3 << 10}
+	o := Options{MaxSessionBytes: 3 << 10, verifyStarts: true}
 	st1, st2 := openT(t, dir, o), openT(t, dir, o)
 	must(t, st1.Create(Meta{ID: "x"}))
 	must(t, st1.Sync(t.Context()))
@@ -366,7 +366,7 @@ func TestFileModes(t *testing.T) {
 			top := filepath.Join(root, tc.name)
 			dir := filepath.Join(top, "state", "sessions")
 			tc.pre(dir)
-			st := openT(t, dir, Options{MaxSessionBytes: 2 << 10})
+			st := openT(t, dir, Options{MaxSessionBytes: 2 << 10, verifyStarts: true})
 			must(t, st.Create(Meta{ID: "x"}))
 			for tn := range 8 { // trims: the renamed file too
 				turn(t, st, "x", tn, 3, 200)

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -21,6 +22,31 @@ type logState struct {
 	nonce uint64
 	end   int64
 	lost  bool // a write failed: the next one starts with a gap record
+
+	// starts are the offsets of the log's turn-start records, all of
+	// them when startsOK: where a trim may cut, known without reading
+	// the log again (a trim of a 128 MiB log would scan it whole).
+	starts   []int64
+	startsOK bool
+}
+
+// maxStarts bounds logState.starts (8 bytes a turn); a log with more turns
+// than this (empty turns, a tiny cap) is scanned when it is trimmed.
+const maxStarts = 1 << 16
+
+// noteStarts adds the turn starts among the whole records of b, written at
+// off.
+func (st *logState) noteStarts(b []byte, off int64) {
+	for r := 0; st.startsOK && r+recHeaderLen < len(b); {
+		if b[r+recHeaderLen] == recStart {
+			if len(st.starts) == maxStarts {
+				st.starts, st.startsOK = nil, false
+				return
+			}
+			st.starts = append(st.starts, off+int64(r))
+		}
+		r += recHeaderLen + int(binary.LittleEndian.Uint32(b[r:]))
+	}
 }
 
 // job is one session's share of a commit.
@@ -325,6 +351,13 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			st.lost = true
 			return changed, err
 		}
+		off = st.end
+		for i := range j.recs {
+			if p := &j.recs[i]; p.ext == nil { // an update record (ext) is no turn start
+				st.noteStarts(p.b, off)
+			}
+			off += j.recs[i].size()
+		}
 		st.end = off
 	}
 	if j.sync {
@@ -399,7 +432,7 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, 
 		if _, err := f.WriteAt(head, 0); err != nil {
 			return false, err
 		}
-		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head))}
+		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head)), startsOK: true}
 		return true, nil
 	}
 	if string(hdr[:len(logMagic)]) != logMagic {
@@ -412,9 +445,20 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, 
 			return false, nil
 		}
 		start = st.end
+	} else {
+		st.starts, st.startsOK = st.starts[:0], true // the whole file is read
 	}
-	end, err := scanLog(f, start, size, nil)
+	end, err := scanLog(f, start, size, func(off int64, typ byte) {
+		if typ == recStart && st.startsOK {
+			if len(st.starts) == maxStarts {
+				st.starts, st.startsOK = nil, false
+			} else {
+				st.starts = append(st.starts, off)
+			}
+		}
+	})
 	if err != nil {
+		st.starts, st.startsOK = nil, false
 		return false, err
 	}
 	if end < size {
@@ -437,14 +481,29 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, 
 // with a trim record and replaces f by rename; other writers waiting for
 // f's lock notice the rename (openLocked) and reopen.
 func (s *Store) trim(f *os.File, st *logState, path string) error {
-	var starts []int64
-	end, err := scanLog(f, logHeaderLen, st.end, func(off int64, typ byte) {
-		if typ == recStart {
-			starts = append(starts, off)
+	starts, end := st.starts, st.end
+	if s.opts.verifyStarts && st.startsOK {
+		var scanned []int64
+		e, err := scanLog(f, logHeaderLen, st.end, func(off int64, typ byte) {
+			if typ == recStart {
+				scanned = append(scanned, off)
+			}
+		})
+		if err != nil || e != end || !slices.Equal(scanned, starts) {
+			panic(fmt.Sprintf("store: turn starts %v (end %d), the log has %v (end %d, %v)", starts, end, scanned, e, err))
 		}
-	})
-	if err != nil {
-		return err
+	}
+	if !st.startsOK {
+		starts = nil
+		var err error
+		end, err = scanLog(f, logHeaderLen, st.end, func(off int64, typ byte) {
+			if typ == recStart {
+				starts = append(starts, off)
+			}
+		})
+		if err != nil {
+			return err
+		}
 	}
 	room := s.trimRoom()
 	cut := end
@@ -507,7 +566,15 @@ func (s *Store) trim(f *os.File, st *logState, path string) error {
 		return err
 	}
 	ok = true
-	*st = logState{nonce: nonce, end: int64(len(head)) + end - cut}
+	kept := st.starts[:0]
+	if st.startsOK {
+		for _, c := range starts {
+			if c >= cut {
+				kept = append(kept, c-cut+int64(len(head)))
+			}
+		}
+	}
+	*st = logState{nonce: nonce, end: int64(len(head)) + end - cut, starts: kept, startsOK: st.startsOK}
 	return nil
 }
 
