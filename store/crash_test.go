@@ -95,14 +95,17 @@ const (
 	envDir     = "ACP_ROUTER_STORE_TEST_DIR"
 	envCrashAt = "ACP_ROUTER_STORE_TEST_CRASH_AT"
 	envJournal = "ACP_ROUTER_STORE_TEST_JOURNAL"
+	envNoLinks = "ACP_ROUTER_STORE_TEST_NO_LINKS"
 )
 
-func crashOptions() Options {
+func crashOptions(noLinks bool) Options {
 	// Commits happen only at turn ends and Syncs, so that the Nth write
 	// is the same in every run; the small cap makes trims happen.
 	// The turns' updates (150 B) are stored by reference (AppendShared),
 	// the late ones (100 B) copied: both kinds of pieces are written.
-	return Options{MaxSessionBytes: 2 << 10, CommitInterval: time.Hour, SweepInterval: time.Hour, minShared: 120, verifyStarts: true}
+	// With noLinks, a log past its cap is trimmed by copy instead of
+	// losing its oldest segments.
+	return Options{MaxSessionBytes: 2 << 10, CommitInterval: time.Hour, SweepInterval: time.Hour, minShared: 120, verifyStarts: true, noLinks: noLinks}
 }
 
 func crashChild() int {
@@ -122,7 +125,7 @@ func crashChild() int {
 		}
 		return nil
 	}
-	st, err := open(os.Getenv(envDir), crashOptions(), fail)
+	st, err := open(os.Getenv(envDir), crashOptions(os.Getenv(envNoLinks) != ""), fail)
 	if err == nil {
 		err = crashWorkload(st, note)
 	}
@@ -184,31 +187,45 @@ func TestCrashAtEveryWriteBoundary(t *testing.T) {
 	}
 	exe, err := os.Executable()
 	must(t, err)
-	base := t.TempDir()
-	seen := map[string]int{}
-	ops := []string{"log.init", "log.write", "log.write.shared", "log.sync", "meta.write", "meta.sync", "meta.rename",
-		"trim.write", "trim.sync", "trim.rename", "remove.meta", "remove.log"}
-	missing := func() bool {
-		return slices.ContainsFunc(ops, func(op string) bool { return seen[op] == 0 })
-	}
-	// The number of write boundaries depends on how the writer batches
-	// commits (timing): a pass can end before it crashed at the last
-	// ones (the removal at the end). A pass that leaves some unseen is
-	// followed by another, up to three.
-	for pass := 0; pass < 3 && missing(); pass++ {
-		crashPass(t, exe, filepath.Join(base, strconv.Itoa(pass)), seen)
-	}
-	for _, op := range ops {
-		if seen[op] == 0 {
-			t.Errorf("no crash at %s (crashes: %v)", op, seen)
-		}
+	common := []string{"log.init", "log.write", "log.write.shared", "log.sync", "meta.write", "meta.sync", "meta.rename",
+		"remove.meta", "remove.log"}
+	for _, mode := range []struct {
+		name    string
+		noLinks bool
+		ops     []string
+	}{
+		// A log past its cap loses its oldest segments...
+		{"segments", false, []string{"roll.seal", "roll.link", "roll.remove", "roll.write", "roll.sync", "roll.rename"}},
+		// ... or, without hard links, is trimmed by copy.
+		{"copy", true, []string{"trim.write", "trim.sync", "trim.rename"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			base := t.TempDir()
+			seen := map[string]int{}
+			ops := append(slices.Clip(common), mode.ops...)
+			missing := func() bool {
+				return slices.ContainsFunc(ops, func(op string) bool { return seen[op] == 0 })
+			}
+			// The number of write boundaries depends on how the writer
+			// batches commits (timing): a pass can end before it crashed
+			// at the last ones (the removal at the end). A pass that
+			// leaves some unseen is followed by another, up to three.
+			for pass := 0; pass < 3 && missing(); pass++ {
+				crashPass(t, exe, filepath.Join(base, strconv.Itoa(pass)), mode.noLinks, seen)
+			}
+			for _, op := range ops {
+				if seen[op] == 0 {
+					t.Errorf("no crash at %s (crashes: %v)", op, seen)
+				}
+			}
+		})
 	}
 }
 
 // crashPass runs the workload once per write boundary, crashing it at
 // each, and verifies what each crash left; seen counts the crashes by
 // operation.
-func crashPass(t *testing.T, exe, base string, seen map[string]int) {
+func crashPass(t *testing.T, exe, base string, noLinks bool, seen map[string]int) {
 	must(t, os.MkdirAll(base, 0o755))
 	for at := 1; ; at++ {
 		dir := filepath.Join(base, strconv.Itoa(at))
@@ -217,6 +234,9 @@ func crashPass(t *testing.T, exe, base string, seen map[string]int) {
 		cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), childEnv+"=crash", envDir+"="+dir,
 			envCrashAt+"="+strconv.Itoa(at), envJournal+"="+journal)
+		if noLinks {
+			cmd.Env = append(cmd.Env, envNoLinks+"=1")
+		}
 		out, err := cmd.CombinedOutput()
 		cancel()
 		notes, _ := os.ReadFile(journal)
@@ -231,7 +251,7 @@ func crashPass(t *testing.T, exe, base string, seen map[string]int) {
 			op = strings.TrimPrefix(steps[len(steps)-1], "crash ")
 			seen[op]++
 		}
-		t.Run(fmt.Sprintf("%d-%s", at, op), func(t *testing.T) { verifyCrash(t, dir, steps) })
+		t.Run(fmt.Sprintf("%d-%s", at, op), func(t *testing.T) { verifyCrash(t, dir, noLinks, steps) })
 		if done {
 			if at < 60 {
 				t.Errorf("the workload wrote only %d times", at-1)
@@ -245,12 +265,12 @@ func crashPass(t *testing.T, exe, base string, seen map[string]int) {
 // updates are whole turns in order (trimmed ones first), the last one
 // possibly cut short if it was not committed; every committed step is
 // there; and the history continues.
-func verifyCrash(t *testing.T, dir string, steps []string) {
+func verifyCrash(t *testing.T, dir string, noLinks bool, steps []string) {
 	committed := map[string]bool{}
 	for _, s := range steps {
 		committed[s] = true
 	}
-	st := openT(t, dir, crashOptions())
+	st := openT(t, dir, crashOptions(noLinks))
 	ctx := t.Context()
 	var found []string
 	for _, id := range []string{"a", "b"} {

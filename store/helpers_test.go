@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -137,8 +138,8 @@ func sweepNow(t testing.TB, st *Store) {
 // age sets the modification time of a session's files.
 func age(t testing.TB, dir, id string, when time.Time) {
 	t.Helper()
-	for _, ext := range []string{".json", ".log"} {
-		p := dir + "/" + fileName(id) + ext
+	paths, _ := filepath.Glob(filepath.Join(dir, fileName(id)+".*")) // .json, .log, .log-NONCE
+	for _, p := range paths {
 		if err := os.Chtimes(p, when, when); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"syscall"
 	"time"
 )
 
@@ -54,11 +52,11 @@ func (s *Store) Load(ctx context.Context, id string) (*History, error) {
 		h.Meta, bumps = mf.Session, mf.UpdatedHistory
 	}
 	if !s.opts.MetadataOnly {
-		data, err := s.readLog(name)
+		chain, err := s.readChain(name)
 		if err != nil {
 			return nil, fmt.Errorf("store: load %q: %w", id, err)
 		}
-		rp := readRecords(data)
+		rp := readRecords(chain...)
 		h.Updates, h.Trimmed, h.Partial = rp.updates, rp.trimmed, rp.partial
 	}
 	if se == nil {
@@ -93,35 +91,4 @@ func (s *Store) committed(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// readLog returns a session's records (the log without its header) under a
-// shared lock, so that no writer truncates or appends while it reads.
-func (s *Store) readLog(name string) ([]byte, error) {
-	f, err := openLocked(s.logPath(name), syscall.LOCK_SH, false)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	data := make([]byte, fi.Size())
-	if _, err := io.ReadFull(io.NewSectionReader(f, 0, fi.Size()), data); err != nil {
-		return nil, err
-	}
-	if len(data) < logHeaderLen {
-		return nil, nil // torn at creation: nothing was stored
-	}
-	if string(data[:len(logMagic)]) != logMagic {
-		if string(data[:logHeaderLen]) == string(make([]byte, logHeaderLen)) {
-			return nil, nil
-		}
-		return nil, errors.New("not a session log (bad magic)")
-	}
-	return data[logHeaderLen:], nil
 }

@@ -138,27 +138,40 @@ type replay struct {
 	partial bool // some updates were not stored
 }
 
-// readRecords turns a log's records into the updates to replay. An update is
-// skipped from a gap or a trim record up to the next turn start: the turn it
+// readRecords turns a log's records into the updates to replay: chain is
+// its segments' records, oldest first (readChain). An update is skipped
+// from a gap or a trim record up to the next turn start: the turn it
 // belongs to was cut short or lost its beginning, and what is left of it
 // must not be shown (replay never starts mid-turn, never shows an update
-// without its tool call). The returned slices alias data.
-func readRecords(data []byte) replay {
+// without its tool call). A segment's link to the one read before it is no
+// trim; a link after a segment whose records end early (damaged) is a gap.
+// The returned slices alias chain.
+func readRecords(chain ...[]byte) replay {
 	var rp replay
 	skipping := false
-	parseRecords(data, func(typ byte, payload []byte) {
-		switch typ {
-		case recStart:
-			skipping = false
-		case recGap:
-			skipping, rp.partial = true, true
-		case recTrim:
-			skipping, rp.trimmed = true, true
-		case recUpdate:
-			if !skipping {
-				rp.updates = append(rp.updates, payload)
+	whole := false // the segment before ended with its last record
+	for i, data := range chain {
+		if _, ok := parseLink(data); ok && i > 0 {
+			if !whole {
+				skipping, rp.partial = true, true
 			}
+			data = data[linkLen:]
 		}
-	})
+		end := parseRecords(data, func(typ byte, payload []byte) {
+			switch typ {
+			case recStart:
+				skipping = false
+			case recGap:
+				skipping, rp.partial = true, true
+			case recTrim:
+				skipping, rp.trimmed = true, true
+			case recUpdate:
+				if !skipping {
+					rp.updates = append(rp.updates, payload)
+				}
+			}
+		})
+		whole = end == len(data)
+	}
 	return rp
 }

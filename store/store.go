@@ -66,9 +66,14 @@
 //
 // # Limits
 //
-// MaxSessionBytes caps one session's log: when a commit makes it larger, the
-// writer rewrites it without its oldest turns (down to 3/4 of the cap), so
-// replay never starts mid-turn. MaxTotalBytes and MaxAge evict whole sessions,
+// MaxSessionBytes caps one session's log (all its segments): past 1/16 of
+// the cap, the file appended to is sealed and a new one started, and the
+// oldest sealed segments are deleted so that the log keeps between 3/4 of
+// the cap and the cap, never copying what it keeps (segment.go); replay
+// never starts mid-turn. A turn over the cap less three segments is cut (a
+// gap), so that the last turn always survives. On a file system without
+// hard links the log is instead rewritten without its oldest turns, down to
+// 3/4 of the cap. MaxTotalBytes and MaxAge evict whole sessions,
 // least recently used first (by file modification time: every write and every
 // Load counts as use), at Open, every SweepInterval and after every
 // MaxTotalBytes/64 bytes written. Sessions this Store holds are never evicted
@@ -79,9 +84,9 @@
 //
 // # Files
 //
-// The directory (made 0700) holds, per session, NAME.json and NAME.log, both
-// 0600, where NAME is the first 32 hex digits of the SHA-256 of the session
-// id. NAME.json is the metadata (Meta, plus the updatedAt history List uses
+// The directory (made 0700) holds, per session, NAME.json and NAME.log, and
+// for a long session NAME.log-NONCE, all 0600, where NAME is the first 32 hex
+// digits of the SHA-256 of the session id. NAME.json is the metadata (Meta, plus the updatedAt history List uses
 // for stable cursors), replaced atomically. NAME.log is append-only: a 16 byte
 // header (magic "acprlog1", 8 random bytes naming this incarnation of the
 // file) and records of
@@ -93,9 +98,13 @@
 // stored) and D (older turns were trimmed, or the file was lost: what follows
 // up to the next S may lack its context). Writers take an exclusive flock(2)
 // on NAME.log for each commit, and on NAME.json while they merge its
-// UpdatedAt history with theirs; Load takes a shared one on NAME.log. A trim
-// writes a new file and renames it over the old one; a writer that locked
-// the old file notices and reopens. Temporary files are .tmp-*; the sweep
+// UpdatedAt history with theirs; Load takes a shared one on NAME.log. The
+// sealed segments of a long log, NAME.log-NONCE, hold its older records:
+// NAME.log then starts with a link, a D record whose payload is the 8-byte
+// nonce of the segment before it, which starts with a link to the one
+// before, and so on; a link to a segment no longer there reads as a trim
+// (segment.go). Sealing and a trim write a new NAME.log and rename it over
+// the old one; a writer that locked the old file notices and reopens. Temporary files are .tmp-*; the sweep
 // removes stale ones. Removing the directory while no router runs wipes every
 // stored session.
 //
@@ -170,6 +179,9 @@ type Options struct {
 	// verifyStarts (tests) has every trim check the turn starts it keeps
 	// in memory against a scan of the log, and panic if they differ.
 	verifyStarts bool
+	// noLinks (tests) makes sealing fail as on a file system without
+	// hard links.
+	noLinks bool
 }
 
 func (o *Options) setDefaults() {
@@ -609,16 +621,20 @@ func (s *Store) WaitRoom() {
 }
 
 // trimRoom is what a log may hold after its header and a trim record:
-// the most a trim keeps.
+// the most a trim by copy keeps.
 func (s *Store) trimRoom() int64 {
 	return s.opts.MaxSessionBytes - logHeaderLen - (recHeaderLen + 1)
 }
 
 // unitLimit bounds what may be queued for a session between two turn
-// starts, so that its last turn always survives a trim: trimRoom less room
-// for the gap and turn end records that may follow when it is cut.
+// starts, so that its last turn always survives the loss of the oldest
+// segments (segment.go): the segment its start is in holds at most
+// segBytes before it, and the segments kept hold up to the cap less two
+// segBytes; each segment the turn spans costs a header and a link.
 func (s *Store) unitLimit() int64 {
-	return s.trimRoom() - 2*(recHeaderLen+1)
+	seg := s.segBytes()
+	spans := s.opts.MaxSessionBytes/seg + 2
+	return s.opts.MaxSessionBytes - 3*seg - spans*(logHeaderLen+linkLen) - 2*(recHeaderLen+1)
 }
 
 // dropLocked starts dropping se's records up to its next TurnStart, with a

@@ -166,20 +166,45 @@ func TestQueueFull(t *testing.T) {
 }
 
 // The per-session cap keeps the newest whole turns; a turn larger than the
-// cap is stored as a prefix.
+// cap is stored as a prefix. Both ways of dropping the oldest turns: whole
+// segments, and (without hard links) a copy of the rest.
 func TestTrimWholeTurns(t *testing.T) {
+	for _, noLinks := range []bool{false, true} {
+		t.Run(map[bool]string{false: "segments", true: "copy"}[noLinks], func(t *testing.T) {
+			testTrimWholeTurns(t, noLinks)
+		})
+	}
+}
+
+func testTrimWholeTurns(t *testing.T, noLinks bool) {
 	dir := t.TempDir()
 	const limit = 4 << 10
-	st := openT(t, dir, Options{MaxSessionBytes: limit, verifyStarts: true})
+	st := openT(t, dir, Options{MaxSessionBytes: limit, verifyStarts: true, noLinks: noLinks})
 	must(t, st.Create(Meta{ID: "x"}))
-	logPath := filepath.Join(dir, fileName("x")+".log")
+	// The log's files: NAME.log and its sealed segments NAME.log-NONCE.
+	logBytes := func() (n int64, files int) {
+		paths, err := filepath.Glob(filepath.Join(dir, fileName("x")+".log*"))
+		must(t, err)
+		for _, p := range paths {
+			fi, err := os.Stat(p)
+			must(t, err)
+			n += fi.Size()
+		}
+		return n, len(paths)
+	}
+	maxFiles := 0
 	for tn := range 20 {
 		turn(t, st, "x", tn, 3, 200)
 		must(t, st.Append("x", mkLine("x", tn, 3, 100))) // out of turn, after it
 		must(t, st.Sync(t.Context()))
-		if fi, err := os.Stat(logPath); err != nil || fi.Size() > limit {
-			t.Fatalf("after turn %d: log %v, %v; cap %d", tn, fi.Size(), err, limit)
+		n, files := logBytes()
+		if n > limit {
+			t.Fatalf("after turn %d: the log's %d files hold %d bytes; cap %d", tn, files, n, limit)
 		}
+		maxFiles = max(maxFiles, files)
+	}
+	if want := map[bool]int{false: 2, true: 1}[noLinks]; maxFiles < want || noLinks && maxFiles != 1 {
+		t.Errorf("the log had up to %d files; want %d or more (segments), exactly 1 (copy)", maxFiles, want)
 	}
 	h := load(t, st, "x")
 	got := pairs(t, h.Updates)
@@ -195,7 +220,8 @@ func TestTrimWholeTurns(t *testing.T) {
 		t.Errorf("Trimmed, Partial = %v, %v", h.Trimmed, h.Partial)
 	}
 
-	// One turn bigger than the cap: stored up to the cap.
+	// One turn bigger than the cap: stored up to the cap, after whole
+	// older turns if any still fit.
 	must(t, st.TurnStart("x"))
 	dropped := false
 	for i := range 30 {
@@ -210,11 +236,19 @@ func TestTrimWholeTurns(t *testing.T) {
 	}
 	h = load(t, st, "x")
 	got = pairs(t, h.Updates)
-	if len(got) < 10 || got[0] != "20.0" || got[len(got)-1] != "20."+itoa(len(got)-1) || !h.Partial {
+	at := slices.Index(got, "20.0")
+	older := []int{}
+	if at > 0 {
+		for tn := parseLine(t, h.Updates[0]).T; tn < 20; tn++ {
+			older = append(older, tn)
+		}
+	}
+	if at < 0 || !slices.Equal(got[:at], seq(older, 4)) || len(got)-at < 10 ||
+		got[len(got)-1] != "20."+itoa(len(got)-at-1) || !h.Partial {
 		t.Errorf("after an oversized turn: %v (partial %v)", got, h.Partial)
 	}
-	if fi, _ := os.Stat(logPath); fi.Size() > limit {
-		t.Errorf("log is %d bytes, cap %d", fi.Size(), limit)
+	if n, files := logBytes(); n > limit {
+		t.Errorf("the log's %d files hold %d bytes, cap %d", files, n, limit)
 	}
 	turn(t, st, "x", 21, 1, 200)
 	if got := pairs(t, load(t, st, "x").Updates); got[len(got)-1] != "21.0" {
@@ -368,11 +402,11 @@ func TestFileModes(t *testing.T) {
 			tc.pre(dir)
 			st := openT(t, dir, Options{MaxSessionBytes: 2 << 10, verifyStarts: true})
 			must(t, st.Create(Meta{ID: "x"}))
-			for tn := range 8 { // trims: the renamed file too
+			for tn := range 8 { // past the cap: sealed segments too
 				turn(t, st, "x", tn, 3, 200)
 			}
 			must(t, st.Sync(t.Context()))
-			n := 0
+			n, sealed := 0, 0
 			filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 				must(t, err)
 				fi, _ := d.Info()
@@ -384,10 +418,13 @@ func TestFileModes(t *testing.T) {
 					t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
 				}
 				n++
+				if strings.Contains(d.Name(), ".log-") {
+					sealed++
+				}
 				return nil
 			})
-			if n != 3 {
-				t.Errorf("%d entries, want the directory and two files", n)
+			if n != 3+sealed || sealed == 0 {
+				t.Errorf("%d entries, %d of them sealed log segments; want the directory, two files and the segments", n, sealed)
 			}
 			if tc.name == "new" {
 				for _, p := range []string{top + "/state"} {

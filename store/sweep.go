@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,7 +50,7 @@ func (s *Store) sweep() {
 			continue
 		}
 		ext := filepath.Ext(n)
-		if ext != ".json" && ext != ".log" {
+		if ext != ".json" && ext != ".log" && !strings.HasPrefix(ext, ".log-") { // .log-NONCE: a sealed segment
 			continue
 		}
 		name := strings.TrimSuffix(n, ext)
@@ -58,10 +59,14 @@ func (s *Store) sweep() {
 			st = &stored{name: name}
 			byName[name] = st
 		}
-		if ext == ".json" {
+		switch ext {
+		case ".json":
 			st.hasMeta, st.metaBytes = true, info.Size()
-		} else {
-			st.hasLog, st.logBytes = true, info.Size()
+		case ".log":
+			st.hasLog = true
+			st.logBytes += info.Size()
+		default:
+			st.logBytes += info.Size()
 		}
 		if info.ModTime().After(st.used) {
 			st.used = info.ModTime()
@@ -82,7 +87,7 @@ func (s *Store) sweep() {
 		case !st.hasMeta && !held[st.name] && now.Sub(st.used) > staleAge:
 			s.evict(st.name) // an orphan log: a crash during delete or create
 			continue
-		case s.opts.MetadataOnly && st.hasLog:
+		case s.opts.MetadataOnly && st.logBytes > 0:
 			if s.dropContent(st.name) {
 				st.logBytes = 0
 			}
@@ -115,6 +120,9 @@ func (s *Store) evict(name string) bool {
 // dropContent removes a log in metadata-only mode.
 func (s *Store) dropContent(name string) bool {
 	f, err := openLocked(s.logPath(name), syscall.LOCK_EX|syscall.LOCK_NB, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s.removeAllSegments(name) == nil // segments left by a crash
+	}
 	if err != nil {
 		return false
 	}
@@ -123,5 +131,6 @@ func (s *Store) dropContent(name string) bool {
 		return false
 	}
 	delete(s.files, name)
-	return os.Remove(s.logPath(name)) == nil
+	segs := s.chainOf(f, name)
+	return os.Remove(s.logPath(name)) == nil && s.removeChain(name, segs) == nil
 }

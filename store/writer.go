@@ -28,11 +28,30 @@ type logState struct {
 	// the log again (a trim of a 128 MiB log would scan it whole).
 	starts   []int64
 	startsOK bool
+
+	// segs are the sealed segments before it, oldest first, when
+	// segsOK (segment.go).
+	segs   []segment
+	segsOK bool
+	// noLinks: sealing failed for want of hard links; the file is
+	// trimmed by copy instead.
+	noLinks bool
 }
 
 // maxStarts bounds logState.starts (8 bytes a turn); a log with more turns
 // than this (empty turns, a tiny cap) is scanned when it is trimmed.
 const maxStarts = 1 << 16
+
+// firstStart is the offset in b (whole records) of its first turn start,
+// -1 if none.
+func firstStart(b []byte) int {
+	for r := 0; r+recHeaderLen < len(b); r += recHeaderLen + int(binary.LittleEndian.Uint32(b[r:])) {
+		if b[r+recHeaderLen] == recStart {
+			return r
+		}
+	}
+	return -1
+}
 
 // noteStarts adds the turn starts among the whole records of b, written at
 // off.
@@ -318,8 +337,8 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		st.lost = st.lost || j.size > 0
 		return false, err
 	}
-	defer f.Close()
-	changed, err = s.prepareLog(f, st, j.fresh)
+	defer func() { f.Close() }() // a roll replaces f
+	changed, err = s.prepareLog(f, st, j.fresh, name)
 	if err != nil {
 		st.lost = st.lost || j.size > 0
 		return changed, err
@@ -336,13 +355,36 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		st.lost = false
 	}
 	if j.size > 0 {
-		off := st.end
 		err = s.failpoint("log.write")
 		for i := range j.recs {
 			if err != nil {
 				break
 			}
-			off, err = s.writePiece(f, &j.recs[i], off)
+			p := &j.recs[i]
+			if p.ext != nil { // an update record: no turn start
+				st.end, err = s.writeShared(f, p, st.end)
+				continue
+			}
+			sealRecords(p.b)
+			b := p.b
+			// A file past segBytes is sealed before the next turn
+			// start, so that most segments start with one.
+			if r := firstStart(b); r >= 0 && st.end+int64(r) > s.segBytes() && !st.noLinks {
+				if _, err = f.WriteAt(b[:r], st.end); err != nil {
+					break
+				}
+				st.end += int64(r)
+				var rolled bool
+				if f, rolled, err = s.tryRoll(f, st, name); err != nil {
+					break
+				}
+				changed = changed || rolled
+				b = b[r:]
+			}
+			if _, err = f.WriteAt(b, st.end); err == nil {
+				st.noteStarts(b, st.end)
+				st.end += int64(len(b))
+			}
 		}
 		if err != nil {
 			// These records are lost: cut what was written of them
@@ -351,14 +393,6 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			st.lost = true
 			return changed, err
 		}
-		off = st.end
-		for i := range j.recs {
-			if p := &j.recs[i]; p.ext == nil { // an update record (ext) is no turn start
-				st.noteStarts(p.b, off)
-			}
-			off += j.recs[i].size()
-		}
-		st.end = off
 	}
 	if j.sync {
 		if err = s.failpoint("log.sync"); err == nil {
@@ -368,8 +402,15 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			return changed, err
 		}
 	}
-	if st.end > s.opts.MaxSessionBytes {
-		if err := s.trim(f, st, path); err != nil {
+	switch {
+	case st.end > 2*s.segBytes() && !st.noLinks: // a long turn
+		var rolled bool
+		if f, rolled, err = s.tryRoll(f, st, name); err != nil {
+			return changed, fmt.Errorf("seal: %w", err)
+		}
+		changed = changed || rolled
+	case st.end > s.opts.MaxSessionBytes: // no links: trim by copy
+		if err := s.trim(f, st, name); err != nil {
 			return changed, fmt.Errorf("trim: %w", err)
 		}
 		changed = true
@@ -377,14 +418,22 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 	return changed, nil
 }
 
-// writePiece seals p's records and writes them at off; it returns where
-// they end.
-func (s *Store) writePiece(f *os.File, p *piece, off int64) (int64, error) {
-	if p.ext == nil {
-		sealRecords(p.b)
-		_, err := f.WriteAt(p.b, off)
-		return off + int64(len(p.b)), err
+// tryRoll seals f (roll). Where the file system has no hard links it
+// reports no error and leaves f as it is: the log is trimmed by copy from
+// then on (st.noLinks). Any other error is the caller's: f is intact.
+func (s *Store) tryRoll(f *os.File, st *logState, name string) (*os.File, bool, error) {
+	g, err := s.roll(f, st, name)
+	if errors.Is(err, errNoLinks) {
+		st.noLinks = true
+		s.log.Warn("store: the state directory has no hard links; session logs past their cap are trimmed by copy", "error", err)
+		return f, false, nil
 	}
+	return g, err == nil, err
+}
+
+// writeShared writes p, an update record with a shared line, at off; it
+// returns where it ends (off on an error).
+func (s *Store) writeShared(f *os.File, p *piece, off int64) (int64, error) {
 	sum := crc32.Update(crc32.Checksum(p.hdr[recHeaderLen:], castagnoli), castagnoli, p.ext)
 	binary.LittleEndian.PutUint32(p.hdr[4:], sum)
 	if _, err := f.WriteAt(p.hdr[:], off); err != nil {
@@ -393,15 +442,17 @@ func (s *Store) writePiece(f *os.File, p *piece, off int64) (int64, error) {
 	if err := s.failpoint("log.write.shared"); err != nil {
 		return off, err
 	}
-	_, err := f.WriteAt(p.ext, off+int64(len(p.hdr)))
-	return off + p.size(), err
+	if _, err := f.WriteAt(p.ext, off+int64(len(p.hdr))); err != nil {
+		return off, err
+	}
+	return off + p.size(), nil
 }
 
 // prepareLog finds where the valid records of the locked log f end, cutting
 // off a torn tail, so that the next record is appended right after the last
 // valid one. It reads only what other processes appended since this one last
 // wrote the same file; a new or replaced file is scanned whole.
-func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, err error) {
+func (s *Store) prepareLog(f *os.File, st *logState, fresh bool, name string) (created bool, err error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return false, err
@@ -423,7 +474,19 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, 
 		if !fresh || st.lost {
 			head = append(head, sealedRecord(recTrim, nil)...)
 		}
-		if err = s.failpoint("log.init"); err == nil {
+		// The sealed segments of the history this file held go first:
+		// a crash before the truncation leaves a link to nothing.
+		switch {
+		case size < logHeaderLen: // a new file
+		case hdr == [logHeaderLen]byte{}:
+			err = s.removeAllSegments(name)
+		default:
+			err = s.removeChain(name, s.chainOf(f, name))
+		}
+		if err == nil {
+			err = s.failpoint("log.init")
+		}
+		if err == nil {
 			err = f.Truncate(0)
 		}
 		if err != nil {
@@ -432,7 +495,7 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, 
 		if _, err := f.WriteAt(head, 0); err != nil {
 			return false, err
 		}
-		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head)), startsOK: true}
+		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head)), startsOK: true, segsOK: true, noLinks: st.noLinks}
 		return true, nil
 	}
 	if string(hdr[:len(logMagic)]) != logMagic {
@@ -447,6 +510,7 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, 
 		start = st.end
 	} else {
 		st.starts, st.startsOK = st.starts[:0], true // the whole file is read
+		st.segs, st.segsOK = nil, false              // another process sealed or replaced it
 	}
 	end, err := scanLog(f, start, size, func(off int64, typ byte) {
 		if typ == recStart && st.startsOK {
@@ -480,7 +544,7 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool) (created bool, 
 // longest suffix that starts at a turn start and fits. The new file starts
 // with a trim record and replaces f by rename; other writers waiting for
 // f's lock notice the rename (openLocked) and reopen.
-func (s *Store) trim(f *os.File, st *logState, path string) error {
+func (s *Store) trim(f *os.File, st *logState, name string) error {
 	starts, end := st.starts, st.end
 	if s.opts.verifyStarts && st.startsOK {
 		var scanned []int64
@@ -534,6 +598,7 @@ func (s *Store) trim(f *os.File, st *logState, path string) error {
 			os.Remove(tmp.Name())
 		}
 	}()
+	segs := s.chainOf(f, name) // sealed before the file system lost its links
 	head := append(newHeader(nonce), sealedRecord(recTrim, nil)...)
 	if _, err := tmp.Write(head); err != nil {
 		return err
@@ -562,7 +627,7 @@ func (s *Store) trim(f *os.File, st *logState, path string) error {
 	if err := s.failpoint("trim.rename"); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := os.Rename(tmp.Name(), s.logPath(name)); err != nil {
 		return err
 	}
 	ok = true
@@ -574,8 +639,10 @@ func (s *Store) trim(f *os.File, st *logState, path string) error {
 			}
 		}
 	}
-	*st = logState{nonce: nonce, end: int64(len(head)) + end - cut, starts: kept, startsOK: st.startsOK}
-	return nil
+	*st = logState{nonce: nonce, end: int64(len(head)) + end - cut, starts: kept, startsOK: st.startsOK, segsOK: true, noLinks: st.noLinks}
+	// The copy starts with a trim record, not a link: the segments are
+	// history no more.
+	return s.removeChain(name, segs)
 }
 
 // remove deletes a session's files: the metadata first, so that a crash in
@@ -603,13 +670,22 @@ func (s *Store) remove(name string, tryLock bool) error {
 	if err := os.Remove(s.metaPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("store: remove: %w", err)
 	}
+	// The sealed segments after the file that names them: a crash in
+	// between leaves segments of no session, which the sweep removes.
 	if f != nil {
+		segs := s.chainOf(f, name)
 		if err := s.failpoint("remove.log"); err != nil {
 			return err
 		}
 		if err := os.Remove(s.logPath(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("store: remove: %w", err)
 		}
+		err = s.removeChain(name, segs)
+	} else if !s.opts.MetadataOnly {
+		err = s.removeAllSegments(name) // what a crash left
+	}
+	if err != nil {
+		return fmt.Errorf("store: remove: %w", err)
 	}
 	delete(s.files, name)
 	return nil

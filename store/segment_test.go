@@ -1,0 +1,192 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// segmentsOf returns the sealed segments of id's log, oldest first (as the
+// links name them).
+func segmentsOf(t *testing.T, st *Store, dir, id string) []string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, fileName(id)+".log"))
+	must(t, err)
+	defer f.Close()
+	var ls logState
+	st.loadSegments(f, &ls, fileName(id))
+	var out []string
+	for _, g := range ls.segs {
+		out = append(out, st.segPath(fileName(id), g.nonce))
+	}
+	return out
+}
+
+// A log past its cap is a chain of segments: read whole and in order
+// across them, dropped oldest first, removed with its session, damaged in
+// the middle without showing a turn with a hole, and read by a router that
+// does not know links as the newest segment after a trim.
+func TestSegments(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	const limit = 8 << 10
+	st := openT(t, dir, Options{MaxSessionBytes: limit, verifyStarts: true})
+	must(t, st.Create(Meta{ID: "x"}))
+	for tn := range 6 { // turns of 3 × 200 B: about 700 B each, under the cap
+		turn(t, st, "x", tn, 3, 200)
+		must(t, st.Sync(ctx))
+	}
+	segs := segmentsOf(t, st, dir, "x")
+	if len(segs) < 2 {
+		t.Fatalf("%d sealed segments after 6 turns of 700 B, segBytes %d", len(segs), st.segBytes())
+	}
+	h := load(t, st, "x")
+	if got, want := pairs(t, h.Updates), seq([]int{0, 1, 2, 3, 4, 5}, 3); !slices.Equal(got, want) || h.Trimmed || h.Partial {
+		t.Errorf("across %d segments: %v (trimmed %v, partial %v), want %v", len(segs), got, h.Trimmed, h.Partial, want)
+	}
+
+	// Past the cap: the oldest segments go, whole turns stay.
+	for tn := 6; tn < 40; tn++ {
+		turn(t, st, "x", tn, 3, 200)
+		must(t, st.Sync(ctx))
+	}
+	if _, err := os.Stat(segs[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the oldest segment %s: %v, want removed", segs[0], err)
+	}
+	h = load(t, st, "x")
+	first := parseLine(t, h.Updates[0]).T
+	var turns []int
+	for tn := first; tn < 40; tn++ {
+		turns = append(turns, tn)
+	}
+	if got := pairs(t, h.Updates); !slices.Equal(got, seq(turns, 3)) || !h.Trimmed || h.Partial || first > 40-limit*3/4/800 {
+		t.Errorf("past the cap: %v (trimmed %v, partial %v)", got, h.Trimmed, h.Partial)
+	}
+
+	// A router that does not know links reads the newest file alone: the
+	// link is a trim record to it.
+	chain, err := st.readChain(fileName("x"))
+	must(t, err)
+	if old := readRecords(chain[len(chain)-1]); !old.trimmed || len(old.updates) > len(h.Updates) {
+		t.Errorf("the newest segment alone: %d updates, trimmed %v", len(old.updates), old.trimmed)
+	}
+
+	// A damaged segment in the middle of a long turn (committed as it
+	// goes, so that it spans segments): the turn ends at the damage (a
+	// gap), never goes on after it.
+	must(t, st.TurnStart("x"))
+	for i := range 20 {
+		must(t, st.Append("x", mkLine("x", 40, i, 200)))
+		if i%3 == 2 {
+			must(t, st.Sync(ctx))
+		}
+	}
+	must(t, st.TurnEnd("x"))
+	turn(t, st, "x", 41, 3, 200)
+	must(t, st.Sync(ctx))
+	segs = segmentsOf(t, st, dir, "x")
+	damaged := ""
+	for k := 1; k < len(segs) && damaged == ""; k++ {
+		data, err := os.ReadFile(segs[k])
+		must(t, err)
+		if first, ok := firstUpdate(data); ok && strings.Contains(string(first), `"t":40,"i":`) && !strings.Contains(string(first), `"i":0,`) {
+			damaged = segs[k-1] // the turn goes on from it into segs[k]
+		}
+	}
+	if damaged == "" {
+		t.Fatalf("turn 40 spans no two segments (%d segments)", len(segs))
+	}
+	data, err := os.ReadFile(damaged)
+	must(t, err)
+	data[len(data)-10] ^= 0xff // its last record's checksum fails
+	must(t, os.WriteFile(damaged, data, 0o600))
+	h = load(t, st, "x")
+	got := pairs(t, h.Updates)
+	if !h.Partial || len(got) == 0 || got[len(got)-1] != "41.2" || slices.Contains(got, "40.19") {
+		t.Errorf("with a damaged segment: %v (partial %v)", got, h.Partial)
+	}
+	for k, p := range got { // in order; a turn is a prefix of itself
+		var tn, i, ptn, pi int
+		fmt.Sscanf(p, "%d.%d", &tn, &i)
+		if k > 0 {
+			fmt.Sscanf(got[k-1], "%d.%d", &ptn, &pi)
+		}
+		if k > 0 && !(tn == ptn && i == pi+1 || tn > ptn && i == 0) || k == 0 && i != 0 {
+			t.Fatalf("with a damaged segment: %v: %s at %d", got, p, k)
+		}
+	}
+
+	// Delete removes every segment; so does the sweep for segments left
+	// without a session (a crash during a delete).
+	must(t, st.Delete(ctx, "x"))
+	if left, _ := filepath.Glob(filepath.Join(dir, fileName("x")+"*")); len(left) != 0 {
+		t.Errorf("after Delete: %v", left)
+	}
+	orphan := filepath.Join(dir, fileName("gone")+".log-0123456789abcdef")
+	must(t, os.WriteFile(orphan, []byte("x"), 0o600))
+	old := time.Now().Add(-2 * staleAge)
+	must(t, os.Chtimes(orphan, old, old))
+	sweepNow(t, st)
+	if _, err := os.Stat(orphan); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("orphan segment: %v, want removed", err)
+	}
+
+	// Metadata only: the segments go with the log.
+	must(t, st.Create(Meta{ID: "y"}))
+	for tn := range 12 {
+		turn(t, st, "y", tn, 3, 200)
+	}
+	must(t, st.Close())
+	if segs := segmentsOf(t, st, dir, "y"); len(segs) == 0 {
+		t.Fatal("no segments for y")
+	}
+	st = openT(t, dir, Options{MetadataOnly: true})
+	must(t, st.Sync(ctx))
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.log*")); len(left) != 0 {
+		t.Errorf("metadata only: %v left", strings.Join(left, ", "))
+	}
+}
+
+// firstUpdate is the payload of the first update record in a segment file.
+func firstUpdate(file []byte) ([]byte, bool) {
+	var out []byte
+	parseRecords(file[logHeaderLen:], func(typ byte, payload []byte) {
+		if typ == recUpdate && out == nil {
+			out = payload
+		}
+	})
+	return out, out != nil
+}
+
+// A new history under the id of a long one (Create again) leaves none of
+// the old one's segments.
+func TestSegmentsReplaced(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	st := openT(t, dir, Options{MaxSessionBytes: 8 << 10, verifyStarts: true})
+	must(t, st.Create(Meta{ID: "x"}))
+	for tn := range 12 {
+		turn(t, st, "x", tn, 3, 200)
+	}
+	must(t, st.Sync(ctx))
+	if len(segmentsOf(t, st, dir, "x")) == 0 {
+		t.Fatal("no segments")
+	}
+	must(t, st.Close())
+	st = openT(t, dir, Options{MaxSessionBytes: 8 << 10, verifyStarts: true})
+	must(t, st.Create(Meta{ID: "x", Title: "again"}))
+	turn(t, st, "x", 0, 1, 200)
+	must(t, st.Sync(ctx))
+	if left, _ := filepath.Glob(filepath.Join(dir, fileName("x")+".log-*")); len(left) != 0 {
+		t.Errorf("segments of the old history: %v", left)
+	}
+	if got := pairs(t, load(t, st, "x").Updates); !slices.Equal(got, []string{"0.0"}) {
+		t.Errorf("the new history: %v", got)
+	}
+}
