@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
@@ -39,6 +40,7 @@ type relayFixture struct {
 	// lines counts the lines written to the editor; final once done is
 	// closed.
 	lines int64
+	got   atomic.Int64 // lines the editor has read so far (no read func)
 	done  chan struct{}
 	stop  func()
 }
@@ -90,6 +92,7 @@ func newRelayFixtureEditor(tb testing.TB, translate bool, opts Options, read fun
 		for {
 			n, err := pr.Read(buf)
 			f.lines += int64(bytes.Count(buf[:n], []byte{'\n'}))
+			f.got.Store(f.lines)
 			if err != nil {
 				pr.Close()
 				return
@@ -151,6 +154,7 @@ type repeatReader struct {
 	line []byte
 	n    int
 	off  int
+	sent atomic.Int64 // lines read whole
 }
 
 func (r *repeatReader) Read(p []byte) (int, error) {
@@ -160,6 +164,7 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 		p, written, r.off = p[c:], written+c, r.off+c
 		if r.off == len(r.line) {
 			r.off, r.n = 0, r.n-1
+			r.sent.Add(1)
 		}
 	}
 	if written == 0 && r.n == 0 {
