@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -188,5 +189,55 @@ func TestSegmentsReplaced(t *testing.T) {
 	}
 	if got := pairs(t, load(t, st, "x").Updates); !slices.Equal(got, []string{"0.0"}) {
 		t.Errorf("the new history: %v", got)
+	}
+}
+
+// Sealing that fails (here at each of its steps in turn) loses nothing:
+// the file appended to grows on, and a later seal succeeds.
+func TestSealFailure(t *testing.T) {
+	for _, op := range []string{"roll.seal", "roll.link", "roll.remove", "roll.write", "roll.sync", "roll.rename"} {
+		t.Run(op, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := t.Context()
+			var failing atomic.Bool
+			failed := 0
+			st, err := open(dir, Options{MaxSessionBytes: 8 << 10, CommitInterval: time.Hour, verifyStarts: true}, func(o string) error {
+				if o == op && failing.Load() {
+					failed++
+					return errors.New("injected")
+				}
+				return nil
+			})
+			must(t, err)
+			t.Cleanup(func() { st.Close() })
+			must(t, st.Create(Meta{ID: "x"}))
+			check := func(upTo int) {
+				t.Helper()
+				h := load(t, st, "x")
+				first := parseLine(t, h.Updates[0]).T
+				var turns []int
+				for tn := first; tn < upTo; tn++ {
+					turns = append(turns, tn)
+				}
+				if got := pairs(t, h.Updates); !slices.Equal(got, seq(turns, 3)) || h.Partial {
+					t.Errorf("after %d failed seals at %s: %v (partial %v)", failed, op, got, h.Partial)
+				}
+			}
+			for tn := range 24 {
+				failing.Store(tn >= 4 && tn < 12)
+				turn(t, st, "x", tn, 3, 200)
+				must(t, st.Sync(ctx))
+				if tn == 12 {
+					check(13)
+				}
+			}
+			if failed == 0 {
+				t.Fatalf("no seal failed at %s", op)
+			}
+			check(24)
+			if n := len(segmentsOf(t, st, dir, "x")); n == 0 {
+				t.Error("no segment sealed once sealing works again")
+			}
+		})
 	}
 }

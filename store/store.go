@@ -283,6 +283,7 @@ type Store struct {
 
 	// Owned by the writer goroutine.
 	files      map[string]*logState  // what this process knows of each log, by file name
+	noLinks    bool                  // no hard links in dir (segment.go)
 	sinceSweep int64                 // bytes written since the last sweep
 	fail       func(op string) error // see failpoint
 }

@@ -33,9 +33,6 @@ type logState struct {
 	// segsOK (segment.go).
 	segs   []segment
 	segsOK bool
-	// noLinks: sealing failed for want of hard links; the file is
-	// trimmed by copy instead.
-	noLinks bool
 }
 
 // maxStarts bounds logState.starts (8 bytes a turn); a log with more turns
@@ -369,15 +366,13 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			b := p.b
 			// A file past segBytes is sealed before the next turn
 			// start, so that most segments start with one.
-			if r := firstStart(b); r >= 0 && st.end+int64(r) > s.segBytes() && !st.noLinks {
+			if r := firstStart(b); r >= 0 && st.end+int64(r) > s.segBytes() && !s.noLinks {
 				if _, err = f.WriteAt(b[:r], st.end); err != nil {
 					break
 				}
 				st.end += int64(r)
 				var rolled bool
-				if f, rolled, err = s.tryRoll(f, st, name); err != nil {
-					break
-				}
+				f, rolled = s.tryRoll(f, st, name) // if it fails, the file grows on
 				changed = changed || rolled
 				b = b[r:]
 			}
@@ -402,14 +397,12 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			return changed, err
 		}
 	}
-	switch {
-	case st.end > 2*s.segBytes() && !st.noLinks: // a long turn
+	if st.end > 2*s.segBytes() && !s.noLinks { // a long turn
 		var rolled bool
-		if f, rolled, err = s.tryRoll(f, st, name); err != nil {
-			return changed, fmt.Errorf("seal: %w", err)
-		}
+		f, rolled = s.tryRoll(f, st, name)
 		changed = changed || rolled
-	case st.end > s.opts.MaxSessionBytes: // no links: trim by copy
+	}
+	if st.end > s.opts.MaxSessionBytes { // not sealed: trim by copy
 		if err := s.trim(f, st, name); err != nil {
 			return changed, fmt.Errorf("trim: %w", err)
 		}
@@ -418,17 +411,23 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 	return changed, nil
 }
 
-// tryRoll seals f (roll). Where the file system has no hard links it
-// reports no error and leaves f as it is: the log is trimmed by copy from
-// then on (st.noLinks). Any other error is the caller's: f is intact.
-func (s *Store) tryRoll(f *os.File, st *logState, name string) (*os.File, bool, error) {
+// tryRoll seals f (roll) and returns the file to append to and whether it
+// is a new one. A failure leaves f as it was (roll), logged: the file
+// grows until a later roll succeeds, or is trimmed by copy past the cap.
+// Where the file system has no hard links, the Store stops sealing
+// (noLinks) and trims by copy.
+func (s *Store) tryRoll(f *os.File, st *logState, name string) (*os.File, bool) {
 	g, err := s.roll(f, st, name)
-	if errors.Is(err, errNoLinks) {
-		st.noLinks = true
+	switch {
+	case errors.Is(err, errNoLinks):
+		s.noLinks = true
 		s.log.Warn("store: the state directory has no hard links; session logs past their cap are trimmed by copy", "error", err)
-		return f, false, nil
+		return f, false
+	case err != nil:
+		s.log.Warn("store: cannot seal a session log; it grows on", "error", err)
+		return f, false
 	}
-	return g, err == nil, err
+	return g, true
 }
 
 // writeShared writes p, an update record with a shared line, at off; it
@@ -495,7 +494,7 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool, name string) (c
 		if _, err := f.WriteAt(head, 0); err != nil {
 			return false, err
 		}
-		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head)), startsOK: true, segsOK: true, noLinks: st.noLinks}
+		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head)), startsOK: true, segsOK: true}
 		return true, nil
 	}
 	if string(hdr[:len(logMagic)]) != logMagic {
@@ -639,7 +638,7 @@ func (s *Store) trim(f *os.File, st *logState, name string) error {
 			}
 		}
 	}
-	*st = logState{nonce: nonce, end: int64(len(head)) + end - cut, starts: kept, startsOK: st.startsOK, segsOK: true, noLinks: st.noLinks}
+	*st = logState{nonce: nonce, end: int64(len(head)) + end - cut, starts: kept, startsOK: st.startsOK, segsOK: true}
 	// The copy starts with a trim record, not a link: the segments are
 	// history no more.
 	return s.removeChain(name, segs)
