@@ -366,7 +366,11 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			b := p.b
 			// A file past segBytes is sealed before the next turn
 			// start, so that most segments start with one.
-			if r := firstStart(b); r >= 0 && st.end+int64(r) > s.segBytes() && !s.noLinks {
+			r := -1
+			if st.end+int64(len(b)) > s.segBytes() && !s.noLinks {
+				r = firstStart(b)
+			}
+			if r >= 0 && st.end+int64(r) > s.segBytes() {
 				if _, err = f.WriteAt(b[:r], st.end); err != nil {
 					break
 				}
