@@ -442,6 +442,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 	content := (t != nil && t.d == d) || (active && t == nil)
 	var line []byte
 	verbatim := false // line is m.Raw and nothing keeps a piece of it
+	recycle := false  // line is new and nothing keeps a piece of m
 	switch up.Kind {
 	case "available_commands_update":
 		d.commands = up.AvailableCommands
@@ -533,6 +534,9 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			// What these kinds leave in the session's tables and the
 			// turn's record is decoded (strings), never a slice of m.
 			verbatim = len(line) > 0 && len(line) == len(m.Raw) && &line[0] == &m.Raw[0]
+			// Rewritten, it is a new line (agentLine): m's pooled
+			// buffer can go back once it is recorded.
+			recycle = len(line) > 0 && !verbatim
 		}
 	}
 	if line != nil && t != nil && t.d == d {
@@ -543,6 +547,11 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		return
 	}
 	s.writeLocked(line)
+	if recycle {
+		if sh := m.Claim(); sh != nil {
+			sh.Release()
+		}
+	}
 }
 
 // sessionInfoLocked applies a session_info_update of d to the router's

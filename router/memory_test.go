@@ -219,10 +219,26 @@ func floodPeak(t *testing.T, n int) (float64, int) {
 // reader's buffer (pooled, shared by the editor's queue and the store,
 // reused once both wrote them), to an editor that reads slowly at times,
 // and checks that each arrives byte for byte, in order, and is stored so:
-// a buffer reused too early would show here.
+// a buffer reused too early would show here. Translated: the same with
+// each update rewritten for a session whose id is not its agent's (the
+// reader's buffer goes back to the pool once the new line is made).
 func TestFloodIntactStore(t *testing.T) {
+	for _, translate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "verbatim", true: "translated"}[translate], func(t *testing.T) {
+			testFloodIntactStore(t, translate)
+		})
+	}
+}
+
+func testFloodIntactStore(t *testing.T, translate bool) {
 	const n = 96
+	const sid = "0199a3c2-7f1e-7c3b-9d5e-2f4b8a6c1e90"
 	lines := make([][]byte, n)
+	var routerID atomic.Value // the router's session id, once the fixture has made it
+	want := func(i int64) []byte {
+		id, _ := routerID.Load().(string)
+		return bytes.Replace(lines[i], []byte(`"sessionId":"`+sid+`"`), []byte(`"sessionId":"`+id+`"`), 1)
+	}
 	var src bytes.Buffer
 	rng := rand.New(rand.NewPCG(16, 2))
 	for i := range lines {
@@ -230,7 +246,7 @@ func TestFloodIntactStore(t *testing.T) {
 		if i%7 == 0 {
 			size = 60<<10 + rng.IntN(10<<10) // around the reader's buffer
 		}
-		lines[i] = floodLine(t, "0199a3c2-7f1e-7c3b-9d5e-2f4b8a6c1e90", i, size)
+		lines[i] = floodLine(t, sid, i, size)
 		src.Write(lines[i])
 		src.WriteByte('\n')
 	}
@@ -243,8 +259,8 @@ func TestFloodIntactStore(t *testing.T) {
 			if err != nil {
 				return got
 			}
-			if got < n && !bytes.Equal(line[:len(line)-1], lines[got]) && bad.Load() == nil {
-				bad.Store(fmt.Sprintf("line %d: %d bytes, want %d (%.60q…)", got, len(line)-1, len(lines[got]), line))
+			if got < n && !bytes.Equal(line[:len(line)-1], want(got)) && bad.Load() == nil {
+				bad.Store(fmt.Sprintf("line %d: %d bytes, want %d (%.60q…)", got, len(line)-1, len(want(got)), line))
 			}
 			got++
 			if got%5 == 0 {
@@ -253,7 +269,8 @@ func TestFloodIntactStore(t *testing.T) {
 		}
 	}
 	st := openStore(t)
-	f := newRelayFixtureEditor(t, false, Options{Store: st}, read)
+	f := newRelayFixtureEditor(t, translate, Options{Store: st}, read)
+	routerID.Store(f.s.ID)
 	if err := st.TurnStart(f.s.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -282,8 +299,8 @@ func TestFloodIntactStore(t *testing.T) {
 		t.Fatalf("the store has %d updates (%v), want %d", len(h.Updates), err, n)
 	}
 	for i, u := range h.Updates {
-		if !bytes.Equal(u, lines[i]) {
-			t.Fatalf("stored update %d: %d bytes, want %d (%.60q…)", i, len(u), len(lines[i]), u)
+		if !bytes.Equal(u, want(int64(i))) {
+			t.Fatalf("stored update %d: %d bytes, want %d (%.60q…)", i, len(u), len(want(int64(i))), u)
 		}
 	}
 }
@@ -302,3 +319,36 @@ func floodLine(tb testing.TB, sid string, i, size int) []byte {
 	}
 	return line
 }
+
+// TestCopies1MiBTranslated is TestCopies1MiBStore on the path of a session
+// whose id is not its agent's (after a switch of agent, a subagent's
+// session): the update is rewritten into a new line, which the editor's
+// queue and the store get; the reader's pooled buffer goes back to the pool
+// once the new line is made, so one copy is allocated per update, not two.
+func TestCopies1MiBTranslated(t *testing.T) {
+	st := openStore(t)
+	ro := newRelayOneOn(t, newRelayFixtureOpts(t, true, Options{Store: st}))
+	if err := st.TurnStart(ro.f.s.ID); err != nil {
+		t.Fatal(err)
+	}
+	line := append(updateLine(t, ro.f.sid, 1<<20), '\n')
+	copies := copiesPerSend(ro, line)
+	if err := st.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.Load(t.Context(), ro.f.s.ID)
+	if err != nil || len(h.Updates) != 3+3*copiesSends || !bytes.Contains(h.Updates[0][:200], []byte(ro.f.s.ID)) {
+		t.Fatalf("the store has %d updates (%v), want %d with the router's session id", len(h.Updates), err, 3+3*copiesSends)
+	}
+	bound := maxCopies1MiBTranslated
+	if raceEnabled {
+		bound += copiesBound() - maxCopies1MiBStore
+	}
+	t.Logf("%.2f copies per translated 1 MiB update, store on (bound %.2f)", copies, bound)
+	if copies > bound {
+		t.Errorf("%.2f× the message allocated per translated 1 MiB update with the store on, want at most %.2f×", copies, bound)
+	}
+}
+
+// maxCopies1MiBTranslated: the new line, and nothing else.
+const maxCopies1MiBTranslated = 1.5
