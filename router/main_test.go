@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 }
 
 // fakeAgent speaks ACP on stdin/stdout until EOF. session/new answers
-// sessionId "sess-N". session/prompt runs the last text block of its
+// sessionId "sess-N" in mode "default". session/prompt runs the last text block of its
 // prompt as a script, one command a line, on its own goroutine (the agent
 // keeps reading meanwhile), then answers end_turn:
 //
@@ -123,7 +123,8 @@ func fakeAgent() int {
 			reply(map[string]any{"protocolVersion": 1, "agentCapabilities": map[string]any{}})
 		case m.Method == "session/new":
 			nextSes++
-			reply(map[string]any{"sessionId": fmt.Sprintf("sess-%d", nextSes)})
+			reply(map[string]any{"sessionId": fmt.Sprintf("sess-%d", nextSes),
+				"modes": map[string]any{"currentModeId": "default", "availableModes": []map[string]string{{"id": "default", "name": "Default"}}}})
 		case m.Method == "session/prompt":
 			var p struct {
 				SessionID string `json:"sessionId"`

@@ -38,7 +38,10 @@ func (r *Router) traceDispatch(s *Session, t *turn, d *downstream, p json.RawMes
 	}
 	s.mu.Lock()
 	u := t.tel
-	mode, _, _, _ := merge.CurrentMode(d.view)
+	mode := ""
+	if u.Recording() { // the mode is a span attribute only: not decoded for a turn not traced
+		mode, _, _, _ = merge.CurrentMode(d.view)
+	}
 	s.mu.Unlock()
 	return u.Dispatch(d.agent.Name(), mode, p)
 }

@@ -75,6 +75,15 @@ func TestTelemetryTurn(t *testing.T) {
 			if s.Parent.SpanID().String() != parentID || s.SpanContext.TraceID().String() != traceID {
 				t.Errorf("turn parent %v", s.Parent)
 			}
+			var mode string
+			for _, kv := range s.Attributes {
+				if kv.Key == telemetry.KeyMode {
+					mode = kv.Value.AsString()
+				}
+			}
+			if mode != "default" { // the agent's mode (orderAgent's session/new)
+				t.Errorf("turn span's %s = %q, want the agent's mode", telemetry.KeyMode, mode)
+			}
 		case want != "" && parent.Name != want:
 			t.Errorf("%s's parent is %q, want %q", s.Name, parent.Name, want)
 		}

@@ -63,3 +63,23 @@ func BenchmarkSpan(b *testing.B) {
 		span.End()
 	}
 }
+
+// BenchmarkTurnUnsampled is BenchmarkTurn with a sampler that records no
+// turn (OTEL_TRACES_SAMPLER=always_off; a ratio sampler's other turns):
+// what telemetry costs a turn that is not traced.
+func BenchmarkTurnUnsampled(b *testing.B) {
+	tel, err := Setup(b.Context(), config.Telemetry{Enabled: true, Sampler: "always_off"}, Options{Getenv: func(string) string { return "" },
+		SpanExporter: discardSpans{}, MetricReader: sdkmetric.NewManualReader(), LogExporter: &memLogs{}, BatchInterval: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tel.Shutdown(context.Background()) })
+	params := json.RawMessage(`{"sessionId":"0199a3c2-7f1e-7c3b-9d5e-2f4b8a6c1e90","prompt":[{"type":"text","text":"Explain the relay."}]}`)
+	result := json.RawMessage(`{"stopReason":"end_turn","usage":{"inputTokens":10,"outputTokens":20,"totalTokens":30}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		u := tel.StartTurn(params, "s1")
+		u.Dispatch("claude", "default", params)
+		u.End(result, nil, nil)
+	}
+}

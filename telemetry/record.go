@@ -163,6 +163,10 @@ func (u *Turn) Context(ctx context.Context) context.Context {
 	return trace.ContextWithSpan(ctx, u.span)
 }
 
+// Recording reports whether the turn's span records (is sampled): the
+// attributes only a recorded span keeps need not be computed otherwise.
+func (u *Turn) Recording() bool { return u != nil && u.span.IsRecording() }
+
 // Dispatch starts the span of the session/prompt call to agent and returns
 // params with its traceparent in _meta, so that the agent's spans join the
 // trace. Called once per turn.
