@@ -195,7 +195,7 @@ func TestCrashAtEveryWriteBoundary(t *testing.T) {
 		ops     []string
 	}{
 		// A log past its cap loses its oldest segments...
-		{"segments", false, []string{"roll.seal", "roll.link", "roll.remove", "roll.write", "roll.sync", "roll.rename"}},
+		{"segments", false, []string{"roll.seal", "roll.link", "roll.remove", "roll.write", "roll.sync", "roll.rename", "log.sync.sealed"}},
 		// ... or, without hard links, is trimmed by copy.
 		{"copy", true, []string{"trim.write", "trim.sync", "trim.rename"}},
 	} {

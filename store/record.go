@@ -149,10 +149,11 @@ type replay struct {
 func readRecords(chain ...[]byte) replay {
 	var rp replay
 	skipping := false
-	whole := false // the segment before ended with its last record
+	whole := false // the segment before ended with a whole record
 	for i, data := range chain {
-		if _, ok := parseLink(data); ok && i > 0 {
-			if !whole {
+		if _, size, ok := parseLink(data); ok && i > 0 {
+			// ... where the link says it ends.
+			if !whole || int64(logHeaderLen+len(chain[i-1])) != size {
 				skipping, rp.partial = true, true
 			}
 			data = data[linkLen:]

@@ -16,8 +16,10 @@ import (
 // A session's log is a chain of segments: NAME.log, the one appended to,
 // and the sealed ones before it, NAME.log-NONCE (NONCE: 16 hex digits, the
 // sealed file's own header nonce). A segment that continues another starts
-// with a link: a trim record whose 8-byte payload is its predecessor's
-// nonce. Readers that do not know links (an older router) take it for a
+// with a link: a trim record whose payload is its predecessor's nonce and
+// length (8 bytes each, little-endian): a predecessor shorter than that
+// lost its end (an OS crash before the turn's fsync) and is followed by a
+// gap, not by the rest of a turn. Readers that do not know links (an older router) take it for a
 // trim record and see the newest segment only.
 //
 // When the file appended to holds more than segBytes, the writer seals it
@@ -36,7 +38,7 @@ import (
 func (s *Store) segBytes() int64 { return max(s.opts.MaxSessionBytes/16, 64) }
 
 // linkLen is the length of a link record.
-const linkLen = recHeaderLen + 1 + 8
+const linkLen = recHeaderLen + 1 + 16
 
 func (s *Store) segPath(name string, nonce uint64) string {
 	return filepath.Join(s.dir, fmt.Sprintf("%s.log-%016x", name, nonce))
@@ -55,16 +57,23 @@ func readLink(f *os.File) (prev uint64, ok bool) {
 	if _, err := f.ReadAt(b[:], logHeaderLen); err != nil {
 		return 0, false
 	}
-	return parseLink(b[:])
+	prev, _, ok = parseLink(b[:])
+	return prev, ok
 }
 
-// parseLink reads a link record at the start of b (a log's records).
-func parseLink(b []byte) (prev uint64, ok bool) {
-	if len(b) < linkLen || binary.LittleEndian.Uint32(b) != 1+8 || b[recHeaderLen] != recTrim ||
+// parseLink reads a link record at the start of b (a log's records): the
+// predecessor's nonce and length.
+func parseLink(b []byte) (prev uint64, size int64, ok bool) {
+	if len(b) < linkLen || binary.LittleEndian.Uint32(b) != 1+16 || b[recHeaderLen] != recTrim ||
 		crc32.Checksum(b[recHeaderLen:linkLen], castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
-		return 0, false
+		return 0, 0, false
 	}
-	return binary.LittleEndian.Uint64(b[recHeaderLen+1:]), true
+	return binary.LittleEndian.Uint64(b[recHeaderLen+1:]), int64(binary.LittleEndian.Uint64(b[recHeaderLen+9:])), true
+}
+
+// linkPayload is the payload of a link to the segment nonce of size bytes.
+func linkPayload(nonce uint64, size int64) []byte {
+	return binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, nonce), uint64(size))
 }
 
 // maxSegments bounds a chain a reader follows (the cap makes about 17;
@@ -155,15 +164,18 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 	if !st.segsOK {
 		s.loadSegments(f, st, name)
 	}
+	// The sealed file is fsynced with the next sync commit (a turn's
+	// end), not here, in the middle of a flood: until then, what an OS
+	// crash may take from its end is the turn in progress, which readers
+	// end there (a segment that does not end with a whole record is
+	// followed by a gap).
 	if err := s.failpoint("roll.seal"); err != nil {
-		return f, err
-	}
-	if err := f.Sync(); err != nil { // a sealed segment is complete
 		return f, err
 	}
 	if err := s.failpoint("roll.link"); err != nil {
 		return f, err
 	}
+	sealedNonce := st.nonce
 	sealed := s.segPath(name, st.nonce)
 	link := os.Link
 	if s.opts.noLinks {
@@ -215,7 +227,7 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 	if err := flock(tmp, syscall.LOCK_EX); err != nil {
 		return f, err
 	}
-	head := append(newHeader(nonce), sealedRecord(recTrim, binary.LittleEndian.AppendUint64(nil, st.nonce))...)
+	head := append(newHeader(nonce), sealedRecord(recTrim, linkPayload(st.nonce, st.end))...)
 	if _, err := tmp.Write(head); err != nil {
 		return f, err
 	}
@@ -233,8 +245,29 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 	}
 	ok = true
 	f.Close()
-	*st = logState{nonce: nonce, end: int64(len(head)), lost: st.lost, startsOK: true, segs: segs, segsOK: true}
+	*st = logState{nonce: nonce, end: int64(len(head)), lost: st.lost, startsOK: true, segs: segs, segsOK: true,
+		unsynced: append(st.unsynced, sealedNonce)}
 	return tmp, nil
+}
+
+// syncSealed fsyncs the segments st sealed since its last sync commit (one
+// gone since, dropped as the oldest, needs none).
+func (s *Store) syncSealed(st *logState, name string) error {
+	for len(st.unsynced) > 0 {
+		if err := s.failpoint("log.sync.sealed"); err != nil {
+			return err
+		}
+		g, err := os.Open(s.segPath(name, st.unsynced[0]))
+		if err == nil {
+			err = g.Sync()
+			g.Close()
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		st.unsynced = st.unsynced[1:]
+	}
+	return nil
 }
 
 func sameFile(f *os.File, fi os.FileInfo) bool {
@@ -261,7 +294,7 @@ func (s *Store) readChain(name string) ([][]byte, error) {
 	}
 	chain := [][]byte{data}
 	for len(chain) < maxSegments {
-		prev, ok := parseLink(chain[len(chain)-1])
+		prev, _, ok := parseLink(chain[len(chain)-1])
 		if !ok {
 			break
 		}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -103,23 +104,40 @@ func TestSegments(t *testing.T) {
 	if damaged == "" {
 		t.Fatalf("turn 40 spans no two segments (%d segments)", len(segs))
 	}
-	data, err := os.ReadFile(damaged)
+	original, err := os.ReadFile(damaged)
 	must(t, err)
-	data[len(data)-10] ^= 0xff // its last record's checksum fails
-	must(t, os.WriteFile(damaged, data, 0o600))
-	h = load(t, st, "x")
-	got := pairs(t, h.Updates)
-	if !h.Partial || len(got) == 0 || got[len(got)-1] != "41.2" || slices.Contains(got, "40.19") {
-		t.Errorf("with a damaged segment: %v (partial %v)", got, h.Partial)
-	}
-	for k, p := range got { // in order; a turn is a prefix of itself
-		var tn, i, ptn, pi int
-		fmt.Sscanf(p, "%d.%d", &tn, &i)
-		if k > 0 {
-			fmt.Sscanf(got[k-1], "%d.%d", &ptn, &pi)
+	for _, damage := range []struct {
+		name string
+		do   func([]byte) []byte
+	}{
+		// Its last record's checksum fails.
+		{"a damaged record", func(b []byte) []byte { b[len(b)-10] ^= 0xff; return b }},
+		// It lost its last record whole (an OS crash took the end of
+		// a file not yet fsynced): it ends short of where the link
+		// says.
+		{"a lost last record", func(b []byte) []byte {
+			end := logHeaderLen
+			for r := logHeaderLen; r < len(b); r += recHeaderLen + int(binary.LittleEndian.Uint32(b[r:])) {
+				end = r
+			}
+			return b[:end]
+		}},
+	} {
+		must(t, os.WriteFile(damaged, damage.do(slices.Clone(original)), 0o600))
+		h = load(t, st, "x")
+		got := pairs(t, h.Updates)
+		if !h.Partial || len(got) == 0 || got[len(got)-1] != "41.2" || slices.Contains(got, "40.19") {
+			t.Errorf("with %s: %v (partial %v)", damage.name, got, h.Partial)
 		}
-		if k > 0 && !(tn == ptn && i == pi+1 || tn > ptn && i == 0) || k == 0 && i != 0 {
-			t.Fatalf("with a damaged segment: %v: %s at %d", got, p, k)
+		for k, p := range got { // in order; a turn is a prefix of itself
+			var tn, i, ptn, pi int
+			fmt.Sscanf(p, "%d.%d", &tn, &i)
+			if k > 0 {
+				fmt.Sscanf(got[k-1], "%d.%d", &ptn, &pi)
+			}
+			if k > 0 && !(tn == ptn && i == pi+1 || tn > ptn && i == 0) || k == 0 && i != 0 {
+				t.Fatalf("with %s: %v: %s at %d", damage.name, got, p, k)
+			}
 		}
 	}
 

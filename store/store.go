@@ -100,10 +100,12 @@
 // on NAME.log for each commit, and on NAME.json while they merge its
 // UpdatedAt history with theirs; Load takes a shared one on NAME.log. The
 // sealed segments of a long log, NAME.log-NONCE, hold its older records:
-// NAME.log then starts with a link, a D record whose payload is the 8-byte
-// nonce of the segment before it, which starts with a link to the one
-// before, and so on; a link to a segment no longer there reads as a trim
-// (segment.go). Sealing and a trim write a new NAME.log and rename it over
+// NAME.log then starts with a link, a D record whose payload is the nonce
+// and length of the segment before it (8 bytes each), which starts with a
+// link to the one before, and so on; a link to a segment no longer there
+// reads as a trim, one to a segment shorter than its length as a gap
+// (segment.go). A sealed segment is fsynced with the next commit that
+// fsyncs the log (a turn's end), not when it is sealed. Sealing and a trim write a new NAME.log and rename it over
 // the old one; a writer that locked the old file notices and reopens. Temporary files are .tmp-*; the sweep
 // removes stale ones. Removing the directory while no router runs wipes every
 // stored session.

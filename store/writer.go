@@ -33,6 +33,9 @@ type logState struct {
 	// segsOK (segment.go).
 	segs   []segment
 	segsOK bool
+	// unsynced are the segments sealed since the last sync commit, which
+	// fsyncs them with the file appended to (segment.go).
+	unsynced []uint64
 }
 
 // maxStarts bounds logState.starts (8 bytes a turn); a log with more turns
@@ -394,7 +397,11 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		}
 	}
 	if j.sync {
-		if err = s.failpoint("log.sync"); err == nil {
+		err = s.syncSealed(st, name)
+		if err == nil {
+			err = s.failpoint("log.sync")
+		}
+		if err == nil {
 			err = f.Sync()
 		}
 		if err != nil {
@@ -498,7 +505,7 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool, name string) (c
 		if _, err := f.WriteAt(head, 0); err != nil {
 			return false, err
 		}
-		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head)), startsOK: true, segsOK: true}
+		*st = logState{nonce: binary.LittleEndian.Uint64(head[len(logMagic):]), end: int64(len(head)), startsOK: true, segsOK: true} // the segments are gone
 		return true, nil
 	}
 	if string(hdr[:len(logMagic)]) != logMagic {
