@@ -164,18 +164,18 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 	if !st.segsOK {
 		s.loadSegments(f, st, name)
 	}
-	// The sealed file is fsynced with the next sync commit (a turn's
-	// end), not here, in the middle of a flood: until then, what an OS
-	// crash may take from its end is the turn in progress, which readers
-	// end there (a segment that does not end with a whole record is
-	// followed by a gap).
+	// The sealed file is fsynced by another goroutine (fsyncSealed), and
+	// the next sync commit (a turn's end) waits for that: the writer does
+	// not wait for the disk in the middle of a flood, nor for a cache
+	// flush per segment at the turn's end. Until then, what an OS crash
+	// may take from its end is the turn in progress, which readers end
+	// there (a segment shorter than its link says is followed by a gap).
 	if err := s.failpoint("roll.seal"); err != nil {
 		return f, err
 	}
 	if err := s.failpoint("roll.link"); err != nil {
 		return f, err
 	}
-	sealedNonce := st.nonce
 	sealed := s.segPath(name, st.nonce)
 	link := os.Link
 	if s.opts.noLinks {
@@ -246,26 +246,41 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 	ok = true
 	f.Close()
 	*st = logState{nonce: nonce, end: int64(len(head)), lost: st.lost, startsOK: true, segs: segs, segsOK: true,
-		unsynced: append(st.unsynced, sealedNonce)}
+		unsynced: append(st.unsynced, fsyncSealed(sealed))}
 	return tmp, nil
 }
 
-// syncSealed fsyncs the segments st sealed since its last sync commit (one
-// gone since, dropped as the oldest, needs none).
-func (s *Store) syncSealed(st *logState, name string) error {
-	for len(st.unsynced) > 0 {
-		if err := s.failpoint("log.sync.sealed"); err != nil {
-			return err
-		}
-		g, err := os.Open(s.segPath(name, st.unsynced[0]))
+// fsyncSealed fsyncs the sealed segment at path on a goroutine of its own
+// and returns where its result will be (nil: done, or the file is gone,
+// dropped as the oldest: it needs no fsync).
+func fsyncSealed(path string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		g, err := os.Open(path)
 		if err == nil {
 			err = g.Sync()
 			g.Close()
 		}
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+		done <- err
+	}()
+	return done
+}
+
+// syncSealed waits for the fsyncs of the segments st sealed since its last
+// sync commit.
+func (s *Store) syncSealed(st *logState) error {
+	for len(st.unsynced) > 0 {
+		if err := s.failpoint("log.sync.sealed"); err != nil {
 			return err
 		}
+		err := <-st.unsynced[0]
 		st.unsynced = st.unsynced[1:]
+		if err != nil {
+			return err // reported once, as a failed fsync of the log is
+		}
 	}
 	return nil
 }

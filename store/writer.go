@@ -33,9 +33,9 @@ type logState struct {
 	// segsOK (segment.go).
 	segs   []segment
 	segsOK bool
-	// unsynced are the segments sealed since the last sync commit, which
-	// fsyncs them with the file appended to (segment.go).
-	unsynced []uint64
+	// unsynced are the fsyncs of the segments sealed since the last sync
+	// commit, which waits for them (segment.go).
+	unsynced []<-chan error
 }
 
 // maxStarts bounds logState.starts (8 bytes a turn); a log with more turns
@@ -397,7 +397,7 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		}
 	}
 	if j.sync {
-		err = s.syncSealed(st, name)
+		err = s.syncSealed(st)
 		if err == nil {
 			err = s.failpoint("log.sync")
 		}
