@@ -82,8 +82,19 @@ func openStore(tb testing.TB) *store.Store {
 // update goes to the editor's queue and the store's, and is written to
 // both, without a second copy.
 func TestCopies1MiBStore(t *testing.T) {
+	copies := copiesStored(t, false)
+	t.Logf("%.2f copies per 1 MiB update, store on (bound %.2f)", copies, copiesBound())
+	if copies > copiesBound() {
+		t.Errorf("%.2f× the message allocated per relayed 1 MiB update with the store on, want at most %.2f×", copies, copiesBound())
+	}
+}
+
+// copiesStored is copiesPerSend of 1 MiB updates through a router with a
+// session store, translated or not; it checks that the store got them all,
+// with the router's session id.
+func copiesStored(t *testing.T, translate bool) float64 {
 	st := openStore(t)
-	ro := newRelayOneOpts(t, Options{Store: st})
+	ro := newRelayOneOn(t, newRelayFixtureOpts(t, translate, Options{Store: st}))
 	if err := st.TurnStart(ro.f.s.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +104,10 @@ func TestCopies1MiBStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := st.Load(t.Context(), ro.f.s.ID)
-	if err != nil || len(h.Updates) != 3+3*copiesSends {
-		t.Fatalf("the store has %d updates (%v), want %d", len(h.Updates), err, 3+3*copiesSends)
+	if err != nil || len(h.Updates) != 3+3*copiesSends || !bytes.Contains(h.Updates[0][:200], []byte(`"sessionId":"`+ro.f.s.ID+`"`)) {
+		t.Fatalf("the store has %d updates (%v), want %d with the router's session id", len(h.Updates), err, 3+3*copiesSends)
 	}
-	t.Logf("%.2f copies per 1 MiB update, store on (bound %.2f)", copies, copiesBound())
-	if copies > copiesBound() {
-		t.Errorf("%.2f× the message allocated per relayed 1 MiB update with the store on, want at most %.2f×", copies, copiesBound())
-	}
+	return copies
 }
 
 // TestFloodPeakStore bounds the heap during a flood of 32 updates of 1 MiB
@@ -326,20 +334,7 @@ func floodLine(tb testing.TB, sid string, i, size int) []byte {
 // queue and the store get; the reader's pooled buffer goes back to the pool
 // once the new line is made, so one copy is allocated per update, not two.
 func TestCopies1MiBTranslated(t *testing.T) {
-	st := openStore(t)
-	ro := newRelayOneOn(t, newRelayFixtureOpts(t, true, Options{Store: st}))
-	if err := st.TurnStart(ro.f.s.ID); err != nil {
-		t.Fatal(err)
-	}
-	line := append(updateLine(t, ro.f.sid, 1<<20), '\n')
-	copies := copiesPerSend(ro, line)
-	if err := st.Sync(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	h, err := st.Load(t.Context(), ro.f.s.ID)
-	if err != nil || len(h.Updates) != 3+3*copiesSends || !bytes.Contains(h.Updates[0][:200], []byte(ro.f.s.ID)) {
-		t.Fatalf("the store has %d updates (%v), want %d with the router's session id", len(h.Updates), err, 3+3*copiesSends)
-	}
+	copies := copiesStored(t, true)
 	bound := maxCopies1MiBTranslated
 	if raceEnabled {
 		bound += copiesBound() - maxCopies1MiBStore
