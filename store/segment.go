@@ -190,6 +190,12 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 		}
 		// A crash after the link left it: it is this file.
 	}
+	// The new name must be on disk before the rename below takes the old
+	// one: a file system without a journal may keep the rename of a crash
+	// and lose the link, and with it the sealed file.
+	if err := syncDir(s.dir); err != nil {
+		return f, err
+	}
 	segs := append(st.segs, segment{nonce: st.nonce, size: st.end})
 	st.segsOK = false // until the new state is set
 	// The newest kept whole while they leave room for two more segments;
@@ -245,8 +251,12 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 	}
 	ok = true
 	f.Close()
+	unsynced := st.unsynced
+	if !st.clean { // a file its last fsync wrote whole (sealed at a turn's start) needs none
+		unsynced = append(unsynced, fsyncSealed(sealed))
+	}
 	*st = logState{nonce: nonce, end: int64(len(head)), lost: st.lost, startsOK: true, segs: segs, segsOK: true,
-		unsynced: append(st.unsynced, fsyncSealed(sealed))}
+		unsynced: unsynced, clean: true}
 	return tmp, nil
 }
 

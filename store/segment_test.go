@@ -259,3 +259,39 @@ func TestSealFailure(t *testing.T) {
 		})
 	}
 }
+
+// A segment sealed at a turn's start after the turn before was fsynced
+// needs no fsync of its own; one sealed in the middle of a long turn gets
+// one, which the turn's end waits for.
+func TestSealFsync(t *testing.T) {
+	var sealedSyncs atomic.Int64
+	st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: time.Hour, CommitBytes: 500}, func(op string) error {
+		if op == "log.sync.sealed" {
+			sealedSyncs.Add(1)
+		}
+		return nil
+	})
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	ctx := t.Context()
+	must(t, st.Create(Meta{ID: "x"}))
+	for tn := range 12 { // turns of 700 B, each synced: sealed at turn starts
+		turn(t, st, "x", tn, 3, 200)
+		must(t, st.Sync(ctx))
+	}
+	if n := sealedSyncs.Load(); n != 0 {
+		t.Errorf("%d fsyncs of segments sealed clean at a turn's start, want none", n)
+	}
+	must(t, st.TurnStart("x"))
+	for i := range 20 { // 4 KiB in one turn, committed as it goes: sealed mid-turn
+		must(t, st.Append("x", mkLine("x", 12, i, 200)))
+		for i%3 == 2 && st.Stats().Queued > 0 { // 600 B: committed (CommitBytes), not fsynced
+			time.Sleep(time.Millisecond)
+		}
+	}
+	must(t, st.TurnEnd("x"))
+	must(t, st.Sync(ctx))
+	if n := sealedSyncs.Load(); n == 0 {
+		t.Error("no fsync of the segments sealed in the middle of a turn")
+	}
+}

@@ -36,6 +36,9 @@ type logState struct {
 	// unsynced are the fsyncs of the segments sealed since the last sync
 	// commit, which waits for them (segment.go).
 	unsynced []<-chan error
+	// clean: the file holds nothing its last fsync did not write (none
+	// needed when it is sealed).
+	clean bool
 }
 
 // maxStarts bounds logState.starts (8 bytes a turn); a log with more turns
@@ -352,7 +355,7 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			return changed, err
 		}
 		st.end += int64(len(gap))
-		st.lost = false
+		st.lost, st.clean = false, false
 	}
 	if j.size > 0 {
 		err = s.failpoint("log.write")
@@ -363,6 +366,7 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			p := &j.recs[i]
 			if p.ext != nil { // an update record: no turn start
 				st.end, err = s.writeShared(f, p, st.end)
+				st.clean = false
 				continue
 			}
 			sealRecords(p.b)
@@ -374,10 +378,13 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 				r = firstStart(b)
 			}
 			if r >= 0 && st.end+int64(r) > s.segBytes() {
-				if _, err = f.WriteAt(b[:r], st.end); err != nil {
-					break
+				if r > 0 { // the records before the turn start
+					if _, err = f.WriteAt(b[:r], st.end); err != nil {
+						break
+					}
+					st.end += int64(r)
+					st.clean = false
 				}
-				st.end += int64(r)
 				var rolled bool
 				f, rolled = s.tryRoll(f, st, name) // if it fails, the file grows on
 				changed = changed || rolled
@@ -386,6 +393,7 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 			if _, err = f.WriteAt(b, st.end); err == nil {
 				st.noteStarts(b, st.end)
 				st.end += int64(len(b))
+				st.clean = false
 			}
 		}
 		if err != nil {
@@ -407,6 +415,7 @@ func (s *Store) writeLog(j *job) (changed bool, err error) {
 		if err != nil {
 			return changed, err
 		}
+		st.clean = true
 	}
 	if st.end > 2*s.segBytes() && !s.noLinks { // a long turn
 		var rolled bool
@@ -522,6 +531,7 @@ func (s *Store) prepareLog(f *os.File, st *logState, fresh bool, name string) (c
 		st.starts, st.startsOK = st.starts[:0], true // the whole file is read
 		st.segs, st.segsOK = nil, false              // another process sealed or replaced it
 	}
+	st.clean = false // another process's records, or a tail cut
 	end, err := scanLog(f, start, size, func(off int64, typ byte) {
 		if typ == recStart && st.startsOK {
 			if len(st.starts) == maxStarts {
