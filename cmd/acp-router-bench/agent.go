@@ -106,7 +106,13 @@ func (a *benchAgent) handle(line []byte) {
 		a.reply(m.ID, `{"protocolVersion":1,"agentCapabilities":{"loadSession":true},"authMethods":[],"agentInfo":{"name":"acp-router-bench-agent","version":"1"}}`)
 	case "session/new":
 		a.sessions++
-		a.reply(m.ID, fmt.Sprintf(`{"sessionId":"bench-%d"}`, a.sessions))
+		// Unique to this process, as real agents' ids are (UUIDs): a
+		// router started on a state_dir an earlier scenario used
+		// finds no stored session of that id, so its session id is the
+		// agent's and updates are relayed as they are (BENCHMARKS.md,
+		// part 4: "bench-1" in every scenario made the floods of a
+		// full run measure the path of a translated id).
+		a.reply(m.ID, fmt.Sprintf(`{"sessionId":"bench-%d-%d"}`, os.Getpid(), a.sessions))
 	case "session/prompt":
 		text := ""
 		for _, b := range p.Prompt {
@@ -117,7 +123,7 @@ func (a *benchAgent) handle(line []byte) {
 		a.prompt(p.SessionID, text)
 		a.reply(m.ID, `{"stopReason":"end_turn"}`)
 	case "session/load":
-		// Any other id (a router re-attaching its session "bench-N") is
+		// Any other id (a router re-attaching its session "bench-PID-N") is
 		// answered at once, with nothing replayed.
 		if rest, ok := strings.CutPrefix(p.SessionID, "replay-"); ok {
 			n, _ := strconv.Atoi(rest)
