@@ -97,11 +97,11 @@ type downstream struct {
 	// mode ends; modeErr is why the agent is still in a denied mode.
 	modeReset chan struct{}
 	modeErr   error
-	// replaying: the agent may be replaying the session's history in
 	// systemPrompt: the session's append systemPrompt as text, for the
 	// agent's next prompt: the agent does not take it on session/new
 	// (adaptSystemPrompt).
 	systemPrompt string
+	// replaying: the agent may be replaying the session's history in
 	// answer to the router's session/load; the editor has it already. It
 	// lasts until the router sends the agent a prompt, not until the load
 	// answer: Gemini CLI streams its history without awaiting it, so the

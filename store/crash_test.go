@@ -100,7 +100,8 @@ const (
 
 func crashOptions(noLinks bool) Options {
 	// Commits happen only at turn ends and Syncs, so that the Nth write
-	// is the same in every run; the small cap makes trims happen.
+	// is the same in every run; the small cap makes seals (trims by copy
+	// without hard links) happen.
 	// The turns' updates (150 B) are stored by reference (AppendShared),
 	// the late ones (100 B) copied: both kinds of pieces are written.
 	// With noLinks, a log past its cap is trimmed by copy instead of

@@ -19,19 +19,23 @@ import (
 // with a link: a trim record whose payload is its predecessor's nonce and
 // length (8 bytes each, little-endian): a predecessor shorter than that
 // lost its end (an OS crash before the turn's fsync) and is followed by a
-// gap, not by the rest of a turn. Readers that do not know links (an older router) take it for a
-// trim record and see the newest segment only.
+// gap, not by the rest of a turn. Readers that do not know links (an older
+// router) take it for a trim record and see the newest segment only.
 //
 // When the file appended to holds more than segBytes, the writer seals it
 // before the next turn start (or, in a turn that goes on, once it holds
-// twice that): it fsyncs it, gives it its sealed name (a hard link), drops
-// the oldest sealed segments while they would leave less than 2×segBytes
-// of the cap, and renames a new file with the link over NAME.log. A log
-// past its cap thus loses whole segments, never copies what it keeps; the
-// first segment kept may start mid-turn, which readers hide up to the next
-// turn start as after any trim record. All of it happens under the
-// exclusive lock of NAME.log; Load reads the chain under a shared one, so
-// it sees the chain before a roll or after it.
+// twice that): it gives it its sealed name (a hard link, made durable by a
+// directory fsync), drops the oldest sealed segments while they would leave
+// less than 2×segBytes of the cap, and renames a new file with the link
+// over NAME.log. The sealed file is fsynced on a goroutine of its own; the
+// next sync commit waits for that (none when the file was sealed as its
+// last fsync left it). A log past its cap thus loses whole segments, never
+// copies what it keeps; the first segment kept may start mid-turn, which
+// readers hide up to the next turn start as after any trim record. All of
+// it happens under the exclusive lock of NAME.log; Load reads the chain
+// under a shared one, so it sees the chain before a roll or after it. A
+// seal that fails leaves the file as it was: it grows on, and is trimmed by
+// copy past the cap.
 
 // segBytes is the size past which the appended file is sealed: 1/16 of the
 // cap, so that the log keeps between 3/4 of the cap and the cap.
