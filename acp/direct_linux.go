@@ -73,16 +73,32 @@ func tryWrite(rc directWriter, b []byte) (int, error) {
 type rawReader struct {
 	r  io.Reader
 	rc syscall.RawConn
+	d  *drain
 }
 
-// newRawReader returns a rawReader for r when it is a non-blocking
-// descriptor the poller waits for, else r.
-func newRawReader(r io.Reader) io.Reader {
+// newRawReader returns a rawReader for r, and what it knows of how far it
+// has read (Stream.Drained), when r is a non-blocking descriptor the
+// poller waits for; else r and nil.
+func newRawReader(r io.Reader) (io.Reader, *drain) {
 	rc := nonblocking(r)
 	if rc == nil {
-		return r
+		return r, nil
 	}
-	return &rawReader{r: r, rc: rc}
+	raw := &rawReader{r: r, rc: rc}
+	raw.d = &drain{readable: raw.readable}
+	return raw, raw.d
+}
+
+// readable returns the bytes the descriptor holds unread (FIONREAD).
+func (r *rawReader) readable() (int, bool) {
+	var n int32
+	var errno syscall.Errno
+	if err := r.rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.RawSyscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+	}); err != nil || errno != 0 {
+		return 0, false
+	}
+	return int(n), true
 }
 
 func (r *rawReader) Read(p []byte) (int, error) {
@@ -92,12 +108,21 @@ func (r *rawReader) Read(p []byte) (int, error) {
 	var n uintptr
 	var errno syscall.Errno
 	if err := r.rc.Read(func(fd uintptr) bool {
+		r.d.woke()
 		for {
 			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 			if errno != syscall.EINTR {
-				return errno != syscall.EAGAIN // else wait in the poller
+				break
 			}
 		}
+		if errno == syscall.EAGAIN {
+			r.d.empty()
+			return false // wait in the poller
+		}
+		if errno == 0 && n > 0 {
+			r.d.boundary = false
+		}
+		return true
 	}); err != nil {
 		return 0, err
 	}

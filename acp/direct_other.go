@@ -15,4 +15,4 @@ func newDirectWriter(io.Writer) directWriter { return nil }
 
 func tryWrite(directWriter, []byte) (int, error) { return 0, errors.ErrUnsupported }
 
-func newRawReader(r io.Reader) io.Reader { return r }
+func newRawReader(r io.Reader) (io.Reader, *drain) { return r, nil }

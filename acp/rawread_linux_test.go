@@ -18,8 +18,9 @@ func TestRawReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pw.Close()
-	r, ok := newRawReader(pr).(*rawReader)
-	if !ok {
+	raw, d := newRawReader(pr)
+	r, ok := raw.(*rawReader)
+	if !ok || d == nil {
 		t.Fatal("a non-blocking pipe is not read raw")
 	}
 	go func() {
@@ -38,7 +39,7 @@ func TestRawReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pw2.Close()
-	r2 := newRawReader(pr2)
+	r2, _ := newRawReader(pr2)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := r2.Read(make([]byte, 10))
@@ -61,7 +62,9 @@ func TestRawReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, raw := newRawReader(f).(*rawReader); raw {
+	if r, d := newRawReader(f); d != nil {
+		t.Error("/dev/null (blocking) is read raw")
+	} else if _, raw := r.(*rawReader); raw {
 		t.Error("/dev/null (blocking) is read raw")
 	}
 }

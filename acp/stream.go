@@ -168,6 +168,8 @@ type Stream struct {
 	// readErr is why reading ended, when it was not the peer closing
 	// (EOF) or us closing the stream.
 	readErr atomic.Value // error
+	// drain is how far the reader has read, when it can tell (Drained).
+	drain *drain
 }
 
 const (
@@ -226,7 +228,6 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 	s := &Stream{
 		opts:     opts,
 		log:      opts.Logger,
-		r:        bufio.NewReaderSize(newRawReader(r), 64<<10),
 		rc:       r,
 		w:        w,
 		shared:   &lane{},
@@ -239,6 +240,8 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 		s.answerLanes = map[string]string{}
 		s.callLanes = map[string]string{}
 	}
+	raw, d := newRawReader(r)
+	s.r, s.drain = bufio.NewReaderSize(raw, 64<<10), d
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -267,6 +270,9 @@ func (s *Stream) ReadObject(v any) error {
 			endBatch() // before the read that may wait
 			endBatch = nil
 		}
+		if s.drain != nil && s.r.Buffered() == 0 {
+			s.drain.boundary = true
+		}
 		line, sh, err := s.readLine()
 		if s.opts.Batch != nil && endBatch == nil && err == nil && s.r.Buffered() > 0 {
 			endBatch = s.opts.Batch()
@@ -278,6 +284,9 @@ func (s *Stream) ReadObject(v any) error {
 		}
 		if err != nil {
 			s.noteReadErr(err)
+			if s.drain != nil {
+				s.drain.end()
+			}
 			return err
 		}
 		if len(bytes.TrimSpace(line)) == 0 {

@@ -395,7 +395,13 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		}
 	}()
 	if up.Kind == "subagent_update" {
-		if d.replaying {
+		s.mu.Lock()
+		replaying := d.replaying
+		if replaying {
+			d.replayAt = time.Now()
+		}
+		s.mu.Unlock()
+		if replaying {
 			return // the editor has it from the router's own replay
 		}
 		// Learned before s.mu is taken: it registers the child with the
@@ -436,6 +442,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		return
 	}
 	if d.replaying && replayed(up.Kind) {
+		d.replayAt = time.Now()
 		return // the agent replays what the editor has (history.go)
 	}
 	active := s.active == name

@@ -553,7 +553,8 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 	s.down[name] = d
 	s.mu.Unlock()
 	// The answer, in the agent's read path, sets what the agent reports;
-	// its replay ends with the next prompt (downstream.replaying).
+	// its replay ends with the next prompt (downstream.replaying,
+	// settleReplay).
 	done := func(m *acp.Message) {
 		var res struct {
 			Modes         *merge.ModeState  `json:"modes"`
@@ -562,6 +563,7 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 		}
 		json.Unmarshal(m.Result, &res)
 		s.mu.Lock()
+		d.replayAt = time.Now()
 		if m.Error == nil {
 			d.view = merge.AgentView{Options: res.ConfigOptions, Modes: res.Modes, Models: res.Models}
 			r.enforceModeLocked(s, d)
@@ -674,4 +676,48 @@ func jsonText(v json.RawMessage) string {
 	var s string
 	json.Unmarshal(v, &s)
 	return s
+}
+
+// An agent's replay of a session/load can trail its answer (Gemini CLI
+// streams its history without awaiting it). Before the first prompt to it
+// after that load, settleReplay waits for the replay's end: the agent's
+// stream read to the end of what the agent wrote (acp.Stream.Drained) and
+// nothing replayed for replayQuiet; at most replaySettle in all, so an
+// agent busy with other sessions delays the prompt by no more than that.
+const (
+	replayQuiet  = 20 * time.Millisecond
+	replaySettle = 2 * time.Second
+)
+
+// settleReplay waits for downstream d's replay to end (see replayQuiet).
+func (r *Router) settleReplay(ctx context.Context, s *Session, d *downstream, inst *upstream.Instance) {
+	deadline := time.NewTimer(replaySettle)
+	defer deadline.Stop()
+	for {
+		if ch := inst.Peer().Stream().Drained(); ch != nil {
+			select {
+			case <-ch:
+			case <-deadline.C:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+		s.mu.Lock()
+		quiet := time.Since(d.replayAt)
+		s.mu.Unlock()
+		if quiet >= replayQuiet {
+			return
+		}
+		wait := time.NewTimer(replayQuiet - quiet)
+		select {
+		case <-wait.C:
+		case <-deadline.C:
+			wait.Stop()
+			return
+		case <-ctx.Done():
+			wait.Stop()
+			return
+		}
+	}
 }

@@ -289,6 +289,12 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 		r.endTurn(ctx, s, t, nil, err)
 		return
 	}
+	s.mu.Lock()
+	replaying := d.replaying
+	s.mu.Unlock()
+	if replaying {
+		r.settleReplay(ctx, s, d, inst)
+	}
 	s.mu.Lock() // the relay reads them in the agent's read loop
 	t.d, t.inst = d, inst
 	d.replaying = false // what the agent sends from now on is this turn

@@ -105,8 +105,10 @@ type downstream struct {
 	// answer to the router's session/load; the editor has it already. It
 	// lasts until the router sends the agent a prompt, not until the load
 	// answer: Gemini CLI streams its history without awaiting it, so the
-	// replay can trail the answer.
+	// replay can trail the answer. replayAt is when the last of it (or
+	// the answer) came (settleReplay).
 	replaying bool
+	replayAt  time.Time
 	// dirsTold: the agent, which does not take additionalDirectories, has
 	// been told the session's directories in a prompt (handoff.go).
 	dirsTold bool

@@ -202,6 +202,7 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 	up := &u.Update
 	name := d.agent.Name()
 	if d.replaying && replayed(up.Kind) {
+		d.replayAt = time.Now()
 		return
 	}
 	switch up.Kind {

@@ -66,6 +66,9 @@ type fakeOpts struct {
 	// ReplayAfterAnswer sends part of a session/load replay after the
 	// answer, as Gemini CLI does (it streams its history without waiting).
 	ReplayAfterAnswer bool `json:"replayAfterAnswer,omitempty"`
+	// ReplayLinesAfterAnswer is how many lines of it (1 when 0), each its
+	// own write.
+	ReplayLinesAfterAnswer int `json:"replayLinesAfterAnswer,omitempty"`
 	// LogRecvTimes adds a "recv METHOD UNIXNANO" line to the log for every
 	// request and notification, stamped when its line was read (stdin is
 	// read by its own goroutine, never by one that writes stdout).
@@ -483,7 +486,9 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 		_ = json.Unmarshal(a.opts.SessionResult, &result)
 		a.reply(m.ID, result)
 		if m.Method == "session/load" && a.opts.ReplayAfterAnswer {
-			a.say(p.SessionID, "replayed late "+p.SessionID)
+			for i := range max(a.opts.ReplayLinesAfterAnswer, 1) {
+				a.say(p.SessionID, fmt.Sprintf("replayed late %d %s", i, p.SessionID))
+			}
 		}
 	case "session/delete":
 		a.reply(m.ID, map[string]any{})

@@ -343,6 +343,40 @@ func TestGeminiLoadAfterRouterRestart(t *testing.T) {
 	}
 }
 
+// TestTrailingReplayDropped: an agent's replay that trails its load answer
+// (Gemini CLI's; here 300 lines, each its own write) is dropped whole when
+// the editor prompts the moment its load is answered: the first prompt to
+// the agent waits until the agent's stream has been read to the end of the
+// replay. The turn's own content still arrives.
+func TestTrailingReplayDropped(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{InitResult: json.RawMessage(initLoad), UniqueSessionIDs: true, ReplayAfterAnswer: true, ReplayLinesAfterAnswer: 300}),
+	}, "default: alpha"))
+	cwd := t.TempDir()
+	e := historyRouter(t, cfg)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "say a1", "end_turn")
+	stopRouter(t, e)
+
+	e = historyRouter(t, cfg)
+	loadUpdates(t, e, sid, cwd)
+	e.MustPrompt(t, sid, "say a2", "end_turn")
+	texts := e.Texts(sid)
+	leaked := 0
+	for _, txt := range texts {
+		if strings.HasPrefix(txt, "replayed") {
+			leaked++
+		}
+	}
+	if leaked > 0 {
+		t.Errorf("%d lines of the agent's own replay reached the editor", leaked)
+	}
+	if !slices.Contains(texts, "a2") {
+		t.Errorf("the turn's answer a2 did not reach the editor: %q", texts)
+	}
+}
+
 // loadUpdates sends session/load of sid and returns the session/update
 // notifications the editor got before its answer.
 func loadUpdates(t *testing.T, e *Editor, sid, cwd string) []*Msg {
