@@ -631,6 +631,21 @@ func (e *Editor) Wait(timeout time.Duration) (code int, elapsed time.Duration, o
 // Stderr returns the tail of the process's stderr.
 func (e *Editor) Stderr() string { return e.stderr.String() }
 
+// LogCount returns how many times what is in the router's log once it is
+// there at least n times, or at waitTimeout. The log is read from its own
+// pipe: a line the router wrote before an answer may reach the test after
+// the answer.
+func (e *Editor) LogCount(what string, n int) int {
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		c := strings.Count(e.Stderr(), what)
+		if c >= n || time.Now().After(deadline) {
+			return c
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Capabilities the editor advertises in initialize.
 var (
 	capsAll    = map[string]any{"fs": map[string]any{"readTextFile": true, "writeTextFile": true}, "terminal": true}

@@ -305,7 +305,7 @@ func TestSubagentBound(t *testing.T) {
 	if got := e.Texts(sid); len(got) == 0 || got[len(got)-1] != "still here" {
 		t.Errorf("the session did not go on: %q", got)
 	}
-	if n := strings.Count(e.Stderr(), "subagent sessions past the bound dropped"); n != 1 {
+	if n := e.LogCount("subagent sessions past the bound dropped", 1); n != 1 {
 		t.Errorf("the drop was logged %d times, want once", n)
 	}
 	recs := readAudit(t, auditFile)
