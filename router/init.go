@@ -47,6 +47,13 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 		ClientCapabilities json.RawMessage `json:"clientCapabilities"`
 	}
 	json.Unmarshal(p, &raw)
+	if string(raw.ClientCapabilities) == "null" {
+		// The schema wants an object: an agent that checks (the TS SDK's)
+		// would refuse initialize. None advertised is {}.
+		if agentParams, err = acp.SetField(agentParams, "clientCapabilities", json.RawMessage("{}")); err != nil {
+			return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: malformed initialize params", nil)
+		}
+	}
 	if caps, masked := routedCaps(raw.ClientCapabilities); masked != nil {
 		r.log.Info("client capabilities not passed to agents: the router does not route their traffic", "capabilities", masked)
 		if agentParams, err = acp.SetField(agentParams, "clientCapabilities", caps); err != nil {

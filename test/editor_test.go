@@ -226,6 +226,9 @@ type Editor struct {
 
 	mu         sync.Mutex
 	pending    map[string]chan *Msg // our requests by canonical id
+	methods    map[string]string    // the method of each of our requests
+	schema     *acpSchema           // what every message received is checked against; nil: not checked
+	noResults  bool                 // editorConfig.noResultSchema
 	answered   map[string]bool
 	handlers   map[string]Handler
 	inflight   map[string]bool // the peer's requests we are answering
@@ -246,6 +249,9 @@ type editorConfig struct {
 	env      []string
 	setpgid  bool
 	stdout   func(io.Reader) io.Reader
+	// noResultSchema: the results of the editor's requests are not checked
+	// against the ACP schema (agents that echo what they were sent).
+	noResultSchema bool
 }
 
 // EditorOption configures StartEditor.
@@ -264,6 +270,11 @@ func withOwnProcessGroup() EditorOption { return func(c *editorConfig) { c.setpg
 func withStdout(wrap func(io.Reader) io.Reader) EditorOption {
 	return func(c *editorConfig) { c.stdout = wrap }
 }
+
+// withoutResultSchema leaves the results of the editor's requests
+// unchecked against the ACP schema, for agents that answer with an echo of
+// the request (fakeOpts.EchoUnknown); everything else is still checked.
+func withoutResultSchema() EditorOption { return func(c *editorConfig) { c.noResultSchema = true } }
 
 // withEnv adds environment variables to the started process.
 func withEnv(kv ...string) EditorOption {
@@ -292,17 +303,20 @@ func StartEditor(t testing.TB, argv []string, opts ...EditorOption) *Editor {
 	// Race-enabled fake agents would otherwise sleep 1 s at exit.
 	cmd.Env = append(withoutEnv(cmd.Env, "GORACE"), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	e := &Editor{
-		t:        t,
-		cmd:      cmd,
-		Rec:      newRecorder(),
-		slowRead: cfg.slowRead,
-		pending:  map[string]chan *Msg{},
-		answered: map[string]bool{},
-		handlers: map[string]Handler{},
-		inflight: map[string]bool{},
-		stderr:   &tailBuffer{max: 1 << 20},
-		terms:    &editorTerminals{m: map[string]*editorTerm{}},
-		exited:   make(chan struct{}),
+		t:         t,
+		cmd:       cmd,
+		Rec:       newRecorder(),
+		slowRead:  cfg.slowRead,
+		pending:   map[string]chan *Msg{},
+		methods:   map[string]string{},
+		schema:    loadSchema(t),
+		noResults: cfg.noResultSchema,
+		answered:  map[string]bool{},
+		handlers:  map[string]Handler{},
+		inflight:  map[string]bool{},
+		stderr:    &tailBuffer{max: 1 << 20},
+		terms:     &editorTerminals{m: map[string]*editorTerm{}},
+		exited:    make(chan struct{}),
 	}
 	e.handlers["session/request_permission"] = AllowFirst
 	e.handlers["fs/read_text_file"] = readTextFile
@@ -369,6 +383,11 @@ func (e *Editor) cleanup() {
 	if strings.Contains(e.stderr.String(), "goroutines still running") {
 		t.Errorf("the router left goroutines running at shutdown")
 	}
+	for _, line := range strings.Split(e.stderr.String(), "\n") {
+		if _, v, ok := strings.Cut(line, "SCHEMA VIOLATION: "); ok {
+			e.violation("the router sent an agent a message that does not conform to the ACP schema: %s", v)
+		}
+	}
 	e.mu.Lock()
 	for _, v := range e.violations {
 		t.Errorf("protocol violation seen by the editor: %s", v)
@@ -431,6 +450,20 @@ func (e *Editor) receive(line []byte) {
 		e.violation("response without result or error: %s", truncate(string(line), 200))
 	}
 	e.Rec.add(m)
+	if e.schema != nil && m.Method != "" {
+		if v := e.schema.checkMessage(m.Method, m.IsRequest(), m.Params); v != "" {
+			e.violation("%s params do not conform to the ACP schema: %s: %s", m.Method, v, truncate(string(line), 400))
+		}
+	}
+	if e.schema != nil && m.Error != nil {
+		var raw struct {
+			Error json.RawMessage `json:"error"`
+		}
+		json.Unmarshal(line, &raw)
+		if v := check(e.schema.def("Error"), raw.Error); v != "" {
+			e.violation("an error does not conform to the ACP schema: %s: %s", v, truncate(string(line), 400))
+		}
+	}
 	switch {
 	case m.IsResponse():
 		if !hasID(m.ID) {
@@ -440,6 +473,13 @@ func (e *Editor) receive(line []byte) {
 		e.mu.Lock()
 		ch := e.pending[key]
 		delete(e.pending, key)
+		method := e.methods[key]
+		delete(e.methods, key)
+		if e.schema != nil && !e.noResults && ch != nil && m.Error == nil {
+			if v := check(e.schema.forMethod("response", method), m.Result); v != "" {
+				e.violations = append(e.violations, fmt.Sprintf("the result of %s does not conform to the ACP schema: %s: %s", method, v, truncate(string(line), 400)))
+			}
+		}
 		switch {
 		case ch != nil:
 			e.answered[key] = true
@@ -544,6 +584,7 @@ func (e *Editor) Go(method string, params any) (json.RawMessage, func(context.Co
 	ch := make(chan *Msg, 1)
 	e.mu.Lock()
 	e.pending[key] = ch
+	e.methods[key] = method
 	e.mu.Unlock()
 	msg := map[string]any{"jsonrpc": "2.0", "id": id, "method": method}
 	if params != nil {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,14 @@ type fakeOpts struct {
 	// ReplayAfterAnswer sends part of a session/load replay after the
 	// answer, as Gemini CLI does (it streams its history without waiting).
 	ReplayAfterAnswer bool `json:"replayAfterAnswer,omitempty"`
+	// Schema is the ACP schema every message from the router is checked
+	// against (set by fakeAgentYAML when it is installed); a message that
+	// does not conform is reported on stderr as a SCHEMA VIOLATION, which
+	// fails the test (Editor.cleanup).
+	Schema string `json:"schema,omitempty"`
+	// NoSchema: not checked (a test that has the router pass on what the
+	// editor sent as it is).
+	NoSchema bool `json:"noSchema,omitempty"`
 	// ReplayLinesAfterAnswer is how many lines of it (1 when 0), each its
 	// own write.
 	ReplayLinesAfterAnswer int `json:"replayLinesAfterAnswer,omitempty"`
@@ -119,12 +128,20 @@ type fakeAgent struct {
 	initialized atomic.Bool
 	initParams  atomic.Value // json.RawMessage: the last initialize params, for script commands
 
-	mu       sync.Mutex
-	nextID   int64 // own request ids start at 0, like real agents
-	pending  map[int64]chan wireMsg
-	sessions map[string]*fakeSession
-	children map[string]*fakeSession // subagent sessions a script ran commands as ("as")
-	nSess    int
+	mu      sync.Mutex
+	nextID  int64 // own request ids start at 0, like real agents
+	pending map[int64]chan wireMsg
+	methods map[int64]string // of the pending calls
+	// checks are the lines from the router still to check against the
+	// schema (opts.Schema; nil: not checked), on a goroutine of their own:
+	// compiling the schema takes 30 ms (130 ms under -race), which the
+	// agent's first answer must not wait for.
+	checks     chan checkLine
+	checksDone chan struct{}
+	schema     *acpSchema
+	sessions   map[string]*fakeSession
+	children   map[string]*fakeSession // subagent sessions a script ran commands as ("as")
+	nSess      int
 }
 
 type fakeSession struct {
@@ -170,7 +187,13 @@ func runFakeAgent(optsJSON string) int {
 		opts:     opts,
 		prefix:   opts.SessionPrefix,
 		pending:  map[int64]chan wireMsg{},
+		methods:  map[int64]string{},
 		sessions: map[string]*fakeSession{},
+	}
+	if opts.Schema != "" {
+		a.checks, a.checksDone = make(chan checkLine, 1<<16), make(chan struct{})
+		go a.checkLoop(opts.Schema)
+		defer a.endChecks()
 	}
 	if a.prefix == "" {
 		a.prefix = "sess-"
@@ -221,6 +244,12 @@ func runFakeAgent(optsJSON string) int {
 		if opts.LogRecvTimes && m.Method != "" {
 			a.logf("recv %s %d", m.Method, at.UnixNano())
 		}
+		if a.checks != nil {
+			select {
+			case a.checks <- checkLine{line: slices.Clone(line), m: m}:
+			default: // a flood: not all checked
+			}
+		}
 		a.dispatch(m)
 	}
 	if err := sc.Err(); err != nil {
@@ -234,6 +263,72 @@ func runFakeAgent(optsJSON string) int {
 		}
 	}
 	return 0
+}
+
+// checkLine is a line from the router, to check against the schema.
+type checkLine struct {
+	line []byte
+	m    wireMsg
+}
+
+// checkLoop checks the lines from the router as they come (checkSchema).
+func (a *fakeAgent) checkLoop(path string) {
+	defer close(a.checksDone)
+	s, err := readSchema(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake agent: SCHEMA VIOLATION: cannot read the schema:", err)
+		for range a.checks {
+		}
+		return
+	}
+	a.schema = s
+	for c := range a.checks {
+		a.checkSchema(c.line, c.m)
+	}
+}
+
+// endChecks waits (boundedly) for the lines read so far to be checked.
+func (a *fakeAgent) endChecks() {
+	close(a.checks)
+	select {
+	case <-a.checksDone:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// checkSchema checks a message from the router against the ACP schema:
+// the params of a request or notification by method, the result of an
+// answer to the agent's own call by that call's method, an error as an
+// error. What does not conform goes to stderr as a SCHEMA VIOLATION.
+func (a *fakeAgent) checkSchema(line []byte, m wireMsg) {
+	if a.schema == nil {
+		return
+	}
+	hasID := len(m.ID) > 0 && string(m.ID) != "null"
+	v, what := "", m.Method
+	switch {
+	case m.Method != "":
+		v = a.schema.checkMessage(m.Method, hasID, m.Params)
+	case m.Error != nil:
+		var raw struct {
+			Error json.RawMessage `json:"error"`
+		}
+		json.Unmarshal(line, &raw)
+		v, what = check(a.schema.def("Error"), raw.Error), "an error"
+	default:
+		var id int64
+		if json.Unmarshal(m.ID, &id) != nil {
+			return
+		}
+		a.mu.Lock()
+		method := a.methods[id]
+		delete(a.methods, id)
+		a.mu.Unlock()
+		v, what = check(a.schema.forMethod("response", method), m.Result), "the result of "+method
+	}
+	if v != "" {
+		fmt.Fprintf(os.Stderr, "fake agent: SCHEMA VIOLATION: %s: %s: %s\n", what, v, truncate(string(line), 400))
+	}
 }
 
 // hangReader stops reading stdin for good once the agent runs "hang", so the
@@ -357,6 +452,7 @@ func (a *fakeAgent) call(method string, params any) (json.RawMessage, *RPCError)
 	a.nextID++
 	ch := make(chan wireMsg, 1)
 	a.pending[id] = ch
+	a.methods[id] = method
 	a.mu.Unlock()
 	a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
 	select {

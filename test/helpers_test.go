@@ -153,6 +153,9 @@ func fakeAgentYAML(name string, opts fakeOpts, extra ...string) string {
 	if opts.Name == "" {
 		opts.Name = name
 	}
+	if !opts.NoSchema && opts.Schema == "" && schemaInstalled() {
+		opts.Schema = schemaPath()
+	}
 	js := string(mustJSON(opts))
 	if strings.Contains(js, "$") {
 		panic("fake agent options must not contain $ (the config expands ${ENV}): " + js)

@@ -23,10 +23,12 @@ func TestMethodTable(t *testing.T) {
 	logA, logB := filepath.Join(t.TempDir(), "alpha.log"), filepath.Join(t.TempDir(), "beta.log")
 	// Both agents hand out s-1: the router renames beta's session s-1~beta.
 	cfg := writeConfig(t, routerYAML(t, []string{
-		fakeAgentYAML("alpha", fakeOpts{LogFile: logA, SessionPrefix: "s-", EchoUnknown: true}),
-		fakeAgentYAML("beta", fakeOpts{LogFile: logB, SessionPrefix: "s-", EchoUnknown: true}),
+		// The editor sends each method with no more than a session id; the
+		// router passes it on as it is (NoSchema).
+		fakeAgentYAML("alpha", fakeOpts{LogFile: logA, SessionPrefix: "s-", EchoUnknown: true, NoSchema: true}),
+		fakeAgentYAML("beta", fakeOpts{LogFile: logB, SessionPrefix: "s-", EchoUnknown: true, NoSchema: true}),
 	}, "default: alpha", "rules:", cwdRule(dirB, "beta")))
-	e := StartRouter(t, cfg, nil)
+	e := StartRouter(t, cfg, nil, withoutResultSchema()) // the agents echo
 	e.Initialize(t, capsAll)
 	if sid := e.NewSession(t, t.TempDir()); sid != "s-1" {
 		t.Fatalf("alpha's session is %q, want s-1", sid)

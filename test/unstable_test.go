@@ -333,11 +333,11 @@ func TestMcpOverAcp(t *testing.T) {
 		t.Errorf("an undeclared server: %q, want -32602 naming it", texts)
 	}
 
-	res := e.MustCall(t, "mcp/message", map[string]any{"serverId": "srv-1", "requestId": 7, "method": "notifications/progress", "sessionId": b})
+	res := e.MustCall(t, "mcp/message", map[string]any{"serverId": "srv-1", "requestId": "req-7", "method": "notifications/progress", "sessionId": b})
 	if jsonString(jsonPath(res, "result"), "agent") != "beta" || jsonString(jsonPath(res, "result", "params"), "sessionId") != "sess-1" {
 		t.Errorf("the editor's mcp/message reached %s, want beta with its own session id", res)
 	}
-	_, rerr := e.Call(context.Background(), "mcp/message", map[string]any{"serverId": "srv-nope", "requestId": 1, "method": "ping"})
+	_, rerr := e.Call(context.Background(), "mcp/message", map[string]any{"serverId": "srv-nope", "requestId": "req-1", "method": "ping"})
 	requireRPCError(t, "the editor's mcp/message for an undeclared server", rerr, -32602, `"srv-nope"`)
 
 	e.MustPrompt(t, a, "say alpha works", "end_turn")
@@ -345,7 +345,7 @@ func TestMcpOverAcp(t *testing.T) {
 		t.Errorf("alpha got mcp/message")
 	}
 	e.MustCall(t, "session/close", map[string]any{"sessionId": b})
-	_, rerr = e.Call(context.Background(), "mcp/message", map[string]any{"serverId": "srv-1", "requestId": 2, "method": "ping"})
+	_, rerr = e.Call(context.Background(), "mcp/message", map[string]any{"serverId": "srv-1", "requestId": "req-2", "method": "ping"})
 	requireRPCError(t, "mcp/message after the session closed", rerr, -32602, `"srv-1"`)
 	if n := countLines(betaLog, "mcp/message"); n != 1 {
 		t.Errorf("beta got mcp/message %d times, want 1", n)
