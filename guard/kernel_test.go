@@ -161,8 +161,6 @@ var knownGaps = []knownGap{
 		"wget, and git's http transport, read the credentials of ~/.netrc on their own: no read item"},
 	{[]string{"sed"}, "-i", []string{inProject},
 		"sed -i.SUFFIX FILE renames FILE to FILE.SUFFIX: no edit item for the backup"},
-	{[]string{"xz", "gzip", "bzip2"}, "", []string{inProject},
-		"xz FILE (gzip, bzip2 alike) writes FILE.xz: FILE is only read, the output has no item"},
 	{[]string{"make"}, "", []string{inProject, "/usr/bin/*", "/bin/*"},
 		"make runs the Makefile's recipes: the programs they run and their writes have no evidence (no item for the Makefile either)"},
 	{[]string{"mkdir"}, "-p", []string{inProject},
@@ -1381,6 +1379,9 @@ var programHelpers = map[string][]string{
 	"go":   {"go", "gofmt", "compile", "asm", "link", "vet", "cover", "covdata", "buildid", "cgo", "pack", "test2json", "git"},
 	"tar":  {"sh", "dash", "gzip", "xz", "bzip2", "zstd", "lzip", "lzma"}, // tar z runs sh -c gzip
 	"bash": {"bash"},
+	// gunzip, zcat and friends are scripts that run gzip -d (xz's and
+	// bzip2's names are links to the program itself).
+	"gunzip": {"gzip"}, "zcat": {"gzip"}, "uncompress": {"gzip"},
 }
 
 // ignoredRead: reads that are never evidence.

@@ -647,3 +647,69 @@ func (x *extractor) sideCommand(origin, s string, inner cmdCtx) {
 		x.markUnknown(fmt.Sprintf("%s runs the command %q", origin, s))
 	}
 }
+
+// compressor is what one of the gzip family's names does with a FILE
+// operand: compressed, FILE+suffix is written; decompressed, FILE less a
+// suffix of its format (decompressed); to stdout, nothing.
+type compressor struct {
+	suffix       string
+	decompress   bool
+	stdout       bool
+	decompressed [][2]string // suffix -> what replaces it
+}
+
+var (
+	gzipSuffixes  = [][2]string{{".tgz", ".tar"}, {".taz", ".tar"}, {".gz", ""}, {"-gz", ""}, {".z", ""}, {"-z", ""}, {"_z", ""}, {".Z", ""}}
+	bzip2Suffixes = [][2]string{{".tbz2", ".tar"}, {".tbz", ".tar"}, {".bz2", ""}, {".bz", ""}}
+	xzSuffixes    = [][2]string{{".txz", ".tar"}, {".tlz", ".tar"}, {".xz", ""}, {".lzma", ""}}
+	zstdSuffixes  = [][2]string{{".tzst", ".tar"}, {".zst", ""}}
+	lz4Suffixes   = [][2]string{{".lz4", ""}}
+	compressors   = map[string]compressor{
+		"gzip": {".gz", false, false, gzipSuffixes}, "gunzip": {".gz", true, false, gzipSuffixes}, "zcat": {".gz", true, true, gzipSuffixes},
+		"bzip2": {".bz2", false, false, bzip2Suffixes}, "bunzip2": {".bz2", true, false, bzip2Suffixes}, "bzcat": {".bz2", true, true, bzip2Suffixes},
+		"xz": {".xz", false, false, xzSuffixes}, "unxz": {".xz", true, false, xzSuffixes}, "xzcat": {".xz", true, true, xzSuffixes},
+		"zstd": {".zst", false, false, zstdSuffixes}, "unzstd": {".zst", true, false, zstdSuffixes}, "zstdcat": {".zst", true, true, zstdSuffixes},
+		"lz4": {".lz4", false, false, lz4Suffixes},
+	}
+)
+
+// compressedOutputs returns the files a gzip-family command writes besides
+// its operands (which it deletes, so they are written already): gzip FILE
+// writes FILE.gz, gunzip FILE.gz (gzip -d, xz -d, ...) writes FILE, -S
+// names the suffix. A name it would refuse (no known suffix) writes
+// nothing; so do -c, -t, -l and the *cat names. A glob operand's output is
+// the same pattern with the suffix changed.
+func compressedOutputs(p *parsedArgs) []arg {
+	c, ok := compressors[path.Base(p.label)]
+	if !ok || c.stdout || p.flags.any("-c", "--stdout", "--to-stdout", "-t", "--test", "-l", "--list", "-h", "--help", "-V", "--version", "-L", "--license") {
+		return nil
+	}
+	decompress := c.decompress || p.flags.any("-d", "--decompress", "--uncompress")
+	suffixes := c.decompressed
+	for _, v := range p.vals {
+		if (v.key == "-S" || v.key == "--suffix") && v.has && v.v.opaque == "" {
+			c.suffix = v.v.s
+			suffixes = [][2]string{{v.v.s, ""}}
+		}
+	}
+	var out []arg
+	for _, a := range p.ops {
+		if a.opaque != "" || a.s == "-" || a.s == "" {
+			continue
+		}
+		o := a
+		if !decompress {
+			o.s += c.suffix
+			out = append(out, o)
+			continue
+		}
+		for _, s := range suffixes {
+			if base, ok := strings.CutSuffix(a.s, s[0]); ok && s[0] != "" && base != "" && !strings.HasSuffix(base, "/") {
+				o.s = base + s[1]
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
+}

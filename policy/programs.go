@@ -345,6 +345,11 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			paths++
 		}
 	}
+	if !p.lost && !recursive { // -r: the directories' files are written already
+		for _, o := range compressedOutputs(p) {
+			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+		}
+	}
 	if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
 		if p.flags.any(sp.inPlace...) {
 			// git clean -f: the files below the directory are written.
