@@ -159,8 +159,6 @@ var knownGaps = []knownGap{
 		"go writes files besides its outputs with no edit item: the probe FILE-go-tmp-umask next to -o FILE, the directory -o creates, go.mod and go.sum (mod tidy, get)"},
 	{[]string{"wget", "git"}, "", []string{"~/.netrc"},
 		"wget, and git's http transport, read the credentials of ~/.netrc on their own: no read item"},
-	{[]string{"sed"}, "-i", []string{inProject},
-		"sed -i.SUFFIX FILE renames FILE to FILE.SUFFIX: no edit item for the backup"},
 	{[]string{"make"}, "", []string{inProject, "/usr/bin/*", "/bin/*"},
 		"make runs the Makefile's recipes: the programs they run and their writes have no evidence (no item for the Makefile either)"},
 	{[]string{"mkdir"}, "-p", []string{inProject},

@@ -713,3 +713,40 @@ func compressedOutputs(p *parsedArgs) []arg {
 	}
 	return out
 }
+
+// sedBackups returns the backup files sed -iSUFFIX writes besides the files
+// it edits in place (roles: the operands', written): FILE+SUFFIX, or, when
+// SUFFIX has a '*', SUFFIX with each '*' replaced by FILE as given (GNU sed
+// 4.9: -i'out/*' on src/a.c writes out/src/a.c, -i'/abs/*' an absolute
+// path), relative to the working directory. A suffix known only at run
+// time makes the command opaque (ok false).
+func sedBackups(p *parsedArgs, roles []role) (out []arg, ok bool) {
+	if path.Base(p.label) != "sed" {
+		return nil, true
+	}
+	suffix := ""
+	for _, v := range p.vals {
+		if (v.key == "-i" || v.key == "--in-place") && v.has {
+			if v.v.opaque != "" {
+				return nil, false
+			}
+			suffix = v.v.s
+		}
+	}
+	if suffix == "" {
+		return nil, true
+	}
+	for i, a := range p.ops {
+		if i >= len(roles) || roles[i] != roleWrite || a.opaque != "" || a.s == "-" {
+			continue
+		}
+		o := a
+		if strings.Contains(suffix, "*") {
+			o.s = strings.ReplaceAll(suffix, "*", a.s)
+		} else {
+			o.s = a.s + suffix
+		}
+		out = append(out, o)
+	}
+	return out, true
+}

@@ -350,6 +350,15 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 	}
+	if !p.lost {
+		backups, ok := sedBackups(p, roles)
+		if !ok {
+			x.opaque(p.label+" -i", p.label+" -i writes its backups under a name known only at run time", KindEdit)
+		}
+		for _, o := range backups {
+			x.roleArg(p.label, "-i", o, roleWrite, false, true, cwds, cx)
+		}
+	}
 	if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
 		if p.flags.any(sp.inPlace...) {
 			// git clean -f: the files below the directory are written.
