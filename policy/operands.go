@@ -750,3 +750,36 @@ func sedBackups(p *parsedArgs, roles []role) (out []arg, ok bool) {
 	}
 	return out, true
 }
+
+// dataNamedWrites returns the directory a command writes files below whose
+// names come from its input, not its arguments, when no option names that
+// directory: unzip ARCHIVE without -d extracts into the working directory;
+// patch without a FILE operand writes the files its patch names (below the
+// working directory: patch ignores absolute and .. names). Like tar's
+// extraction, the directory is written recursively. ok is false when the
+// command writes no such files.
+func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
+	switch path.Base(p.label) {
+	case "unzip":
+		if p.flags.any("-l", "-t", "-v", "-z", "-p", "-Z") {
+			return "", false // lists, tests or writes to stdout
+		}
+		for _, v := range p.vals {
+			if v.key == "-d" && v.has {
+				return "", false // the -d directory is written already
+			}
+		}
+		return "unzip extracts into", true
+	case "patch":
+		if len(p.ops) > 0 || p.flags.any("--dry-run") {
+			return "", false // patch FILE writes FILE
+		}
+		for _, v := range p.vals {
+			if (v.key == "-o" || v.key == "--output") && v.has {
+				return "", false // the patched files go to the output
+			}
+		}
+		return "patch writes the files its patch names, below", true
+	}
+	return "", false
+}

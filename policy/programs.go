@@ -350,6 +350,11 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 	}
+	if what, ok := dataNamedWrites(p); ok && !p.lost {
+		for _, d := range cwds {
+			x.path(d, false, KindEdit, true, what, nil)
+		}
+	}
 	if !p.lost {
 		backups, ok := sedBackups(p, roles)
 		if !ok {
