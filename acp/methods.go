@@ -144,8 +144,8 @@ var Methods = []Method{
 		Why: "as session/archive: unmarks the session and unarchives it at the agents that support archive"},
 	{Name: MethodAuthStatus, Side: SideAgent, Status: Unstable, Request: true, Treatment: Handled, Handler: "router.authStatus (router/unstable.go)",
 		Why: "acp-currency row 10: every running agent that supports it is asked; the states are merged, each agent's under _meta.acp-router.agents"},
-	{Name: MethodMcpMessage, Side: SideAgent, Status: Unstable, Notification: true, Treatment: Handled, Handler: "router.editorMcpMessage (router/unstable.go)",
-		Why: "acp-currency row 12: routed by serverId to the agent of the session that declared that ACP MCP server, session id translated; an undeclared server is -32602 (a notification: logged and dropped)"},
+	{Name: MethodMcpMessage, Side: SideAgent, Status: Unstable, Request: true, Notification: true, Treatment: Handled, Handler: "router.editorMcpMessage (router/unstable.go)",
+		Why: "acp-currency row 12 (request and notification both ways since 1.30; the schema files here have the editor's as a notification only): routed by serverId to the agent of the session that declared that ACP MCP server, session id translated; an undeclared server is -32602 (a notification: logged and dropped)"},
 	{Name: MethodProvidersList, Side: SideAgent, Status: Unstable, Request: true, Treatment: Unknown,
 		Why: "providers/* name no session: they configure the default agent only; providers masked, so a conforming editor does not send them (acp-currency row 14)"},
 	{Name: MethodProvidersSet, Side: SideAgent, Status: Unstable, Request: true, Treatment: Unknown, Why: "as providers/list"},
@@ -239,4 +239,16 @@ func LookupMethod(name string, fromAgent bool) (Method, bool) {
 		}
 	}
 	return Method{}, false
+}
+
+// NotificationOnly reports whether the protocol sends method, received from
+// the editor (from an agent when fromAgent), only as a notification. Such a
+// message with an id is a request for a method that has no request form:
+// the router answers it as an ACP peer does (-32601, Method not found) and
+// neither carries it out nor passes it on, where before it went unanswered
+// (session/cancel, $/cancel_request) or on as a request the other side's
+// schema has no room for (session/update).
+func NotificationOnly(method string, fromAgent bool) bool {
+	m, ok := LookupMethod(method, fromAgent)
+	return ok && m.Notification && !m.Request
 }

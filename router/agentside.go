@@ -33,6 +33,13 @@ type agentHandler struct {
 func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	defer h.r.survive(h.inst.Agent.Name(), nil)
 	ctx = context.WithoutCancel(ctx)
+	if !req.Notif && acp.NotificationOnly(req.Method, true) {
+		h.r.log.Warn("a notification method sent as a request refused", "agent", h.inst.Agent.Name(), "method", req.Method)
+		if err := h.inst.Peer().Reply(ctx, req.ID, nil, errNotificationAsRequest(req.Method)); err != nil {
+			h.r.log.Debug("cannot answer the agent", "agent", h.inst.Agent.Name(), "method", req.Method, "error", err)
+		}
+		return
+	}
 	if req.Notif && isStatusUpdate(req.Method) {
 		// Coalesced, never waited for: a flood of them must not hold up
 		// the agent's sessions (unstable.go).

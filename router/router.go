@@ -365,6 +365,11 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 	r := h.r
 	<-r.editorReady // Serve has set r.editor
 	defer r.survive("editor", req)
+	if !req.Notif && acp.NotificationOnly(req.Method, false) {
+		r.log.Warn("a notification method sent as a request refused", "method", req.Method)
+		r.replyTo(req)(nil, errNotificationAsRequest(req.Method))
+		return
+	}
 	ctx = context.WithoutCancel(ctx)
 	if req.Method != acp.MethodSessionPrompt { // the turn reads its own
 		ctx = r.traceEditorRequest(ctx, req)
@@ -489,6 +494,12 @@ func (r *Router) byTable(ctx context.Context, req *jsonrpc2.Request) {
 		r.log.Error("no handler for a method the protocol table says the router handles", "method", req.Method)
 		r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, "acp-router: no handler for "+req.Method, map[string]string{"method": req.Method}))
 	}
+}
+
+// errNotificationAsRequest answers a request for a method the protocol sends
+// only as a notification (acp.NotificationOnly), as an ACP peer answers it.
+func errNotificationAsRequest(method string) error {
+	return acp.NewError(acp.CodeMethodNotFound, "Method not found: "+method+" is a notification (sent without an id)", map[string]string{"method": method})
 }
 
 // replyTo returns a function answering req on the editor connection. A nil

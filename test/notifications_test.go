@@ -1,0 +1,80 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func init() {
+	// request METHOD JSON: a request (with an id) to the client, SESSION in
+	// the JSON replaced by the session's id; say "answer: RESULT" or
+	// "answer: error CODE".
+	fakeScriptExt["request"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		method, params, _ := strings.Cut(rest, " ")
+		res, rerr := a.call(method, json.RawMessage(strings.ReplaceAll(params, "SESSION", s.id)))
+		if rerr != nil {
+			a.say(s.id, fmt.Sprintf("answer: error %d", rerr.Code))
+			return
+		}
+		a.say(s.id, "answer: "+string(res))
+	}
+}
+
+// TestNotificationAsRequest: a message with an id whose method the protocol
+// sends only as a notification is a request for a method that has no
+// request form. From either side the router answers it as an ACP peer does
+// (-32601) and neither carries it out nor passes it on. Before, the
+// editor's session/cancel or $/cancel_request with an id was never answered
+// (the editor waited for ever), and an agent's session/update with an id
+// went to the editor as a request its schema has no room for.
+func TestNotificationAsRequest(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "alpha.log")
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, nil)
+	sid := e.NewSession(t, t.TempDir())
+
+	for _, c := range []struct {
+		method string
+		params any
+	}{
+		{"session/cancel", map[string]any{"sessionId": sid}},
+		{"$/cancel_request", map[string]any{"requestId": 1}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		_, rerr := e.Call(ctx, c.method, c.params)
+		cancel()
+		requireRPCError(t, c.method+" with an id", rerr, -32601, c.method+" is a notification")
+	}
+	// The same notifications without an id still work, and the requests
+	// were not carried out: the agent got one session/cancel.
+	if err := e.Notify("session/cancel", map[string]any{"sessionId": sid}); err != nil {
+		t.Fatal(err)
+	}
+	waitAgentLog(t, log, waitTimeout, "session/cancel at alpha", func(l string) bool { return l == "session/cancel" })
+
+	e.MustPrompt(t, sid, `request session/update {"sessionId":"SESSION","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"smuggled"}}}`+
+		"\n"+`request $/cancel_request {"requestId":99}`+
+		"\n"+`request elicitation/complete {"elicitationId":"e-1"}`, "end_turn")
+	texts := strings.Join(e.Texts(sid), "\n")
+	if n := strings.Count(texts, "answer: error -32601"); n != 3 {
+		t.Errorf("the agent's three notification methods sent as requests: %d answered -32601; the session's texts:\n%s", n, texts)
+	}
+	if strings.Contains(texts, "smuggled") {
+		t.Errorf("an update sent as a request reached the editor: %q", texts)
+	}
+	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.IsRequest() }) {
+		switch m.Method {
+		case "session/update", "$/cancel_request", "elicitation/complete":
+			t.Errorf("the router sent the editor a request for a notification method: %s", m)
+		}
+	}
+	if n := countLines(log, "session/cancel"); n != 1 {
+		t.Errorf("the agent got %d session/cancel, want the one notification", n)
+	}
+}
