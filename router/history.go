@@ -597,17 +597,18 @@ func (s *Session) hasHistory() bool {
 
 // deleteSession handles session/delete: the session is forgotten, removed
 // from the store, and deleted (or closed) at each agent that supports it.
-// Deleting an unknown session succeeds.
+// Deleting an unknown session succeeds; params naming none are -32602.
 func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
-	var p struct {
-		SessionID string `json:"sessionId"`
+	id := acp.SessionID(params(req))
+	if id == "" {
+		r.replyTo(req)(nil, errNoSessionID)
+		return
 	}
-	json.Unmarshal(params(req), &p)
 	r.spawn(func() {
 		downs := map[string]string{} // agent → downstream session id
 		r.mu.Lock()
-		s := r.sessions[p.SessionID]
-		r.closedIDs.add(p.SessionID)
+		s := r.sessions[id]
+		r.closedIDs.add(id)
 		r.mu.Unlock()
 		if s != nil {
 			s.mu.Lock()
@@ -616,15 +617,15 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 			}
 			s.mu.Unlock()
 			r.forget(s)
-		} else if h, err := r.opts.Store.Load(ctx, p.SessionID); err == nil {
+		} else if h, err := r.opts.Store.Load(ctx, id); err == nil {
 			for name, a := range h.Meta.Agents {
 				downs[name] = a.SessionID
 			}
 		}
-		if err := r.opts.Store.Delete(ctx, p.SessionID); err != nil {
-			r.log.Warn("cannot delete the stored session", "session", p.SessionID, "error", err)
+		if err := r.opts.Store.Delete(ctx, id); err != nil {
+			r.log.Warn("cannot delete the stored session", "session", id, "error", err)
 		}
-		for name, id := range downs {
+		for name, down := range downs {
 			a := r.byName[name]
 			if a == nil {
 				continue
@@ -634,7 +635,7 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 				continue
 			}
 			caps := inst.Init().AgentCapabilities.SessionCapabilities
-			ref := mustJSON(acp.SessionRef{SessionID: id})
+			ref := mustJSON(acp.SessionRef{SessionID: down})
 			switch {
 			case acp.Supported(caps.Delete):
 				callWait(ctx, inst, acp.MethodSessionDelete, ref)

@@ -775,10 +775,17 @@ func rewriteSessionID(p json.RawMessage, from, to string) json.RawMessage {
 	return out
 }
 
-// errUnknownSession answers requests naming a session the router does not have.
+// errUnknownSession answers requests naming a session the router does not
+// have, or none (no sessionId, or one that is not a string).
 func errUnknownSession(id string) error {
+	if id == "" {
+		return errNoSessionID
+	}
 	return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown session %q", id), map[string]string{"sessionId": id})
 }
+
+// errNoSessionID answers a request for one session whose params name none.
+var errNoSessionID = acp.NewError(acp.CodeInvalidParams, "acp-router: params need a sessionId (a string)", nil)
 
 // survive keeps a bug in handling one message from taking the router down
 // (editors do not restart it, DESIGN §7): the panic is logged with its

@@ -547,14 +547,15 @@ func (s *Session) updateLine(update any) []byte {
 // agents still send for it (the rest of a cancelled turn) is dropped at
 // once (forget).
 func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
-	var ref acp.SessionRef
-	json.Unmarshal(params(req), &ref)
-	if ref.SessionID != "" {
-		// Live or evicted (evict.go): a prompt must not bring it back.
-		r.mu.Lock()
-		r.closedIDs.add(ref.SessionID)
-		r.mu.Unlock()
+	id := acp.SessionID(params(req))
+	if id == "" {
+		r.replyTo(req)(nil, errNoSessionID)
+		return
 	}
+	// Live or evicted (evict.go): a prompt must not bring it back.
+	r.mu.Lock()
+	r.closedIDs.add(id)
+	r.mu.Unlock()
 	s := r.sessionOf(params(req))
 	if s == nil {
 		r.replyTo(req)(json.RawMessage("{}"), nil)

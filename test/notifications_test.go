@@ -78,3 +78,32 @@ func TestNotificationAsRequest(t *testing.T) {
 		t.Errorf("the agent got %d session/cancel, want the one notification", n)
 	}
 }
+
+// TestSessionParamsNeedSessionID: a request about one session whose params
+// name none (no sessionId, one that is not a string, params that are an
+// array) is -32602 saying so, for every such method. Before, session/close
+// and session/delete answered {} having closed or deleted nothing, and the
+// others said `unknown session ""`.
+func TestSessionParamsNeedSessionID(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "alpha.log")
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, nil)
+	sid := e.NewSession(t, t.TempDir())
+	for _, method := range []string{"session/prompt", "session/close", "session/delete", "session/set_mode", "session/set_config_option", "session/set_model"} {
+		for _, p := range []any{map[string]any{}, map[string]any{"sessionId": 5}, []any{sid}} {
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			_, rerr := e.Call(ctx, method, p)
+			cancel()
+			requireRPCError(t, fmt.Sprintf("%s %v", method, p), rerr, -32602, "params need a sessionId")
+		}
+	}
+	// The session is still there: nothing was closed or deleted.
+	e.MustPrompt(t, sid, "say still here", "end_turn")
+	for _, l := range agentLog(log) {
+		if l == "session/close" || l == "session/delete" {
+			t.Errorf("the agent got %s", l)
+		}
+	}
+}
