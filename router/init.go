@@ -33,8 +33,9 @@ func Version() string {
 func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.RawMessage, error) {
 	p := params(req)
 	var in acp.InitializeParams
-	if p == nil || json.Unmarshal(p, &in) != nil {
-		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: initialize needs params with protocolVersion", nil)
+	var version struct{ ProtocolVersion *uint16 }
+	if p == nil || json.Unmarshal(p, &in) != nil || json.Unmarshal(p, &version) != nil || version.ProtocolVersion == nil {
+		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: initialize needs params with protocolVersion (an integer, 0 to 65535)", nil)
 	}
 	// Agents speak v1 with the editor's own capabilities and clientInfo, so
 	// they only ever use what the editor has (notes/acp-protocol.md §14),
