@@ -196,6 +196,7 @@ const (
 // what it cannot read becomes an opaque or refused item.
 func Extract(req *Request) *Evidence {
 	x := newExtractor(req)
+	x.ambiguous(req)
 	switch req.Method {
 	case acp.MethodReadTextFile:
 		x.fsCall(req.Params, KindRead)
@@ -218,6 +219,34 @@ func Extract(req *Request) *Evidence {
 		x.add(Item{Type: ItemTool, Origin: "request"}, kind)
 	}
 	return x.ev
+}
+
+// ambiguous refuses a request with an object holding two members that name
+// the same field for encoding/json (acp.AmbiguousMember: "path" and
+// "PATH"): decoding into a struct, the policy would read the last of them,
+// the editor the exactly named one, so that the path, command or cwd decided
+// would not be the one read, run or written. The rest is still extracted, for
+// the deny and ask rules and the audit.
+func (x *extractor) ambiguous(req *Request) {
+	kind := KindOther
+	switch req.Method {
+	case acp.MethodReadTextFile:
+		kind = KindRead
+	case acp.MethodWriteTextFile:
+		kind = KindEdit
+	case acp.MethodTerminalCreate:
+		kind = KindExecute
+	}
+	for i, raw := range append([]json.RawMessage{req.Params}, req.Updates...) {
+		if a, b, ok := acp.AmbiguousMember(raw); ok {
+			origin := "params"
+			if i > 0 {
+				origin = "tool_call update"
+			}
+			x.refuse(origin, fmt.Sprintf("members %q and %q name the same field to a decoder that ignores case; the editor or agent may read either", a, b), kind)
+			return
+		}
+	}
 }
 
 // extractor builds one request's evidence.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -123,4 +125,56 @@ func TestInitializeNeedsProtocolVersion(t *testing.T) {
 	}
 	e.Initialize(t, nil)
 	e.MustPrompt(t, e.NewSession(t, t.TempDir()), "say hello", "end_turn")
+}
+
+// TestPolicyAmbiguousMembers: an agent's fs/read_text_file whose params
+// name the path twice, as "path" (a secret) and "PATH" (a project file), is
+// denied and never reaches the editor. Go's encoding/json reads the last of
+// the two (the project file, which the policy allows); the editor reads
+// "path". Before, the policy allowed it and the editor read the secret.
+func TestPolicyAmbiguousMembers(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
+	os.WriteFile(filepath.Join(cwd, ".env"), []byte("KEY=secret"), 0o644)
+	cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	var mu sync.Mutex
+	var read []string
+	e.Handle("fs/read_text_file", func(p json.RawMessage) (any, *RPCError) {
+		// As an editor in JavaScript or Rust reads it: the member named
+		// exactly "path" (a map decode matches names exactly).
+		var m map[string]json.RawMessage
+		var path string
+		json.Unmarshal(p, &m)
+		json.Unmarshal(m["path"], &path)
+		mu.Lock()
+		read = append(read, path)
+		mu.Unlock()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, &RPCError{Code: -32603, Message: err.Error()}
+		}
+		return map[string]string{"content": string(b)}, nil
+	})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, fmt.Sprintf(`request fs/read_text_file {"sessionId":"SESSION","path":"%[1]s/.env","PATH":"%[1]s/main.go"}`+"\n"+
+		`request fs/read_text_file {"sessionId":"SESSION","path":"%[1]s/main.go"}`, cwd), "end_turn")
+	texts := strings.Join(e.Texts(sid), "\n")
+	if !strings.Contains(texts, "answer: error -32603") || !strings.Contains(texts, `answer: {"content":"package main"}`) {
+		t.Errorf("the agent was told:\n%s\nwant the ambiguous read refused and the plain one answered", texts)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(read) != 1 || read[0] != cwd+"/main.go" {
+		t.Errorf("the editor read %q, want only %s/main.go", read, cwd)
+	}
+	var decisions []string
+	for _, r := range readAudit(t, auditFile) {
+		decisions = append(decisions, fmt.Sprintf("%s %s %s", r.Method, r.Decision, r.rule()))
+	}
+	if want := "fs/read_text_file deny acp-router:refused\nfs/read_text_file allow reads-in-project"; strings.Join(decisions, "\n") != want {
+		t.Errorf("audit\n%s\nwant\n%s", strings.Join(decisions, "\n"), want)
+	}
 }
