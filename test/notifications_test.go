@@ -26,6 +26,17 @@ func init() {
 	}
 }
 
+// loggedSession starts a router with one fake agent, alpha, that logs the
+// methods it gets to log, and opens a session.
+func loggedSession(t *testing.T) (e *Editor, log, sid string) {
+	t.Helper()
+	log = filepath.Join(t.TempDir(), "alpha.log")
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
+	e = StartRouter(t, cfg, nil)
+	e.Initialize(t, nil)
+	return e, log, e.NewSession(t, t.TempDir())
+}
+
 // TestNotificationAsRequest: a message with an id whose method the protocol
 // sends only as a notification is a request for a method that has no
 // request form. From either side the router answers it as an ACP peer does
@@ -35,11 +46,7 @@ func init() {
 // went to the editor as a request its schema has no room for.
 func TestNotificationAsRequest(t *testing.T) {
 	t.Parallel()
-	log := filepath.Join(t.TempDir(), "alpha.log")
-	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
-	e := StartRouter(t, cfg, nil)
-	e.Initialize(t, nil)
-	sid := e.NewSession(t, t.TempDir())
+	e, log, sid := loggedSession(t)
 
 	for _, c := range []struct {
 		method string
@@ -88,11 +95,7 @@ func TestNotificationAsRequest(t *testing.T) {
 // others said `unknown session ""`.
 func TestSessionParamsNeedSessionID(t *testing.T) {
 	t.Parallel()
-	log := filepath.Join(t.TempDir(), "alpha.log")
-	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
-	e := StartRouter(t, cfg, nil)
-	e.Initialize(t, nil)
-	sid := e.NewSession(t, t.TempDir())
+	e, log, sid := loggedSession(t)
 	for _, method := range []string{"session/prompt", "session/close", "session/delete", "session/set_mode", "session/set_config_option", "session/set_model"} {
 		for _, p := range []any{map[string]any{}, map[string]any{"sessionId": 5}, []any{sid}} {
 			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
