@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -296,6 +297,10 @@ func (s *Stream) ReadObject(v any) error {
 			s.log.Trace("recv", "message", truncate(line, traceBytes))
 		}
 		m, err := ClassifyPrescan(line, s.opts.Prescan)
+		if errors.Is(err, ErrParse) && !utf8.Valid(line) {
+			line, sh = s.repairUTF8(line, sh)
+			m, err = ClassifyPrescan(line, s.opts.Prescan)
+		}
 		if err != nil {
 			s.invalid(m, err)
 			continue
@@ -349,6 +354,21 @@ func (s *Stream) ReadObject(v any) error {
 		}
 		return nil
 	}
+}
+
+// repairUTF8 is the line that is not UTF-8 (RFC 8259 §8.1) read as a
+// decoder in Go or a JavaScript TextDecoder reads it: each run of bytes
+// that is not UTF-8 becomes U+FFFD. Passed on as it came, it would end the
+// connection of a peer that reads its input strictly as UTF-8 (the Rust
+// ACP crate's read_line, in Zed and in Rust agents), every session of
+// every agent with it. The line's pooled buffer, if any, goes back.
+func (s *Stream) repairUTF8(line []byte, sh *Shared) ([]byte, *Shared) {
+	s.log.Warn("bytes that are not UTF-8 replaced with U+FFFD", "line", truncate(line, 200))
+	fixed := bytes.ToValidUTF8(line, []byte("\uFFFD"))
+	if sh != nil {
+		sh.Release()
+	}
+	return fixed, nil
 }
 
 // decodeValid is json.Unmarshal(line, v) for a line Classify has validated:

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 )
@@ -494,5 +495,49 @@ func TestStreamBatch(t *testing.T) {
 	defer mu.Unlock()
 	if got, want := strings.Join(events, " "), "start a b end c"; got != want {
 		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// TestStreamRepairsUTF8: a line whose strings hold bytes that are not UTF-8
+// is passed on with each such run read as U+FFFD (the bytes a Rust peer's
+// read_line would end its connection on never leave the router), in a
+// member name too, short lines and pooled long ones alike; bytes that are
+// not UTF-8 outside a string are still a parse error.
+func TestStreamRepairsUTF8(t *testing.T) {
+	long := strings.Repeat("é", 40<<10) // past the reader's buffer: a pooled line
+	lines := []string{
+		"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"s\",\"update\":{\"text\":\"a\xffb\xed\xa0\x80c\"}}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"k\xc3\":\"v\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"t\":\"" + long + "\xe9\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"t\":\"ok: \u00e9\u4e2d\U0001F600\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\xff}",
+	}
+	want := []string{
+		"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"s\",\"update\":{\"text\":\"a\uFFFDb\uFFFDc\"}}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"k\uFFFD\":\"v\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"t\":\"" + long + "\uFFFD\"}}",
+		lines[3], // UTF-8 already: the same bytes
+	}
+	var got []string
+	s := NewStream(io.NopCloser(strings.NewReader(strings.Join(lines, "\n")+"\n")), discardCloser{}, StreamOptions{
+		Intercept: func(m *Message) bool {
+			got = append(got, string(m.Raw))
+			return true
+		},
+	})
+	var v json.RawMessage
+	if err := s.ReadObject(&v); !errors.Is(err, io.EOF) {
+		t.Fatalf("ReadObject: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines passed on, want %d (the last is not JSON)", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d: %.120q, want %.120q", i, got[i], want[i])
+		}
+		if !utf8.ValidString(got[i]) {
+			t.Errorf("line %d is not UTF-8", i)
+		}
 	}
 }

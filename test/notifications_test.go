@@ -6,15 +6,34 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 )
 
 func init() {
 	// request METHOD JSON: a request (with an id) to the client, SESSION in
 	// the JSON replaced by the session's id; say "answer: RESULT" or
 	// "answer: error CODE".
+	// say-bytes TEXT: an agent_message_chunk whose text is TEXT with each
+	// "\xHH" written as that byte, whatever it makes of the line's UTF-8.
+	fakeScriptExt["say-bytes"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		var text []byte
+		for i := 0; i < len(rest); i++ {
+			if strings.HasPrefix(rest[i:], `\x`) && i+4 <= len(rest) {
+				if b, err := strconv.ParseUint(rest[i+2:i+4], 16, 8); err == nil {
+					text = append(text, byte(b))
+					i += 3
+					continue
+				}
+			}
+			text = append(text, rest[i])
+		}
+		line := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"` + s.id + `","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + string(text) + `"}}}}` + "\n"
+		a.writeRaw([]byte(line))
+	}
 	fakeScriptExt["request"] = func(a *fakeAgent, s *fakeSession, rest string) {
 		method, params, _ := strings.Cut(rest, " ")
 		res, rerr := a.call(method, json.RawMessage(strings.ReplaceAll(params, "SESSION", s.id)))
@@ -179,5 +198,23 @@ func TestPolicyAmbiguousMembers(t *testing.T) {
 	}
 	if want := "fs/read_text_file deny acp-router:refused\nfs/read_text_file allow reads-in-project"; strings.Join(decisions, "\n") != want {
 		t.Errorf("audit\n%s\nwant\n%s", strings.Join(decisions, "\n"), want)
+	}
+}
+
+// TestAgentBytesNotUTF8: an agent's update whose text holds bytes that are
+// not UTF-8 reaches the editor with them read as U+FFFD, as valid UTF-8 (a
+// Rust editor reading lines as UTF-8, Zed among them, would end its whole
+// connection to the router on the raw bytes), and the session goes on.
+func TestAgentBytesNotUTF8(t *testing.T) {
+	t.Parallel()
+	e, _, sid := loggedSession(t)
+	e.MustPrompt(t, sid, `say-bytes caf\xc3 au lait \xff\xfe!`+"\nsay after", "end_turn")
+	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Method == "session/update" && m.Update() == "agent_message_chunk" }) {
+		if !utf8.Valid(m.Raw) {
+			t.Errorf("the editor got a line that is not UTF-8: %q", m.Raw)
+		}
+	}
+	if texts := strings.Join(e.Texts(sid), "|"); texts != "caf\uFFFD au lait \uFFFD!|after" {
+		t.Errorf("the editor read %q", texts)
 	}
 }
