@@ -58,7 +58,7 @@ func (a *ambiguity) value(b []byte, i int) int {
 	return end
 }
 
-// object walks the object at b[i] == '{': its names, then its values.
+// object walks the object at b[i] == '{': each name, then its value.
 func (a *ambiguity) object(b []byte, i int) int {
 	var names [8]string // most objects have few members: folded without a map
 	folded := names[:0]

@@ -187,7 +187,7 @@ func TestStreamLineLimit(t *testing.T) {
 					t.Fatalf("answer %s, want the echo of pad", line)
 				}
 			} else {
-				assertErrorReply(t, line, `null`, CodeInvalidRequest)
+				assertErrorReply(t, line, `1`, CodeInvalidRequest) // its id read from its start
 			}
 			h.call(t, "2", "next/line")
 		})
@@ -226,7 +226,56 @@ func TestStreamLineLimitLastLine(t *testing.T) {
 			if len(replies) != 1 {
 				t.Fatalf("replies = %q, want one error", replies)
 			}
-			assertErrorReply(t, replies[0], `null`, CodeInvalidRequest)
+			assertErrorReply(t, replies[0], `1`, CodeInvalidRequest)
+		})
+	}
+}
+
+// TestStreamLineLimitAnswers: a message over the limit is answered by the
+// id its start gives, whatever the side: a request gets its error (an
+// agent's too, which used to wait for ever), a response to one of our calls
+// resolves that call with an error in its place (before, the call waited
+// for ever: an agent reading a file too large to relay hung); an id after
+// the long member, or a notification, leaves nothing to answer but null.
+func TestStreamLineLimitAnswers(t *testing.T) {
+	const limit = 1024
+	pad := strings.Repeat("x", 8*limit) // past the 4 KiB head kept to find the id
+	t.Run("a request, agent side", func(t *testing.T) {
+		h := newConnHarness(t, StreamOptions{MaxLine: limit}) // AnswerInvalid off: the agent side
+		write(t, h.In, `{"jsonrpc":"2.0","id":"r-1","method":"fs/read_text_file","params":{"path":"`+pad+`"}}`+"\n")
+		assertErrorReply(t, recv(t, h.Out), `"r-1"`, CodeInvalidRequest)
+		h.call(t, "2", "next/line")
+	})
+	t.Run("a response to our call", func(t *testing.T) {
+		h := newConnHarness(t, StreamOptions{MaxLine: limit})
+		done := make(chan error, 1)
+		go func() {
+			var res json.RawMessage
+			done <- h.Conn.Call(t.Context(), "fs/read_text_file", map[string]string{"path": "/big.log"}, &res)
+		}()
+		req := decodeFields(t, recv(t, h.Out))
+		write(t, h.In, `{"jsonrpc":"2.0","id":`+string(req["id"])+`,"result":{"content":"`+pad+`"}}`+"\n")
+		select {
+		case err := <-done:
+			var rpcErr *jsonrpc2.Error
+			if !errors.As(err, &rpcErr) || rpcErr.Code != CodeInternalError || !strings.Contains(rpcErr.Message, "exceeds the 1024-byte limit") {
+				t.Fatalf("the call ended with %v, want an internal error naming the limit", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the call waits for ever for an answer that was too long")
+		}
+		h.call(t, "2", "next/line")
+	})
+	for _, c := range []struct{ name, line string }{
+		{"the id after the long member", `{"jsonrpc":"2.0","method":"x","params":{"p":"` + pad + `"},"id":7}`},
+		{"a notification", `{"jsonrpc":"2.0","method":"x","params":{"p":"` + pad + `"}}`},
+		{"not JSON at its start", `{"jsonrpc" "2.0","id":7,"method":"x","params":{"p":"` + pad + `"}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newConnHarness(t, StreamOptions{AnswerInvalid: true, MaxLine: limit})
+			write(t, h.In, c.line+"\n")
+			assertErrorReply(t, recv(t, h.Out), `null`, CodeInvalidRequest)
+			h.call(t, "2", "next/line")
 		})
 	}
 }
