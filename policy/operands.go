@@ -174,7 +174,7 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		if dest {
 			kind = KindEdit
 		}
-		return x.argPath(prog, a, kind, recursive && !dest, hidden, cwds)
+		return x.argPath(prog, a, kind, recursive, hidden, cwds)
 	case roleRead:
 		if strings.HasSuffix(prog, "awk") && isAssignment(s) {
 			return false // awk VAR=value between its files
