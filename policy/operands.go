@@ -783,3 +783,72 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 	}
 	return "", false
 }
+
+// intoDirectory returns the files cp, mv, ln and install write when their
+// last operand is a directory: DEST/NAME for each source, NAME its last
+// element ('cp config .git' writes .git/config), and for ln with a single
+// operand ./NAME. Whether DEST is a directory when the command runs is not
+// known (an earlier command may make it one), so the names are evidence
+// unless -T says DEST is the file itself; -t DIR and cp -r write DIR's tree
+// already. A glob source names the files it matches (as the shell expands
+// it), or itself when it matches none; an opaque one is evidence already.
+// mv moves a directory with its tree (recursive).
+func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (out []arg, recursive bool) {
+	prog := path.Base(p.label)
+	switch prog {
+	case "cp", "mv", "ln", "install":
+	default:
+		return nil, false
+	}
+	if p.lost || p.flags.any("-T", "--no-target-directory", "-t", "--target-directory") ||
+		prog == "install" && p.flags.any("-d", "--directory") {
+		return nil, false
+	}
+	n := len(p.ops)
+	if p.argsFrom >= 0 {
+		n = p.argsFrom
+	}
+	names := func(a arg) []string {
+		if a.opaque != "" {
+			return nil
+		}
+		var ns []string
+		if a.glob && x.fs != nil {
+			for _, d := range cwds {
+				full := a.s
+				if !path.IsAbs(full) {
+					full = path.Join(d, full)
+				}
+				if m, err := x.fs.Glob(path.Clean(full)); err == nil {
+					for _, f := range m {
+						ns = append(ns, path.Base(f))
+					}
+				}
+			}
+		}
+		if len(ns) == 0 {
+			ns = []string{path.Base(a.s)}
+		}
+		return slices.DeleteFunc(ns, func(n string) bool { return n == "." || n == ".." || n == "/" })
+	}
+	if n == 1 && prog == "ln" && len(roles) > 0 && roles[0] == roleWrite {
+		// ln -s TARGET: the link is ./NAME.
+		for _, name := range names(p.ops[0]) {
+			out = append(out, arg{s: name})
+		}
+		return out, false
+	}
+	if n < 2 || len(roles) < n || roles[n-1] != roleWrite && roles[n-1] != roleWriteDir {
+		return nil, false
+	}
+	dest := p.ops[n-1]
+	if dest.opaque != "" {
+		return nil, false // the operand is opaque already
+	}
+	for _, a := range p.ops[:n-1] {
+		for _, name := range names(a) {
+			out = append(out, arg{s: path.Join(dest.s, name), glob: dest.glob})
+		}
+	}
+	return out, prog == "mv"
+}

@@ -350,6 +350,11 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 	}
+	if into, rec := x.intoDirectory(p, roles, cwds); len(into) > 0 {
+		for _, o := range into {
+			x.argPath(p.label, o, KindEdit, rec, true, cwds)
+		}
+	}
 	if what, ok := dataNamedWrites(p); ok && !p.lost {
 		for _, d := range cwds {
 			x.path(d, false, KindEdit, true, what, nil)
