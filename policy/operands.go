@@ -790,7 +790,7 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 // operand ./NAME. Whether DEST is a directory when the command runs is not
 // known (an earlier command may make it one), so the names are evidence
 // unless -T says DEST is the file itself; -t DIR and cp -r write DIR's tree
-// already. A glob source names the files it matches (as the shell expands
+// already, but a backup of DIR/NAME is not. A glob source names the files it matches (as the shell expands
 // it), or itself when it matches none; an opaque one is evidence already.
 // mv moves a directory with its tree (recursive).
 func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (out []arg, recursive bool) {
@@ -800,13 +800,27 @@ func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (o
 	default:
 		return nil, false
 	}
-	if p.lost || p.flags.any("-T", "--no-target-directory", "-t", "--target-directory") ||
-		prog == "install" && p.flags.any("-d", "--directory") {
+	if p.lost || p.flags.any("-T", "--no-target-directory") || prog == "install" && p.flags.any("-d", "--directory") {
 		return nil, false
 	}
 	n := len(p.ops)
 	if p.argsFrom >= 0 {
 		n = p.argsFrom
+	}
+	dest, ok := p.optValue("-t", "--target-directory")
+	sources := p.ops[:n]
+	if !ok {
+		if n == 1 && prog == "ln" && len(roles) > 0 && roles[0] == roleWrite {
+			// ln -s TARGET: the link is ./NAME.
+			dest = arg{s: "."}
+		} else if n < 2 || len(roles) < n || roles[n-1] != roleWrite && roles[n-1] != roleWriteDir {
+			return nil, false
+		} else {
+			dest, sources = p.ops[n-1], p.ops[:n-1]
+		}
+	}
+	if dest.opaque != "" {
+		return nil, false // the operand is opaque already
 	}
 	names := func(a arg) []string {
 		if a.opaque != "" {
@@ -831,24 +845,117 @@ func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (o
 		}
 		return slices.DeleteFunc(ns, func(n string) bool { return n == "." || n == ".." || n == "/" })
 	}
-	if n == 1 && prog == "ln" && len(roles) > 0 && roles[0] == roleWrite {
-		// ln -s TARGET: the link is ./NAME.
-		for _, name := range names(p.ops[0]) {
-			out = append(out, arg{s: name})
-		}
-		return out, false
-	}
-	if n < 2 || len(roles) < n || roles[n-1] != roleWrite && roles[n-1] != roleWriteDir {
-		return nil, false
-	}
-	dest := p.ops[n-1]
-	if dest.opaque != "" {
-		return nil, false // the operand is opaque already
-	}
-	for _, a := range p.ops[:n-1] {
+	for _, a := range sources {
 		for _, name := range names(a) {
 			out = append(out, arg{s: path.Join(dest.s, name), glob: dest.glob})
 		}
 	}
 	return out, prog == "mv"
+}
+
+// optValue returns the value of the last of the named options given (by
+// their full names: an abbreviation counts), and whether one was.
+func (p *parsedArgs) optValue(names ...string) (a arg, ok bool) {
+	for _, v := range p.vals {
+		if v.has && slices.Contains(names, v.opt.name) {
+			a, ok = v.v, true
+		}
+	}
+	return a, ok
+}
+
+// backupOutputs returns the backup files a command writes besides the files
+// it replaces (targets): cp, mv, ln and install with -b, --backup or -S
+// rename a file they replace to FILE+SUFFIX (-S, else ~; a SUFFIX with a /
+// is ~) or FILE.~N~ (--backup=numbered, existing); patch FILE backs FILE up
+// (with -b, else when the patch does not match exactly) to FILE.orig or
+// FILE+SUFFIX (-z), or PREFIX+DIR/BPREFIX+NAME (-B PREFIX, -Y BPREFIX), and
+// writes the hunks it rejects to FILE.rej unless -r names that file (coreutils
+// 9.1, GNU patch 2.7.6). patch without FILE writes below the working
+// directory, which is written already, and below -B's directory (dirs). The
+// environment's SIMPLE_BACKUP_SUFFIX and VERSION_CONTROL are not ordinary
+// variables (dangerousNames). ok is false when a name is known only at run
+// time.
+func backupOutputs(p *parsedArgs, targets []arg) (out, dirs []arg, ok bool) {
+	if p.lost {
+		return nil, nil, true
+	}
+	known := func(a arg) bool { return a.opaque == "" }
+	numbered := func(v arg, has bool) bool {
+		return has && v.s != "simple" && v.s != "never" && v.s != "none" && v.s != "off"
+	}
+	switch path.Base(p.label) {
+	case "cp", "mv", "ln", "install":
+		mode, hasMode := p.optValue("--backup")
+		suffix, hasSuffix := p.optValue("-S", "--suffix")
+		if !p.flags.any("-b", "--backup", "-S", "--suffix") || hasMode && (mode.s == "none" || mode.s == "off") {
+			return nil, nil, true
+		}
+		if hasMode && !known(mode) || hasSuffix && !known(suffix) {
+			return nil, nil, false
+		}
+		s := "~"
+		if hasSuffix && suffix.s != "" && !strings.Contains(suffix.s, "/") {
+			s = suffix.s
+		}
+		for _, t := range targets {
+			if !known(t) || t.s == "" {
+				continue
+			}
+			out = append(out, arg{s: t.s + s, glob: t.glob})
+			if numbered(mode, hasMode) {
+				out = append(out, arg{s: t.s + ".~1~", glob: t.glob})
+			}
+		}
+		return out, nil, true
+	case "patch":
+		if p.flags.any("--dry-run") {
+			return nil, nil, true
+		}
+		prefix, hasPrefix := p.optValue("-B", "--prefix")
+		base, hasBase := p.optValue("-Y", "--basename-prefix")
+		suffix, hasSuffix := p.optValue("-z", "--suffix")
+		mode, hasMode := p.optValue("-V", "--version-control")
+		_, hasReject := p.optValue("-r", "--reject-file")
+		for _, a := range []arg{prefix, base, suffix, mode} {
+			if !known(a) {
+				return nil, nil, false
+			}
+		}
+		if len(targets) == 0 {
+			// The patch names the files, below the working directory.
+			if hasBase && strings.Contains(base.s, "..") {
+				return nil, nil, false
+			}
+			if hasPrefix {
+				dirs = append(dirs, arg{s: path.Dir(prefix.s + "x")})
+			}
+			return nil, dirs, true
+		}
+		for _, t := range targets {
+			if !known(t) || t.s == "" || t.s == "-" {
+				continue
+			}
+			dir, name := "", t.s
+			if i := strings.LastIndexByte(t.s, '/'); i >= 0 {
+				dir, name = t.s[:i+1], t.s[i+1:]
+			}
+			switch {
+			case hasPrefix || hasBase:
+				out = append(out, arg{s: prefix.s + dir + base.s + name, glob: t.glob})
+			case hasSuffix && suffix.s != "":
+				out = append(out, arg{s: t.s + suffix.s, glob: t.glob})
+			default:
+				out = append(out, arg{s: t.s + ".orig", glob: t.glob})
+			}
+			if numbered(mode, hasMode) {
+				out = append(out, arg{s: t.s + ".~1~", glob: t.glob})
+			}
+			if !hasReject {
+				out = append(out, arg{s: t.s + ".rej", glob: t.glob})
+			}
+		}
+		return out, nil, true
+	}
+	return nil, nil, true
 }

@@ -350,10 +350,27 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 	}
-	if into, rec := x.intoDirectory(p, roles, cwds); len(into) > 0 {
-		for _, o := range into {
-			x.argPath(p.label, o, KindEdit, rec, true, cwds)
+	into, rec := x.intoDirectory(p, roles, cwds)
+	for _, o := range into {
+		x.argPath(p.label, o, KindEdit, rec, true, cwds)
+	}
+	var replaced []arg // the files the command replaces, which it may back up
+	for i, a := range p.ops {
+		// patch FILE; cp, mv, ln, install's last operand.
+		if !p.lost && i < len(roles) && (roles[i] == roleWrite || roles[i] == roleWriteDir) &&
+			(path.Base(p.label) == "patch" || i == len(p.ops)-1) {
+			replaced = append(replaced, a)
 		}
+	}
+	backups, dirs, ok := backupOutputs(p, append(replaced, into...))
+	if !ok {
+		x.opaque(p.label, p.label+" writes a backup under a name known only at run time", KindEdit)
+	}
+	for _, o := range backups {
+		x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+	}
+	for _, d := range dirs {
+		x.roleArg(p.label, "", d, roleWriteDir, false, true, cwds, cx)
 	}
 	if what, ok := dataNamedWrites(p); ok && !p.lost {
 		for _, d := range cwds {
