@@ -687,7 +687,7 @@ func compressedOutputs(p *parsedArgs) []arg {
 	decompress := c.decompress || p.flags.any("-d", "--decompress", "--uncompress")
 	suffixes := c.decompressed
 	for _, v := range p.vals {
-		if (v.key == "-S" || v.key == "--suffix") && v.has && v.v.opaque == "" {
+		if (v.opt.name == "-S" || v.opt.name == "--suffix") && v.has && v.v.opaque == "" {
 			c.suffix = v.v.s
 			suffixes = [][2]string{{v.v.s, ""}}
 		}
@@ -726,7 +726,7 @@ func sedBackups(p *parsedArgs, roles []role) (out []arg, ok bool) {
 	}
 	suffix := ""
 	for _, v := range p.vals {
-		if (v.key == "-i" || v.key == "--in-place") && v.has {
+		if (v.opt.name == "-i" || v.opt.name == "--in-place") && v.has {
 			if v.v.opaque != "" {
 				return nil, false
 			}
@@ -775,7 +775,7 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 			return "", false // patch FILE writes FILE
 		}
 		for _, v := range p.vals {
-			if (v.key == "-o" || v.key == "--output") && v.has {
+			if (v.opt.name == "-o" || v.opt.name == "--output") && v.has {
 				return "", false // the patched files go to the output
 			}
 		}

@@ -16,7 +16,7 @@ import (
 
 // optVal is an option with its value.
 type optVal struct {
-	key string // as given (after abbreviation: the full name)
+	key string // as given (an abbreviation as typed: opt.name is the full name)
 	opt *optSpec
 	v   arg
 	has bool // a value was given
