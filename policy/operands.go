@@ -461,6 +461,7 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 	var vals []optVal
 	var ops []arg
 	flags := flagSet{}
+	var topLevel []arg
 	opt := func(key string, v arg, has bool) {
 		r, ok := tarOptions[key]
 		name := key
@@ -482,8 +483,16 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 		case "t", "--list":
 			mode = 't'
 		}
-		if r != roleFlag {
+		switch {
+		case r != roleFlag:
 			vals = append(vals, optVal{key: name, opt: &optSpec{name: name, role: r}, v: v, has: has})
+		case has && key == "--one-top-level":
+			// --one-top-level=DIR extracts into DIR (absolute, or below -C).
+			topLevel = append(topLevel, v)
+		case has && key != "--atime-preserve":
+			if it.Unknown == "" {
+				it.Unknown = "tar: option " + name + " takes no value"
+			}
 		}
 	}
 	takes := func(key string) bool { r, ok := tarOptions[key]; return ok && r != roleFlag }
@@ -593,6 +602,9 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 		} else if !flags.any("-O", "--to-stdout") {
 			for _, d := range base {
 				x.path(d, false, KindEdit, true, "tar extracts into", nil)
+			}
+			for _, t := range topLevel {
+				x.roleArg(label, "--one-top-level", t, roleWriteDir, false, true, base, cx)
 			}
 		}
 	default:
