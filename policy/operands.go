@@ -690,13 +690,18 @@ var (
 // writes FILE.gz, gunzip FILE.gz (gzip -d, xz -d, ...) writes FILE, -S
 // names the suffix. A name it would refuse (no known suffix) writes
 // nothing; so do -c, -t, -l and the *cat names. A glob operand's output is
-// the same pattern with the suffix changed.
-func compressedOutputs(p *parsedArgs) []arg {
-	c, ok := compressors[path.Base(p.label)]
-	if !ok || c.stdout || p.flags.any("-c", "--stdout", "--to-stdout", "-t", "--test", "-l", "--list", "-h", "--help", "-V", "--version", "-L", "--license") {
-		return nil
+// the same pattern with the suffix changed. Decompressing with -N (--name),
+// gzip names the file after the name stored in it (in FILE's directory):
+// ok is false, the name is not known.
+func compressedOutputs(p *parsedArgs) (out []arg, ok bool) {
+	c, known := compressors[path.Base(p.label)]
+	if !known || c.stdout || p.flags.any("-c", "--stdout", "--to-stdout", "-t", "--test", "-l", "--list", "-h", "--help", "-V", "--version", "-L", "--license") {
+		return nil, true
 	}
 	decompress := c.decompress || p.flags.any("-d", "--decompress", "--uncompress")
+	if decompress && p.flags.any("-N", "--name") {
+		return nil, false
+	}
 	suffixes := c.decompressed
 	for _, v := range p.vals {
 		if (v.opt.name == "-S" || v.opt.name == "--suffix") && v.has && v.v.opaque == "" {
@@ -704,7 +709,6 @@ func compressedOutputs(p *parsedArgs) []arg {
 			suffixes = [][2]string{{v.v.s, ""}}
 		}
 	}
-	var out []arg
 	for _, a := range p.ops {
 		if a.opaque != "" || a.s == "-" || a.s == "" {
 			continue
@@ -723,7 +727,7 @@ func compressedOutputs(p *parsedArgs) []arg {
 			}
 		}
 	}
-	return out
+	return out, true
 }
 
 // sedBackups returns the backup files sed -iSUFFIX writes besides the files

@@ -345,9 +345,15 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			paths++
 		}
 	}
-	if !p.lost && !recursive { // -r: the directories' files are written already
-		for _, o := range compressedOutputs(p) {
-			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+	if !p.lost {
+		outs, ok := compressedOutputs(p)
+		if !ok {
+			x.opaque(p.label+" -N", p.label+" -N names the file it writes after the name stored in its input", KindEdit)
+		}
+		for _, o := range outs {
+			if !recursive { // -r: the directories' files are written already
+				x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+			}
 		}
 	}
 	into, rec := x.intoDirectory(p, roles, cwds)
