@@ -975,3 +975,72 @@ func backupOutputs(p *parsedArgs, targets []arg) (out, dirs []arg, ok bool) {
 	}
 	return nil, nil, true
 }
+
+// gitRepository checks the repository a git command uses. Its config runs
+// commands (core.fsmonitor, core.hooksPath, diff.external, core.pager...),
+// which is why a policy protects **/.git/config; a repository whose config
+// is elsewhere escapes that rule, so the arguments are not understood when
+// git would use one: a --git-dir whose last element is not .git; a .git
+// file (gitdir: names any directory) in the working directory or above it,
+// below the session's directory; a bare repository (HEAD and config in the
+// directory itself); or a .git, or a config below the session's directory,
+// that the same command line writes first.
+func (x *extractor) gitRepository(p *parsedArgs, cwds []string) {
+	if v, ok := p.optValue("--git-dir"); ok {
+		if v.opaque != "" || path.Base(path.Clean(v.s)) != ".git" {
+			x.markUnknown(fmt.Sprintf("git --git-dir %s: a repository whose config (commands git runs) is not a .git/config", v.s))
+		}
+		return
+	}
+	for _, d := range cwds {
+		if why := x.gitDiscover(d); why != "" {
+			x.markUnknown(why)
+			return
+		}
+	}
+}
+
+// gitDiscover walks up from dir as git looks for its repository and says
+// why the one it finds is not understood ("" when it is an ordinary .git
+// directory, or none is found).
+func (x *extractor) gitDiscover(dir string) string {
+	trusted := func(d string) bool {
+		return d == x.cwd || slices.Contains(x.ev.vars.roots, d)
+	}
+	for d := path.Clean(dir); ; d = path.Dir(d) {
+		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) {
+			return fmt.Sprintf("git uses the repository in %s, whose .git or config this command line writes", d)
+		}
+		if x.fs != nil {
+			if ok, isDir := x.fs.Stat(path.Join(d, ".git")); ok {
+				if isDir || trusted(d) {
+					return ""
+				}
+				return fmt.Sprintf("%s/.git is a file: git uses the repository it names, whose config may run commands", d)
+			}
+			if path.Base(d) == ".git" {
+				return ""
+			}
+			head, headDir := x.fs.Stat(path.Join(d, "HEAD"))
+			conf, confDir := x.fs.Stat(path.Join(d, "config"))
+			if head && !headDir && conf && !confDir {
+				return fmt.Sprintf("%s is a bare repository: its config may run commands", d)
+			}
+		}
+		if d == "/" || d == "." || !path.IsAbs(d) {
+			return ""
+		}
+	}
+}
+
+// writesPath reports whether the evidence so far writes the file p
+// (absolute, clean) itself.
+func (x *extractor) writesPath(p string) bool {
+	for i := range x.ev.Items {
+		it := &x.ev.Items[i]
+		if it.Type == ItemPath && slices.Contains(it.Kinds, KindEdit) && slices.Contains(it.Forms, p) {
+			return true
+		}
+	}
+	return false
+}

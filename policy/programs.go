@@ -287,6 +287,9 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		x.roleArg(p.label, v.key, v.v, v.opt.role, false, h, cwds, cx)
 	}
+	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
+		x.gitRepository(p, cwds)
+	}
 	if prog := p.module(); prog != "" && !p.lost {
 		// python -m pytest ARGS is pytest ARGS.
 		inner := cx
