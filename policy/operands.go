@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -63,6 +64,11 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 	case roleLdflags:
 		if strings.Contains(s, "extld") || strings.Contains(s, "linkmode") || strings.Contains(s, "-plugin") {
 			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)
+		}
+		return false
+	case roleJq:
+		if jqLoads(s) {
+			x.opaque(origin, prog+"'s filter imports or includes a file (any .jq or .json file, by an absolute path or relative to ~/.jq)", KindRead)
 		}
 		return false
 	case rolePlugin:
@@ -1043,4 +1049,19 @@ func (x *extractor) writesPath(p string) bool {
 		}
 	}
 	return false
+}
+
+var (
+	jqString    = regexp.MustCompile(`"(\\.|[^"\\])*"`)
+	jqComment   = regexp.MustCompile(`#[^\n]*`)
+	jqDirective = regexp.MustCompile(`(^|[^A-Za-z0-9_$.])(import|include)([^A-Za-z0-9_]|$)`)
+)
+
+// jqLoads reports whether a jq filter has an import or include directive,
+// outside its strings and comments: 'import "/home/u/.docker/config" as
+// $c' reads that .json file, 'include "x"' runs x.jq (jq 1.6, checked).
+func jqLoads(filter string) bool {
+	f := jqString.ReplaceAllString(filter, `""`)
+	f = jqComment.ReplaceAllString(f, "")
+	return jqDirective.MatchString(f)
 }
