@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -1064,4 +1065,94 @@ func jqLoads(filter string) bool {
 	f := jqString.ReplaceAllString(filter, `""`)
 	f = jqComment.ReplaceAllString(f, "")
 	return jqDirective.MatchString(f)
+}
+
+// downloadOutputs returns the files curl -O (--remote-name, --remote-name-all)
+// and wget without -O write: each named after its URL, the last element of
+// the URL's path (curl 7.88: query off, %XX kept; wget 1.21: query kept,
+// %XX decoded; every form is evidence), index.html for wget when there is
+// none, in --output-dir or -P's directory. ok is false when the server or the run picks the
+// name: curl -J, wget --content-disposition, --trust-server-names,
+// recursive retrieval (-r, -m, -p), -x's directories, a curl URL glob.
+func downloadOutputs(p *parsedArgs) (out []arg, ok bool) {
+	var dir arg
+	var urls []arg
+	var wget bool
+	switch path.Base(p.label) {
+	case "curl":
+		if !p.flags.any("-O", "--remote-name", "--remote-name-all") {
+			return nil, true
+		}
+		if p.flags.any("-J", "--remote-header-name") {
+			return nil, false
+		}
+		dir, _ = p.optValue("--output-dir")
+		urls = append(urls, p.ops...)
+		for _, v := range p.vals {
+			if v.opt.name == "--url" && v.has {
+				urls = append(urls, v.v)
+			}
+		}
+	case "wget":
+		if _, o := p.optValue("-O", "--output-document"); o || p.flags.any("--spider") {
+			return nil, true
+		}
+		if p.flags.any("-r", "--recursive", "-m", "--mirror", "-p", "--page-requisites", "--content-disposition",
+			"--trust-server-names", "-x", "--force-directories") {
+			return nil, false
+		}
+		dir, _ = p.optValue("-P", "--directory-prefix")
+		urls, wget = p.ops, true
+	default:
+		return nil, true
+	}
+	if dir.opaque != "" {
+		return nil, false
+	}
+	for _, u := range urls {
+		if u.opaque != "" {
+			return nil, false
+		}
+		if !wget && !p.flags.any("-g", "--globoff") && strings.ContainsAny(u.s, "[{") {
+			return nil, false
+		}
+		s := u.s
+		if i := strings.Index(s, "://"); i >= 0 {
+			s = s[i+3:]
+		}
+		if i := strings.IndexByte(s, '#'); i >= 0 {
+			s = s[:i]
+		}
+		query := ""
+		if i := strings.IndexByte(s, '?'); i >= 0 {
+			s, query = s[:i], s[i:]
+		}
+		name := ""
+		if i := strings.IndexByte(s, '/'); i >= 0 {
+			name = s[i+1:]
+			name = name[strings.LastIndexByte(name, '/')+1:]
+		}
+		names := []string{name}
+		if wget && query != "" {
+			names = append(names, name+query) // wget keeps the query: config?x=1
+		}
+		for _, n := range names {
+			if d, err := url.PathUnescape(n); err == nil && d != n {
+				names = append(names, d) // wget decodes %XX
+			}
+		}
+		for _, n := range names {
+			switch {
+			case n == "" && wget:
+				n = "index.html"
+			case n == "" || n == "." || n == "..":
+				continue
+			}
+			if dir.s != "" {
+				n = path.Join(dir.s, n)
+			}
+			out = append(out, arg{s: n})
+		}
+	}
+	return out, true
 }

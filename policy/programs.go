@@ -381,6 +381,15 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	for _, d := range dirs {
 		x.roleArg(p.label, "", d, roleWriteDir, false, true, cwds, cx)
 	}
+	if !p.lost {
+		files, ok := downloadOutputs(p)
+		if !ok {
+			x.opaque(p.label, p.label+" names the file it writes after what the server sends (or a URL pattern)", KindEdit)
+		}
+		for _, o := range files {
+			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+		}
+	}
 	if what, ok := dataNamedWrites(p); ok && !p.lost {
 		for _, d := range cwds {
 			x.path(d, false, KindEdit, true, what, nil)
