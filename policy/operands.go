@@ -1156,3 +1156,65 @@ func downloadOutputs(p *parsedArgs) (out []arg, ok bool) {
 	}
 	return out, true
 }
+
+// recordLinks remembers the links ln (and cp -s, cp -l) makes, so that a
+// later command of the same command line that reads or writes through one
+// is seen to reach its target: 'ln -s .git/hooks h && cp x h/pre-commit'
+// writes .git/hooks/pre-commit, 'ln .git/config c && echo >> c' .git/config.
+// The link is LINK, DIR/NAME (into a directory, -t DIR) or ./NAME (one
+// operand); relative paths are below each working directory (a symbolic
+// link's target was made relative to the working directory already).
+func (x *extractor) recordLinks(p *parsedArgs, cwds []string) {
+	switch path.Base(p.label) {
+	case "ln":
+	case "cp":
+		if !p.flags.any("-s", "--symbolic-link", "-l", "--link") {
+			return
+		}
+	default:
+		return
+	}
+	if p.lost {
+		return
+	}
+	n := len(p.ops)
+	if p.argsFrom >= 0 {
+		n = p.argsFrom
+	}
+	type pair struct{ at, to arg }
+	var pairs []pair
+	if dir, ok := p.optValue("-t", "--target-directory"); ok {
+		for _, t := range p.ops[:n] {
+			pairs = append(pairs, pair{arg{s: path.Join(dir.s, path.Base(t.s)), opaque: dir.opaque}, t})
+		}
+	} else if n == 1 {
+		pairs = append(pairs, pair{arg{s: path.Base(p.ops[0].s)}, p.ops[0]})
+	} else if n > 1 {
+		dest := p.ops[n-1]
+		for _, t := range p.ops[:n-1] {
+			pairs = append(pairs, pair{arg{s: path.Join(dest.s, path.Base(t.s)), opaque: dest.opaque}, t})
+			if n == 2 {
+				pairs = append(pairs, pair{dest, t})
+			}
+		}
+	}
+	abs := func(s, d string) string {
+		switch {
+		case strings.HasPrefix(s, "~/") && x.home != "":
+			return path.Join(x.home, s[2:])
+		case path.IsAbs(s):
+			return path.Clean(s)
+		}
+		return path.Join(d, s)
+	}
+	for _, pr := range pairs {
+		if pr.at.opaque != "" || pr.to.opaque != "" || pr.at.glob || pr.to.glob || pr.at.s == "" || pr.to.s == "" {
+			continue
+		}
+		for _, d := range cwds {
+			if l := (link{abs(pr.at.s, d), abs(pr.to.s, d)}); l.at != l.to && len(x.links) < 64 {
+				x.links = append(x.links, l)
+			}
+		}
+	}
+}

@@ -359,6 +359,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			}
 		}
 	}
+	defer x.recordLinks(p, cwds) // for the commands after this one
 	into, rec := x.intoDirectory(p, roles, cwds)
 	for _, o := range into {
 		x.argPath(p.label, o, KindEdit, rec, true, cwds)
