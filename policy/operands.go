@@ -1157,7 +1157,8 @@ func downloadOutputs(p *parsedArgs) (out []arg, ok bool) {
 	return out, true
 }
 
-// recordLinks remembers the links ln (and cp -s, cp -l) makes, so that a
+// recordLinks remembers the links ln (and cp -s, cp -l) makes, and the
+// copies of links mv and cp make, so that a
 // later command of the same command line that reads or writes through one
 // is seen to reach its target: 'ln -s .git/hooks h && cp x h/pre-commit'
 // writes .git/hooks/pre-commit, 'ln .git/config c && echo >> c' .git/config.
@@ -1165,13 +1166,25 @@ func downloadOutputs(p *parsedArgs) (out []arg, ok bool) {
 // operand); relative paths are below each working directory (a symbolic
 // link's target was made relative to the working directory already).
 func (x *extractor) recordLinks(p *parsedArgs, cwds []string) {
+	// moved: mv, and cp copying a symbolic link as a link (-P, -d, -a,
+	// -R without -L), make LINK a copy of a source that is a link: LINK
+	// leads where the source does.
+	moved := false
 	switch path.Base(p.label) {
 	case "ln":
 	case "cp":
 		if !p.flags.any("-s", "--symbolic-link", "-l", "--link") {
-			return
+			if p.flags.any("-L", "--dereference") || !p.flags.any("-P", "--no-dereference", "-d", "-a", "--archive", "-r", "-R", "--recursive") {
+				return
+			}
+			moved = true
 		}
+	case "mv":
+		moved = true
 	default:
+		return
+	}
+	if moved && x.fs == nil {
 		return
 	}
 	if p.lost {
@@ -1212,7 +1225,17 @@ func (x *extractor) recordLinks(p *parsedArgs, cwds []string) {
 			continue
 		}
 		for _, d := range cwds {
-			if l := (link{abs(pr.at.s, d), abs(pr.to.s, d)}); l.at != l.to && len(x.links) < 64 {
+			l := link{abs(pr.at.s, d), abs(pr.to.s, d)}
+			if moved {
+				// Only a source that is itself a link: where it leads.
+				r, err := x.fs.Resolve(l.to)
+				dir, err2 := x.fs.Resolve(path.Dir(l.to))
+				if err != nil || err2 != nil || path.Clean(r) == path.Join(dir, path.Base(l.to)) {
+					continue
+				}
+				l.to = path.Clean(r)
+			}
+			if l.at != l.to && len(x.links) < 64 {
 				x.links = append(x.links, l)
 			}
 		}
