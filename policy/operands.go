@@ -67,6 +67,13 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)
 		}
 		return false
+	case roleNameList:
+		// The list is read; the files it names are not known.
+		x.opaque(origin, fmt.Sprintf("%s reads the files named in %s, which the router does not read", prog, cmpOr(s, "stdin")), KindRead)
+		if s != "" && s != "-" {
+			return x.argPath(prog, a, KindRead, false, true, cwds)
+		}
+		return false
 	case roleJq:
 		if jqLoads(s) {
 			x.opaque(origin, prog+"'s filter imports or includes a file (any .jq or .json file, by an absolute path or relative to ~/.jq)", KindRead)
@@ -434,7 +441,7 @@ var tarOptions = map[string]role{
 	"--keep-old-files": roleFlag, "--skip-old-files": roleFlag, "--keep-newer-files": roleFlag, "--overwrite": roleFlag,
 	"O": roleFlag, "--to-stdout": roleFlag, "--exclude": roleValue, "--exclude-vcs": roleFlag,
 	"--exclude-vcs-ignores": roleFlag, "--exclude-caches": roleFlag, "--exclude-backups": roleFlag, "X": roleRead,
-	"--exclude-from": roleRead, "T": roleRead, "--files-from": roleRead, "--strip-components": roleValue,
+	"--exclude-from": roleRead, "T": roleNameList, "--files-from": roleNameList, "--strip-components": roleValue,
 	"h": roleFlag, "--dereference": roleFlag, "--no-same-owner": roleFlag, "--same-owner": roleFlag,
 	"m": roleFlag, "--touch": roleFlag, "--wildcards": roleFlag, "--no-wildcards": roleFlag, "--anchored": roleFlag,
 	"--transform": roleValue, "--xform": roleValue, "--owner": roleValue, "--group": roleValue, "--mode": roleValue,
