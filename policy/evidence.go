@@ -260,6 +260,38 @@ type extractor struct {
 	truncated, full bool
 	deep            bool                // a command nested past maxDepth was recorded
 	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
+	// links made by an earlier command of the same command line (ln,
+	// cp -s/-l): a path through one is also a path to its target.
+	links []link
+}
+
+// link is a link a command makes: the absolute, clean path of the link
+// and of what it leads to.
+type link struct{ at, to string }
+
+// throughLinks adds to the absolute paths fulls the paths they lead to
+// through the links made earlier in the command line (a few levels).
+func (x *extractor) throughLinks(fulls []string) []string {
+	if len(x.links) == 0 {
+		return fulls
+	}
+	for range 4 {
+		n := len(fulls)
+		for _, f := range fulls {
+			c := path.Clean(f)
+			for _, l := range x.links {
+				if rest, ok := strings.CutPrefix(c, l.at); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+					if t := l.to + rest; !slices.Contains(fulls, t) {
+						fulls = append(fulls, t)
+					}
+				}
+			}
+		}
+		if len(fulls) == n {
+			break
+		}
+	}
+	return fulls
 }
 
 // itemKey is what two equal items (sameItem) share.
@@ -841,6 +873,7 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 			fulls = append(fulls, x.home+p[1:])
 		}
 	}
+	fulls = x.throughLinks(fulls)
 	it := Item{Type: ItemPath, Origin: origin, Recursive: recursive, Opaque: nul}
 	var expansions []string
 	for _, full := range fulls {
