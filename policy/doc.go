@@ -142,5 +142,13 @@
 // or where it moves to (destination, ...) and a title starting with a
 // verb such as Write or Delete add their kinds to every item of the tool
 // call; a rawInput command is decided as the command; locations are
-// always evidence.
+// always evidence. Beyond the fields it knows by name, every field of
+// rawInput and of the tool call's _meta, at any depth, is read by the
+// shape of its key and value (rawScan): a key naming a path (…path,
+// …file, …dir, target, to, include, …) or a URL (…url, …uri) is one, a
+// command key (cmd, argv, script, …) is decided as a command, a patch
+// (patchText, Codex's input, a diff) writes every file it names, and an
+// unknown key whose value is an absolute path or a file: URL is that
+// path. A tool's path with $HOME, a file: URL or ~ is also matched as
+// the tool may expand it; ~user or another variable is opaque.
 package policy

@@ -507,6 +507,9 @@ type toolCall struct {
 	Locations json.RawMessage `json:"locations"`
 	RawInput  json.RawMessage `json:"rawInput"`
 	Content   json.RawMessage `json:"content"`
+	// Meta is the tool call's _meta: agents put what they add there (the
+	// tool's name, its input); it is read like rawInput.
+	Meta json.RawMessage `json:"_meta"`
 }
 
 // permission reads session/request_permission params merged with the
@@ -561,7 +564,7 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 		declared = []Kind{KindOther}
 	}
 	for _, tc := range calls {
-		for _, k := range impliedKinds(tc.RawInput) {
+		for _, k := range append(impliedKinds(tc.RawInput), impliedKinds(tc.Meta)...) {
 			if !slices.Contains(kinds, k) {
 				kinds = append(kinds, k)
 			}
@@ -601,6 +604,10 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 			}
 		}
 		x.rawInput(tc.RawInput, kinds, recursive)
+		if meta, ok := decodeOptional[map[string]json.RawMessage](x, tc.Meta, "toolCall._meta"); ok {
+			x.rawScan(meta, false, "_meta", kinds, recursive, slices.Contains(kinds, KindFetch),
+				cmdCtx{cwds: x.dirs(x.cwd), origin: "_meta"}, 0)
+		}
 	}
 	if slices.Contains(kinds, KindFetch) {
 		// Fetch tools often carry their URL in the title or in a prompt.
@@ -655,26 +662,67 @@ var writeKeys = []string{"content", "contents", "new_string", "newString", "old_
 // moveKeys are rawInput fields naming where a tool moves or copies to.
 var moveKeys = []string{"destination", "new_path", "newPath", "dest", "target_path", "targetPath"}
 
-// impliedKinds returns the kinds a tool call's rawInput shows it has.
+// impliedKinds returns the kinds a tool call's rawInput (or _meta) shows
+// it has: its own write and move keys, and those of the objects nested in
+// it (OpenCode's edits[], a tool input inside _meta), where "content"
+// counts only beside a path (a todo list's items have content too).
 func impliedKinds(raw json.RawMessage) []Kind {
-	var m map[string]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
 	var out []Kind
-	for _, k := range writeKeys {
-		if v, ok := m[k]; ok && string(v) != "null" {
-			out = append(out, KindEdit)
-			break
-		}
-	}
-	for _, k := range moveKeys {
-		if v, ok := m[k]; ok && string(v) != "null" {
-			out = append(out, KindMove, KindEdit)
-			break
-		}
-	}
+	impliedKindsIn(raw, true, 0, &out)
 	return out
+}
+
+func impliedKindsIn(raw json.RawMessage, top bool, depth int, out *[]Kind) {
+	if len(raw) == 0 || depth > maxRawDepth {
+		return
+	}
+	addK := func(ks ...Kind) {
+		for _, k := range ks {
+			if !slices.Contains(*out, k) {
+				*out = append(*out, k)
+			}
+		}
+	}
+	switch raw[0] {
+	case '[':
+		var list []json.RawMessage
+		if json.Unmarshal(raw, &list) == nil {
+			for _, e := range list {
+				impliedKindsIn(e, false, depth+1, out)
+			}
+		}
+		return
+	case '{':
+	default:
+		return
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return
+	}
+	hasPath := false
+	for k := range m {
+		if classifyRawKey(k) == rawPath {
+			hasPath = true
+		}
+	}
+	for k, v := range m {
+		if string(v) == "null" {
+			continue
+		}
+		n := normKey(k)
+		switch {
+		case slices.Contains(writeKeys, k) && (top || hasPath || (n != "content" && n != "contents")):
+			addK(KindEdit)
+		case rawPatchNames[n] && n != "input":
+			addK(KindEdit)
+		case n == "input" && strings.Contains(string(v), "*** Begin Patch"):
+			addK(KindEdit)
+		case slices.Contains(moveKeys, k):
+			addK(KindMove, KindEdit)
+		}
+		impliedKindsIn(v, false, depth+1, out)
+	}
 }
 
 // titleVerbs are the first words of titles that say a tool changes files.
@@ -722,34 +770,7 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 	// run_shell_command), and their spellings. Every one given is a
 	// candidate; a relative one is relative to the session's cwd.
 	cwds := x.dirs(x.cwd)
-	var own []string
-	cwdUnknown := false
-	for _, key := range rawCwdKeys {
-		if key == "dir_path" && len(m["command"]) == 0 {
-			continue // Gemini's list_directory: a path, read below
-		}
-		c, ok := decodeOptional[string](x, m[key], "rawInput."+key)
-		if !ok || c == "" {
-			if len(m[key]) > 0 && string(m[key]) != "null" && !ok {
-				cwdUnknown = true
-			}
-			continue
-		}
-		if !path.IsAbs(c) {
-			if x.cwd == "" {
-				x.opaque("rawInput."+key, fmt.Sprintf("relative rawInput.%s %q without a session cwd", key, c), KindOther)
-				cwdUnknown = true
-				continue
-			}
-			c = x.cwd + "/" + c
-		}
-		for _, d := range x.logicalPhysical(c) {
-			if !slices.Contains(own, d) {
-				own = append(own, d)
-				x.addCwd(d)
-			}
-		}
-	}
+	own, cwdUnknown := x.rawCwds(m, "rawInput", len(m["command"]) > 0)
 	if len(own) > 0 {
 		cwds = own
 	}
@@ -801,6 +822,57 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 			x.argv(args, cx)
 		}
 	}
+	x.rawScan(m, true, "rawInput", kinds, recursive, slices.Contains(kinds, KindFetch),
+		cmdCtx{cwds: cwds, cwdUnknown: cwdUnknown, origin: "rawInput"}, 0)
+}
+
+// rawCwds returns the directories the cwd keys of a tool input (m) name
+// (each also as the kernel reaches it through symlinks), recording them as
+// forms of ${cwd}; unknown: one of them is not a string or names a
+// directory only the tool knows (~user, a variable). withCommand: m
+// holds a command (dir_path is then where it runs, else a path).
+func (x *extractor) rawCwds(m map[string]json.RawMessage, where string, withCommand bool) (own []string, unknown bool) {
+	for _, key := range rawCwdKeys {
+		if key == "dir_path" && !withCommand {
+			continue // Gemini's list_directory: a path, read below
+		}
+		origin := where + "." + key
+		c, ok := decodeOptional[string](x, m[key], origin)
+		if !ok || c == "" {
+			if len(m[key]) > 0 && string(m[key]) != "null" && !ok {
+				unknown = true
+			}
+			continue
+		}
+		more, why := x.toolPathForms(c)
+		if why != "" {
+			x.opaque(origin, fmt.Sprintf("%s %s", origin, why), KindOther)
+			unknown = true
+			continue
+		}
+		cands := append([]string{c}, more...)
+		if (c == "~" || strings.HasPrefix(c, "~/")) && x.home != "" {
+			// A tool may expand ~ or take it as a directory named ~.
+			cands = append(cands, x.home+c[1:])
+		}
+		for _, c := range cands {
+			if !path.IsAbs(c) {
+				if x.cwd == "" {
+					x.opaque(origin, fmt.Sprintf("relative %s %q without a session cwd", origin, c), KindOther)
+					unknown = true
+					continue
+				}
+				c = x.cwd + "/" + c
+			}
+			for _, d := range x.logicalPhysical(c) {
+				if !slices.Contains(own, d) {
+					own = append(own, d)
+					x.addCwd(d)
+				}
+			}
+		}
+	}
+	return own, unknown
 }
 
 // rawCwdKeys are the rawInput fields that name the directory a tool runs
@@ -816,8 +888,20 @@ var rawPathKeys = append([]string{"path", "file_path", "filePath", "notebook_pat
 
 // toolPath records a path of a tool call with its declared kinds.
 func (x *extractor) toolPath(p string, recursive bool, origin string, cwds []string, kinds []Kind) {
+	if len(kinds) == 0 {
+		kinds = []Kind{KindOther}
+	}
 	before := len(x.ev.Items)
+	more, why := x.toolPathForms(p)
+	if why != "" {
+		// The tool, not a shell, reads the path: what it makes of it is
+		// not known.
+		x.add(Item{Type: ItemPath, Path: p, Origin: origin, Opaque: why}, kinds...)
+	}
 	x.path(p, false, "", recursive, origin, cwds, kinds...)
+	for _, m := range more {
+		x.path(m, false, "", recursive, origin, cwds, kinds...)
+	}
 	for i := before; recursive && i < len(x.ev.Items); i++ {
 		x.ev.Items[i].SkipsHidden = true
 	}
