@@ -660,6 +660,7 @@ func runKernelCase(self string, unshare []string, fixture, gocache string, c *ke
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, unshare[0], args...)
+	killGroupOnCancel(cmd)
 	cmd.ExtraFiles = []*os.File{bin}
 	cmd.Stdin = bytes.NewReader(in)
 	cmd.Env = []string{kernelEnvHelper + "=1", "PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}
@@ -672,6 +673,18 @@ func runKernelCase(self string, unshare []string, fixture, gocache string, c *ke
 		return res, err
 	}
 	return res, nil
+}
+
+// killGroupOnCancel runs cmd in a process group of its own and, when its
+// context ends, kills the whole group, not cmd alone: a case's command
+// killed at its timeout (strace, and what it traces) must not go on
+// compiling as an orphan and slow every later case (on a loaded machine
+// such orphans piled up until the whole test timed out). WaitDelay: an
+// orphan that kept the output pipe open does not hold Run.
+func killGroupOnCancel(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 }
 
 // TestKernelHelper is TestEvidenceAgainstKernel's helper: it runs inside
@@ -821,6 +834,7 @@ func kernelHelper() (kernelResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "strace", cmdArgs...)
+	killGroupOnCancel(cmd)
 	cmd.Dir = cwd
 	cmd.Env = append([]string{"HOME=" + sess.Home, "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin",
 		"LANG=C", "TMPDIR=" + kernelTmp, "GOCACHE=" + kernelGocache, "GOPATH=" + kernelTmp + "/gopath"},

@@ -686,7 +686,11 @@ func jsonText(v json.RawMessage) string {
 // nothing replayed for replayQuiet; at most replaySettle in all, so an
 // agent busy with other sessions delays the prompt by no more than that.
 const (
-	replayQuiet  = 20 * time.Millisecond
+	// An agent that streams its replay can be descheduled between two
+	// lines; on a loaded machine 20 ms let a replay's tail through
+	// (TestTrailingReplayDropped failed so with two test suites running).
+	// Only the first prompt after a load waits it.
+	replayQuiet  = 100 * time.Millisecond
 	replaySettle = 2 * time.Second
 )
 
