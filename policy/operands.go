@@ -118,12 +118,32 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		}
 		return false
 	case roleData:
+		// curl -w's %output{FILE} (curl 8.3) writes FILE (>>FILE appends).
+		for rest := s; opt == "-w" || opt == "--write-out"; {
+			i := strings.Index(rest, "%output{")
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len("%output{"):]
+			name, after, ok := strings.Cut(rest, "}")
+			if !ok {
+				x.markUnknown(prog + " " + opt + ": an unterminated %output{")
+				break
+			}
+			x.argPath(prog, arg{s: strings.TrimPrefix(name, ">>")}, KindEdit, false, true, cwds)
+			rest = after
+		}
 		if f, ok := strings.CutPrefix(s, "@"); ok {
 			return x.argPath(prog, arg{s: f, glob: a.glob}, KindRead, false, true, cwds)
 		}
-		// --data-urlencode NAME@FILE reads FILE (NAME=VALUE does not).
-		if at := strings.IndexByte(s, '@'); at > 0 && opt == "--data-urlencode" && !strings.Contains(s[:at], "=") {
+		// --data-urlencode and --url-query NAME@FILE read FILE (NAME=VALUE
+		// does not); so does --variable [%]NAME@FILE (curl 8.3).
+		if at := strings.IndexByte(s, '@'); at > 0 && (opt == "--data-urlencode" || opt == "--url-query" || opt == "--variable") && !strings.Contains(s[:at], "=") {
 			return x.argPath(prog, arg{s: s[at+1:], glob: a.glob}, KindRead, false, true, cwds)
+		}
+		// -b FILE (no '=') reads cookies from FILE.
+		if (opt == "-b" || opt == "--cookie") && !strings.Contains(s, "=") {
+			return x.argPath(prog, a, KindRead, false, true, cwds)
 		}
 		return false
 	case roleHosts:

@@ -285,7 +285,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		if v.opt.role == roleReadDir || v.opt.role == roleWriteDir {
 			h = hidden
 		}
-		x.roleArg(p.label, v.key, v.v, v.opt.role, false, h, cwds, cx)
+		x.roleArg(p.label, v.opt.name, v.v, v.opt.role, false, h, cwds, cx) // the full name: an abbreviation counts
 	}
 	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
 		x.gitRepository(p, cwds)
