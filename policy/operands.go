@@ -1268,3 +1268,52 @@ func (x *extractor) recordLinks(p *parsedArgs, cwds []string) {
 		}
 	}
 }
+
+// cwdOutputs returns what a command writes in its working directory under
+// a name no argument gives: git clone URL without a directory clones into
+// the URL's last element (less .git; NAME.git with --bare or --mirror), a
+// tree; go build and go test -c without -o, cc/gcc without -o (a.out, or
+// FILE.o, .s, .i) and npm pack (NAME-VERSION.tgz) write a file whose name
+// comes from the package: the directory itself is the evidence (dir), so
+// that a rule on it (.git/hooks/**, .husky/**) sees it.
+func cwdOutputs(p *parsedArgs) (tree []arg, dir bool) {
+	if p.lost {
+		return nil, false
+	}
+	_, hasO := p.optValue("-o")
+	switch p.label {
+	case "git clone":
+		if len(p.ops) != 1 || p.ops[0].opaque != "" {
+			return nil, false
+		}
+		s := strings.TrimRight(p.ops[0].s, "/")
+		s = strings.TrimSuffix(s, "/.git")
+		s = strings.TrimRight(s, "/")
+		if i := strings.LastIndexAny(s, "/:"); i >= 0 {
+			s = s[i+1:]
+		}
+		s = strings.TrimSuffix(s, ".git")
+		if s == "" || s == "." || s == ".." {
+			return nil, true
+		}
+		if p.flags.any("--bare", "--mirror") {
+			s += ".git"
+		}
+		return []arg{{s: s}}, false
+	case "go build":
+		return nil, !hasO
+	case "go test":
+		return nil, !hasO && p.flags.any("-c")
+	case "npm pack":
+		_, dest := p.optValue("--pack-destination")
+		return nil, !dest && !p.flags.any("--dry-run")
+	}
+	if c, ok := compilers[path.Base(p.label)]; ok && c {
+		return nil, !hasO && !p.flags.any("-E", "-M", "-MM", "-fsyntax-only", "--help", "--version", "-v", "-dumpversion", "-dumpmachine")
+	}
+	return nil, false
+}
+
+// compilers are the names of the C compilers' spec (gcc).
+var compilers = map[string]bool{"gcc": true, "cc": true, "g++": true, "c++": true, "clang": true, "clang++": true,
+	"gcc-12": true, "gcc-13": true, "gcc-14": true, "g++-12": true, "g++-13": true, "g++-14": true}

@@ -391,6 +391,16 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 	}
+	if tree, dir := cwdOutputs(p); dir || len(tree) > 0 {
+		for _, t := range tree {
+			x.roleArg(p.label, "", t, roleWriteDir, false, true, cwds, cx)
+		}
+		if dir {
+			for _, d := range cwds {
+				x.path(d, false, KindEdit, false, p.label+" writes a file in", nil)
+			}
+		}
+	}
 	if what, ok := dataNamedWrites(p); ok && !p.lost {
 		for _, d := range cwds {
 			x.path(d, false, KindEdit, true, what, nil)
