@@ -841,7 +841,8 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 // known (an earlier command may make it one), so the names are evidence
 // unless -T says DEST is the file itself; -t DIR and cp -r write DIR's tree
 // already, but a backup of DIR/NAME is not. A glob source names the files it matches (as the shell expands
-// it), or itself when it matches none; an opaque one is evidence already.
+// it), or itself when it matches none; an opaque one is evidence already;
+// find -exec's {} (any file below a start point) writes anything in DIR.
 // mv moves a directory with its tree (recursive).
 func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (out []arg, recursive bool) {
 	prog := path.Base(p.label)
@@ -895,12 +896,19 @@ func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (o
 		}
 		return slices.DeleteFunc(ns, func(n string) bool { return n == "." || n == ".." || n == "/" })
 	}
+	recursive = prog == "mv"
 	for _, a := range sources {
+		if a.below {
+			// find -exec cp {} DIR: any file below the start point, by
+			// its own name: anything in DIR.
+			out, recursive = append(out, dest), true
+			continue
+		}
 		for _, name := range names(a) {
 			out = append(out, arg{s: path.Join(dest.s, name), glob: dest.glob})
 		}
 	}
-	return out, prog == "mv"
+	return out, recursive
 }
 
 // optValue returns the value of the last of the named options given (by
