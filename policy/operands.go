@@ -1325,3 +1325,16 @@ func cwdOutputs(p *parsedArgs) (tree []arg, dir bool) {
 // compilers are the names of the C compilers' spec (gcc).
 var compilers = map[string]bool{"gcc": true, "cc": true, "g++": true, "c++": true, "clang": true, "clang++": true,
 	"gcc-12": true, "gcc-13": true, "gcc-14": true, "g++-12": true, "g++-13": true, "g++-14": true}
+
+// recursesByValue reports whether an option's value makes a command
+// recursive: grep -d recurse (--directories=recurse, or an abbreviation of
+// recurse: GNU grep 3.8, checked) is grep -r. A value known only at run
+// time may be recurse.
+func recursesByValue(p *parsedArgs) bool {
+	switch path.Base(strings.Fields(p.label)[0]) {
+	case "grep", "egrep", "fgrep", "zgrep":
+		v, ok := p.optValue("-d", "--directories")
+		return ok && (v.opaque != "" || v.glob || len(v.s) >= 3 && strings.HasPrefix("recurse", v.s))
+	}
+	return false
+}

@@ -273,7 +273,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		cwds = next
 	}
-	recursive := sp.isRecursive(p.flags)
+	recursive := sp.isRecursive(p.flags) || recursesByValue(p)
 	hidden := sp.readsHidden(p.flags)
 	for _, v := range p.vals {
 		if !v.has || v.opt.role == roleChdir {
