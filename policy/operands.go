@@ -1021,22 +1021,24 @@ func backupOutputs(p *parsedArgs, targets []arg) (out, dirs []arg, ok bool) {
 // gitRepository checks the repository a git command uses. Its config runs
 // commands (core.fsmonitor, core.hooksPath, diff.external, core.pager...),
 // which is why a policy protects **/.git/config; a repository whose config
-// is elsewhere escapes that rule, so the arguments are not understood when
-// git would use one: a --git-dir whose last element is not .git; a .git
+// is elsewhere escapes that rule, so git runs what the router cannot see
+// (opaque) when it would use one: a --git-dir whose last element is not .git; a .git
 // file (gitdir: names any directory) in the working directory or above it,
-// below the session's directory; a bare repository (HEAD and config in the
-// directory itself); or a .git, or a config below the session's directory,
-// that the same command line writes first.
+// below the session's directory; a .git/commondir (config from the
+// directory it names); a bare repository (HEAD and config in the directory
+// itself); or a .git, a config below the session's directory, a
+// .git/commondir or a .git/config.worktree that the same command line
+// writes first.
 func (x *extractor) gitRepository(p *parsedArgs, cwds []string) {
 	if v, ok := p.optValue("--git-dir"); ok {
 		if v.opaque != "" || path.Base(path.Clean(v.s)) != ".git" {
-			x.markUnknown(fmt.Sprintf("git --git-dir %s: a repository whose config (commands git runs) is not a .git/config", v.s))
+			x.opaque(p.label+" --git-dir", fmt.Sprintf("git --git-dir %s: a repository whose config (commands git runs) is not a .git/config", v.s), KindExecute)
 		}
 		return
 	}
 	for _, d := range cwds {
 		if why := x.gitDiscover(d); why != "" {
-			x.markUnknown(why)
+			x.opaque(p.label, why, KindExecute)
 			return
 		}
 	}
@@ -1050,12 +1052,22 @@ func (x *extractor) gitDiscover(dir string) string {
 		return d == x.cwd || slices.Contains(x.ev.vars.roots, d)
 	}
 	for d := path.Clean(dir); ; d = path.Dir(d) {
-		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) {
-			return fmt.Sprintf("git uses the repository in %s, whose .git or config this command line writes", d)
+		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) ||
+			x.writesPath(path.Join(d, ".git", "commondir")) || x.writesPath(path.Join(d, ".git", "config.worktree")) {
+			return fmt.Sprintf("git uses the repository in %s, whose .git, config, .git/commondir or .git/config.worktree this command line writes", d)
 		}
 		if x.fs != nil {
 			if ok, isDir := x.fs.Stat(path.Join(d, ".git")); ok {
-				if isDir || trusted(d) {
+				if isDir {
+					// .git/commondir names the directory git reads the
+					// config from (git 2.39, checked): a main repository
+					// has none.
+					if c, _ := x.fs.Stat(path.Join(d, ".git", "commondir")); c {
+						return fmt.Sprintf("%s/.git/commondir points git at another repository, whose config may run commands", d)
+					}
+					return ""
+				}
+				if trusted(d) {
 					return ""
 				}
 				return fmt.Sprintf("%s/.git is a file: git uses the repository it names, whose config may run commands", d)
