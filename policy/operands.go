@@ -118,12 +118,32 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		}
 		return false
 	case roleData:
+		// curl -w's %output{FILE} (curl 8.3) writes FILE (>>FILE appends).
+		for rest := s; opt == "-w" || opt == "--write-out"; {
+			i := strings.Index(rest, "%output{")
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len("%output{"):]
+			name, after, ok := strings.Cut(rest, "}")
+			if !ok {
+				x.markUnknown(prog + " " + opt + ": an unterminated %output{")
+				break
+			}
+			x.argPath(prog, arg{s: strings.TrimPrefix(name, ">>")}, KindEdit, false, true, cwds)
+			rest = after
+		}
 		if f, ok := strings.CutPrefix(s, "@"); ok {
 			return x.argPath(prog, arg{s: f, glob: a.glob}, KindRead, false, true, cwds)
 		}
-		// --data-urlencode NAME@FILE reads FILE (NAME=VALUE does not).
-		if at := strings.IndexByte(s, '@'); at > 0 && opt == "--data-urlencode" && !strings.Contains(s[:at], "=") {
+		// --data-urlencode and --url-query NAME@FILE read FILE (NAME=VALUE
+		// does not); so does --variable [%]NAME@FILE (curl 8.3).
+		if at := strings.IndexByte(s, '@'); at > 0 && (opt == "--data-urlencode" || opt == "--url-query" || opt == "--variable") && !strings.Contains(s[:at], "=") {
 			return x.argPath(prog, arg{s: s[at+1:], glob: a.glob}, KindRead, false, true, cwds)
+		}
+		// -b FILE (no '=') reads cookies from FILE.
+		if (opt == "-b" || opt == "--cookie") && !strings.Contains(s, "=") {
+			return x.argPath(prog, a, KindRead, false, true, cwds)
 		}
 		return false
 	case roleHosts:
@@ -821,7 +841,8 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 // known (an earlier command may make it one), so the names are evidence
 // unless -T says DEST is the file itself; -t DIR and cp -r write DIR's tree
 // already, but a backup of DIR/NAME is not. A glob source names the files it matches (as the shell expands
-// it), or itself when it matches none; an opaque one is evidence already.
+// it), or itself when it matches none; an opaque one is evidence already;
+// find -exec's {} (any file below a start point) writes anything in DIR.
 // mv moves a directory with its tree (recursive).
 func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (out []arg, recursive bool) {
 	prog := path.Base(p.label)
@@ -875,12 +896,19 @@ func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (o
 		}
 		return slices.DeleteFunc(ns, func(n string) bool { return n == "." || n == ".." || n == "/" })
 	}
+	recursive = prog == "mv"
 	for _, a := range sources {
+		if a.below {
+			// find -exec cp {} DIR: any file below the start point, by
+			// its own name: anything in DIR.
+			out, recursive = append(out, dest), true
+			continue
+		}
 		for _, name := range names(a) {
 			out = append(out, arg{s: path.Join(dest.s, name), glob: dest.glob})
 		}
 	}
-	return out, prog == "mv"
+	return out, recursive
 }
 
 // optValue returns the value of the last of the named options given (by
@@ -993,22 +1021,24 @@ func backupOutputs(p *parsedArgs, targets []arg) (out, dirs []arg, ok bool) {
 // gitRepository checks the repository a git command uses. Its config runs
 // commands (core.fsmonitor, core.hooksPath, diff.external, core.pager...),
 // which is why a policy protects **/.git/config; a repository whose config
-// is elsewhere escapes that rule, so the arguments are not understood when
-// git would use one: a --git-dir whose last element is not .git; a .git
+// is elsewhere escapes that rule, so git runs what the router cannot see
+// (opaque) when it would use one: a --git-dir whose last element is not .git; a .git
 // file (gitdir: names any directory) in the working directory or above it,
-// below the session's directory; a bare repository (HEAD and config in the
-// directory itself); or a .git, or a config below the session's directory,
-// that the same command line writes first.
+// below the session's directory; a .git/commondir (config from the
+// directory it names); a bare repository (HEAD and config in the directory
+// itself); or a .git, a config below the session's directory, a
+// .git/commondir or a .git/config.worktree that the same command line
+// writes first.
 func (x *extractor) gitRepository(p *parsedArgs, cwds []string) {
 	if v, ok := p.optValue("--git-dir"); ok {
 		if v.opaque != "" || path.Base(path.Clean(v.s)) != ".git" {
-			x.markUnknown(fmt.Sprintf("git --git-dir %s: a repository whose config (commands git runs) is not a .git/config", v.s))
+			x.opaque(p.label+" --git-dir", fmt.Sprintf("git --git-dir %s: a repository whose config (commands git runs) is not a .git/config", v.s), KindExecute)
 		}
 		return
 	}
 	for _, d := range cwds {
 		if why := x.gitDiscover(d); why != "" {
-			x.markUnknown(why)
+			x.opaque(p.label, why, KindExecute)
 			return
 		}
 	}
@@ -1022,12 +1052,22 @@ func (x *extractor) gitDiscover(dir string) string {
 		return d == x.cwd || slices.Contains(x.ev.vars.roots, d)
 	}
 	for d := path.Clean(dir); ; d = path.Dir(d) {
-		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) {
-			return fmt.Sprintf("git uses the repository in %s, whose .git or config this command line writes", d)
+		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) ||
+			x.writesPath(path.Join(d, ".git", "commondir")) || x.writesPath(path.Join(d, ".git", "config.worktree")) {
+			return fmt.Sprintf("git uses the repository in %s, whose .git, config, .git/commondir or .git/config.worktree this command line writes", d)
 		}
 		if x.fs != nil {
 			if ok, isDir := x.fs.Stat(path.Join(d, ".git")); ok {
-				if isDir || trusted(d) {
+				if isDir {
+					// .git/commondir names the directory git reads the
+					// config from (git 2.39, checked): a main repository
+					// has none.
+					if c, _ := x.fs.Stat(path.Join(d, ".git", "commondir")); c {
+						return fmt.Sprintf("%s/.git/commondir points git at another repository, whose config may run commands", d)
+					}
+					return ""
+				}
+				if trusted(d) {
 					return ""
 				}
 				return fmt.Sprintf("%s/.git is a file: git uses the repository it names, whose config may run commands", d)
@@ -1247,4 +1287,66 @@ func (x *extractor) recordLinks(p *parsedArgs, cwds []string) {
 			}
 		}
 	}
+}
+
+// cwdOutputs returns what a command writes in its working directory under
+// a name no argument gives: git clone URL without a directory clones into
+// the URL's last element (less .git; NAME.git with --bare or --mirror), a
+// tree; go build and go test -c without -o, cc/gcc without -o (a.out, or
+// FILE.o, .s, .i) and npm pack (NAME-VERSION.tgz) write a file whose name
+// comes from the package: the directory itself is the evidence (dir), so
+// that a rule on it (.git/hooks/**, .husky/**) sees it.
+func cwdOutputs(p *parsedArgs) (tree []arg, dir bool) {
+	if p.lost {
+		return nil, false
+	}
+	_, hasO := p.optValue("-o")
+	switch p.label {
+	case "git clone":
+		if len(p.ops) != 1 || p.ops[0].opaque != "" {
+			return nil, false
+		}
+		s := strings.TrimRight(p.ops[0].s, "/")
+		s = strings.TrimSuffix(s, "/.git")
+		s = strings.TrimRight(s, "/")
+		if i := strings.LastIndexAny(s, "/:"); i >= 0 {
+			s = s[i+1:]
+		}
+		s = strings.TrimSuffix(s, ".git")
+		if s == "" || s == "." || s == ".." {
+			return nil, true
+		}
+		if p.flags.any("--bare", "--mirror") {
+			s += ".git"
+		}
+		return []arg{{s: s}}, false
+	case "go build":
+		return nil, !hasO
+	case "go test":
+		return nil, !hasO && p.flags.any("-c")
+	case "npm pack":
+		_, dest := p.optValue("--pack-destination")
+		return nil, !dest && !p.flags.any("--dry-run")
+	}
+	if c, ok := compilers[path.Base(p.label)]; ok && c {
+		return nil, !hasO && !p.flags.any("-E", "-M", "-MM", "-fsyntax-only", "--help", "--version", "-v", "-dumpversion", "-dumpmachine")
+	}
+	return nil, false
+}
+
+// compilers are the names of the C compilers' spec (gcc).
+var compilers = map[string]bool{"gcc": true, "cc": true, "g++": true, "c++": true, "clang": true, "clang++": true,
+	"gcc-12": true, "gcc-13": true, "gcc-14": true, "g++-12": true, "g++-13": true, "g++-14": true}
+
+// recursesByValue reports whether an option's value makes a command
+// recursive: grep -d recurse (--directories=recurse, or an abbreviation of
+// recurse: GNU grep 3.8, checked) is grep -r. A value known only at run
+// time may be recurse.
+func recursesByValue(p *parsedArgs) bool {
+	switch path.Base(strings.Fields(p.label)[0]) {
+	case "grep", "egrep", "fgrep", "zgrep":
+		v, ok := p.optValue("-d", "--directories")
+		return ok && (v.opaque != "" || v.glob || len(v.s) >= 3 && strings.HasPrefix("recurse", v.s))
+	}
+	return false
 }

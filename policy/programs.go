@@ -273,7 +273,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		cwds = next
 	}
-	recursive := sp.isRecursive(p.flags)
+	recursive := sp.isRecursive(p.flags) || recursesByValue(p)
 	hidden := sp.readsHidden(p.flags)
 	for _, v := range p.vals {
 		if !v.has || v.opt.role == roleChdir {
@@ -285,7 +285,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		if v.opt.role == roleReadDir || v.opt.role == roleWriteDir {
 			h = hidden
 		}
-		x.roleArg(p.label, v.key, v.v, v.opt.role, false, h, cwds, cx)
+		x.roleArg(p.label, v.opt.name, v.v, v.opt.role, false, h, cwds, cx) // the full name: an abbreviation counts
 	}
 	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
 		x.gitRepository(p, cwds)
@@ -378,6 +378,16 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		for _, o := range files {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+		}
+	}
+	if tree, dir := cwdOutputs(p); dir || len(tree) > 0 {
+		for _, t := range tree {
+			x.roleArg(p.label, "", t, roleWriteDir, false, true, cwds, cx)
+		}
+		if dir {
+			for _, d := range cwds {
+				x.path(d, false, KindEdit, false, p.label+" writes a file in", nil)
+			}
 		}
 	}
 	if what, ok := dataNamedWrites(p); ok && !p.lost {
