@@ -195,6 +195,18 @@ const (
 // Extract builds the evidence of a request (DESIGN §6). It never fails:
 // what it cannot read becomes an opaque or refused item.
 func Extract(req *Request) *Evidence {
+	x := extract(req)
+	if len(x.links) > 0 {
+		// The line makes symlinks: read it again with them, so that every
+		// path through one is resolved to where it leads.
+		r := *req
+		r.FS = newLinkFS(req.FS, x.links)
+		x = extract(&r)
+	}
+	return x.ev
+}
+
+func extract(req *Request) *extractor {
 	x := newExtractor(req)
 	switch req.Method {
 	case acp.MethodReadTextFile:
@@ -217,7 +229,7 @@ func Extract(req *Request) *Evidence {
 		}
 		x.add(Item{Type: ItemTool, Origin: "request"}, kind)
 	}
-	return x.ev
+	return x
 }
 
 // extractor builds one request's evidence.
@@ -231,6 +243,9 @@ type extractor struct {
 	truncated, full bool
 	deep            bool                // a command nested past maxDepth was recorded
 	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
+	// links: the symlinks the command line makes (ln -s), where the
+	// kernel makes them → their targets (see linkFS).
+	links map[string][]string
 }
 
 // itemKey is what two equal items (sameItem) share.
