@@ -238,6 +238,8 @@ func BenchmarkScanString(b *testing.B) {
 		{"prose", `The quick brown fox jumps over the lazy dog; \"quoted\" text.\n`},
 		{"code", `\tif err := f(x); err != nil { return fmt.Errorf(\"f: %w\", err) }\n`},
 		{"plain", `The quick brown fox jumps over the lazy dog, again and again. `},
+		{"smartquotes", `The model’s answer — “quoted” — then plain text for a while, as LLM prose has it. `},
+		{"cjk", `快速的棕色狐狸跳过了懒狗，一次又一次。`},
 	} {
 		s := []byte(`"` + strings.Repeat(v.unit, (1<<20)/len(v.unit)) + `"`)
 		b.Run(v.name, func(b *testing.B) {

@@ -176,6 +176,59 @@ func validID(id json.RawMessage) bool {
 	return false
 }
 
+// headID reads what the start of a line too long to read whole says of
+// it: its id and its kind, from the top-level members that end within
+// head (a serializer writes jsonrpc, id and method before params or
+// result). KindInvalid when head does not say: no id seen (a notification,
+// or an id after the long member), or no member saying the kind.
+func headID(head []byte) (id json.RawMessage, kind Kind) {
+	i := skipSpace(head, 0)
+	if i >= len(head) || head[i] != '{' {
+		return nil, KindInvalid
+	}
+	var method, result bool
+	i = skipSpace(head, i+1)
+	for i < len(head) && head[i] == '"' {
+		keyEnd, _, ok := scanString(head, i)
+		if !ok {
+			break
+		}
+		key := string(head[i+1 : keyEnd-1])
+		j := skipSpace(head, keyEnd)
+		if j >= len(head) || head[j] != ':' {
+			break
+		}
+		v := skipSpace(head, j+1)
+		switch key {
+		case "method":
+			method = true
+		case "result", "error":
+			result = true
+		}
+		end, ok := scanValue(head, v, 1)
+		if !ok || skipSpace(head, end) >= len(head) {
+			break // the value runs past the head: the long member
+		}
+		if key == "id" && validID(head[v:end]) && string(head[v:end]) != "null" {
+			id = head[v:end:end]
+		}
+		i = skipSpace(head, end)
+		if head[i] != ',' {
+			break
+		}
+		i = skipSpace(head, i+1)
+	}
+	switch {
+	case id == nil:
+		return nil, KindInvalid
+	case method && !result:
+		return id, KindRequest
+	case result && !method:
+		return id, KindResponse
+	}
+	return nil, KindInvalid
+}
+
 func isObject(b json.RawMessage) bool        { return len(b) > 0 && b[0] == '{' }
 func isObjectOrArray(b json.RawMessage) bool { return len(b) > 0 && (b[0] == '{' || b[0] == '[') }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 )
@@ -96,8 +97,8 @@ func FuzzClassify(f *testing.F) {
 			if n != 1 {
 				t.Fatalf("error %v is not exactly one of the classification errors", err)
 			}
-			if errors.Is(err, ErrParse) == json.Valid(data) {
-				t.Fatalf("error %v but json.Valid = %v", err, json.Valid(data))
+			if errors.Is(err, ErrParse) == (json.Valid(data) && utf8.Valid(data)) {
+				t.Fatalf("error %v but json.Valid = %v, utf8.Valid = %v", err, json.Valid(data), utf8.Valid(data))
 			}
 			return
 		}

@@ -33,17 +33,18 @@ const (
 )
 
 // special marks the bytes of x (8 bytes of a string, little-endian) that
-// are '"', '\\' or below 0x20: the usual has-zero-byte tricks. It is exact
-// about whether there is one and about the lowest one (a borrow only
-// starts at a marked byte and only runs upwards), so the first special
-// byte is at bits.TrailingZeros64(special(x))/8.
+// are '"', '\\', below 0x20 or past ASCII (0x80 and up, checked as UTF-8):
+// the usual has-zero-byte tricks. It is exact about whether there is one
+// and about the lowest one (a borrow only starts at a marked byte and only
+// runs upwards), so the first special byte is at
+// bits.TrailingZeros64(special(x))/8.
 func special(x uint64) uint64 {
 	below := (x - lsb*0x20) &^ x
 	quote := x ^ (lsb * '"')
 	quote = (quote - lsb) &^ quote
 	bslash := x ^ (lsb * '\\')
 	bslash = (bslash - lsb) &^ bslash
-	return (below | quote | bslash) & msb
+	return (below | quote | bslash | x) & msb
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -91,10 +92,19 @@ func scanString(b []byte, i int) (end int, escaped, ok bool) {
 					return 0, false, false
 				}
 			default:
-				if b[k] < 0x20 { // a control character
+				switch c := b[k]; {
+				case c < 0x20: // a control character
 					return 0, false, false
+				case c >= utf8.RuneSelf:
+					// The whole run past ASCII (a CJK text is one), not a
+					// rune per pass of the word loop.
+					var ok bool
+					if k, ok = utf8Run(b, k); !ok {
+						return 0, false, false
+					}
+				default:
+					k++ // special marks only its lowest byte exactly
 				}
-				k++ // special marks only its lowest byte exactly
 			}
 			if k >= next {
 				next = k // the escape ran past the word
@@ -106,6 +116,12 @@ func scanString(b []byte, i int) (end int, escaped, ok bool) {
 	}
 	for ; i < len(b); i++ {
 		switch c := b[i]; {
+		case c >= utf8.RuneSelf:
+			var ok bool
+			if i, ok = utf8Run(b, i); !ok {
+				return 0, false, false
+			}
+			i-- // the loop's i++
 		case strSafe[c]:
 		case c == '"':
 			return i + 1, escaped, true
@@ -130,6 +146,41 @@ func scanString(b []byte, i int) (end int, escaped, ok bool) {
 		}
 	}
 	return 0, false, false
+}
+
+// utf8Run returns the index after the run of bytes past ASCII at b[k],
+// and false when the run is not UTF-8 (RFC 8259 §8.1: JSON text is UTF-8;
+// a peer that reads its input strictly as UTF-8, as the Rust ACP crate's
+// read_line does, fails on the line or ends the whole connection). The
+// sequences of two and three bytes that need no range check past their
+// lead (Latin, Greek, Cyrillic; CJK) are checked inline, the rest by
+// utf8.DecodeRune.
+func utf8Run(b []byte, k int) (int, bool) {
+	for k < len(b) {
+		c := b[k]
+		switch {
+		case c < utf8.RuneSelf:
+			return k, true
+		case 0xC2 <= c && c <= 0xDF:
+			if k+1 < len(b) && b[k+1]&0xC0 == 0x80 {
+				k += 2
+				continue
+			}
+			return k, false
+		case 0xE1 <= c && c <= 0xEC || c == 0xEE || c == 0xEF:
+			if k+2 < len(b) && b[k+1]&0xC0 == 0x80 && b[k+2]&0xC0 == 0x80 {
+				k += 3
+				continue
+			}
+			return k, false
+		}
+		r, n := utf8.DecodeRune(b[k:])
+		if r == utf8.RuneError && n <= 1 {
+			return k, false
+		}
+		k += n
+	}
+	return k, true
 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }

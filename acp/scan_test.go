@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 )
@@ -18,6 +19,9 @@ import (
 // agree with on every input, error text included.
 func classifyMap(line []byte) (*Message, error) {
 	m := &Message{Raw: line}
+	if !utf8.Valid(line) {
+		return m, ErrParse // JSON text is UTF-8 (RFC 8259 §8.1); encoding/json lets it pass
+	}
 	trimmed := bytes.TrimLeft(line, " \t")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		if !json.Valid(line) {
@@ -121,6 +125,12 @@ func sameClassification(t *testing.T, line []byte) {
 // encoding/json: escapes in names, case folding beyond ASCII, whitespace,
 // nesting, numbers and literals at the edges.
 var scanCases = []string{
+	// UTF-8 at the edges (RFC 8259 §8.1): overlong, a surrogate, past
+	// U+10FFFF, cut short (in a word and in the tail), 2-, 3- and 4-byte
+	// sequences across a word's end.
+	"{\"method\":\"\xc0\x80\"}", "{\"method\":\"\xed\xa0\x80\"}", "{\"method\":\"\xf4\x90\x80\x80\"}",
+	"{\"method\":\"\xe4\xb8\"}", "{\"method\":\"12345\xe4\xb8\"}", "{\"method\":\"1234567\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\"}",
+	"{\"method\":\"\xef\xbf\xbf\xee\x80\x80\xe0\xa0\x80\xf0\x90\x80\x80\"}", "{\"method\":\"\xe0\x80\x80\"}",
 	`{"\u006dethod":"m","jsonrpc":"2.0"}`,     // an escaped exact name
 	`{"\u004dethod":"m","method":"n"}`,        // an escaped folded name
 	`{"method":"m","param\u017f":{}}`,         // ſ folds to s
@@ -198,7 +208,8 @@ func TestScanDepth(t *testing.T) {
 	}
 }
 
-// FuzzScanValid: the scanner accepts exactly what json.Valid accepts, and
+// FuzzScanValid: the scanner accepts exactly what json.Valid accepts that is
+// UTF-8, and
 // Classify reads every line as the map decode does.
 func FuzzScanValid(f *testing.F) {
 	for _, c := range scanCases {
@@ -208,7 +219,7 @@ func FuzzScanValid(f *testing.F) {
 		f.Add(line)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if got, want := validJSON(data), json.Valid(data); got != want {
+		if got, want := validJSON(data), json.Valid(data) && utf8.Valid(data); got != want {
 			t.Fatalf("%q: valid %v, json.Valid %v", data, got, want)
 		}
 		sameClassification(t, data)
@@ -223,7 +234,7 @@ func TestSpecial(t *testing.T) {
 		x := binary.LittleEndian.Uint64(b[:])
 		first := 8
 		for i, c := range b {
-			if !strSafe[c] {
+			if !strSafe[c] || c >= utf8.RuneSelf { // past ASCII: checked as UTF-8
 				first = i
 				break
 			}
@@ -255,6 +266,9 @@ func TestSpecial(t *testing.T) {
 // setFieldMap is SetField as it was before (a map decode and re-encode):
 // the reference its output must equal structurally.
 func setFieldMap(obj json.RawMessage, key string, value any) (json.RawMessage, error) {
+	if !utf8.Valid(obj) {
+		return nil, errors.New("not UTF-8") // encoding/json lets it pass; RFC 8259 §8.1 does not
+	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(obj, &fields); err != nil {
 		return nil, err
@@ -484,6 +498,9 @@ func FuzzMembers(f *testing.F) {
 		fastErr := MembersOfValid(obj, []string{name, "params"}, fast) // must not panic
 		var ref map[string]json.RawMessage
 		refErr := json.Unmarshal(obj, &ref)
+		if refErr == nil && !utf8.Valid(obj) {
+			refErr = errors.New("not UTF-8")
+		}
 		if (err == nil) != (refErr == nil) {
 			t.Fatalf("%q: err %v, the map decode %v", obj, err, refErr)
 		}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -162,6 +163,9 @@ type Stream struct {
 
 	writtenBytes atomic.Int64
 
+	// head is the start of the last line over MaxLine (at most headBytes):
+	// where its id is, so that it can be answered (readLine, tooLong).
+	head []byte
 	// longLine is the length of the last line longer than the reader's
 	// buffer (read loop only).
 	longLine int
@@ -278,9 +282,24 @@ func (s *Stream) ReadObject(v any) error {
 			endBatch = s.opts.Batch()
 		}
 		if errors.Is(err, ErrLineTooLong) {
-			s.log.Warn("message over the line limit skipped", "limit", s.opts.MaxLine)
-			s.answerInvalid(nil, jsonError(CodeInvalidRequest, fmt.Sprintf("acp-router: message exceeds the %d-byte limit", s.opts.MaxLine)))
-			continue
+			id, kind := headID(s.head)
+			s.log.Warn("message over the line limit skipped", "limit", s.opts.MaxLine, "kind", kind, "id", string(id))
+			msg := fmt.Sprintf("acp-router: message exceeds the %d-byte limit", s.opts.MaxLine)
+			switch kind {
+			case KindResponse:
+				// The answer to one of the calls made on this stream: the
+				// call gets an error in its place, not silence (the agent
+				// that asked to read a file too large to relay would wait
+				// for ever).
+				line, sh, err = errorLine(id, jsonError(CodeInternalError, msg)), nil, nil
+			case KindRequest:
+				// Answered on either side: with its id, unambiguous.
+				s.answerID(id, jsonError(CodeInvalidRequest, msg))
+				continue
+			default:
+				s.answerInvalid(nil, jsonError(CodeInvalidRequest, msg))
+				continue
+			}
 		}
 		if err != nil {
 			s.noteReadErr(err)
@@ -296,6 +315,10 @@ func (s *Stream) ReadObject(v any) error {
 			s.log.Trace("recv", "message", truncate(line, traceBytes))
 		}
 		m, err := ClassifyPrescan(line, s.opts.Prescan)
+		if errors.Is(err, ErrParse) && !utf8.Valid(line) {
+			line, sh = s.repairUTF8(line, sh)
+			m, err = ClassifyPrescan(line, s.opts.Prescan)
+		}
 		if err != nil {
 			s.invalid(m, err)
 			continue
@@ -351,6 +374,21 @@ func (s *Stream) ReadObject(v any) error {
 	}
 }
 
+// repairUTF8 is the line that is not UTF-8 (RFC 8259 §8.1) read as a
+// decoder in Go or a JavaScript TextDecoder reads it: each run of bytes
+// that is not UTF-8 becomes U+FFFD. Passed on as it came, it would end the
+// connection of a peer that reads its input strictly as UTF-8 (the Rust
+// ACP crate's read_line, in Zed and in Rust agents), every session of
+// every agent with it. The line's pooled buffer, if any, goes back.
+func (s *Stream) repairUTF8(line []byte, sh *Shared) ([]byte, *Shared) {
+	s.log.Warn("bytes that are not UTF-8 replaced with U+FFFD", "line", truncate(line, 200))
+	fixed := bytes.ToValidUTF8(line, []byte("\uFFFD"))
+	if sh != nil {
+		sh.Release()
+	}
+	return fixed, nil
+}
+
 // decodeValid is json.Unmarshal(line, v) for a line Classify has validated:
 // what jsonrpc2 gives ReadObject decodes itself (json.Unmarshaler), so the
 // validation pass json.Unmarshal makes first over the whole line would be
@@ -382,12 +420,8 @@ func (s *Stream) invalid(m *Message, err error) {
 	s.answerInvalid(id, jsonError(code, err.Error()))
 }
 
-// answerInvalid writes an error response when this stream answers bad
-// input. id nil or "null" gives "id":null (JSON-RPC 2.0 §5).
-func (s *Stream) answerInvalid(id json.RawMessage, e []byte) {
-	if !s.opts.AnswerInvalid {
-		return
-	}
+// errorLine is an error response to id ("null" when nil) with error e.
+func errorLine(id json.RawMessage, e []byte) []byte {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
@@ -396,8 +430,33 @@ func (s *Stream) answerInvalid(id json.RawMessage, e []byte) {
 	line = append(line, id...)
 	line = append(line, `,"error":`...)
 	line = append(line, e...)
-	line = append(line, '}')
-	if err := s.WriteRawLane("", line); err != nil {
+	return append(line, '}')
+}
+
+// headBytes is how much of a line over MaxLine is kept to find its id.
+const headBytes = 4 << 10
+
+// keepHead keeps the first headBytes of a line over MaxLine, whose bytes
+// so far are a then b.
+func (s *Stream) keepHead(a, b []byte) {
+	s.head = s.head[:0]
+	for _, p := range [][]byte{a, b} {
+		s.head = append(s.head, p[:min(len(p), headBytes-len(s.head))]...)
+	}
+}
+
+// answerInvalid writes an error response when this stream answers bad
+// input. id nil or "null" gives "id":null (JSON-RPC 2.0 §5).
+func (s *Stream) answerInvalid(id json.RawMessage, e []byte) {
+	if !s.opts.AnswerInvalid {
+		return
+	}
+	s.answerID(id, e)
+}
+
+// answerID writes an error response to the request id.
+func (s *Stream) answerID(id json.RawMessage, e []byte) {
+	if err := s.WriteRawLane("", errorLine(id, e)); err != nil {
 		s.log.Debug("cannot answer invalid message", "error", err)
 	}
 }
@@ -432,10 +491,12 @@ func (s *Stream) readLine() (line []byte, sh *Shared, err error) {
 		if !tooLong {
 			switch {
 			case len(buf)+len(chunk) > s.opts.MaxLine+2: // room for "\r\n"
+				s.keepHead(buf, chunk)
 				tooLong, buf = true, nil
 			case err == nil && buf == nil: // the whole line is buffered
 				line := bytes.TrimSuffix(chunk[:len(chunk)-1], []byte{'\r'})
 				if len(line) > s.opts.MaxLine {
+					s.keepHead(line, nil)
 					return nil, sh, ErrLineTooLong
 				}
 				return clone(line), nil, nil
@@ -469,6 +530,7 @@ func (s *Stream) readLine() (line []byte, sh *Shared, err error) {
 			s.longLine = min(len(buf), maxLongLineHint)
 			line := bytes.TrimSuffix(buf[:len(buf)-1], []byte{'\r'})
 			if len(line) > s.opts.MaxLine {
+				s.keepHead(line, nil)
 				return nil, sh, ErrLineTooLong
 			}
 			line, sh = fitLine(line, sh)
@@ -478,6 +540,9 @@ func (s *Stream) readLine() (line []byte, sh *Shared, err error) {
 		case errors.Is(err, io.EOF) && (len(buf) > 0 || tooLong):
 			// A last line without "\n" still counts, and so does its limit.
 			if tooLong || len(buf) > s.opts.MaxLine {
+				if !tooLong {
+					s.keepHead(buf, nil)
+				}
 				return nil, sh, ErrLineTooLong
 			}
 			line, sh := fitLine(buf, sh)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sourcegraph/jsonrpc2"
 )
@@ -186,7 +187,7 @@ func TestStreamLineLimit(t *testing.T) {
 					t.Fatalf("answer %s, want the echo of pad", line)
 				}
 			} else {
-				assertErrorReply(t, line, `null`, CodeInvalidRequest)
+				assertErrorReply(t, line, `1`, CodeInvalidRequest) // its id read from its start
 			}
 			h.call(t, "2", "next/line")
 		})
@@ -225,7 +226,56 @@ func TestStreamLineLimitLastLine(t *testing.T) {
 			if len(replies) != 1 {
 				t.Fatalf("replies = %q, want one error", replies)
 			}
-			assertErrorReply(t, replies[0], `null`, CodeInvalidRequest)
+			assertErrorReply(t, replies[0], `1`, CodeInvalidRequest)
+		})
+	}
+}
+
+// TestStreamLineLimitAnswers: a message over the limit is answered by the
+// id its start gives, whatever the side: a request gets its error (an
+// agent's too, which used to wait for ever), a response to one of our calls
+// resolves that call with an error in its place (before, the call waited
+// for ever: an agent reading a file too large to relay hung); an id after
+// the long member, or a notification, leaves nothing to answer but null.
+func TestStreamLineLimitAnswers(t *testing.T) {
+	const limit = 1024
+	pad := strings.Repeat("x", 8*limit) // past the 4 KiB head kept to find the id
+	t.Run("a request, agent side", func(t *testing.T) {
+		h := newConnHarness(t, StreamOptions{MaxLine: limit}) // AnswerInvalid off: the agent side
+		write(t, h.In, `{"jsonrpc":"2.0","id":"r-1","method":"fs/read_text_file","params":{"path":"`+pad+`"}}`+"\n")
+		assertErrorReply(t, recv(t, h.Out), `"r-1"`, CodeInvalidRequest)
+		h.call(t, "2", "next/line")
+	})
+	t.Run("a response to our call", func(t *testing.T) {
+		h := newConnHarness(t, StreamOptions{MaxLine: limit})
+		done := make(chan error, 1)
+		go func() {
+			var res json.RawMessage
+			done <- h.Conn.Call(t.Context(), "fs/read_text_file", map[string]string{"path": "/big.log"}, &res)
+		}()
+		req := decodeFields(t, recv(t, h.Out))
+		write(t, h.In, `{"jsonrpc":"2.0","id":`+string(req["id"])+`,"result":{"content":"`+pad+`"}}`+"\n")
+		select {
+		case err := <-done:
+			var rpcErr *jsonrpc2.Error
+			if !errors.As(err, &rpcErr) || rpcErr.Code != CodeInternalError || !strings.Contains(rpcErr.Message, "exceeds the 1024-byte limit") {
+				t.Fatalf("the call ended with %v, want an internal error naming the limit", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the call waits for ever for an answer that was too long")
+		}
+		h.call(t, "2", "next/line")
+	})
+	for _, c := range []struct{ name, line string }{
+		{"the id after the long member", `{"jsonrpc":"2.0","method":"x","params":{"p":"` + pad + `"},"id":7}`},
+		{"a notification", `{"jsonrpc":"2.0","method":"x","params":{"p":"` + pad + `"}}`},
+		{"not JSON at its start", `{"jsonrpc" "2.0","id":7,"method":"x","params":{"p":"` + pad + `"}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newConnHarness(t, StreamOptions{AnswerInvalid: true, MaxLine: limit})
+			write(t, h.In, c.line+"\n")
+			assertErrorReply(t, recv(t, h.Out), `null`, CodeInvalidRequest)
+			h.call(t, "2", "next/line")
 		})
 	}
 }
@@ -494,5 +544,49 @@ func TestStreamBatch(t *testing.T) {
 	defer mu.Unlock()
 	if got, want := strings.Join(events, " "), "start a b end c"; got != want {
 		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// TestStreamRepairsUTF8: a line whose strings hold bytes that are not UTF-8
+// is passed on with each such run read as U+FFFD (the bytes a Rust peer's
+// read_line would end its connection on never leave the router), in a
+// member name too, short lines and pooled long ones alike; bytes that are
+// not UTF-8 outside a string are still a parse error.
+func TestStreamRepairsUTF8(t *testing.T) {
+	long := strings.Repeat("é", 40<<10) // past the reader's buffer: a pooled line
+	lines := []string{
+		"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"s\",\"update\":{\"text\":\"a\xffb\xed\xa0\x80c\"}}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"k\xc3\":\"v\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"t\":\"" + long + "\xe9\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"t\":\"ok: \u00e9\u4e2d\U0001F600\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\xff}",
+	}
+	want := []string{
+		"{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"sessionId\":\"s\",\"update\":{\"text\":\"a\uFFFDb\uFFFDc\"}}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"k\uFFFD\":\"v\"}}",
+		"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"t\":\"" + long + "\uFFFD\"}}",
+		lines[3], // UTF-8 already: the same bytes
+	}
+	var got []string
+	s := NewStream(io.NopCloser(strings.NewReader(strings.Join(lines, "\n")+"\n")), discardCloser{}, StreamOptions{
+		Intercept: func(m *Message) bool {
+			got = append(got, string(m.Raw))
+			return true
+		},
+	})
+	var v json.RawMessage
+	if err := s.ReadObject(&v); !errors.Is(err, io.EOF) {
+		t.Fatalf("ReadObject: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines passed on, want %d (the last is not JSON)", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d: %.120q, want %.120q", i, got[i], want[i])
+		}
+		if !utf8.ValidString(got[i]) {
+			t.Errorf("line %d is not UTF-8", i)
+		}
 	}
 }

@@ -118,6 +118,7 @@ func (g *Guard) Watch(ctx context.Context, opts WatchOptions) {
 				maps.Copy(running, pick(keys, "audit."))
 			}
 		}
+		g.Protect(lp.Watch) // with the audit file now in force
 		log.Info("policy reloaded", "trigger", why, "applied", strings.Join(applied, ", "), "policyHash", hash)
 		if pending := config.Changed(running, keys); len(pending) > 0 {
 			log.Warn("restart to apply: "+strings.Join(pending, ", "), "trigger", why)

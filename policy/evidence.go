@@ -196,11 +196,11 @@ const (
 // what it cannot read becomes an opaque or refused item.
 func Extract(req *Request) *Evidence {
 	x := extract(req)
-	if len(x.links) > 0 {
+	if len(x.madeLinks) > 0 {
 		// The line makes symlinks: read it again with them, so that every
 		// path through one is resolved to where it leads.
 		r := *req
-		r.FS = newLinkFS(req.FS, x.links)
+		r.FS = newLinkFS(req.FS, x.madeLinks)
 		x = extract(&r)
 	}
 	return x.ev
@@ -208,6 +208,7 @@ func Extract(req *Request) *Evidence {
 
 func extract(req *Request) *extractor {
 	x := newExtractor(req)
+	x.ambiguous(req)
 	switch req.Method {
 	case acp.MethodReadTextFile:
 		x.fsCall(req.Params, KindRead)
@@ -232,6 +233,34 @@ func extract(req *Request) *extractor {
 	return x
 }
 
+// ambiguous refuses a request with an object holding two members that name
+// the same field for encoding/json (acp.AmbiguousMember: "path" and
+// "PATH"): decoding into a struct, the policy would read the last of them,
+// the editor the exactly named one, so that the path, command or cwd decided
+// would not be the one read, run or written. The rest is still extracted, for
+// the deny and ask rules and the audit.
+func (x *extractor) ambiguous(req *Request) {
+	kind := KindOther
+	switch req.Method {
+	case acp.MethodReadTextFile:
+		kind = KindRead
+	case acp.MethodWriteTextFile:
+		kind = KindEdit
+	case acp.MethodTerminalCreate:
+		kind = KindExecute
+	}
+	for i, raw := range append([]json.RawMessage{req.Params}, req.Updates...) {
+		if a, b, ok := acp.AmbiguousMember(raw); ok {
+			origin := "params"
+			if i > 0 {
+				origin = "tool_call update"
+			}
+			x.refuse(origin, fmt.Sprintf("members %q and %q name the same field to a decoder that ignores case; the editor or agent may read either", a, b), kind)
+			return
+		}
+	}
+}
+
 // extractor builds one request's evidence.
 type extractor struct {
 	ev   *Evidence
@@ -243,9 +272,42 @@ type extractor struct {
 	truncated, full bool
 	deep            bool                // a command nested past maxDepth was recorded
 	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
-	// links: the symlinks the command line makes (ln -s), where the
+	// madeLinks: the symlinks the command line makes (ln -s), where the
 	// kernel makes them → their targets (see linkFS).
-	links map[string][]string
+	madeLinks map[string][]string
+	madeKeys  []string // the keys of madeLinks, in the order recorded
+	// links made by an earlier command of the same command line (ln,
+	// cp -s/-l): a path through one is also a path to its target.
+	links []link
+}
+
+// link is a link a command makes: the absolute, clean path of the link
+// and of what it leads to.
+type link struct{ at, to string }
+
+// throughLinks adds to the absolute paths fulls the paths they lead to
+// through the links made earlier in the command line (a few levels).
+func (x *extractor) throughLinks(fulls []string) []string {
+	if len(x.links) == 0 {
+		return fulls
+	}
+	for range 4 {
+		n := len(fulls)
+		for _, f := range fulls {
+			c := path.Clean(f)
+			for _, l := range x.links {
+				if rest, ok := strings.CutPrefix(c, l.at); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+					if t := l.to + rest; !slices.Contains(fulls, t) {
+						fulls = append(fulls, t)
+					}
+				}
+			}
+		}
+		if len(fulls) == n {
+			break
+		}
+	}
+	return fulls
 }
 
 // itemKey is what two equal items (sameItem) share.
@@ -911,6 +973,7 @@ func (x *extractor) path(p string, glob bool, kind Kind, recursive bool, origin 
 			fulls = append(fulls, x.home+p[1:])
 		}
 	}
+	fulls = x.throughLinks(fulls)
 	it := Item{Type: ItemPath, Origin: origin, Recursive: recursive, Opaque: nul}
 	var expansions []string
 	for _, full := range fulls {

@@ -548,6 +548,24 @@ func (p *parser) test(path string, n *yaml.Node) *TestCase {
 	return t
 }
 
+// nodeJSON is a test call's params or update as JSON: a mapping converted,
+// or a string holding the JSON text itself, kept as written (the order of
+// its members, members given twice or in other cases: what a mapping cannot
+// say).
+func nodeJSON(n *yaml.Node) (json.RawMessage, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		if !json.Valid([]byte(n.Value)) {
+			return nil, errors.New("a string here must be JSON text")
+		}
+		return json.RawMessage(n.Value), nil
+	}
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return nil, err
+	}
+	return jsonValue(v)
+}
+
 // call reads one test call: a string "METHOD ARGS..." or a mapping
 // {method: ..., params: {...}}.
 func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
@@ -559,11 +577,7 @@ func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 		var updates []json.RawMessage
 		if u := f["updates"]; u != nil {
 			for i, item := range p.list(path+".updates", u, true) {
-				var v any
-				if err := item.Decode(&v); err != nil {
-					return nil, fmt.Errorf("updates[%d]: %v", i, err)
-				}
-				raw, err := jsonValue(v)
+				raw, err := nodeJSON(item)
 				if err != nil {
 					return nil, fmt.Errorf("updates[%d]: %v", i, err)
 				}
@@ -578,11 +592,7 @@ func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 		if !ok {
 			return nil, nil
 		}
-		var v any
-		if err := f["params"].Decode(&v); err != nil {
-			return nil, fmt.Errorf("params: %v", err)
-		}
-		params, err := jsonValue(v)
+		params, err := nodeJSON(f["params"])
 		if err != nil {
 			return nil, fmt.Errorf("params: %v", err)
 		}

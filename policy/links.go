@@ -20,7 +20,7 @@ import (
 // read them, relative to the link's directory (-t DIR's, or LINK's, LINK
 // itself when it is a directory), except with -r, which takes them
 // relative to the working directory; and records each link the command
-// makes (x.links). The two are joined without cleaning: a .. in the
+// makes (x.madeLinks). The two are joined without cleaning: a .. in the
 // target applies after the symlinks of the directory, as the resolver
 // applies it.
 func (x *extractor) lnTargets(p *parsedArgs, cwds []string) {
@@ -95,12 +95,13 @@ func (x *extractor) recordLink(link string, target arg, cwds []string) {
 				t = cwd + "/" + t
 			}
 		}
-		if x.links == nil {
-			x.links = map[string][]string{}
+		if x.madeLinks == nil {
+			x.madeLinks = map[string][]string{}
 		}
-		if !slices.Contains(x.links[key], t) {
-			x.links[key] = append(x.links[key], t)
+		if !slices.Contains(x.madeLinks[key], t) {
+			x.madeLinks[key] = append(x.madeLinks[key], t)
 		}
+		x.madeKeys = append(x.madeKeys, key)
 	}
 }
 
@@ -114,6 +115,9 @@ var errLinkUnknown = errors.New("through a symlink the command makes, to a targe
 type linkFS struct {
 	base  FS
 	links map[string][]string
+	// suspended: links not followed while the command that makes them
+	// is read (movedLinks).
+	suspended map[string]int
 }
 
 // linkWalker is a linkFS over a Walker: walks are the base's.
@@ -126,7 +130,7 @@ func (w *linkWalker) Walk(dir string, skipHidden bool) WalkResult {
 }
 
 func newLinkFS(base FS, links map[string][]string) FS {
-	l := linkFS{base: base, links: links}
+	l := linkFS{base: base, links: links, suspended: map[string]int{}}
 	if _, ok := base.(Walker); ok {
 		return &linkWalker{l}
 	}
@@ -151,7 +155,7 @@ func (l *linkFS) Resolve(p string) (string, error) {
 			continue
 		}
 		next := path.Join(cur, c)
-		if ts, ok := l.links[next]; ok {
+		if ts, ok := l.links[next]; ok && l.suspended[next] == 0 {
 			switch {
 			case len(ts) == 1 && ts[0] != "":
 				if hops++; hops > 40 {
@@ -212,7 +216,42 @@ func (l *linkFS) Glob(pattern string) ([]string, error) {
 // known to the policy, so a path through it (below it) is not
 // allowable; the copy itself, as a last component, is what the command
 // writes.
-func (x *extractor) movedLinks(p *parsedArgs, cwds []string) {
+//
+// It returns what to call once the command's own paths are recorded: in
+// the second reading (linkFS), the links the command makes are not
+// followed for its own paths (mv a/k k2 writes k2, and k2/k if k2 were a
+// directory: not through the link it makes).
+func (x *extractor) movedLinks(p *parsedArgs, cwds []string) (done func()) {
+	before := len(x.madeKeys)
+	x.movedLinksOf(p, cwds)
+	keys := x.madeKeys[before:]
+	lf := x.linkFS()
+	if lf == nil || len(keys) == 0 {
+		return func() {}
+	}
+	for _, k := range keys {
+		lf.suspended[k]++
+	}
+	return func() {
+		for _, k := range keys {
+			lf.suspended[k]--
+		}
+	}
+}
+
+// linkFS returns the extractor's filesystem as a linkFS (the second
+// reading), nil if it is not one.
+func (x *extractor) linkFS() *linkFS {
+	switch f := x.fs.(type) {
+	case *linkFS:
+		return f
+	case *linkWalker:
+		return &f.linkFS
+	}
+	return nil
+}
+
+func (x *extractor) movedLinksOf(p *parsedArgs, cwds []string) {
 	if p.label != "mv" && p.label != "cp" || len(p.ops) == 0 || x.fs == nil {
 		return
 	}

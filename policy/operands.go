@@ -2,7 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"net/url"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -63,6 +65,18 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 	case roleLdflags:
 		if strings.Contains(s, "extld") || strings.Contains(s, "linkmode") || strings.Contains(s, "-plugin") {
 			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)
+		}
+		return false
+	case roleNameList:
+		// The list is read; the files it names are not known.
+		x.opaque(origin, fmt.Sprintf("%s reads the files named in %s, which the router does not read", prog, cmpOr(s, "stdin")), KindRead)
+		if s != "" && s != "-" {
+			return x.argPath(prog, a, KindRead, false, true, cwds)
+		}
+		return false
+	case roleJq:
+		if jqLoads(s) {
+			x.opaque(origin, prog+"'s filter imports or includes a file (any .jq or .json file, by an absolute path or relative to ~/.jq)", KindRead)
 		}
 		return false
 	case rolePlugin:
@@ -174,7 +188,7 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		if dest {
 			kind = KindEdit
 		}
-		return x.argPath(prog, a, kind, recursive && !dest, hidden, cwds)
+		return x.argPath(prog, a, kind, recursive, hidden, cwds)
 	case roleRead:
 		if strings.HasSuffix(prog, "awk") && isAssignment(s) {
 			return false // awk VAR=value between its files
@@ -427,7 +441,7 @@ var tarOptions = map[string]role{
 	"--keep-old-files": roleFlag, "--skip-old-files": roleFlag, "--keep-newer-files": roleFlag, "--overwrite": roleFlag,
 	"O": roleFlag, "--to-stdout": roleFlag, "--exclude": roleValue, "--exclude-vcs": roleFlag,
 	"--exclude-vcs-ignores": roleFlag, "--exclude-caches": roleFlag, "--exclude-backups": roleFlag, "X": roleRead,
-	"--exclude-from": roleRead, "T": roleRead, "--files-from": roleRead, "--strip-components": roleValue,
+	"--exclude-from": roleRead, "T": roleNameList, "--files-from": roleNameList, "--strip-components": roleValue,
 	"h": roleFlag, "--dereference": roleFlag, "--no-same-owner": roleFlag, "--same-owner": roleFlag,
 	"m": roleFlag, "--touch": roleFlag, "--wildcards": roleFlag, "--no-wildcards": roleFlag, "--anchored": roleFlag,
 	"--transform": roleValue, "--xform": roleValue, "--owner": roleValue, "--group": roleValue, "--mode": roleValue,
@@ -461,6 +475,7 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 	var vals []optVal
 	var ops []arg
 	flags := flagSet{}
+	var topLevel []arg
 	opt := func(key string, v arg, has bool) {
 		r, ok := tarOptions[key]
 		name := key
@@ -482,8 +497,16 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 		case "t", "--list":
 			mode = 't'
 		}
-		if r != roleFlag {
+		switch {
+		case r != roleFlag:
 			vals = append(vals, optVal{key: name, opt: &optSpec{name: name, role: r}, v: v, has: has})
+		case has && key == "--one-top-level":
+			// --one-top-level=DIR extracts into DIR (absolute, or below -C).
+			topLevel = append(topLevel, v)
+		case has && key != "--atime-preserve":
+			if it.Unknown == "" {
+				it.Unknown = "tar: option " + name + " takes no value"
+			}
 		}
 	}
 	takes := func(key string) bool { r, ok := tarOptions[key]; return ok && r != roleFlag }
@@ -594,6 +617,9 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 			for _, d := range base {
 				x.path(d, false, KindEdit, true, "tar extracts into", nil)
 			}
+			for _, t := range topLevel {
+				x.roleArg(label, "--one-top-level", t, roleWriteDir, false, true, base, cx)
+			}
 		}
 	default:
 		if archive != nil && !remote(archive) {
@@ -678,21 +704,25 @@ var (
 // writes FILE.gz, gunzip FILE.gz (gzip -d, xz -d, ...) writes FILE, -S
 // names the suffix. A name it would refuse (no known suffix) writes
 // nothing; so do -c, -t, -l and the *cat names. A glob operand's output is
-// the same pattern with the suffix changed.
-func compressedOutputs(p *parsedArgs) []arg {
-	c, ok := compressors[path.Base(p.label)]
-	if !ok || c.stdout || p.flags.any("-c", "--stdout", "--to-stdout", "-t", "--test", "-l", "--list", "-h", "--help", "-V", "--version", "-L", "--license") {
-		return nil
+// the same pattern with the suffix changed. Decompressing with -N (--name),
+// gzip names the file after the name stored in it (in FILE's directory):
+// ok is false, the name is not known.
+func compressedOutputs(p *parsedArgs) (out []arg, ok bool) {
+	c, known := compressors[path.Base(p.label)]
+	if !known || c.stdout || p.flags.any("-c", "--stdout", "--to-stdout", "-t", "--test", "-l", "--list", "-h", "--help", "-V", "--version", "-L", "--license") {
+		return nil, true
 	}
 	decompress := c.decompress || p.flags.any("-d", "--decompress", "--uncompress")
+	if decompress && p.flags.any("-N", "--name") {
+		return nil, false
+	}
 	suffixes := c.decompressed
 	for _, v := range p.vals {
-		if (v.key == "-S" || v.key == "--suffix") && v.has && v.v.opaque == "" {
+		if (v.opt.name == "-S" || v.opt.name == "--suffix") && v.has && v.v.opaque == "" {
 			c.suffix = v.v.s
 			suffixes = [][2]string{{v.v.s, ""}}
 		}
 	}
-	var out []arg
 	for _, a := range p.ops {
 		if a.opaque != "" || a.s == "-" || a.s == "" {
 			continue
@@ -711,7 +741,7 @@ func compressedOutputs(p *parsedArgs) []arg {
 			}
 		}
 	}
-	return out
+	return out, true
 }
 
 // sedBackups returns the backup files sed -iSUFFIX writes besides the files
@@ -726,7 +756,7 @@ func sedBackups(p *parsedArgs, roles []role) (out []arg, ok bool) {
 	}
 	suffix := ""
 	for _, v := range p.vals {
-		if (v.key == "-i" || v.key == "--in-place") && v.has {
+		if (v.opt.name == "-i" || v.opt.name == "--in-place") && v.has {
 			if v.v.opaque != "" {
 				return nil, false
 			}
@@ -775,11 +805,446 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 			return "", false // patch FILE writes FILE
 		}
 		for _, v := range p.vals {
-			if (v.key == "-o" || v.key == "--output") && v.has {
+			if (v.opt.name == "-o" || v.opt.name == "--output") && v.has {
 				return "", false // the patched files go to the output
 			}
 		}
 		return "patch writes the files its patch names, below", true
 	}
 	return "", false
+}
+
+// intoDirectory returns the files cp, mv, ln and install write when their
+// last operand is a directory: DEST/NAME for each source, NAME its last
+// element ('cp config .git' writes .git/config), and for ln with a single
+// operand ./NAME. Whether DEST is a directory when the command runs is not
+// known (an earlier command may make it one), so the names are evidence
+// unless -T says DEST is the file itself; -t DIR and cp -r write DIR's tree
+// already, but a backup of DIR/NAME is not. A glob source names the files it matches (as the shell expands
+// it), or itself when it matches none; an opaque one is evidence already.
+// mv moves a directory with its tree (recursive).
+func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (out []arg, recursive bool) {
+	prog := path.Base(p.label)
+	switch prog {
+	case "cp", "mv", "ln", "install":
+	default:
+		return nil, false
+	}
+	if p.lost || p.flags.any("-T", "--no-target-directory") || prog == "install" && p.flags.any("-d", "--directory") {
+		return nil, false
+	}
+	n := len(p.ops)
+	if p.argsFrom >= 0 {
+		n = p.argsFrom
+	}
+	dest, ok := p.optValue("-t", "--target-directory")
+	sources := p.ops[:n]
+	if !ok {
+		if n == 1 && prog == "ln" && len(roles) > 0 && roles[0] == roleWrite {
+			// ln -s TARGET: the link is ./NAME.
+			dest = arg{s: "."}
+		} else if n < 2 || len(roles) < n || roles[n-1] != roleWrite && roles[n-1] != roleWriteDir {
+			return nil, false
+		} else {
+			dest, sources = p.ops[n-1], p.ops[:n-1]
+		}
+	}
+	if dest.opaque != "" {
+		return nil, false // the operand is opaque already
+	}
+	names := func(a arg) []string {
+		if a.opaque != "" {
+			return nil
+		}
+		var ns []string
+		if a.glob && x.fs != nil {
+			for _, d := range cwds {
+				full := a.s
+				if !path.IsAbs(full) {
+					full = path.Join(d, full)
+				}
+				if m, err := x.fs.Glob(path.Clean(full)); err == nil {
+					for _, f := range m {
+						ns = append(ns, path.Base(f))
+					}
+				}
+			}
+		}
+		if len(ns) == 0 {
+			ns = []string{path.Base(a.s)}
+		}
+		return slices.DeleteFunc(ns, func(n string) bool { return n == "." || n == ".." || n == "/" })
+	}
+	for _, a := range sources {
+		for _, name := range names(a) {
+			out = append(out, arg{s: path.Join(dest.s, name), glob: dest.glob})
+		}
+	}
+	return out, prog == "mv"
+}
+
+// optValue returns the value of the last of the named options given (by
+// their full names: an abbreviation counts), and whether one was.
+func (p *parsedArgs) optValue(names ...string) (a arg, ok bool) {
+	for _, v := range p.vals {
+		if v.has && slices.Contains(names, v.opt.name) {
+			a, ok = v.v, true
+		}
+	}
+	return a, ok
+}
+
+// backupOutputs returns the backup files a command writes besides the files
+// it replaces (targets): cp, mv, ln and install with -b, --backup or -S
+// rename a file they replace to FILE+SUFFIX (-S, else ~; a SUFFIX with a /
+// is ~) or FILE.~N~ (--backup=numbered, existing); patch FILE backs FILE up
+// (with -b, else when the patch does not match exactly) to FILE.orig or
+// FILE+SUFFIX (-z), or PREFIX+DIR/BPREFIX+NAME (-B PREFIX, -Y BPREFIX), and
+// writes the hunks it rejects to FILE.rej unless -r names that file (coreutils
+// 9.1, GNU patch 2.7.6). patch without FILE writes below the working
+// directory, which is written already, and below -B's directory (dirs). The
+// environment's SIMPLE_BACKUP_SUFFIX and VERSION_CONTROL are not ordinary
+// variables (dangerousNames). ok is false when a name is known only at run
+// time.
+func backupOutputs(p *parsedArgs, targets []arg) (out, dirs []arg, ok bool) {
+	if p.lost {
+		return nil, nil, true
+	}
+	known := func(a arg) bool { return a.opaque == "" }
+	numbered := func(v arg, has bool) bool {
+		return has && v.s != "simple" && v.s != "never" && v.s != "none" && v.s != "off"
+	}
+	switch path.Base(p.label) {
+	case "cp", "mv", "ln", "install":
+		mode, hasMode := p.optValue("--backup")
+		suffix, hasSuffix := p.optValue("-S", "--suffix")
+		if !p.flags.any("-b", "--backup", "-S", "--suffix") || hasMode && (mode.s == "none" || mode.s == "off") {
+			return nil, nil, true
+		}
+		if hasMode && !known(mode) || hasSuffix && !known(suffix) {
+			return nil, nil, false
+		}
+		s := "~"
+		if hasSuffix && suffix.s != "" && !strings.Contains(suffix.s, "/") {
+			s = suffix.s
+		}
+		for _, t := range targets {
+			if !known(t) || t.s == "" {
+				continue
+			}
+			out = append(out, arg{s: t.s + s, glob: t.glob})
+			if numbered(mode, hasMode) {
+				out = append(out, arg{s: t.s + ".~1~", glob: t.glob})
+			}
+		}
+		return out, nil, true
+	case "patch":
+		if p.flags.any("--dry-run") {
+			return nil, nil, true
+		}
+		prefix, hasPrefix := p.optValue("-B", "--prefix")
+		base, hasBase := p.optValue("-Y", "--basename-prefix")
+		suffix, hasSuffix := p.optValue("-z", "--suffix")
+		mode, hasMode := p.optValue("-V", "--version-control")
+		_, hasReject := p.optValue("-r", "--reject-file")
+		for _, a := range []arg{prefix, base, suffix, mode} {
+			if !known(a) {
+				return nil, nil, false
+			}
+		}
+		if len(targets) == 0 {
+			// The patch names the files, below the working directory.
+			if hasBase && strings.Contains(base.s, "..") {
+				return nil, nil, false
+			}
+			if hasPrefix {
+				dirs = append(dirs, arg{s: path.Dir(prefix.s + "x")})
+			}
+			return nil, dirs, true
+		}
+		for _, t := range targets {
+			if !known(t) || t.s == "" || t.s == "-" {
+				continue
+			}
+			dir, name := "", t.s
+			if i := strings.LastIndexByte(t.s, '/'); i >= 0 {
+				dir, name = t.s[:i+1], t.s[i+1:]
+			}
+			switch {
+			case hasPrefix || hasBase:
+				out = append(out, arg{s: prefix.s + dir + base.s + name, glob: t.glob})
+			case hasSuffix && suffix.s != "":
+				out = append(out, arg{s: t.s + suffix.s, glob: t.glob})
+			default:
+				out = append(out, arg{s: t.s + ".orig", glob: t.glob})
+			}
+			if numbered(mode, hasMode) {
+				out = append(out, arg{s: t.s + ".~1~", glob: t.glob})
+			}
+			if !hasReject {
+				out = append(out, arg{s: t.s + ".rej", glob: t.glob})
+			}
+		}
+		return out, nil, true
+	}
+	return nil, nil, true
+}
+
+// gitRepository checks the repository a git command uses. Its config runs
+// commands (core.fsmonitor, core.hooksPath, diff.external, core.pager...),
+// which is why a policy protects **/.git/config; a repository whose config
+// is elsewhere escapes that rule, so the arguments are not understood when
+// git would use one: a --git-dir whose last element is not .git; a .git
+// file (gitdir: names any directory) in the working directory or above it,
+// below the session's directory; a bare repository (HEAD and config in the
+// directory itself); or a .git, or a config below the session's directory,
+// that the same command line writes first.
+func (x *extractor) gitRepository(p *parsedArgs, cwds []string) {
+	if v, ok := p.optValue("--git-dir"); ok {
+		if v.opaque != "" || path.Base(path.Clean(v.s)) != ".git" {
+			x.markUnknown(fmt.Sprintf("git --git-dir %s: a repository whose config (commands git runs) is not a .git/config", v.s))
+		}
+		return
+	}
+	for _, d := range cwds {
+		if why := x.gitDiscover(d); why != "" {
+			x.markUnknown(why)
+			return
+		}
+	}
+}
+
+// gitDiscover walks up from dir as git looks for its repository and says
+// why the one it finds is not understood ("" when it is an ordinary .git
+// directory, or none is found).
+func (x *extractor) gitDiscover(dir string) string {
+	trusted := func(d string) bool {
+		return d == x.cwd || slices.Contains(x.ev.vars.roots, d)
+	}
+	for d := path.Clean(dir); ; d = path.Dir(d) {
+		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) {
+			return fmt.Sprintf("git uses the repository in %s, whose .git or config this command line writes", d)
+		}
+		if x.fs != nil {
+			if ok, isDir := x.fs.Stat(path.Join(d, ".git")); ok {
+				if isDir || trusted(d) {
+					return ""
+				}
+				return fmt.Sprintf("%s/.git is a file: git uses the repository it names, whose config may run commands", d)
+			}
+			if path.Base(d) == ".git" {
+				return ""
+			}
+			head, headDir := x.fs.Stat(path.Join(d, "HEAD"))
+			conf, confDir := x.fs.Stat(path.Join(d, "config"))
+			if head && !headDir && conf && !confDir {
+				return fmt.Sprintf("%s is a bare repository: its config may run commands", d)
+			}
+		}
+		if d == "/" || d == "." || !path.IsAbs(d) {
+			return ""
+		}
+	}
+}
+
+// writesPath reports whether the evidence so far writes the file p
+// (absolute, clean) itself.
+func (x *extractor) writesPath(p string) bool {
+	for i := range x.ev.Items {
+		it := &x.ev.Items[i]
+		if it.Type == ItemPath && slices.Contains(it.Kinds, KindEdit) && slices.Contains(it.Forms, p) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	jqString    = regexp.MustCompile(`"(\\.|[^"\\])*"`)
+	jqComment   = regexp.MustCompile(`#[^\n]*`)
+	jqDirective = regexp.MustCompile(`(^|[^A-Za-z0-9_$.])(import|include)([^A-Za-z0-9_]|$)`)
+)
+
+// jqLoads reports whether a jq filter has an import or include directive,
+// outside its strings and comments: 'import "/home/u/.docker/config" as
+// $c' reads that .json file, 'include "x"' runs x.jq (jq 1.6, checked).
+func jqLoads(filter string) bool {
+	f := jqString.ReplaceAllString(filter, `""`)
+	f = jqComment.ReplaceAllString(f, "")
+	return jqDirective.MatchString(f)
+}
+
+// downloadOutputs returns the files curl -O (--remote-name, --remote-name-all)
+// and wget without -O write: each named after its URL, the last element of
+// the URL's path (curl 7.88: query off, %XX kept; wget 1.21: query kept,
+// %XX decoded; every form is evidence), index.html for wget when there is
+// none, in --output-dir or -P's directory. ok is false when the server or the run picks the
+// name: curl -J, wget --content-disposition, --trust-server-names,
+// recursive retrieval (-r, -m, -p), -x's directories, a curl URL glob.
+func downloadOutputs(p *parsedArgs) (out []arg, ok bool) {
+	var dir arg
+	var urls []arg
+	var wget bool
+	switch path.Base(p.label) {
+	case "curl":
+		if !p.flags.any("-O", "--remote-name", "--remote-name-all") {
+			return nil, true
+		}
+		if p.flags.any("-J", "--remote-header-name") {
+			return nil, false
+		}
+		dir, _ = p.optValue("--output-dir")
+		urls = append(urls, p.ops...)
+		for _, v := range p.vals {
+			if v.opt.name == "--url" && v.has {
+				urls = append(urls, v.v)
+			}
+		}
+	case "wget":
+		if _, o := p.optValue("-O", "--output-document"); o || p.flags.any("--spider") {
+			return nil, true
+		}
+		if p.flags.any("-r", "--recursive", "-m", "--mirror", "-p", "--page-requisites", "--content-disposition",
+			"--trust-server-names", "-x", "--force-directories") {
+			return nil, false
+		}
+		dir, _ = p.optValue("-P", "--directory-prefix")
+		urls, wget = p.ops, true
+	default:
+		return nil, true
+	}
+	if dir.opaque != "" {
+		return nil, false
+	}
+	for _, u := range urls {
+		if u.opaque != "" {
+			return nil, false
+		}
+		if !wget && !p.flags.any("-g", "--globoff") && strings.ContainsAny(u.s, "[{") {
+			return nil, false
+		}
+		s := u.s
+		if i := strings.Index(s, "://"); i >= 0 {
+			s = s[i+3:]
+		}
+		if i := strings.IndexByte(s, '#'); i >= 0 {
+			s = s[:i]
+		}
+		query := ""
+		if i := strings.IndexByte(s, '?'); i >= 0 {
+			s, query = s[:i], s[i:]
+		}
+		name := ""
+		if i := strings.IndexByte(s, '/'); i >= 0 {
+			name = s[i+1:]
+			name = name[strings.LastIndexByte(name, '/')+1:]
+		}
+		names := []string{name}
+		if wget && query != "" {
+			names = append(names, name+query) // wget keeps the query: config?x=1
+		}
+		for _, n := range names {
+			if d, err := url.PathUnescape(n); err == nil && d != n {
+				names = append(names, d) // wget decodes %XX
+			}
+		}
+		for _, n := range names {
+			switch {
+			case n == "" && wget:
+				n = "index.html"
+			case n == "" || n == "." || n == "..":
+				continue
+			}
+			if dir.s != "" {
+				n = path.Join(dir.s, n)
+			}
+			out = append(out, arg{s: n})
+		}
+	}
+	return out, true
+}
+
+// recordLinks remembers the links ln (and cp -s, cp -l) makes, and the
+// copies of links mv and cp make, so that a
+// later command of the same command line that reads or writes through one
+// is seen to reach its target: 'ln -s .git/hooks h && cp x h/pre-commit'
+// writes .git/hooks/pre-commit, 'ln .git/config c && echo >> c' .git/config.
+// The link is LINK, DIR/NAME (into a directory, -t DIR) or ./NAME (one
+// operand); relative paths are below each working directory (a symbolic
+// link's target was made relative to the working directory already).
+func (x *extractor) recordLinks(p *parsedArgs, cwds []string) {
+	// moved: mv, and cp copying a symbolic link as a link (-P, -d, -a,
+	// -R without -L), make LINK a copy of a source that is a link: LINK
+	// leads where the source does.
+	moved := false
+	switch path.Base(p.label) {
+	case "ln":
+	case "cp":
+		if !p.flags.any("-s", "--symbolic-link", "-l", "--link") {
+			if p.flags.any("-L", "--dereference") || !p.flags.any("-P", "--no-dereference", "-d", "-a", "--archive", "-r", "-R", "--recursive") {
+				return
+			}
+			moved = true
+		}
+	case "mv":
+		moved = true
+	default:
+		return
+	}
+	if moved && x.fs == nil {
+		return
+	}
+	if p.lost {
+		return
+	}
+	n := len(p.ops)
+	if p.argsFrom >= 0 {
+		n = p.argsFrom
+	}
+	type pair struct{ at, to arg }
+	var pairs []pair
+	if dir, ok := p.optValue("-t", "--target-directory"); ok {
+		for _, t := range p.ops[:n] {
+			pairs = append(pairs, pair{arg{s: path.Join(dir.s, path.Base(t.s)), opaque: dir.opaque}, t})
+		}
+	} else if n == 1 {
+		pairs = append(pairs, pair{arg{s: path.Base(p.ops[0].s)}, p.ops[0]})
+	} else if n > 1 {
+		dest := p.ops[n-1]
+		for _, t := range p.ops[:n-1] {
+			pairs = append(pairs, pair{arg{s: path.Join(dest.s, path.Base(t.s)), opaque: dest.opaque}, t})
+			if n == 2 {
+				pairs = append(pairs, pair{dest, t})
+			}
+		}
+	}
+	abs := func(s, d string) string {
+		switch {
+		case strings.HasPrefix(s, "~/") && x.home != "":
+			return path.Join(x.home, s[2:])
+		case path.IsAbs(s):
+			return path.Clean(s)
+		}
+		return path.Join(d, s)
+	}
+	for _, pr := range pairs {
+		if pr.at.opaque != "" || pr.to.opaque != "" || pr.at.glob || pr.to.glob || pr.at.s == "" || pr.to.s == "" {
+			continue
+		}
+		for _, d := range cwds {
+			l := link{abs(pr.at.s, d), abs(pr.to.s, d)}
+			if moved {
+				// Only a source that is itself a link: where it leads.
+				r, err := x.fs.Resolve(l.to)
+				dir, err2 := x.fs.Resolve(path.Dir(l.to))
+				if err != nil || err2 != nil || path.Clean(r) == path.Join(dir, path.Base(l.to)) {
+					continue
+				}
+				l.to = path.Clean(r)
+			}
+			if l.at != l.to && len(x.links) < 64 {
+				x.links = append(x.links, l)
+			}
+		}
+	}
 }

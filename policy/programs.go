@@ -16,7 +16,7 @@ import (
 
 // optVal is an option with its value.
 type optVal struct {
-	key string // as given (after abbreviation: the full name)
+	key string // as given (an abbreviation as typed: opt.name is the full name)
 	opt *optSpec
 	v   arg
 	has bool // a value was given
@@ -287,6 +287,9 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		x.roleArg(p.label, v.key, v.v, v.opt.role, false, h, cwds, cx)
 	}
+	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
+		x.gitRepository(p, cwds)
+	}
 	if prog := p.module(); prog != "" && !p.lost {
 		// python -m pytest ARGS is pytest ARGS.
 		inner := cx
@@ -321,7 +324,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		x.lnTargets(p, cwds)
 	}
 	if !p.lost {
-		x.movedLinks(p, cwds) // mv, cp: links.go
+		defer x.movedLinks(p, cwds)() // mv, cp: links.go
 	}
 	paths := 0
 	for i, a := range p.ops {
@@ -337,8 +340,46 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			paths++
 		}
 	}
-	if !p.lost && !recursive { // -r: the directories' files are written already
-		for _, o := range compressedOutputs(p) {
+	if !p.lost {
+		outs, ok := compressedOutputs(p)
+		if !ok {
+			x.opaque(p.label+" -N", p.label+" -N names the file it writes after the name stored in its input", KindEdit)
+		}
+		for _, o := range outs {
+			if !recursive { // -r: the directories' files are written already
+				x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+			}
+		}
+	}
+	defer x.recordLinks(p, cwds) // for the commands after this one
+	into, rec := x.intoDirectory(p, roles, cwds)
+	for _, o := range into {
+		x.argPath(p.label, o, KindEdit, rec, true, cwds)
+	}
+	var replaced []arg // the files the command replaces, which it may back up
+	for i, a := range p.ops {
+		// patch FILE; cp, mv, ln, install's last operand.
+		if !p.lost && i < len(roles) && (roles[i] == roleWrite || roles[i] == roleWriteDir) &&
+			(path.Base(p.label) == "patch" || i == len(p.ops)-1) {
+			replaced = append(replaced, a)
+		}
+	}
+	backups, dirs, ok := backupOutputs(p, append(replaced, into...))
+	if !ok {
+		x.opaque(p.label, p.label+" writes a backup under a name known only at run time", KindEdit)
+	}
+	for _, o := range backups {
+		x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
+	}
+	for _, d := range dirs {
+		x.roleArg(p.label, "", d, roleWriteDir, false, true, cwds, cx)
+	}
+	if !p.lost {
+		files, ok := downloadOutputs(p)
+		if !ok {
+			x.opaque(p.label, p.label+" names the file it writes after what the server sends (or a URL pattern)", KindEdit)
+		}
+		for _, o := range files {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 	}

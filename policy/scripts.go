@@ -312,6 +312,11 @@ func (x *extractor) awkProgram(prog, src string, cwds []string) {
 		x.opaque(origin, prog+": the program runs commands (system or a pipe)", KindExecute)
 		return
 	}
+	if words("ARGV") || words("ARGC") {
+		// ARGV[1]="/home/u/.ssh/id_rsa" in BEGIN: the files read are named
+		// at run time.
+		x.opaque(origin, prog+": the program changes or reads ARGV: the files it reads are named at run time", KindRead)
+	}
 	// Redirections: > and >> inside print/printf statements, < after
 	// getline.
 	depth := 0

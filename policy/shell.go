@@ -325,6 +325,8 @@ var dangerousNames = map[string]bool{
 	"TERMINFO": true, "TERMINFO_DIRS": true, "INPUTRC": true, "ZDOTDIR": true, "HISTFILE": true, "SHELL": true,
 	"NODE_PATH": true, "NODE_EXTRA_CA_CERTS": true, "EDITOR": true, "PAGER": true, "MANPAGER": true,
 	"MANPATH": true, "DOCKER_HOST": true, "DOCKER_CONFIG": true, "GNUPGHOME": true, "PKG_CONFIG_PATH": true,
+	// The names of the backups cp, mv, ln, install and patch write; patch -g.
+	"SIMPLE_BACKUP_SUFFIX": true, "VERSION_CONTROL": true, "PATCH_VERSION_CONTROL": true, "PATCH_GET": true,
 }
 
 var dangerousPrefixes = []string{"LD_", "DYLD_", "GIT_", "XDG_", "CGO_", "NODE_", "NPM_CONFIG_", "YARN_", "PNPM_",

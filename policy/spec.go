@@ -56,6 +56,8 @@ const (
 	roleProgram                // a file of code the program runs (python FILE); - is code from stdin
 	roleLdflags                // go -ldflags: linker flags; -extld and -linkmode name programs
 	rolePlugin                 // pytest -p NAME: loads a plugin (code); -p no:NAME disables one
+	roleJq                     // a jq filter: import and include load files it names
+	roleNameList               // a file (or - for stdin) listing the names of files the program reads
 )
 
 var roleNames = map[string]role{
@@ -65,7 +67,7 @@ var roleNames = map[string]role{
 	"revpath": roleRevPath, "pathspec": rolePathspec, "data": roleData, "form": roleForm, "url": roleURL,
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
-	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin,
+	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
 }
 
 // optSpec is one option of a program.

@@ -4,15 +4,36 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"unicode/utf8"
 )
 
 func init() {
 	// request METHOD JSON: a request (with an id) to the client, SESSION in
 	// the JSON replaced by the session's id; say "answer: RESULT" or
 	// "answer: error CODE".
+	// say-bytes TEXT: an agent_message_chunk whose text is TEXT with each
+	// "\xHH" written as that byte, whatever it makes of the line's UTF-8.
+	fakeScriptExt["say-bytes"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		var text []byte
+		for i := 0; i < len(rest); i++ {
+			if strings.HasPrefix(rest[i:], `\x`) && i+4 <= len(rest) {
+				if b, err := strconv.ParseUint(rest[i+2:i+4], 16, 8); err == nil {
+					text = append(text, byte(b))
+					i += 3
+					continue
+				}
+			}
+			text = append(text, rest[i])
+		}
+		line := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"` + s.id + `","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"` + string(text) + `"}}}}` + "\n"
+		a.writeRaw([]byte(line))
+	}
 	fakeScriptExt["request"] = func(a *fakeAgent, s *fakeSession, rest string) {
 		method, params, _ := strings.Cut(rest, " ")
 		res, rerr := a.call(method, json.RawMessage(strings.ReplaceAll(params, "SESSION", s.id)))
@@ -24,6 +45,17 @@ func init() {
 	}
 }
 
+// loggedSession starts a router with one fake agent, alpha, that logs the
+// methods it gets to log, and opens a session.
+func loggedSession(t *testing.T) (e *Editor, log, sid string) {
+	t.Helper()
+	log = filepath.Join(t.TempDir(), "alpha.log")
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
+	e = StartRouter(t, cfg, nil)
+	e.Initialize(t, nil)
+	return e, log, e.NewSession(t, t.TempDir())
+}
+
 // TestNotificationAsRequest: a message with an id whose method the protocol
 // sends only as a notification is a request for a method that has no
 // request form. From either side the router answers it as an ACP peer does
@@ -33,11 +65,7 @@ func init() {
 // went to the editor as a request its schema has no room for.
 func TestNotificationAsRequest(t *testing.T) {
 	t.Parallel()
-	log := filepath.Join(t.TempDir(), "alpha.log")
-	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
-	e := StartRouter(t, cfg, nil)
-	e.Initialize(t, nil)
-	sid := e.NewSession(t, t.TempDir())
+	e, log, sid := loggedSession(t)
 
 	for _, c := range []struct {
 		method string
@@ -86,11 +114,7 @@ func TestNotificationAsRequest(t *testing.T) {
 // others said `unknown session ""`.
 func TestSessionParamsNeedSessionID(t *testing.T) {
 	t.Parallel()
-	log := filepath.Join(t.TempDir(), "alpha.log")
-	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{LogFile: log})}))
-	e := StartRouter(t, cfg, nil)
-	e.Initialize(t, nil)
-	sid := e.NewSession(t, t.TempDir())
+	e, log, sid := loggedSession(t)
 	for _, method := range []string{"session/prompt", "session/close", "session/delete", "session/set_mode", "session/set_config_option", "session/set_model"} {
 		for _, p := range []any{map[string]any{}, map[string]any{"sessionId": 5}, []any{sid}} {
 			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -123,4 +147,74 @@ func TestInitializeNeedsProtocolVersion(t *testing.T) {
 	}
 	e.Initialize(t, nil)
 	e.MustPrompt(t, e.NewSession(t, t.TempDir()), "say hello", "end_turn")
+}
+
+// TestPolicyAmbiguousMembers: an agent's fs/read_text_file whose params
+// name the path twice, as "path" (a secret) and "PATH" (a project file), is
+// denied and never reaches the editor. Go's encoding/json reads the last of
+// the two (the project file, which the policy allows); the editor reads
+// "path". Before, the policy allowed it and the editor read the secret.
+func TestPolicyAmbiguousMembers(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
+	os.WriteFile(filepath.Join(cwd, ".env"), []byte("KEY=secret"), 0o644)
+	cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	var mu sync.Mutex
+	var read []string
+	e.Handle("fs/read_text_file", func(p json.RawMessage) (any, *RPCError) {
+		// As an editor in JavaScript or Rust reads it: the member named
+		// exactly "path" (a map decode matches names exactly).
+		var m map[string]json.RawMessage
+		var path string
+		json.Unmarshal(p, &m)
+		json.Unmarshal(m["path"], &path)
+		mu.Lock()
+		read = append(read, path)
+		mu.Unlock()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, &RPCError{Code: -32603, Message: err.Error()}
+		}
+		return map[string]string{"content": string(b)}, nil
+	})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, fmt.Sprintf(`request fs/read_text_file {"sessionId":"SESSION","path":"%[1]s/.env","PATH":"%[1]s/main.go"}`+"\n"+
+		`request fs/read_text_file {"sessionId":"SESSION","path":"%[1]s/main.go"}`, cwd), "end_turn")
+	texts := strings.Join(e.Texts(sid), "\n")
+	if !strings.Contains(texts, "answer: error -32603") || !strings.Contains(texts, `answer: {"content":"package main"}`) {
+		t.Errorf("the agent was told:\n%s\nwant the ambiguous read refused and the plain one answered", texts)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(read) != 1 || read[0] != cwd+"/main.go" {
+		t.Errorf("the editor read %q, want only %s/main.go", read, cwd)
+	}
+	var decisions []string
+	for _, r := range readAudit(t, auditFile) {
+		decisions = append(decisions, fmt.Sprintf("%s %s %s", r.Method, r.Decision, r.rule()))
+	}
+	if want := "fs/read_text_file deny acp-router:refused\nfs/read_text_file allow reads-in-project"; strings.Join(decisions, "\n") != want {
+		t.Errorf("audit\n%s\nwant\n%s", strings.Join(decisions, "\n"), want)
+	}
+}
+
+// TestAgentBytesNotUTF8: an agent's update whose text holds bytes that are
+// not UTF-8 reaches the editor with them read as U+FFFD, as valid UTF-8 (a
+// Rust editor reading lines as UTF-8, Zed among them, would end its whole
+// connection to the router on the raw bytes), and the session goes on.
+func TestAgentBytesNotUTF8(t *testing.T) {
+	t.Parallel()
+	e, _, sid := loggedSession(t)
+	e.MustPrompt(t, sid, `say-bytes caf\xc3 au lait \xff\xfe!`+"\nsay after", "end_turn")
+	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Method == "session/update" && m.Update() == "agent_message_chunk" }) {
+		if !utf8.Valid(m.Raw) {
+			t.Errorf("the editor got a line that is not UTF-8: %q", m.Raw)
+		}
+	}
+	if texts := strings.Join(e.Texts(sid), "|"); texts != "caf\uFFFD au lait \uFFFD!|after" {
+		t.Errorf("the editor read %q", texts)
+	}
 }

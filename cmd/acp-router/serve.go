@@ -43,6 +43,7 @@ func startPolicy(ctx context.Context, cfg *config.Config, lp *guard.LoadedPolicy
 	if err != nil {
 		return nil, fmt.Errorf("permission policy: %w", err)
 	}
+	g.Protect(lp.Watch)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	opts := guard.WatchOptions{
