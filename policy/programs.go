@@ -382,6 +382,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		for _, o := range files {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
+		x.curlGlobOutputs(p, cwds) // downloads.go
 	}
 	if what, ok := dataNamedWrites(p); ok && !p.lost {
 		for _, d := range cwds {
