@@ -132,7 +132,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		// A hard link to a denied file: the rule that denies the file.
 		d.Effect, d.Source, d.Rule, d.Layer, d.Message = hd.Effect, hd.Source, hd.Rule, hd.Layer, hd.Message
 	}
-	if od, ok := g.own.Load().verdict(d.Evidence); ok && d.Effect == policy.Allow {
+	if od, ok := g.own.Load().Verdict(d.Evidence); ok && d.Effect == policy.Allow {
 		// The router's own files: never changed without asking (own.go).
 		d.Effect, d.Source, d.Rule, d.Layer, d.Message = od.Effect, od.Source, od.Rule, od.Layer, od.Message
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/acp-router/acp-router/policy"
@@ -57,9 +58,10 @@ func resolveFrom(cur, rest string, hops int) (string, error) {
 		}
 		next, fi, err := lookup(cur, c)
 		switch {
-		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 			// The deepest existing ancestor is resolved; the rest is
-			// appended as written.
+			// appended as written. (Below a file that is no directory
+			// nothing exists either: cp a b's b/a when b is a file.)
 			return filepath.Join(next, rest), nil
 		case err != nil:
 			return "", err
@@ -253,7 +255,7 @@ func (c *cachedOSFS) resolve(p string) (string, error) {
 	}
 	full, fi, err := lookup(realDir, filepath.Base(p))
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		return full, nil // a new file lands where its directory really is
 	case err != nil:
 		return "", err

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"errors"
+	"github.com/acp-router/acp-router/acp"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,6 +55,8 @@ func TestOSFSResolveLinks(t *testing.T) {
 		{j("proj", "chain1"), j("home", ".ssh", "authorized_keys"), nil},
 		{j("proj", "dirdangle", "f"), j("home", "newdir", "f"), nil},
 		{j("proj", "ok"), j("proj", "src", "a.go"), nil},
+		{j("proj", "src", "a.go", "b.go"), j("proj", "src", "a.go", "b.go"), nil}, // below a file: nothing, as a missing path
+		{j("proj", "ok", "b.go"), j("proj", "src", "a.go", "b.go"), nil},
 		{j("proj", "sub", "deep", "dotdot"), j("home", ".bashrc"), nil},
 		{j("proj", "build.log") + "/..", j("home"), nil},
 		{j("proj", "loop1"), "", errLoop},
@@ -92,6 +95,43 @@ func TestOSFSResolveLinks(t *testing.T) {
 		c.Resolve(tests[i].in)
 	}
 	check(t, "cached (reverse)", c.Resolve)
+}
+
+// TestCopyOverAFile: cp and mv onto a file that exists (not a directory)
+// are allowed where their paths are: the "into a directory" reading of the
+// destination (DEST/NAME) names a path below a file, which cannot exist,
+// and is judged as written. Before, resolving it failed (ENOTDIR), the
+// item was unresolved and every cp a b or mv a b over an existing b asked.
+func TestCopyOverAFile(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd := filepath.Join(root, "project")
+	os.MkdirAll(filepath.Join(cwd, "dir"), 0o755)
+	for _, f := range []string{"a.txt", "b.txt"} {
+		os.WriteFile(filepath.Join(cwd, f), []byte("x"), 0o644)
+	}
+	g, err := New(loadTestPolicy(t, `permissions:
+  default: ask
+  rules:
+    - id: project-files
+      decision: allow
+      when: {kind: [read, edit, delete, move], paths: ["${cwd}/**"]}
+    - id: file-commands
+      decision: allow
+      when: {command: ["cp **", "mv **"]}
+`), Options{AuditFile: filepath.Join(t.TempDir(), "audit.jsonl"), Home: filepath.Join(root, "home")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	for _, args := range [][]string{{"cp", "a.txt", "b.txt"}, {"mv", "a.txt", "b.txt"}, {"cp", "a.txt", "dir"}, {"cp", "a.txt", "new.txt"}} {
+		v := g.Decide(t.Context(), NewSession(cwd, nil), Request{Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams(args[0], args[1:]...)})
+		if v.Effect != Allow {
+			t.Errorf("%v: %s by %q (%s), want allow", args, v.Effect, v.Rule, v.Message)
+		}
+	}
 }
 
 // TestOSFSResolveCase: a name that does not exist as written but does

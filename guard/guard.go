@@ -78,7 +78,7 @@ type Guard struct {
 	reported map[string]bool
 
 	// own are the router's own files (Protect): changing one is asked.
-	own atomic.Pointer[ownFiles]
+	own atomic.Pointer[OwnFiles]
 	// stuck counts decisions still running after their timeout (a
 	// filesystem call that does not return); past maxStuck, decisions are
 	// denied at once rather than pile up goroutines.

@@ -461,21 +461,23 @@ func kernelCalls(n *yaml.Node) ([]kernelJob, error) {
 		}
 		return out, nil
 	case yaml.MappingNode:
+		// As the policy's tests read it (policy.NodeJSON: a mapping, or
+		// JSON text kept as written).
 		var m struct {
-			Method  string `yaml:"method"`
-			Params  any    `yaml:"params"`
-			Updates []any  `yaml:"updates"`
+			Method  string      `yaml:"method"`
+			Params  yaml.Node   `yaml:"params"`
+			Updates []yaml.Node `yaml:"updates"`
 		}
 		if err := n.Decode(&m); err != nil {
 			return nil, err
 		}
 		kj := kernelJob{Method: m.Method}
 		var err error
-		if kj.Params, err = json.Marshal(m.Params); err != nil {
+		if kj.Params, err = policy.NodeJSON(&m.Params); err != nil {
 			return nil, err
 		}
-		for _, u := range m.Updates {
-			b, err := json.Marshal(u)
+		for i := range m.Updates {
+			b, err := policy.NodeJSON(&m.Updates[i])
 			if err != nil {
 				return nil, err
 			}

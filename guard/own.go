@@ -18,10 +18,10 @@ import (
 // next time. The user may still say yes; nothing allows it alone.
 const RuleOwnFiles = "acp-router:own-files"
 
-// ownFiles are the router's own files and directories as absolute, cleaned
+// OwnFiles are the router's own files and directories as absolute, cleaned
 // paths, each also as its symlinks resolve (what a request's evidence
 // names); dirs are protected with everything below them.
-type ownFiles struct {
+type OwnFiles struct {
 	files, dirs []string
 }
 
@@ -33,7 +33,14 @@ func (g *Guard) Protect(watch map[string][]string) {
 	if g == nil {
 		return
 	}
-	var own ownFiles
+	g.own.Store(NewOwnFiles(watch, g.AuditFile()))
+}
+
+// NewOwnFiles are the router's own files for a policy loaded with watch
+// (LoadedPolicy.Watch) and the audit log auditFile: what Protect protects,
+// for `acp-router policy explain`.
+func NewOwnFiles(watch map[string][]string, auditFile string) *OwnFiles {
+	var own OwnFiles
 	add := func(list *[]string, p string) {
 		if p == "" || !filepath.IsAbs(p) {
 			return
@@ -54,22 +61,22 @@ func (g *Guard) Protect(watch map[string][]string) {
 			}
 		}
 	}
-	if a := g.AuditFile(); a != "" {
-		add(&own.files, a)
+	if auditFile != "" {
+		add(&own.files, auditFile)
 		// Rotated generations (audit.log.1, ...) are named after it.
-		add(&own.dirs, a+".")
+		add(&own.dirs, auditFile+".")
 	}
 	if exe, err := os.Executable(); err == nil {
 		add(&own.files, exe)
 	}
-	g.own.Store(&own)
+	return &own
 }
 
-// verdict says which of the router's own files an item of ev would
-// change (edit, delete or move): a path that is one, is below an own
-// directory, or is a directory written with its tree that holds one. ok is
-// false when none would be changed.
-func (o *ownFiles) verdict(ev *policy.Evidence) (d policy.Decision, ok bool) {
+// Verdict says which of the router's own files an item of ev would change
+// (edit, delete or move): a path that is one, is below an own directory, or
+// is a directory written with its tree that holds one. ok is false when
+// none would be changed.
+func (o *OwnFiles) Verdict(ev *policy.Evidence) (d policy.Decision, ok bool) {
 	if o == nil || ev == nil {
 		return d, false
 	}
@@ -80,8 +87,12 @@ func (o *ownFiles) verdict(ev *policy.Evidence) (d policy.Decision, ok bool) {
 		}
 		for _, f := range append([]string{it.Path}, it.Forms...) {
 			if hit := o.hit(f, it.Recursive); hit != "" {
+				what := fmt.Sprintf("%s is", f)
+				if hit != f {
+					what = fmt.Sprintf("%s would change %s,", f, hit)
+				}
 				return policy.Decision{Effect: policy.Ask, Rule: RuleOwnFiles, Layer: policy.LayerBuiltin, Source: policy.SourceBuiltin,
-					Message: fmt.Sprintf("%s would change %s, one of the router's own files (its config, policy, audit log or binary)", f, hit)}, true
+					Message: what + " one of the router's own files (its config, policy, audit log or binary)"}, true
 			}
 		}
 	}
@@ -94,7 +105,7 @@ func changes(k policy.Kind) bool {
 
 // hit returns the own file or directory that a change of p (with its tree
 // when recursive) reaches, "" if none.
-func (o *ownFiles) hit(p string, recursive bool) string {
+func (o *OwnFiles) hit(p string, recursive bool) string {
 	if p == "" {
 		return ""
 	}

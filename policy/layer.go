@@ -548,11 +548,11 @@ func (p *parser) test(path string, n *yaml.Node) *TestCase {
 	return t
 }
 
-// nodeJSON is a test call's params or update as JSON: a mapping converted,
+// NodeJSON is a test call's params or update as JSON: a mapping converted,
 // or a string holding the JSON text itself, kept as written (the order of
 // its members, members given twice or in other cases: what a mapping cannot
 // say).
-func nodeJSON(n *yaml.Node) (json.RawMessage, error) {
+func NodeJSON(n *yaml.Node) (json.RawMessage, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
 		if !json.Valid([]byte(n.Value)) {
 			return nil, errors.New("a string here must be JSON text")
@@ -577,7 +577,7 @@ func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 		var updates []json.RawMessage
 		if u := f["updates"]; u != nil {
 			for i, item := range p.list(path+".updates", u, true) {
-				raw, err := nodeJSON(item)
+				raw, err := NodeJSON(item)
 				if err != nil {
 					return nil, fmt.Errorf("updates[%d]: %v", i, err)
 				}
@@ -592,7 +592,7 @@ func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 		if !ok {
 			return nil, nil
 		}
-		params, err := nodeJSON(f["params"])
+		params, err := NodeJSON(f["params"])
 		if err != nil {
 			return nil, fmt.Errorf("params: %v", err)
 		}

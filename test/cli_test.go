@@ -146,6 +146,19 @@ tests:
 		t.Errorf("explain: exit %d", code)
 	}
 
+	// The router's own files: explain says the router asks where a rule
+	// allows (guard's acp-router:own-files), and only for them.
+	own, ownAudit := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, "rules:\n  - {id: anywhere, decision: allow, when: {kind: [edit], paths: [\"/**\"]}}\n")
+	for _, c := range []struct {
+		path string
+		asks bool
+	}{{own, true}, {ownAudit, true}, {filepath.Join(cwd, "notes.md"), false}} {
+		_, out, errOut = runRouterCmd(t, nil, "policy", "explain", "--config", own, "--cwd", cwd, "fs/write_text_file", c.path)
+		if got := strings.Contains(out, "router:   ASK   by acp-router:own-files"); got != c.asks || !strings.Contains(out, "ALLOW   by anywhere") {
+			t.Errorf("explain of a write of %s: the router asks %v, want %v:\n%s%s", c.path, got, c.asks, out, errOut)
+		}
+	}
+
 	broken, _ := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, "rules:\n  - {id: x, decision: deny, when: {paths: [\"**/[a\"]}}\n")
 	code, _, errOut = runRouterCmd(t, nil, "--config", broken)
 	if code != 1 || !strings.Contains(errOut, broken+":") || !strings.Contains(errOut, "permission policy") {

@@ -70,7 +70,7 @@ func policyCmd(g *globals, args []string) (int, error) {
 			// what the parent may touch.
 			fmt.Fprintf(os.Stdout, "subagent: a child that announced cwd %s is decided as its top-level session: cwd %s, that session's roots, %s's mode there and its grants\n", *child, *cwd, *agent)
 		}
-		if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess); err != nil {
+		if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess, guard.NewOwnFiles(lp.Watch, cfg.Audit.File)); err != nil {
 			return 2, err
 		}
 		if lp.Policy != nil {
@@ -138,7 +138,7 @@ func countCases(results []policy.TestResult) int {
 // ARGS...") in the given session context against the real filesystem, and
 // writes the explanation: the decision, every piece of evidence with its
 // decision and deciding rule, and the answer the agent would get.
-func explainCall(w io.Writer, pol *policy.Policy, call string, sess policy.Session) error {
+func explainCall(w io.Writer, pol *policy.Policy, call string, sess policy.Session, own *guard.OwnFiles) error {
 	if pol == nil {
 		fmt.Fprintln(w, "no permission policy: every request goes to the editor unchanged")
 		return nil
@@ -153,5 +153,8 @@ func explainCall(w io.Writer, pol *policy.Policy, call string, sess policy.Sessi
 	}
 	d := pol.Decide(req)
 	fmt.Fprint(w, policy.Explain(&d))
+	if od, ok := own.Verdict(d.Evidence); ok && d.Effect == policy.Allow {
+		fmt.Fprintf(w, "router:   ASK   by %s: %s\n", od.Rule, od.Message)
+	}
 	return nil
 }
