@@ -56,7 +56,7 @@ func resolveFrom(cur, rest string, hops int) (string, error) {
 		if policy.ProcMagicLink(next) {
 			return "", fmt.Errorf("%s: %w", next, errProcLink)
 		}
-		fi, err := os.Lstat(next)
+		next, fi, err := lookup(cur, c)
 		switch {
 		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 			// The deepest existing ancestor is resolved; the rest is
@@ -86,6 +86,80 @@ func resolveFrom(cur, rest string, hops int) (string, error) {
 		return resolveFrom(cur, target, hops)
 	}
 	return cur, nil
+}
+
+// lookup finds name in the resolved directory dir as the filesystem
+// does, and returns the entry's path in the spelling the directory holds
+// it: on a case-insensitive filesystem (macOS, Windows, vfat, an ext4
+// casefold directory) .ENV opens .env and ~/.SSH is ~/.ssh, and the deny
+// rules are written for those names. A name that exists as given is
+// checked against its case-toggled spelling (one more lstat: on a
+// case-sensitive filesystem that one does not exist, or is another
+// file); only when both are the same file, or when the name does not
+// exist but a spelling of it differing in case does, is the directory
+// read for the name it holds.
+func lookup(dir, name string) (string, fs.FileInfo, error) {
+	full := filepath.Join(dir, name)
+	fi, err := os.Lstat(full)
+	toggled := toggleCase(name)
+	switch {
+	case toggled == name:
+		return full, fi, err
+	case err == nil:
+		fi2, err2 := os.Lstat(filepath.Join(dir, toggled))
+		if err2 != nil || !os.SameFile(fi, fi2) {
+			return full, fi, nil
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return full, fi, err
+	}
+	if held := foldedName(dir, name); held != "" && held != name {
+		if fi3, err3 := os.Lstat(filepath.Join(dir, held)); err3 == nil {
+			return filepath.Join(dir, held), fi3, nil
+		}
+	}
+	return full, fi, err
+}
+
+// maxFoldEntries bounds the directory entries foldedName reads.
+const maxFoldEntries = 100000
+
+// foldedName returns the name of the entry of dir that equals name but for
+// case ("" if none or several).
+func foldedName(dir, name string) string {
+	f, err := os.Open(dir)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(maxFoldEntries)
+	found := ""
+	for _, n := range names {
+		if n == name {
+			return n
+		}
+		if strings.EqualFold(n, name) {
+			if found != "" {
+				return ""
+			}
+			found = n
+		}
+	}
+	return found
+}
+
+// toggleCase swaps the case of the ASCII letters of s.
+func toggleCase(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
 }
 
 var (
@@ -179,7 +253,7 @@ func (c *cachedOSFS) resolve(p string) (string, error) {
 	if policy.ProcMagicLink(full) {
 		return "", fmt.Errorf("%s: %w", full, errProcLink)
 	}
-	fi, err := os.Lstat(full)
+	full, fi, err := lookup(realDir, filepath.Base(p))
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		return full, nil // a new file lands where its directory really is

@@ -133,3 +133,42 @@ func TestCopyOverAFile(t *testing.T) {
 		}
 	}
 }
+
+// TestOSFSResolveCase: a name that does not exist as written but does
+// with another case is resolved to the name the directory holds (on a
+// case-insensitive filesystem it is that file; on a case-sensitive one the
+// stricter reading), through every component; a name that exists as
+// written is kept, even when a spelling differing in case is another file.
+func TestOSFSResolveCase(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := func(p ...string) string { return filepath.Join(append([]string{root}, p...)...) }
+	os.MkdirAll(j("home", ".ssh"), 0o755)
+	os.MkdirAll(j("proj", ".git", "hooks"), 0o755)
+	for _, f := range []string{"home/.ssh/id_rsa", "proj/.env", "proj/Makefile", "proj/makefile"} {
+		os.WriteFile(j(f), nil, 0o644)
+	}
+	os.Symlink(j("home"), j("proj", "Home"))
+	for _, tc := range []struct{ in, want string }{
+		{j("proj", ".ENV"), j("proj", ".env")},
+		{j("HOME", ".SSH", "ID_RSA"), j("home", ".ssh", "id_rsa")},
+		{j("proj", ".Git", "HOOKS", "pre-commit"), j("proj", ".git", "hooks", "pre-commit")},
+		{j("proj", "home", ".ssh"), j("home", ".ssh")}, // through a link spelled otherwise
+		{j("proj", "Makefile"), j("proj", "Makefile")},
+		{j("proj", "makefile"), j("proj", "makefile")},
+		{j("proj", "MAKEFILE"), j("proj", "MAKEFILE")}, // two candidates: not known which, kept
+		{j("proj", "new.go"), j("proj", "new.go")},
+	} {
+		if got, err := (OSFS{}).Resolve(tc.in); err != nil || got != tc.want {
+			t.Errorf("OSFS.Resolve(%s) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+		if got, err := newCachedOSFS().Resolve(tc.in); err != nil || got != tc.want {
+			t.Errorf("cachedOSFS.Resolve(%s) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if got := toggleCase("a.Env-1"); got != "A.eNV-1" {
+		t.Errorf("toggleCase = %q", got)
+	}
+}

@@ -27,8 +27,14 @@
 //
 // Matching has two quantifiers, so that a second spelling of the same thing
 // can only ever make a request stricter. An item may have several forms: a
-// path is matched as written (cleaned) and with its symlinks resolved, a
-// program by its basename and as written, a long flag also by its
+// path is matched as written (cleaned) and with its symlinks resolved (a
+// name that does not exist as written but does in another case resolves
+// to the name the directory holds: a case-insensitive filesystem opens
+// that file for .ENV or .Git/HOOKS; a symlink the command line itself
+// makes with ln -s is resolved too, wherever it is in the line, and a
+// path through a symlink it moves or copies, or through a directory it
+// moves or copies with one below it, is not allowable), a program by its
+// basename and as written, a long flag also by its
 // abbreviations. A deny or ask rule matches when any form matches; an allow
 // rule only when every form does. `unless` uses the opposite quantifier of
 // its rule: the exception of a deny must hold for every form, the exception

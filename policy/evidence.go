@@ -195,6 +195,18 @@ const (
 // Extract builds the evidence of a request (DESIGN §6). It never fails:
 // what it cannot read becomes an opaque or refused item.
 func Extract(req *Request) *Evidence {
+	x := extract(req)
+	if len(x.madeLinks) > 0 {
+		// The line makes symlinks: read it again with them, so that every
+		// path through one is resolved to where it leads.
+		r := *req
+		r.FS = newLinkFS(req.FS, x.madeLinks)
+		x = extract(&r)
+	}
+	return x.ev
+}
+
+func extract(req *Request) *extractor {
 	x := newExtractor(req)
 	x.ambiguous(req)
 	switch req.Method {
@@ -218,7 +230,7 @@ func Extract(req *Request) *Evidence {
 		}
 		x.add(Item{Type: ItemTool, Origin: "request"}, kind)
 	}
-	return x.ev
+	return x
 }
 
 // ambiguous refuses a request with an object holding two members that name
@@ -260,6 +272,10 @@ type extractor struct {
 	truncated, full bool
 	deep            bool                // a command nested past maxDepth was recorded
 	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
+	// madeLinks: the symlinks the command line makes (ln -s), where the
+	// kernel makes them → their targets (see linkFS).
+	madeLinks map[string][]string
+	madeKeys  []string // the keys of madeLinks, in the order recorded
 	// links made by an earlier command of the same command line (ln,
 	// cp -s/-l): a path through one is also a path to its target.
 	links []link

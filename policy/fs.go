@@ -197,6 +197,9 @@ func (m *MapFS) Resolve(p string) (string, error) {
 		if ProcMagicLink(string(cur)) {
 			return "", errProcLink
 		}
+		if v := m.foldVariant(string(cur)); v != "" {
+			cur = append(cur[:0], v...)
+		}
 		if target, ok := m.symlinks[string(cur)]; ok {
 			if hops++; hops > 40 {
 				return "", errLoop
@@ -219,6 +222,34 @@ func (m *MapFS) Resolve(p string) (string, error) {
 		return "/", nil
 	}
 	return string(cur), nil
+}
+
+// foldVariant returns the entry that p names when p itself does not
+// exist but one spelling of it differing only in case does ("" else). The
+// resolvers take that one (guard's OSFS does the same): on a
+// case-insensitive filesystem .ENV opens .env, and on a case-sensitive
+// one matching the existing spelling too only makes the decision
+// stricter.
+func (m *MapFS) foldVariant(p string) string {
+	if _, ok := m.files[p]; ok {
+		return ""
+	}
+	if _, ok := m.symlinks[p]; ok {
+		return ""
+	}
+	dir, base := path.Dir(p), path.Base(p)
+	found := ""
+	for _, set := range []map[string]bool{m.files, boolKeys(m.symlinks)} {
+		for q := range set {
+			if q != found && path.Dir(q) == dir && strings.EqualFold(path.Base(q), base) {
+				if found != "" {
+					return "" // several: which one is not known
+				}
+				found = q
+			}
+		}
+	}
+	return found
 }
 
 func bytesLastSlash(b []byte) int {

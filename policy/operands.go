@@ -67,6 +67,12 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)
 		}
 		return false
+	case roleConfig:
+		if s == "-" {
+			// curl -K -, wget -i -: the options or URLs are on stdin.
+			x.markUnknown(fmt.Sprintf("%s %s reads more options or URLs from stdin, which the router does not read", prog, opt))
+			return false
+		}
 	case roleNameList:
 		// The list is read; the files it names are not known.
 		x.opaque(origin, fmt.Sprintf("%s reads the files named in %s, which the router does not read", prog, cmpOr(s, "stdin")), KindRead)

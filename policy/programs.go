@@ -320,8 +320,11 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			roles = append(roles, roleArgs)
 		}
 	}
-	if p.label == "ln" && p.flags.any("-s", "--symbolic") && !p.flags.any("-r", "--relative") && len(p.ops) > 0 && !p.lost {
-		lnTargets(p, x.isDir(p.ops[len(p.ops)-1].s, cwds))
+	if p.label == "ln" && p.flags.any("-s", "--symbolic") && len(p.ops) > 0 && !p.lost {
+		x.lnTargets(p, cwds)
+	}
+	if !p.lost {
+		defer x.movedLinks(p, cwds)() // mv, cp: links.go
 	}
 	paths := 0
 	for i, a := range p.ops {
@@ -379,6 +382,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		for _, o := range files {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
+		x.curlGlobOutputs(p, cwds) // downloads.go
 	}
 	if tree, dir := cwdOutputs(p); dir || len(tree) > 0 {
 		for _, t := range tree {
@@ -470,40 +474,5 @@ func (x *extractor) gitConfig(label, opt string, v arg) {
 	}
 	if !gitSafeConfig[name] {
 		x.markUnknown(fmt.Sprintf("git %s %s: a setting that may run a command or change where git connects", opt, v.s))
-	}
-}
-
-// lnTargets rewrites the relative targets of ln -s (without -r, which
-// takes them relative to the working directory) as the kernel will read
-// them: relative to the link's directory, -t DIR's or LINK's (LINK itself
-// when it is a directory, lastIsDir). The two are joined without
-// cleaning: a .. in the target applies after the symlinks of the
-// directory, as the resolver applies it.
-func lnTargets(p *parsedArgs, lastIsDir bool) {
-	targets := p.ops
-	dir, known := "", false
-	for _, v := range p.vals {
-		if (v.opt.name == "-t" || v.opt.name == "--target-directory") && v.has {
-			dir, known = v.v.s, v.v.opaque == ""
-		}
-	}
-	if dir == "" {
-		if len(p.ops) < 2 {
-			return // ln -s TARGET: ./NAME, relative to the working directory
-		}
-		link := p.ops[len(p.ops)-1]
-		targets = p.ops[:len(p.ops)-1]
-		dir, known = path.Dir(link.s), link.opaque == ""
-		if lastIsDir && !p.flags.any("-T", "--no-target-directory") {
-			dir = link.s
-		}
-	}
-	if !known || dir == "." {
-		return
-	}
-	for i := range targets {
-		if t := targets[i]; t.opaque == "" && !path.IsAbs(t.s) && !strings.HasPrefix(t.s, "~") {
-			targets[i].s = strings.TrimSuffix(dir, "/") + "/" + t.s
-		}
 	}
 }

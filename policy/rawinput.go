@@ -50,6 +50,10 @@ var rawTextKeys = map[string]bool{
 	"toolcallid": true, "callid": true, "turnid": true, "processid": true, "toolname": true,
 	"subagenttype": true, "outputmode": true, "fact": true, "language": true, "code": true,
 	"replacement": true, "search": true, "replace": true, "body": true, "comment": true,
+	"old": true, "new": true, "find": true, "with": true, "before": true, "after": true, "insert": true,
+	"value": true, "values": true, "snippet": true, "instruction": true, "instructions": true,
+	"expected": true, "example": true, "note": true, "notes": true, "context": true, "label": true,
+	"line": true, "lines": true, "codeedit": true, "filter": true,
 }
 
 // rawPathNames are keys (normalised) that name files or directories;
@@ -166,7 +170,7 @@ func (x *extractor) rawScan(m map[string]json.RawMessage, top bool, where string
 			continue
 		}
 		class := classifyRawKey(k)
-		if top && rawTopHandled(k) {
+		if top && rawTopHandled(k) && !(slices.Contains(rawCwdKeys, k) && !hasCommand && !slices.Contains(rawPathKeys, k)) {
 			// Read by rawInput, except a patch given as changes: "..."
 			// and what each change says besides its path (Codex's
 			// move_path).
@@ -278,7 +282,9 @@ func (x *extractor) rawValue(v json.RawMessage, class rawKeyClass, origin string
 		// a file URL: the tool may well act on it. (Not a list's
 		// element: lists of such words are argvs, Codex's
 		// proposed_execpolicy_amendment, already read as the command.)
-		if !elem && rawPathShape(s) {
+		// Only a top-level field: nested objects hold the tool's
+		// data (Kimi's edit: {old, new} may be "/usr/bin/python3").
+		if !elem && depth == 0 && rawPathShape(s) {
 			x.toolPath(s, recursive, origin, cx.cwds, kinds)
 		}
 	}
