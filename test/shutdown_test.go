@@ -18,16 +18,26 @@ func TestShutdown(t *testing.T) {
 	dir := t.TempDir()
 	pid := func(name string) string { return filepath.Join(dir, name+".pid") }
 	no := false
+	logf := func(name string) string { return filepath.Join(dir, name+".log") }
 	cfg := writeConfig(t, routerYAML(t,
 		[]string{
-			fakeAgentYAML("polite", fakeOpts{PidFile: pid("polite")}),
-			fakeAgentYAML("stubborn", fakeOpts{PidFile: pid("stubborn"), ExitOnEOF: &no, IgnoreSIGTERM: true}),
-			fakeAgentYAML("parent", fakeOpts{PidFile: pid("parent"), Grandchild: true, GrandchildPidFile: pid("grandchild")}),
+			fakeAgentYAML("polite", fakeOpts{PidFile: pid("polite"), LogFile: logf("polite")}),
+			fakeAgentYAML("stubborn", fakeOpts{PidFile: pid("stubborn"), LogFile: logf("stubborn"), ExitOnEOF: &no, IgnoreSIGTERM: true}),
+			fakeAgentYAML("parent", fakeOpts{PidFile: pid("parent"), LogFile: logf("parent"), Grandchild: true, GrandchildPidFile: pid("grandchild")}),
 		},
 		"default: polite",
 	))
 	e := StartRouter(t, cfg, nil)
 	e.Initialize(t, capsAll)
+	// initialize is answered once the default agent is up: the others may
+	// still be starting. Each must have answered its own before the
+	// editor leaves, or an answer written after the router stopped reading
+	// ends that agent (SIGPIPE) before the shutdown sequence does (seen on
+	// a loaded machine: the stubborn agent gone at 2.4 s).
+	for _, name := range []string{"polite", "stubborn", "parent"} {
+		waitAgentLog(t, logf(name), waitTimeout, "initialize at "+name, func(l string) bool { return l == "initialize" })
+	}
+	time.Sleep(200 * time.Millisecond) // its answer follows the log line at once
 	pids := map[string]int{}
 	for _, name := range []string{"polite", "stubborn", "parent", "grandchild"} {
 		pids[name] = readPidFile(t, pid(name))
