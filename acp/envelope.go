@@ -66,7 +66,9 @@ var (
 )
 
 // Classify reads the envelope of one line: it validates the whole line as
-// encoding/json would and finds the top-level members in one pass, without
+// encoding/json would, and that its strings are UTF-8 (which encoding/json
+// does not ask; the stream repairs a line that fails only that, with
+// U+FFFD), and finds the top-level members in one pass, without
 // decoding or copying them (ID, Params, Result and Error alias line). On
 // ErrNotRPC the returned message still carries the id when one could be
 // read, so that the reply can name it.

@@ -6,7 +6,9 @@
 // the root-owned org directory, reloaded when they change), the filesystem
 // the policy resolves paths against, what each router session has shown of
 // its tool calls (evidence), the approvals of the running turn and the
-// user's "always" grants, and the audit log.
+// user's "always" grants, and the audit log. Its own safeguards come on top
+// of the rules: a hard link to a denied file is that file (hardlink.go), a
+// change to the router's own files is asked (own.go).
 //
 // The router's side of it is small:
 //
