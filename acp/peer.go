@@ -285,6 +285,11 @@ func (p *Peer) Done() <-chan struct{} { return p.conn.DisconnectNotify() }
 // Close closes the connection; queued writes are still flushed.
 func (p *Peer) Close() error { return p.conn.Close() }
 
+// CloseWrite closes the write side only (Stream.CloseWrite): what is queued
+// is flushed, then the peer reads end of file, and what it says meanwhile is
+// still read and handled until it closes its side or Close.
+func (p *Peer) CloseWrite() { p.stream.CloseWrite() }
+
 // Call is a request in flight.
 type Call struct {
 	ID json.RawMessage // the id used on the wire

@@ -1393,6 +1393,19 @@ func (s *Stream) Close() error {
 	return s.rc.Close()
 }
 
+// CloseWrite ends the write side only: no new writes, the writer drains
+// what is queued and then closes w, and reading goes on until the peer
+// closes its side or Close. A process told to go away by the end of its
+// stdin may still write while it exits; with its output still read, it
+// does not die of SIGPIPE halfway through its last words.
+func (s *Stream) CloseWrite() {
+	s.mu.Lock()
+	s.closing = true
+	s.cond.Broadcast()
+	s.room.Broadcast()
+	s.mu.Unlock()
+}
+
 // Abort drops everything queued and closes both sides at once.
 func (s *Stream) Abort(err error) {
 	s.fail(err)

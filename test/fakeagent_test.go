@@ -33,6 +33,10 @@ type fakeOpts struct {
 	// ExitOnEOF (default true): exit when stdin reaches EOF.
 	ExitOnEOF     *bool `json:"exitOnEOF,omitempty"`
 	IgnoreSIGTERM bool  `json:"ignoreSIGTERM,omitempty"`
+	// LingerOnEOF (a Go duration): at stdin's end, write a notification to
+	// stdout every 10 ms for that long, log "exit clean", then exit 0 (an
+	// agent that says its last words as it shuts down).
+	LingerOnEOF string `json:"lingerOnEOF,omitempty"`
 	// Grandchild spawns a SIGTERM-ignoring sleeper in the agent's process
 	// group and writes its pid to GrandchildPidFile.
 	Grandchild        bool   `json:"grandchild,omitempty"`
@@ -257,6 +261,23 @@ func runFakeAgent(optsJSON string) int {
 		return 1
 	}
 	fmt.Fprintln(os.Stderr, "fake agent: stdin closed")
+	if opts.LingerOnEOF != "" {
+		d, err := time.ParseDuration(opts.LingerOnEOF)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fake agent: bad lingerOnEOF:", err)
+			return 2
+		}
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			a.logf("goodbye")
+			// A write to a stdout nobody reads any more kills the process
+			// (SIGPIPE), before "exit clean" is logged.
+			if _, err := os.Stdout.WriteString(`{"jsonrpc":"2.0","method":"_fake/goodbye","params":{}}` + "\n"); err != nil {
+				a.logf("write: %v", err)
+				return 1
+			}
+		}
+		a.logf("exit clean")
+	}
 	if opts.ExitOnEOF != nil && !*opts.ExitOnEOF {
 		for {
 			time.Sleep(time.Hour)

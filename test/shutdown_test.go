@@ -73,3 +73,34 @@ func TestShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownLastWords: an agent that writes to stdout while it shuts down
+// (after its stdin ends) is still read until it exits, so that it exits as
+// it chose and is not killed by SIGPIPE at its first write. Before, the
+// router closed the agent's stdout with its stdin: the agent died at once
+// and never logged "exit clean".
+func TestShutdownLastWords(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logf := filepath.Join(dir, "talker.log")
+	cfg := writeConfig(t, routerYAML(t,
+		[]string{fakeAgentYAML("talker", fakeOpts{LogFile: logf, LingerOnEOF: "300ms"})},
+		"default: talker",
+	))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	if err := e.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	code, elapsed, ok := e.Wait(10 * time.Second)
+	if !ok {
+		t.Fatal("the router did not exit within 10 s of stdin EOF")
+	}
+	if code != 0 {
+		t.Errorf("router exit code %d, want 0", code)
+	}
+	if elapsed > 2*time.Second {
+		t.Errorf("router exited %v after stdin EOF: the agent, gone in 300 ms, was waited for past its grace", elapsed)
+	}
+	waitAgentLog(t, logf, waitTimeout, "the agent's clean exit after its last words", func(l string) bool { return l == "exit clean" })
+}

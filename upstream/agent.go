@@ -851,13 +851,17 @@ func (a *Agent) stopInstance(inst *Instance) {
 // terminate: close stdin, give the group ShutdownGrace to go away, then
 // SIGTERM the group, KillGrace, SIGKILL. The group is signalled even when
 // the agent itself already exited, for what it left behind (DESIGN §7).
+// Its stdout is read until it has exited (reap closes the rest): an agent
+// that writes while it shuts down (a last notification, a flush of its
+// log to stdout) must not die of SIGPIPE for it.
 func (a *Agent) terminate(inst *Instance) {
-	inst.peer.Close()
 	if link := inst.linked(); link != nil {
+		inst.peer.Close()
 		link.Close()
 		<-inst.exited
 		return
 	}
+	inst.peer.CloseWrite()
 	if a.waitGroupGone(inst, a.opts.ShutdownGrace) {
 		return
 	}
