@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -873,4 +874,32 @@ func TestScanLog(t *testing.T) {
 	data[len(data)/2] ^= 0xff // a record in the middle no longer matches its checksum
 	must(t, os.WriteFile(path, data, 0o600))
 	check(data)
+}
+
+// A line stored as it came, not UTF-8 (a router before the stream repaired
+// such lines stored them so), is replayed repaired: each run of bad bytes
+// one U+FFFD, the rest as stored, still JSON.
+func TestLoadRepairsUTF8(t *testing.T) {
+	dir := t.TempDir()
+	st := openT(t, dir, Options{})
+	must(t, st.Create(Meta{ID: "x"}))
+	must(t, st.TurnStart("x"))
+	bad := []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"x","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"caf` + "\xe9 \xff\xfe" + ` ok \u00e9"}}}}`)
+	good := mkLine("x", 0, 1, 100)
+	must(t, st.Append("x", bad))
+	must(t, st.Append("x", good))
+	must(t, st.TurnEnd("x"))
+	must(t, st.Close())
+	st = openT(t, dir, Options{})
+	h := load(t, st, "x")
+	if len(h.Updates) != 2 {
+		t.Fatalf("%d updates, want 2", len(h.Updates))
+	}
+	want := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"x","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"caf\uFFFD \uFFFD ok \u00e9"}}}}`
+	if got := string(h.Updates[0]); got != strings.Replace(want, `\uFFFD`, "\uFFFD", -1) {
+		t.Errorf("replayed\n%s\nwant\n%s", got, want)
+	}
+	if !json.Valid(h.Updates[0]) || !bytes.Equal(h.Updates[1], good) {
+		t.Errorf("repaired line not JSON, or the valid line changed: %q", h.Updates[1])
+	}
 }
