@@ -312,6 +312,10 @@ func (r *Router) loadSession(ctx context.Context, req *jsonrpc2.Request, replay 
 		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", p.Cwd), nil))
 		return
 	}
+	if e := errRelativeDir(req.Method, p.Directories); e != nil {
+		r.replyTo(req)(nil, e)
+		return
+	}
 	r.spawn(func() {
 		held, release := r.hold(ctx, req)
 		defer release()

@@ -185,12 +185,14 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 		reply(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", np.Cwd), nil))
 		return
 	}
+	if e := errRelativeDir(req.Method, np.Dirs); e != nil {
+		reply(nil, e)
+		return
+	}
 	cwd := filepath.Clean(np.Cwd)
 	var roots []string
 	for _, dir := range np.Dirs {
-		if filepath.IsAbs(dir) {
-			roots = append(roots, filepath.Clean(dir))
-		}
+		roots = append(roots, filepath.Clean(dir))
 	}
 	r.spawn(func() {
 		held, release := r.hold(ctx, req)
@@ -660,4 +662,18 @@ func (r *Router) forget(s *Session) {
 		r.unhold(t.req)
 		r.replyTo(t.req)(cancelledResult, nil)
 	}
+}
+
+// errRelativeDir is the error for the additionalDirectories of a session
+// request (new, load, resume, fork) when one is not an absolute path (ACP:
+// "Each path must be absolute"), else nil. Passed on, a relative one would
+// be the agent's to resolve against a directory of its choosing, and
+// outside the router's ${roots}.
+func errRelativeDir(method string, dirs []string) *jsonrpc2.Error {
+	for _, dir := range dirs {
+		if !filepath.IsAbs(dir) {
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s: additionalDirectories must be absolute paths, got %q", method, dir), nil)
+		}
+	}
+	return nil
 }

@@ -632,11 +632,16 @@ func (r *Router) forkSession(ctx context.Context, req *jsonrpc2.Request) {
 	reply := r.replyTo(req)
 	p := params(req)
 	var fp struct {
-		Cwd string `json:"cwd"`
+		Cwd  string   `json:"cwd"`
+		Dirs []string `json:"additionalDirectories"`
 	}
 	json.Unmarshal(p, &fp)
 	if !filepath.IsAbs(fp.Cwd) {
 		reply(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", fp.Cwd), nil))
+		return
+	}
+	if e := errRelativeDir(req.Method, fp.Dirs); e != nil {
+		reply(nil, e)
 		return
 	}
 	if s := r.sessionOf(p); s == nil {

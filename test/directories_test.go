@@ -93,6 +93,26 @@ func TestAdditionalDirectoriesKept(t *testing.T) {
 		}
 	})
 
+	// ACP: "Each path must be absolute". A relative one is refused with a
+	// clear error in every request that takes them, before anything is
+	// opened or looked up (the session ids below need not exist).
+	t.Run("relative", func(t *testing.T) {
+		cwd := t.TempDir()
+		for _, c := range []struct {
+			method string
+			params map[string]any
+		}{
+			{"session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}, "additionalDirectories": []string{dirX, "rel/dir"}}},
+			{"session/load", map[string]any{"sessionId": "nope", "cwd": cwd, "mcpServers": []any{}, "additionalDirectories": []string{"rel/dir"}}},
+			{"session/resume", map[string]any{"sessionId": "nope", "cwd": cwd, "mcpServers": []any{}, "additionalDirectories": []string{"./rel/dir"}}},
+			{"session/fork", map[string]any{"sessionId": "nope", "cwd": cwd, "mcpServers": []any{}, "additionalDirectories": []string{""}}},
+		} {
+			_, rerr := e.Call(t.Context(), c.method, c.params)
+			if rerr == nil || rerr.Code != -32602 || !strings.Contains(rerr.Message, "additionalDirectories must be absolute paths") {
+				t.Errorf("%s with a relative additional directory: %v, want -32602 naming additionalDirectories", c.method, rerr)
+			}
+		}
+	})
 }
 
 // TestAdditionalDirectoriesRoots pins that a session's additional
