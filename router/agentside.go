@@ -998,6 +998,12 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		if !caps.Terminal {
 			return missing("terminal")
 		}
+		var tp struct {
+			Cwd *string `json:"cwd"`
+		}
+		if json.Unmarshal(p, &tp) == nil && tp.Cwd != nil && *tp.Cwd != "" && !filepath.IsAbs(*tp.Cwd) {
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute cwd, got %q", method, *tp.Cwd), nil)
+		}
 		r.mu.Lock()
 		open := 0
 		for _, t := range r.terminals {

@@ -245,3 +245,29 @@ func TestTerminalOwnership(t *testing.T) {
 		})
 	}
 }
+
+// TestRelativePathsRefused pins that the router answers an agent's file
+// read or terminal with a relative path or working directory itself, with
+// -32602 naming it (ACP: each must be absolute), also with no permission
+// policy: the editor never sees the call, and would resolve it against a
+// directory of its own choosing.
+func TestRelativePathsRefused(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "read notes.txt\nterminal-cwd sub/dir ls\nterminal-cwd ../up ls", "end_turn")
+	texts := e.Texts(sid)
+	want := []string{
+		`read error: -32602 acp-router: fs/read_text_file needs an absolute path, got "notes.txt"`,
+		`terminal error: -32602 acp-router: terminal/create needs an absolute cwd, got "sub/dir"`,
+		`terminal error: -32602 acp-router: terminal/create needs an absolute cwd, got "../up"`,
+	}
+	if strings.Join(texts, "\n") != strings.Join(want, "\n") {
+		t.Errorf("agent saw\n%s\nwant\n%s", strings.Join(texts, "\n"), strings.Join(want, "\n"))
+	}
+	if got := e.Rec.Filter(func(m *Msg) bool { return m.Method == "fs/read_text_file" || m.Method == "terminal/create" }); len(got) > 0 {
+		t.Errorf("the editor received %s", got[0])
+	}
+}

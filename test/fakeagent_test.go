@@ -834,6 +834,7 @@ var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 //	ext-flood N              N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603)
 //	terminal-create CMD...   terminal/create only; say "terminal-id: ID" or the error
 //	terminal-output ID       terminal/output for ID; say "terminal-output: OUTPUT" or the error
+//	terminal-cwd DIR CMD...  terminal/create with cwd DIR; say "terminal-id: ID" or the error
 //	child PIDFILE            start a tool of its own: a SIGTERM-ignoring sleeper in the agent's
 //	                         process group that writes its pid to PIDFILE
 //	child-setsid PIDFILE     the same in a session of its own (a daemonizing tool)
@@ -1048,6 +1049,18 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			})
 		case "terminal-create":
 			res, rerr := a.call("terminal/create", map[string]any{"sessionId": s.id, "command": args[0], "args": args[1:]})
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("terminal error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			a.say(s.id, "terminal-id: "+jsonString(res, "terminalId"))
+		case "terminal-cwd":
+			dir, cmdline, _ := strings.Cut(rest, " ")
+			words := strings.Fields(cmdline)
+			if len(words) == 0 {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: terminal-cwd DIR CMD..."}
+			}
+			res, rerr := a.call("terminal/create", map[string]any{"sessionId": s.id, "command": words[0], "args": words[1:], "cwd": dir})
 			if rerr != nil {
 				a.say(s.id, fmt.Sprintf("terminal error: %d %s", rerr.Code, rerr.Message))
 				continue
