@@ -849,7 +849,7 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 // already, but a backup of DIR/NAME is not. A glob source names the files it matches (as the shell expands
 // it), or itself when it matches none; an opaque one is evidence already;
 // find -exec's {} (any file below a start point) writes anything in DIR.
-// mv moves a directory with its tree (recursive).
+// mv moves a directory with its tree (recursive), and cp -r copies one.
 func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (out []arg, recursive bool) {
 	prog := path.Base(p.label)
 	switch prog {
@@ -902,7 +902,9 @@ func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (o
 		}
 		return slices.DeleteFunc(ns, func(n string) bool { return n == "." || n == ".." || n == "/" })
 	}
-	recursive = prog == "mv"
+	// cp -r's DIR/NAME is a tree too (DIR's item holds it already, but a
+	// tool's configuration directory written whole is configs.go's).
+	recursive = prog == "mv" || prog == "cp" && p.flags.any("-r", "-R", "--recursive", "-a", "--archive")
 	for _, a := range sources {
 		if a.below {
 			// find -exec cp {} DIR: any file below the start point, by
