@@ -115,6 +115,9 @@
 // run, in this command line or a later request, is in the file's content.
 // The project's code (Makefile, package.json, build.rs, go.mod) is not
 // such a file.
+// What a command installs in the user's home is a path it writes there:
+// go install writes GOBIN (by default ~/go/bin), cargo install without
+// --root ~/.cargo/bin, both on the user's PATH.
 //
 // Items the router cannot see through (eval, source, a variable or command
 // substitution as a program or an argument, a shell that reads its script

@@ -1342,6 +1342,34 @@ func cwdOutputs(p *parsedArgs) (tree []arg, dir bool) {
 	return nil, false
 }
 
+// homeOutputs returns what a command installs in the user's home, as
+// paths relative to it, whose first is a directory of programs written
+// with its tree: go install writes its programs in GOBIN, by default
+// ~/go/bin (go 1.26, checked), cargo install without --root in
+// ~/.cargo/bin with its ledger ~/.cargo/.crates.toml and .crates2.json
+// (cargo 1.95, checked). Both directories are on the user's PATH: a
+// program installed there is one the user runs later, so it is a write
+// outside the project, not the project's build. GOBIN, GOPATH and
+// CARGO_HOME set on the command line are opaque already; a GOBIN from
+// go env -w (the user's go env file) is not seen, and the default is the
+// evidence.
+func homeOutputs(p *parsedArgs) []string {
+	if p.lost {
+		return nil
+	}
+	switch p.label {
+	case "go install":
+		if !p.flags.any("-n") {
+			return []string{"go/bin"}
+		}
+	case "cargo install":
+		if _, root := p.optValue("--root"); !root && !p.flags.any("--list", "-n", "--dry-run", "-h", "--help") {
+			return []string{".cargo/bin", ".cargo/.crates.toml", ".cargo/.crates2.json"}
+		}
+	}
+	return nil
+}
+
 // compilers are the names of the C compilers' spec (gcc).
 var compilers = map[string]bool{"gcc": true, "cc": true, "g++": true, "c++": true, "clang": true, "clang++": true,
 	"gcc-12": true, "gcc-13": true, "gcc-14": true, "g++-12": true, "g++-13": true, "g++-14": true}
