@@ -107,6 +107,18 @@
 // are opaque, proxies name hosts. find -exec's {} and xargs fed by find
 // DIR or git ls-files stand for any file below those directories.
 //
+// A write to a file by which a tool runs what the file names (configs.go:
+// git's configuration and hooks below .git, a submodule's or a linked
+// worktree's included; .cargo/config.toml, rust-toolchain.toml, .npmrc,
+// .yarnrc.yml, pip.conf), or to a directory written with its tree in which
+// one can be (.cargo, .git/hooks), is opaque: the program the tool will
+// run, in this command line or a later request, is in the file's content.
+// The project's code (Makefile, package.json, build.rs, go.mod) is not
+// such a file.
+// What a command installs in the user's home is a path it writes there:
+// go install writes GOBIN (by default ~/go/bin), cargo install without
+// --root ~/.cargo/bin, both on the user's PATH.
+//
 // Items the router cannot see through (eval, source, a variable or command
 // substitution as a program or an argument, a shell that reads its script
 // from a pipe, a parse error, ...) are opaque: no allow rule ever covers

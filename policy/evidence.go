@@ -388,6 +388,13 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 			it.Kinds = append(it.Kinds, k)
 		}
 	}
+	if it.Type == ItemPath && it.Opaque == "" {
+		// A write to a tool's configuration decides what the tool runs
+		// later (configs.go).
+		if why := configWrite(&it); why != "" {
+			it.Opaque, it.Aux = why, false
+		}
+	}
 	if it.Type == ItemCommand && it.canon == nil {
 		it.canon = canonArgs(it.Argv, nil)
 	}

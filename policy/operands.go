@@ -849,7 +849,7 @@ func dataNamedWrites(p *parsedArgs) (what string, ok bool) {
 // already, but a backup of DIR/NAME is not. A glob source names the files it matches (as the shell expands
 // it), or itself when it matches none; an opaque one is evidence already;
 // find -exec's {} (any file below a start point) writes anything in DIR.
-// mv moves a directory with its tree (recursive).
+// mv moves a directory with its tree (recursive), and cp -r copies one.
 func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (out []arg, recursive bool) {
 	prog := path.Base(p.label)
 	switch prog {
@@ -902,7 +902,9 @@ func (x *extractor) intoDirectory(p *parsedArgs, roles []role, cwds []string) (o
 		}
 		return slices.DeleteFunc(ns, func(n string) bool { return n == "." || n == ".." || n == "/" })
 	}
-	recursive = prog == "mv"
+	// cp -r's DIR/NAME is a tree too (DIR's item holds it already, but a
+	// tool's configuration directory written whole is configs.go's).
+	recursive = prog == "mv" || prog == "cp" && p.flags.any("-r", "-R", "--recursive", "-a", "--archive")
 	for _, a := range sources {
 		if a.below {
 			// find -exec cp {} DIR: any file below the start point, by
@@ -1338,6 +1340,34 @@ func cwdOutputs(p *parsedArgs) (tree []arg, dir bool) {
 		return nil, !hasO && !p.flags.any("-E", "-M", "-MM", "-fsyntax-only", "--help", "--version", "-v", "-dumpversion", "-dumpmachine")
 	}
 	return nil, false
+}
+
+// homeOutputs returns what a command installs in the user's home, as
+// paths relative to it, whose first is a directory of programs written
+// with its tree: go install writes its programs in GOBIN, by default
+// ~/go/bin (go 1.26, checked), cargo install without --root in
+// ~/.cargo/bin with its ledger ~/.cargo/.crates.toml and .crates2.json
+// (cargo 1.95, checked). Both directories are on the user's PATH: a
+// program installed there is one the user runs later, so it is a write
+// outside the project, not the project's build. GOBIN, GOPATH and
+// CARGO_HOME set on the command line are opaque already; a GOBIN from
+// go env -w (the user's go env file) is not seen, and the default is the
+// evidence.
+func homeOutputs(p *parsedArgs) []string {
+	if p.lost {
+		return nil
+	}
+	switch p.label {
+	case "go install":
+		if !p.flags.any("-n") {
+			return []string{"go/bin"}
+		}
+	case "cargo install":
+		if _, root := p.optValue("--root"); !root && !p.flags.any("--list", "-n", "--dry-run", "-h", "--help") {
+			return []string{".cargo/bin", ".cargo/.crates.toml", ".cargo/.crates2.json"}
+		}
+	}
+	return nil
 }
 
 // compilers are the names of the C compilers' spec (gcc).

@@ -394,6 +394,14 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			}
 		}
 	}
+	for i, h := range homeOutputs(p) {
+		what := p.label + " installs in the user's home"
+		if x.home == "" {
+			x.opaque(p.label, what+", which is not known", KindEdit)
+			break
+		}
+		x.path(path.Join(x.home, h), false, KindEdit, i == 0, what, nil)
+	}
 	if what, ok := dataNamedWrites(p); ok && !p.lost {
 		for _, d := range cwds {
 			x.path(d, false, KindEdit, true, what, nil)
