@@ -106,6 +106,13 @@
 // that change which code runs or where programs read their configuration
 // are opaque, proxies name hosts. find -exec's {} and xargs fed by find
 // DIR or git ls-files stand for any file below those directories.
+// A git command that prints the content of the files it shows from the
+// repository's objects (log -p, show, diff, archive, format-patch, grep,
+// stash show -p, status -v: the spec's content) names no file when a
+// revision or nothing limits it: it reads the top of the work tree (the
+// working directory for grep and archive) recursively, as git add -A
+// does, so a secret-matching file in the work tree asks. What history
+// holds beyond the work tree the router cannot see.
 //
 // Items the router cannot see through (eval, source, a variable or command
 // substitution as a program or an argument, a shell that reads its script

@@ -119,8 +119,14 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 			if p == "" || strings.HasPrefix(p, "/") && i == 0 {
 				return false
 			}
+			// PATH is relative to the top of the work tree unless it
+			// starts with ./ or ../ (git 2.39): both are read.
+			if !strings.HasPrefix(p, "./") && !strings.HasPrefix(p, "../") {
+				cwds = appendNew(cwds, x.gitTops(cwds)...)
+			}
 			p = strings.TrimPrefix(p, "./")
-			return x.argPath(prog, arg{s: p}, KindRead, false, true, cwds)
+			// git archive HEAD:dir, show --stat-less HEAD:dir: a tree.
+			return x.argPath(prog, arg{s: p}, KindRead, recursive, true, cwds)
 		}
 		return false
 	case roleData:
@@ -1050,6 +1056,77 @@ func (x *extractor) gitRepository(p *parsedArgs, cwds []string) {
 	}
 }
 
+// gitContent records what a git command that prints the content of the
+// files it shows (spec key content: log -p, show, diff, archive, cat-file
+// -p, grep) reads beyond its operands. A revision (HEAD, a hash, a range,
+// main) or none shows every file of a commit, the index or the work tree
+// that no pathspec excludes: below the top of the work tree (log, show,
+// diff: git 2.39 shows the whole tree from a subdirectory), or below the
+// working directory (implicit_cwd: grep, archive). Which files git's
+// objects hold the router cannot see; the work tree is what it has, so
+// that directory is read recursively: a deny or ask rule applies when a
+// file below it matches (a tracked .env), as for git grep and git add -A.
+// An operand that follows --, or that names an existing file, is a
+// pathspec (git tells them apart by what exists): it limits what is shown
+// and was read as an operand. REV:PATH reads PATH only.
+func (x *extractor) gitContent(p *parsedArgs, roles []role, cwds []string) {
+	rev, named := false, false
+	for i, a := range p.ops {
+		if i >= len(roles) || roles[i] != rolePathspec && roles[i] != roleRevPath || a.opaque != "" {
+			continue
+		}
+		switch {
+		case p.dashdash >= 0 && i >= p.dashdash:
+			return
+		case strings.Contains(a.s, ":") && !strings.Contains(a.s, "://"):
+			named = true
+		case !a.glob && x.exists(a.s, cwds):
+			return
+		default:
+			rev = true
+		}
+	}
+	if named && !rev {
+		return
+	}
+	dirs := cwds
+	if !p.spec.implicitCwd {
+		dirs = x.gitTops(cwds)
+		if v, ok := p.optValue("--work-tree"); ok && v.opaque == "" && !v.glob {
+			dirs = nil
+			for _, d := range cwds {
+				if path.IsAbs(v.s) {
+					d = ""
+				}
+				dirs = appendNew(dirs, path.Join("/", d, v.s))
+			}
+		}
+	}
+	for _, d := range dirs {
+		x.path(d, false, KindRead, true, p.label+" shows the files of", nil)
+	}
+}
+
+// gitTops returns the top of the work tree git finds from each of dirs:
+// the nearest directory up with a .git, else the directory itself.
+func (x *extractor) gitTops(dirs []string) []string {
+	var out []string
+	for _, dir := range dirs {
+		top := path.Clean(dir)
+		for d := top; x.fs != nil && path.IsAbs(d); d = path.Dir(d) {
+			if ok, _ := x.fs.Stat(path.Join(d, ".git")); ok {
+				top = d
+				break
+			}
+			if d == "/" {
+				break
+			}
+		}
+		out = appendNew(out, top)
+	}
+	return out
+}
+
 // gitDiscover walks up from dir as git looks for its repository and says
 // why the one it finds is not understood ("" when it is an ordinary .git
 // directory, or none is found).
@@ -1355,4 +1432,14 @@ func recursesByValue(p *parsedArgs) bool {
 		return ok && (v.opaque != "" || v.glob || len(v.s) >= 3 && strings.HasPrefix("recurse", v.s))
 	}
 	return false
+}
+
+// appendNew appends to list each of more it does not hold yet.
+func appendNew(list []string, more ...string) []string {
+	for _, s := range more {
+		if !slices.Contains(list, s) {
+			list = append(list, s)
+		}
+	}
+	return list
 }
