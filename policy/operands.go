@@ -159,13 +159,19 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		}
 		return false
 	case roleHosts:
-		for _, h := range strings.Split(s, ":") {
+		// HOST:PORT:ADDR, or a list of them (--dns-servers A,B:53).
+		for _, h := range strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == ',' }) {
 			h = strings.Trim(h, "[]")
 			if h != "" && !isDigits(h) && h != "*" {
 				x.host(h, origin)
 			}
 		}
 		return false
+	case roleSocket:
+		// curl --unix-socket /var/run/docker.sock http://github.com/...
+		// sends the request to the daemon, not to the URL's host: what
+		// it is asked to do is done there.
+		return x.argPath(prog, a, KindEdit, false, true, cwds)
 	case roleConfig:
 		x.markUnknown(fmt.Sprintf("%s %s reads more options or URLs from %s, which the router does not read", prog, opt, s))
 		return x.argPath(prog, a, KindRead, false, true, cwds)
@@ -1195,6 +1201,25 @@ func jqLoads(filter string) bool {
 	f := jqString.ReplaceAllString(filter, `""`)
 	f = jqComment.ReplaceAllString(f, "")
 	return jqDirective.MatchString(f)
+}
+
+// netrcReads records the credentials file curl -n, --netrc and
+// --netrc-optional read without naming it: $HOME/.netrc (curl 7.88,
+// checked: the login and password go into an Authorization header that
+// -v prints), unless --netrc-file names another, which is read as an
+// option's value.
+func (x *extractor) netrcReads(p *parsedArgs) {
+	if path.Base(p.label) != "curl" || !p.flags.any("-n", "--netrc", "--netrc-optional") {
+		return
+	}
+	if _, ok := p.optValue("--netrc-file"); ok {
+		return
+	}
+	if x.home == "" {
+		x.opaque(p.label+" --netrc", "curl --netrc reads $HOME/.netrc, and $HOME is not known", KindRead)
+		return
+	}
+	x.path(x.home+"/.netrc", false, KindRead, false, p.label+" --netrc", nil)
 }
 
 // downloadOutputs returns the files curl -O (--remote-name, --remote-name-all)

@@ -391,6 +391,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 		x.curlGlobOutputs(p, cwds) // downloads.go
+		x.netrcReads(p)
 	}
 	if tree, dir := cwdOutputs(p); dir || len(tree) > 0 {
 		for _, t := range tree {

@@ -58,6 +58,7 @@ const (
 	rolePlugin                 // pytest -p NAME: loads a plugin (code); -p no:NAME disables one
 	roleJq                     // a jq filter: import and include load files it names
 	roleNameList               // a file (or - for stdin) listing the names of files the program reads
+	roleSocket                 // a local socket the program connects to: the server acts on what it sends (edit)
 )
 
 var roleNames = map[string]role{
@@ -68,6 +69,7 @@ var roleNames = map[string]role{
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
+	"socket": roleSocket,
 }
 
 // optSpec is one option of a program.
