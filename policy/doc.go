@@ -113,6 +113,12 @@
 // working directory for grep and archive) recursively, as git add -A
 // does, so a secret-matching file in the work tree asks. What history
 // holds beyond the work tree the router cannot see.
+// Likewise a git command that replaces work-tree files from another
+// revision (checkout or switch to one, pull, merge, stash pop,
+// cherry-pick, reset --hard: the spec's worktree) writes the top of the
+// work tree and everything below it but .git, so a deny or ask rule on a
+// hooks directory (.husky, which core.hooksPath may name) or a secret
+// there applies.
 //
 // Items the router cannot see through (eval, source, a variable or command
 // substitution as a program or an argument, a shell that reads its script

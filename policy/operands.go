@@ -1076,41 +1076,132 @@ func (x *extractor) gitRepository(p *parsedArgs, cwds []string) {
 // pathspec (git tells them apart by what exists): it limits what is shown
 // and was read as an operand. REV:PATH reads PATH only.
 func (x *extractor) gitContent(p *parsedArgs, roles []role, cwds []string) {
-	rev, named := false, false
-	for i, a := range p.ops {
-		if i >= len(roles) || roles[i] != rolePathspec && roles[i] != roleRevPath || a.opaque != "" {
-			continue
-		}
-		switch {
-		case p.dashdash >= 0 && i >= p.dashdash:
-			return
-		case strings.Contains(a.s, ":") && !strings.Contains(a.s, "://"):
-			named = true
-		case !a.glob && x.exists(a.s, cwds):
-			return
-		default:
-			rev = true
-		}
-	}
-	if named && !rev {
+	rev, named, limited := x.gitOperands(p, roles, cwds, rolePathspec, roleRevPath)
+	if limited || named && !rev {
 		return
 	}
 	dirs := cwds
 	if !p.spec.implicitCwd {
-		dirs = x.gitTops(cwds)
-		if v, ok := p.optValue("--work-tree"); ok && v.opaque == "" && !v.glob {
-			dirs = nil
-			for _, d := range cwds {
-				if path.IsAbs(v.s) {
-					d = ""
-				}
-				dirs = appendNew(dirs, path.Join("/", d, v.s))
-			}
-		}
+		dirs = x.gitWorkTrees(p, cwds)
 	}
 	for _, d := range dirs {
 		x.path(d, false, KindRead, true, p.label+" shows the files of", nil)
 	}
+}
+
+// gitOperands sorts the operands of a git command that may be revisions
+// or paths, those with one of the roles given:
+// limited when one follows -- or names an existing file (a pathspec,
+// as git tells them apart), named when one is REV:PATH, rev when one is
+// anything else (HEAD, a hash, a range, a branch).
+func (x *extractor) gitOperands(p *parsedArgs, roles []role, cwds []string, these ...role) (rev, named, limited bool) {
+	for i, a := range p.ops {
+		if i >= len(roles) || a.opaque != "" || !slices.Contains(these, roles[i]) {
+			continue
+		}
+		switch {
+		case p.dashdash >= 0 && i >= p.dashdash:
+			limited = true
+		case strings.Contains(a.s, ":") && !strings.Contains(a.s, "://"):
+			named = true
+		case !a.glob && x.exists(a.s, cwds):
+			limited = true
+		default:
+			rev = true
+		}
+	}
+	return rev, named, limited
+}
+
+// gitWorkTrees returns the top of the work tree the git command works
+// on from each of cwds: --work-tree's, else the one git finds.
+func (x *extractor) gitWorkTrees(p *parsedArgs, cwds []string) []string {
+	v, ok := p.optValue("--work-tree")
+	if !ok || v.opaque != "" || v.glob {
+		return x.gitTops(cwds)
+	}
+	var dirs []string
+	for _, d := range cwds {
+		if path.IsAbs(v.s) {
+			d = ""
+		}
+		dirs = appendNew(dirs, path.Join("/", d, v.s))
+	}
+	return dirs
+}
+
+// gitWorktree records the files a git command writes in the work tree
+// without naming them (spec key worktree): checkout or switch to a
+// revision, pull, merge, stash pop, cherry-pick, reset --hard replace
+// and create any file the other revision has. The top of the work tree
+// is written (a file created in it), and every entry below it but .git
+// (which git writes itself: its hooks are not among what a checkout
+// writes) recursively, so that a deny or ask rule on a file a later
+// command runs (a hooks directory core.hooksPath names, such as .husky)
+// or on a secret applies when the work tree has one. checkout and
+// restore's operands that name a directory (git checkout REV -- .) write
+// what is below it too.
+func (x *extractor) gitWorktree(p *parsedArgs, roles []role, cwds []string) {
+	sp := p.spec
+	if !sp.wtAlways && !sp.wtRevision && len(sp.wtFlags) == 0 {
+		return
+	}
+	rev, _, limited := x.gitOperands(p, roles, cwds, roleWrite, roleValue, rolePathspec)
+	if sp.wtRevision && limited {
+		// checkout REV -- PATHS: the paths only.
+		for i, a := range p.ops {
+			if i < len(roles) && roles[i] == roleWrite && a.opaque == "" && !a.glob {
+				for _, d := range cwds {
+					f := a.s
+					if !path.IsAbs(f) {
+						f = path.Join(d, f)
+					}
+					if ok, dir := x.statFS(f); ok && dir {
+						x.treeWrites(p.label, f)
+					}
+				}
+			}
+		}
+		return
+	}
+	if !sp.wtAlways && !(sp.wtRevision && rev) && !p.flags.any(sp.wtFlags...) {
+		return
+	}
+	for _, top := range x.gitWorkTrees(p, cwds) {
+		x.path(top, false, KindEdit, false, p.label+" writes a file in", nil)
+		x.treeWrites(p.label, top)
+	}
+}
+
+// treeWrites records a write of everything below dir but its .git.
+func (x *extractor) treeWrites(label, dir string) {
+	if x.fs == nil {
+		x.opaque(label, label+" writes files of "+dir+" the router cannot list", KindEdit)
+		return
+	}
+	entries, err := x.fs.Glob(path.Join(dir, "*"))
+	if err != nil {
+		x.opaque(label, label+" writes files of "+dir+" the router cannot list", KindEdit)
+		return
+	}
+	for _, e := range entries {
+		if path.Base(e) == ".git" {
+			continue
+		}
+		rec := false
+		if ok, isDir := x.fs.Stat(e); ok && isDir {
+			rec = true
+		}
+		x.path(e, false, KindEdit, rec, label+" writes what the revision has in", nil)
+	}
+}
+
+// statFS is x.fs.Stat, false without an FS.
+func (x *extractor) statFS(p string) (exists, dir bool) {
+	if x.fs == nil {
+		return false, false
+	}
+	return x.fs.Stat(p)
 }
 
 // gitTops returns the top of the work tree git finds from each of dirs:

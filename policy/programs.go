@@ -417,6 +417,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "-i", o, roleWrite, false, true, cwds, cx)
 		}
 	}
+	x.gitWorktree(p, roles, cwds)
 	if content {
 		x.gitContent(p, roles, cwds)
 	} else if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {

@@ -131,9 +131,15 @@ type argSpec struct {
 	content        []string
 	contentDefault bool
 	noContent      []string
-	handler        string // find, tar, dd: read by code
-	subs           map[string]*argSpec
-	subOptional    bool // the program also runs without a subcommand (operands then follow operands:)
+	// worktree: git writes files of the work tree that its operands do
+	// not name, from another revision: always (pull, stash pop, merge),
+	// when an operand is a revision (checkout, switch), or with one of
+	// the options listed (reset --hard).
+	wtAlways, wtRevision bool
+	wtFlags              []string
+	handler              string // find, tar, dd: read by code
+	subs                 map[string]*argSpec
+	subOptional          bool // the program also runs without a subcommand (operands then follow operands:)
 	// modules: python -m MODULE runs MODULE as the program named here
 	// (pytest, pip): the operands are read with that program's spec.
 	modules map[string]string
@@ -178,7 +184,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content"}
+	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -316,6 +322,15 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			}
 		case "no_content":
 			err = v.Decode(&sp.noContent)
+		case "worktree":
+			switch {
+			case v.Kind == yaml.ScalarNode && v.Value == "always":
+				sp.wtAlways = true
+			case v.Kind == yaml.ScalarNode && v.Value == "revision":
+				sp.wtRevision = true
+			default:
+				err = v.Decode(&sp.wtFlags)
+			}
 		case "ends_options":
 			err = v.Decode(&sp.endsOpts)
 		case "modules":
@@ -386,6 +401,9 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 		return nil, err
 	}
 	if err := canon(sp.noContent, "no_content"); err != nil {
+		return nil, err
+	}
+	if err := canon(sp.wtFlags, "worktree"); err != nil {
 		return nil, err
 	}
 	if sp.modules != nil && (sp.opts["-m"] == nil || sp.opts["-m"].role != roleValue) {
