@@ -33,7 +33,9 @@
 // that file for .ENV or .Git/HOOKS; a symlink the command line itself
 // makes with ln -s is resolved too, wherever it is in the line, and a
 // path through a symlink it moves or copies, or through a directory it
-// moves or copies with one below it, is not allowable), a program by its
+// moves or copies with one below it, or below a directory an archive is
+// extracted into (tar x, unzip: its members may be symlinks), is not
+// allowable), a program by its
 // basename and as written, a long flag also by its
 // abbreviations. A deny or ask rule matches when any form matches; an allow
 // rule only when every form does. `unless` uses the opposite quantifier of

@@ -646,6 +646,26 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 			x.roleArg(label, "", a, r, false, true, base, cx)
 		}
 	case 'x':
+		if !flags.any("-O", "--to-stdout") {
+			// What the archive holds, symlinks included, is not known.
+			dirs := slices.Clone(base)
+			if flags.any("-P", "--absolute-names") {
+				dirs = []string{"/"}
+			}
+			for _, t := range topLevel {
+				if t.opaque == "" && !t.glob {
+					for _, d := range base {
+						if path.IsAbs(t.s) {
+							d = ""
+						}
+						dirs = append(dirs, path.Join("/", d, t.s))
+					}
+				}
+			}
+			for _, d := range dirs {
+				defer x.extractedTree(d)()
+			}
+		}
 		if archive != nil && !remote(archive) {
 			x.roleArg(label, "-f", *archive, roleRead, false, true, cwds, cx)
 		}

@@ -334,6 +334,22 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	if !p.lost {
 		defer x.movedLinks(p, cwds)() // mv, cp: links.go
 	}
+	if p.label == "unzip" && !p.lost && !p.flags.any("-l", "-t", "-p", "-v", "-Z", "-z") {
+		// unzip extracts into -d DIR or the working directory.
+		dirs := cwds
+		if d, ok := p.optValue("-d"); ok && d.opaque == "" && !d.glob {
+			dirs = nil
+			for _, c := range cwds {
+				if path.IsAbs(d.s) {
+					c = ""
+				}
+				dirs = append(dirs, path.Join("/", c, d.s))
+			}
+		}
+		for _, d := range dirs {
+			defer x.extractedTree(d)() // links.go
+		}
+	}
 	paths := 0
 	for i, a := range p.ops {
 		if roles[i] == roleExec {
