@@ -33,7 +33,9 @@
 // that file for .ENV or .Git/HOOKS; a symlink the command line itself
 // makes with ln -s is resolved too, wherever it is in the line, and a
 // path through a symlink it moves or copies, or through a directory it
-// moves or copies with one below it, is not allowable), a program by its
+// moves or copies with one below it, or below a directory an archive is
+// extracted into (tar x, unzip: its members may be symlinks), is not
+// allowable), a program by its
 // basename and as written, a long flag also by its
 // abbreviations. A deny or ask rule matches when any form matches; an allow
 // rule only when every form does. `unless` uses the opposite quantifier of
@@ -106,6 +108,19 @@
 // that change which code runs or where programs read their configuration
 // are opaque, proxies name hosts. find -exec's {} and xargs fed by find
 // DIR or git ls-files stand for any file below those directories.
+// A git command that prints the content of the files it shows from the
+// repository's objects (log -p, show, diff, archive, format-patch, grep,
+// stash show -p, status -v: the spec's content) names no file when a
+// revision or nothing limits it: it reads the top of the work tree (the
+// working directory for grep and archive) recursively, as git add -A
+// does, so a secret-matching file in the work tree asks. What history
+// holds beyond the work tree the router cannot see.
+// Likewise a git command that replaces work-tree files from another
+// revision (checkout or switch to one, pull, merge, stash pop,
+// cherry-pick, reset --hard: the spec's worktree) writes the top of the
+// work tree and everything below it but .git, so a deny or ask rule on a
+// hooks directory (.husky, which core.hooksPath may name) or a secret
+// there applies.
 //
 // A write to a file by which a tool runs what the file names (configs.go:
 // git's configuration and hooks below .git, a submodule's or a linked

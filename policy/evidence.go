@@ -196,11 +196,11 @@ const (
 // what it cannot read becomes an opaque or refused item.
 func Extract(req *Request) *Evidence {
 	x := extract(req)
-	if len(x.madeLinks) > 0 {
+	if len(x.madeLinks) > 0 || len(x.madeTrees) > 0 {
 		// The line makes symlinks: read it again with them, so that every
 		// path through one is resolved to where it leads.
 		r := *req
-		r.FS = newLinkFS(req.FS, x.madeLinks)
+		r.FS = newLinkFS(req.FS, x.madeLinks, x.madeTrees)
 		x = extract(&r)
 	}
 	return x.ev
@@ -276,6 +276,9 @@ type extractor struct {
 	// kernel makes them → their targets (see linkFS).
 	madeLinks map[string][]string
 	madeKeys  []string // the keys of madeLinks, in the order recorded
+	// madeTrees: directories an archive is extracted into (tar x, unzip):
+	// what is below them, symlinks included, is not known.
+	madeTrees []string
 	// links made by an earlier command of the same command line (ln,
 	// cp -s/-l): a path through one is also a path to its target.
 	links []link

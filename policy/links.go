@@ -118,6 +118,9 @@ type linkFS struct {
 	// suspended: links not followed while the command that makes them
 	// is read (movedLinks).
 	suspended map[string]int
+	// trees: directories an archive is extracted into (extractedTree):
+	// a path below one may go through a symlink the archive holds.
+	trees []string
 }
 
 // linkWalker is a linkFS over a Walker: walks are the base's.
@@ -129,8 +132,8 @@ func (w *linkWalker) Walk(dir string, skipHidden bool) WalkResult {
 	return w.base.(Walker).Walk(dir, skipHidden)
 }
 
-func newLinkFS(base FS, links map[string][]string) FS {
-	l := linkFS{base: base, links: links, suspended: map[string]int{}}
+func newLinkFS(base FS, links map[string][]string, trees []string) FS {
+	l := linkFS{base: base, links: links, suspended: map[string]int{}, trees: trees}
 	if _, ok := base.(Walker); ok {
 		return &linkWalker{l}
 	}
@@ -155,6 +158,11 @@ func (l *linkFS) Resolve(p string) (string, error) {
 			continue
 		}
 		next := path.Join(cur, c)
+		for _, t := range l.trees {
+			if strings.HasPrefix(next, t+"/") && l.suspended[treeKey+t] == 0 {
+				return "", errLinkUnknown
+			}
+		}
 		if ts, ok := l.links[next]; ok && l.suspended[next] == 0 {
 			switch {
 			case len(ts) == 1 && ts[0] != "":
@@ -237,6 +245,37 @@ func (x *extractor) movedLinks(p *parsedArgs, cwds []string) (done func()) {
 			lf.suspended[k]--
 		}
 	}
+}
+
+// treeKey prefixes a tree's key in linkFS.suspended.
+const treeKey = "tree:"
+
+// extractedTree records that the command extracts an archive into dir
+// (absolute): its members may be symlinks to anywhere ('tar xf x.tar &&
+// echo x >> a/b' writes where the archive's link a leads; 'cat a' reads
+// it), and which the archive holds the router does not know, so a path
+// below dir, anywhere in the line, is not allowable (as through a link
+// mv or cp makes). It returns what to call once the command's own paths
+// are recorded: they are not judged through the tree (tar xf ./x.tar).
+func (x *extractor) extractedTree(dir string) (done func()) {
+	key := path.Clean(dir)
+	if x.fs != nil {
+		if r, err := x.fs.Resolve(key); err == nil {
+			key = path.Clean(r)
+		}
+	}
+	if key == "/" {
+		key = ""
+	}
+	if !slices.Contains(x.madeTrees, key) {
+		x.madeTrees = append(x.madeTrees, key)
+	}
+	lf := x.linkFS()
+	if lf == nil {
+		return func() {}
+	}
+	lf.suspended[treeKey+key]++
+	return func() { lf.suspended[treeKey+key]-- }
 }
 
 // linkFS returns the extractor's filesystem as a linkFS (the second

@@ -16,7 +16,7 @@ func TestLinkFS(t *testing.T) {
 		"/home/user/project/src/up": {"/home/user/project/src/.."},
 		"/home/user/project/moved":  {""},
 		"/home/user/project/two":    {"/x", "/y"},
-	})
+	}, []string{"/home/user/project/vendor"})
 	if _, ok := fs.(Walker); !ok {
 		t.Error("a linkFS over a Walker is not a Walker")
 	}
@@ -31,6 +31,9 @@ func TestLinkFS(t *testing.T) {
 		{"/home/user/project/moved/.netrc", "", errLinkUnknown},
 		{"/home/user/project/two", "", errLinkUnknown},
 		{"/home/user/project/src/x.go", "/home/user/project/src/x.go", nil},
+		{"/home/user/project/vendor", "/home/user/project/vendor", nil}, // an extracted tree's directory
+		{"/home/user/project/vendor/a", "", errLinkUnknown},             // and what is below it
+		{"/home/user/project/vendorx", "/home/user/project/vendorx", nil},
 	} {
 		got, err := fs.Resolve(tc.in)
 		if got != tc.want || !errors.Is(err, tc.err) && !(err == nil && tc.err == nil) {

@@ -119,8 +119,14 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 			if p == "" || strings.HasPrefix(p, "/") && i == 0 {
 				return false
 			}
+			// PATH is relative to the top of the work tree unless it
+			// starts with ./ or ../ (git 2.39): both are read.
+			if !strings.HasPrefix(p, "./") && !strings.HasPrefix(p, "../") {
+				cwds = appendNew(cwds, x.gitTops(cwds)...)
+			}
 			p = strings.TrimPrefix(p, "./")
-			return x.argPath(prog, arg{s: p}, KindRead, false, true, cwds)
+			// git archive HEAD:dir, show --stat-less HEAD:dir: a tree.
+			return x.argPath(prog, arg{s: p}, KindRead, recursive, true, cwds)
 		}
 		return false
 	case roleData:
@@ -153,13 +159,19 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		}
 		return false
 	case roleHosts:
-		for _, h := range strings.Split(s, ":") {
+		// HOST:PORT:ADDR, or a list of them (--dns-servers A,B:53).
+		for _, h := range strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == ',' }) {
 			h = strings.Trim(h, "[]")
 			if h != "" && !isDigits(h) && h != "*" {
 				x.host(h, origin)
 			}
 		}
 		return false
+	case roleSocket:
+		// curl --unix-socket /var/run/docker.sock http://github.com/...
+		// sends the request to the daemon, not to the URL's host: what
+		// it is asked to do is done there.
+		return x.argPath(prog, a, KindEdit, false, true, cwds)
 	case roleConfig:
 		x.markUnknown(fmt.Sprintf("%s %s reads more options or URLs from %s, which the router does not read", prog, opt, s))
 		return x.argPath(prog, a, KindRead, false, true, cwds)
@@ -634,6 +646,26 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 			x.roleArg(label, "", a, r, false, true, base, cx)
 		}
 	case 'x':
+		if !flags.any("-O", "--to-stdout") {
+			// What the archive holds, symlinks included, is not known.
+			dirs := slices.Clone(base)
+			if flags.any("-P", "--absolute-names") {
+				dirs = []string{"/"}
+			}
+			for _, t := range topLevel {
+				if t.opaque == "" && !t.glob {
+					for _, d := range base {
+						if path.IsAbs(t.s) {
+							d = ""
+						}
+						dirs = append(dirs, path.Join("/", d, t.s))
+					}
+				}
+			}
+			for _, d := range dirs {
+				defer x.extractedTree(d)()
+			}
+		}
 		if archive != nil && !remote(archive) {
 			x.roleArg(label, "-f", *archive, roleRead, false, true, cwds, cx)
 		}
@@ -1052,6 +1084,168 @@ func (x *extractor) gitRepository(p *parsedArgs, cwds []string) {
 	}
 }
 
+// gitContent records what a git command that prints the content of the
+// files it shows (spec key content: log -p, show, diff, archive, cat-file
+// -p, grep) reads beyond its operands. A revision (HEAD, a hash, a range,
+// main) or none shows every file of a commit, the index or the work tree
+// that no pathspec excludes: below the top of the work tree (log, show,
+// diff: git 2.39 shows the whole tree from a subdirectory), or below the
+// working directory (implicit_cwd: grep, archive). Which files git's
+// objects hold the router cannot see; the work tree is what it has, so
+// that directory is read recursively: a deny or ask rule applies when a
+// file below it matches (a tracked .env), as for git grep and git add -A.
+// An operand that follows --, or that names an existing file, is a
+// pathspec (git tells them apart by what exists): it limits what is shown
+// and was read as an operand. REV:PATH reads PATH only.
+func (x *extractor) gitContent(p *parsedArgs, roles []role, cwds []string) {
+	rev, named, limited := x.gitOperands(p, roles, cwds, rolePathspec, roleRevPath)
+	if limited || named && !rev {
+		return
+	}
+	dirs := cwds
+	if !p.spec.implicitCwd {
+		dirs = x.gitWorkTrees(p, cwds)
+	}
+	for _, d := range dirs {
+		x.path(d, false, KindRead, true, p.label+" shows the files of", nil)
+	}
+}
+
+// gitOperands sorts the operands of a git command that may be revisions
+// or paths, those with one of the roles given:
+// limited when one follows -- or names an existing file (a pathspec,
+// as git tells them apart), named when one is REV:PATH, rev when one is
+// anything else (HEAD, a hash, a range, a branch).
+func (x *extractor) gitOperands(p *parsedArgs, roles []role, cwds []string, these ...role) (rev, named, limited bool) {
+	for i, a := range p.ops {
+		if i >= len(roles) || a.opaque != "" || !slices.Contains(these, roles[i]) {
+			continue
+		}
+		switch {
+		case p.dashdash >= 0 && i >= p.dashdash:
+			limited = true
+		case strings.Contains(a.s, ":") && !strings.Contains(a.s, "://"):
+			named = true
+		case !a.glob && x.exists(a.s, cwds):
+			limited = true
+		default:
+			rev = true
+		}
+	}
+	return rev, named, limited
+}
+
+// gitWorkTrees returns the top of the work tree the git command works
+// on from each of cwds: --work-tree's, else the one git finds.
+func (x *extractor) gitWorkTrees(p *parsedArgs, cwds []string) []string {
+	v, ok := p.optValue("--work-tree")
+	if !ok || v.opaque != "" || v.glob {
+		return x.gitTops(cwds)
+	}
+	var dirs []string
+	for _, d := range cwds {
+		if path.IsAbs(v.s) {
+			d = ""
+		}
+		dirs = appendNew(dirs, path.Join("/", d, v.s))
+	}
+	return dirs
+}
+
+// gitWorktree records the files a git command writes in the work tree
+// without naming them (spec key worktree): checkout or switch to a
+// revision, pull, merge, stash pop, cherry-pick, reset --hard replace
+// and create any file the other revision has. The top of the work tree
+// is written (a file created in it), and every entry below it but .git
+// (which git writes itself: its hooks are not among what a checkout
+// writes) recursively, so that a deny or ask rule on a file a later
+// command runs (a hooks directory core.hooksPath names, such as .husky)
+// or on a secret applies when the work tree has one. checkout and
+// restore's operands that name a directory (git checkout REV -- .) write
+// what is below it too.
+func (x *extractor) gitWorktree(p *parsedArgs, roles []role, cwds []string) {
+	sp := p.spec
+	if !sp.wtAlways && !sp.wtRevision && len(sp.wtFlags) == 0 {
+		return
+	}
+	rev, _, limited := x.gitOperands(p, roles, cwds, roleWrite, roleValue, rolePathspec)
+	if sp.wtRevision && limited {
+		// checkout REV -- PATHS: the paths only.
+		for i, a := range p.ops {
+			if i < len(roles) && roles[i] == roleWrite && a.opaque == "" && !a.glob {
+				for _, d := range cwds {
+					f := a.s
+					if !path.IsAbs(f) {
+						f = path.Join(d, f)
+					}
+					if ok, dir := x.statFS(f); ok && dir {
+						x.treeWrites(p.label, f)
+					}
+				}
+			}
+		}
+		return
+	}
+	if !sp.wtAlways && !(sp.wtRevision && rev) && !p.flags.any(sp.wtFlags...) {
+		return
+	}
+	for _, top := range x.gitWorkTrees(p, cwds) {
+		x.path(top, false, KindEdit, false, p.label+" writes a file in", nil)
+		x.treeWrites(p.label, top)
+	}
+}
+
+// treeWrites records a write of everything below dir but its .git.
+func (x *extractor) treeWrites(label, dir string) {
+	if x.fs == nil {
+		x.opaque(label, label+" writes files of "+dir+" the router cannot list", KindEdit)
+		return
+	}
+	entries, err := x.fs.Glob(path.Join(dir, "*"))
+	if err != nil {
+		x.opaque(label, label+" writes files of "+dir+" the router cannot list", KindEdit)
+		return
+	}
+	for _, e := range entries {
+		if path.Base(e) == ".git" {
+			continue
+		}
+		rec := false
+		if ok, isDir := x.fs.Stat(e); ok && isDir {
+			rec = true
+		}
+		x.path(e, false, KindEdit, rec, label+" writes what the revision has in", nil)
+	}
+}
+
+// statFS is x.fs.Stat, false without an FS.
+func (x *extractor) statFS(p string) (exists, dir bool) {
+	if x.fs == nil {
+		return false, false
+	}
+	return x.fs.Stat(p)
+}
+
+// gitTops returns the top of the work tree git finds from each of dirs:
+// the nearest directory up with a .git, else the directory itself.
+func (x *extractor) gitTops(dirs []string) []string {
+	var out []string
+	for _, dir := range dirs {
+		top := path.Clean(dir)
+		for d := top; x.fs != nil && path.IsAbs(d); d = path.Dir(d) {
+			if ok, _ := x.fs.Stat(path.Join(d, ".git")); ok {
+				top = d
+				break
+			}
+			if d == "/" {
+				break
+			}
+		}
+		out = appendNew(out, top)
+	}
+	return out
+}
+
 // gitDiscover walks up from dir as git looks for its repository and says
 // why the one it finds is not understood ("" when it is an ordinary .git
 // directory, or none is found).
@@ -1120,6 +1314,25 @@ func jqLoads(filter string) bool {
 	f := jqString.ReplaceAllString(filter, `""`)
 	f = jqComment.ReplaceAllString(f, "")
 	return jqDirective.MatchString(f)
+}
+
+// netrcReads records the credentials file curl -n, --netrc and
+// --netrc-optional read without naming it: $HOME/.netrc (curl 7.88,
+// checked: the login and password go into an Authorization header that
+// -v prints), unless --netrc-file names another, which is read as an
+// option's value.
+func (x *extractor) netrcReads(p *parsedArgs) {
+	if path.Base(p.label) != "curl" || !p.flags.any("-n", "--netrc", "--netrc-optional") {
+		return
+	}
+	if _, ok := p.optValue("--netrc-file"); ok {
+		return
+	}
+	if x.home == "" {
+		x.opaque(p.label+" --netrc", "curl --netrc reads $HOME/.netrc, and $HOME is not known", KindRead)
+		return
+	}
+	x.path(x.home+"/.netrc", false, KindRead, false, p.label+" --netrc", nil)
 }
 
 // downloadOutputs returns the files curl -O (--remote-name, --remote-name-all)
@@ -1385,4 +1598,14 @@ func recursesByValue(p *parsedArgs) bool {
 		return ok && (v.opaque != "" || v.glob || len(v.s) >= 3 && strings.HasPrefix("recurse", v.s))
 	}
 	return false
+}
+
+// appendNew appends to list each of more it does not hold yet.
+func appendNew(list []string, more ...string) []string {
+	for _, s := range more {
+		if !slices.Contains(list, s) {
+			list = append(list, s)
+		}
+	}
+	return list
 }

@@ -32,6 +32,8 @@ type parsedArgs struct {
 	// argsFrom: the operands from this one on follow an option of role
 	// args (go test -args): arguments of the code the program runs.
 	argsFrom int
+	// dashdash: the operands from this one on followed --; -1 without.
+	dashdash int
 	unknown  string // why the arguments are not all understood
 	// lost: an unknown option may have taken a value, so the operands'
 	// positions, and so their roles, are not known.
@@ -46,7 +48,7 @@ func (p *parsedArgs) fail(format string, a ...any) {
 
 // parseArgs reads args (without the program) with spec sp.
 func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
-	p := &parsedArgs{spec: sp, label: name, argsFrom: -1}
+	p := &parsedArgs{spec: sp, label: name, argsFrom: -1, dashdash: -1}
 	subDone := sp.subs == nil
 	optsDone := false
 	for i := 0; i < len(args); i++ {
@@ -55,6 +57,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 		isOpt := !optsDone && a.opaque == "" && len(s) > 1 && s[0] == '-'
 		if isOpt && s == "--" {
 			optsDone = true
+			if p.dashdash < 0 {
+				p.dashdash = len(p.ops)
+			}
 			if !subDone {
 				// git -- is not a subcommand: nothing follows as one.
 				subDone = true
@@ -273,7 +278,10 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		cwds = next
 	}
-	recursive := sp.isRecursive(p.flags) || recursesByValue(p)
+	// git log -p, show, diff: every pathspec is read with what is below
+	// it, and without one, the tree the revisions show (gitContent).
+	content := sp.showsContent(p.flags)
+	recursive := sp.isRecursive(p.flags) || recursesByValue(p) || content
 	hidden := sp.readsHidden(p.flags)
 	for _, v := range p.vals {
 		if !v.has || v.opt.role == roleChdir {
@@ -325,6 +333,22 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	}
 	if !p.lost {
 		defer x.movedLinks(p, cwds)() // mv, cp: links.go
+	}
+	if p.label == "unzip" && !p.lost && !p.flags.any("-l", "-t", "-p", "-v", "-Z", "-z") {
+		// unzip extracts into -d DIR or the working directory.
+		dirs := cwds
+		if d, ok := p.optValue("-d"); ok && d.opaque == "" && !d.glob {
+			dirs = nil
+			for _, c := range cwds {
+				if path.IsAbs(d.s) {
+					c = ""
+				}
+				dirs = append(dirs, path.Join("/", c, d.s))
+			}
+		}
+		for _, d := range dirs {
+			defer x.extractedTree(d)() // links.go
+		}
 	}
 	paths := 0
 	for i, a := range p.ops {
@@ -383,6 +407,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "", o, roleWrite, false, true, cwds, cx)
 		}
 		x.curlGlobOutputs(p, cwds) // downloads.go
+		x.netrcReads(p)
 	}
 	if tree, dir := cwdOutputs(p); dir || len(tree) > 0 {
 		for _, t := range tree {
@@ -416,7 +441,10 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.roleArg(p.label, "-i", o, roleWrite, false, true, cwds, cx)
 		}
 	}
-	if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
+	x.gitWorktree(p, roles, cwds)
+	if content {
+		x.gitContent(p, roles, cwds)
+	} else if sp.implicitCwd && recursive && paths == 0 && len(cwds) > 0 {
 		if p.flags.any(sp.inPlace...) {
 			// git clean -f: the files below the directory are written.
 			x.argPath(p.label, arg{s: "."}, KindEdit, true, true, cwds)

@@ -58,6 +58,7 @@ const (
 	rolePlugin                 // pytest -p NAME: loads a plugin (code); -p no:NAME disables one
 	roleJq                     // a jq filter: import and include load files it names
 	roleNameList               // a file (or - for stdin) listing the names of files the program reads
+	roleSocket                 // a local socket the program connects to: the server acts on what it sends (edit)
 )
 
 var roleNames = map[string]role{
@@ -68,6 +69,7 @@ var roleNames = map[string]role{
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
+	"socket": roleSocket,
 }
 
 // optSpec is one option of a program.
@@ -123,9 +125,21 @@ type argSpec struct {
 	hidden      []string // flags that make a recursive read include dotfiles
 	hideDots    bool     // a recursive read skips dotfiles unless one of hidden is given
 	implicitCwd bool
-	handler     string // find, tar, dd: read by code
-	subs        map[string]*argSpec
-	subOptional bool // the program also runs without a subcommand (operands then follow operands:)
+	// content: options that make git print the content of the files it
+	// shows from the repository's objects (log -p); "default" in the
+	// spec: it does unless one of noContent is given (show, diff).
+	content        []string
+	contentDefault bool
+	noContent      []string
+	// worktree: git writes files of the work tree that its operands do
+	// not name, from another revision: always (pull, stash pop, merge),
+	// when an operand is a revision (checkout, switch), or with one of
+	// the options listed (reset --hard).
+	wtAlways, wtRevision bool
+	wtFlags              []string
+	handler              string // find, tar, dd: read by code
+	subs                 map[string]*argSpec
+	subOptional          bool // the program also runs without a subcommand (operands then follow operands:)
 	// modules: python -m MODULE runs MODULE as the program named here
 	// (pytest, pip): the operands are read with that program's spec.
 	modules map[string]string
@@ -170,7 +184,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules"}
+	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -296,6 +310,27 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			}
 		case "in_place":
 			err = v.Decode(&sp.inPlace)
+		case "content":
+			if err = v.Decode(&sp.content); err == nil {
+				if i := slices.Index(sp.content, "default"); i >= 0 {
+					sp.contentDefault = true
+					sp.content = slices.Delete(sp.content, i, i+1)
+				}
+				if sp.content == nil {
+					sp.content = []string{}
+				}
+			}
+		case "no_content":
+			err = v.Decode(&sp.noContent)
+		case "worktree":
+			switch {
+			case v.Kind == yaml.ScalarNode && v.Value == "always":
+				sp.wtAlways = true
+			case v.Kind == yaml.ScalarNode && v.Value == "revision":
+				sp.wtRevision = true
+			default:
+				err = v.Decode(&sp.wtFlags)
+			}
 		case "ends_options":
 			err = v.Decode(&sp.endsOpts)
 		case "modules":
@@ -360,6 +395,15 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 		return nil, err
 	}
 	if err := canon(sp.inPlace, "in_place"); err != nil {
+		return nil, err
+	}
+	if err := canon(sp.content, "content"); err != nil {
+		return nil, err
+	}
+	if err := canon(sp.noContent, "no_content"); err != nil {
+		return nil, err
+	}
+	if err := canon(sp.wtFlags, "worktree"); err != nil {
 		return nil, err
 	}
 	if sp.modules != nil && (sp.opts["-m"] == nil || sp.opts["-m"].role != roleValue) {
@@ -567,6 +611,15 @@ func (sp *argSpec) operandRoles(n int, flags flagSet) (roles []role, extra bool)
 // isRecursive reports whether reads are recursive given the flags.
 func (sp *argSpec) isRecursive(flags flagSet) bool {
 	return sp.recAlways || flags.any(sp.recursive...)
+}
+
+// showsContent reports whether the command prints the content of the
+// files it shows from the repository (spec key content).
+func (sp *argSpec) showsContent(flags flagSet) bool {
+	if sp.content == nil {
+		return false
+	}
+	return flags.any(sp.content...) || sp.contentDefault && !flags.any(sp.noContent...)
 }
 
 // readsHidden reports whether a recursive read includes dotfiles.
