@@ -62,6 +62,8 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 	case roleGitConfig:
 		x.gitConfig(prog, opt, a)
 		return false
+	case roleSSHOption:
+		return x.sshOption(prog, opt, s, cwds, inner)
 	case roleLdflags:
 		if strings.Contains(s, "extld") || strings.Contains(s, "linkmode") || strings.Contains(s, "-plugin") {
 			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)

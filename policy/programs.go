@@ -512,3 +512,111 @@ func (x *extractor) gitConfig(label, opt string, v arg) {
 		x.markUnknown(fmt.Sprintf("git %s %s: a setting that may run a command or change where git connects", opt, v.s))
 	}
 }
+
+// sshOption reads one ssh -o setting (ssh, scp, sftp; ssh_config(5) of
+// OpenSSH 9.2: KEY=VALUE or KEY VALUE, the key in any case). The settings
+// that run a local command (ProxyCommand, LocalCommand, KnownHostsCommand,
+// XAuthLocation) are side commands, those that load code or more settings
+// (PKCS11Provider, SecurityKeyProvider, Include) opaque, the files ssh
+// reads and writes evidence, the hosts it connects to hosts; any other key
+// not in sshSafeOptions makes the arguments unknown (closed world). It
+// reports whether it recorded a path.
+func (x *extractor) sshOption(prog, opt, s string, cwds []string, inner cmdCtx) bool {
+	origin := prog + " " + opt
+	s = strings.TrimSpace(s)
+	i := strings.IndexAny(s, "= \t")
+	if i <= 0 {
+		x.markUnknown(fmt.Sprintf("%s %s %q: not a KEY=VALUE setting", prog, opt, s))
+		return false
+	}
+	key := strings.ToLower(s[:i])
+	val := strings.TrimSpace(strings.TrimPrefix(strings.TrimLeft(s[i:], " \t"), "="))
+	none := strings.EqualFold(val, "none")
+	switch key {
+	case "proxycommand", "localcommand", "knownhostscommand":
+		// Run by the user's shell on this machine (exec SHELL -c).
+		if !none {
+			x.sideCommand(origin+" "+key, val, inner)
+		}
+	case "xauthlocation":
+		x.sideCommand(origin+" "+key, val, inner)
+	case "pkcs11provider", "securitykeyprovider":
+		if !none && val != "internal" {
+			x.opaque(origin, fmt.Sprintf("%s %s %s loads a library, code the router does not read", prog, opt, key), KindExecute)
+		}
+	case "include":
+		x.markUnknown(fmt.Sprintf("%s %s %s reads more settings from %s, which the router does not read", prog, opt, key, val))
+		return x.sshPaths(prog, val, KindRead, cwds)
+	case "identityfile", "certificatefile", "globalknownhostsfile", "revokedhostkeys":
+		if !none {
+			return x.sshPaths(prog, val, KindRead, cwds)
+		}
+	case "userknownhostsfile", "controlpath", "identityagent":
+		// ssh adds new host keys to the first file; it creates the control
+		// socket; it sends requests to the agent's socket.
+		if !none && val != "SSH_AUTH_SOCK" {
+			return x.sshPaths(prog, val, KindEdit, cwds)
+		}
+	case "hostname", "proxyjump":
+		for _, h := range strings.Split(val, ",") {
+			if at := strings.LastIndexByte(h, '@'); at >= 0 {
+				h = h[at+1:]
+			}
+			if hh, _, ok := strings.Cut(h, ":"); ok && !strings.HasPrefix(h, "[") {
+				h = hh
+			}
+			if h = strings.Trim(strings.TrimPrefix(h, "ssh://"), "[]"); h != "" && !strings.EqualFold(h, "none") {
+				x.host(h, origin)
+			}
+		}
+	default:
+		if !sshSafeOptions[key] {
+			x.markUnknown(fmt.Sprintf("%s %s %s: a setting the router does not know", prog, opt, key))
+		}
+	}
+	return false
+}
+
+// sshPaths records the paths of an ssh setting's value (space-separated;
+// %-tokens and ${VAR} make a path unknown: ssh expands them).
+func (x *extractor) sshPaths(prog, val string, kind Kind, cwds []string) bool {
+	recorded := false
+	for _, p := range strings.Fields(val) {
+		p = strings.Trim(p, `"`)
+		if strings.ContainsAny(p, "%$") {
+			x.opaque("argument of "+prog, fmt.Sprintf("%s expands %q at run time", prog, p), kind)
+			continue
+		}
+		recorded = x.argPath(prog, arg{s: p}, kind, false, true, cwds) || recorded
+	}
+	return recorded
+}
+
+// sshSafeOptions are the ssh_config keys (lower case) whose values name no
+// command, library, file or host on this machine: how ssh authenticates,
+// encrypts, forwards and keeps the connection, and what the remote side
+// runs (RemoteCommand, SendEnv, SetEnv: on the host the command names).
+var sshSafeOptions = map[string]bool{
+	"addkeystoagent": true, "addressfamily": true, "batchmode": true, "bindaddress": true, "bindinterface": true,
+	"canonicaldomains": true, "canonicalizefallbacklocal": true, "canonicalizehostname": true,
+	"canonicalizemaxdots": true, "canonicalizepermittedcnames": true, "casignaturealgorithms": true,
+	"channeltimeout": true, "checkhostip": true, "ciphers": true, "clearallforwardings": true, "compression": true,
+	"connectionattempts": true, "connecttimeout": true, "controlmaster": true, "controlpersist": true,
+	"dynamicforward": true, "enableescapecommandline": true, "enablesshkeysign": true, "escapechar": true,
+	"exitonforwardfailure": true, "fingerprinthash": true, "forkafterauthentication": true, "forwardagent": true,
+	"forwardx11": true, "forwardx11timeout": true, "forwardx11trusted": true, "gatewayports": true,
+	"gssapiauthentication": true, "gssapidelegatecredentials": true, "hashknownhosts": true,
+	"hostbasedacceptedalgorithms": true, "hostbasedauthentication": true, "hostkeyalgorithms": true,
+	"hostkeyalias": true, "identitiesonly": true, "ipqos": true, "kbdinteractiveauthentication": true,
+	"kbdinteractivedevices": true, "kexalgorithms": true, "localforward": true, "loglevel": true, "logverbose": true,
+	"macs": true, "nohostauthenticationforlocalhost": true, "numberofpasswordprompts": true,
+	"obscurekeystroketiming": true, "passwordauthentication": true, "permitlocalcommand": true,
+	"permitremoteopen": true, "port": true, "preferredauthentications": true, "proxyusefdpass": true,
+	"pubkeyacceptedalgorithms": true, "pubkeyacceptedkeytypes": true, "pubkeyauthentication": true,
+	"rekeylimit": true, "remotecommand": true, "remoteforward": true, "requesttty": true,
+	"requiredrsasize": true, "sendenv": true, "serveraliveinterval": true, "serveralivecountmax": true,
+	"sessiontype": true, "setenv": true, "stdinnull": true, "streamlocalbindmask": true,
+	"streamlocalbindunlink": true, "stricthostkeychecking": true, "tcpkeepalive": true, "tunnel": true,
+	"tunneldevice": true, "updatehostkeys": true, "user": true, "verifyhostkeydns": true, "visualhostkey": true,
+	"warnweakcrypto": true,
+}

@@ -59,6 +59,7 @@ const (
 	roleJq                     // a jq filter: import and include load files it names
 	roleNameList               // a file (or - for stdin) listing the names of files the program reads
 	roleSocket                 // a local socket the program connects to: the server acts on what it sends (edit)
+	roleSSHOption              // ssh -o KEY=VALUE: a setting of ssh_config(5), some of which run commands
 )
 
 var roleNames = map[string]role{
@@ -69,7 +70,7 @@ var roleNames = map[string]role{
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
-	"socket": roleSocket,
+	"socket": roleSocket, "ssh-option": roleSSHOption,
 }
 
 // optSpec is one option of a program.
