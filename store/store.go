@@ -31,10 +31,13 @@
 // The writer commits every CommitInterval (50 ms) after the first change, at
 // once when CommitBytes (1 MiB) are queued, and at once at Sync, Load,
 // Delete and Close. A commit that contains a turn end fsyncs that session's
-// log (one fsync for all the turns that ended in the window). A kill -9
-// therefore loses at most what was queued in memory (one commit window); an
+// log (one fsync for all the turns that ended in the window), unless the
+// session's log was fsynced less than SyncInterval (1 s) before: then the
+// first commit after that second has passed fsyncs it. A kill -9 therefore
+// loses at most what was queued in memory (one commit window); an
 // operating system crash loses at most what was written since the last
-// fsync (the turn in progress, or the turns of the last window). Neither can corrupt
+// fsync (the turn in progress, or the turns of the last second: a busy
+// session is fsynced once a second, not twenty times). Neither can corrupt
 // the store: records are checksummed, a torn or partly written last record
 // is ignored by readers and truncated away by the next writer under the
 // session's lock, and metadata is replaced atomically (temp file + fsync +
@@ -148,6 +151,7 @@ const (
 	DefaultSweepInterval   = 10 * time.Minute
 	DefaultStallTimeout    = time.Second
 	DefaultTouchInterval   = time.Second
+	DefaultSyncInterval    = time.Second
 
 	// MaxLineBytes is the largest update stored: ACP messages may be 64 MiB
 	// (DESIGN §7).
@@ -173,6 +177,9 @@ type Options struct {
 	// commit. List in another process sees such an UpdatedAt up to this
 	// much later; its slack covers it (list.go).
 	TouchInterval time.Duration
+	// SyncInterval: a session's log is fsynced for a turn's end at most
+	// this often (and at once at Sync and Close).
+	SyncInterval time.Duration
 
 	Logger hclog.Logger // write failures; nil: none
 
@@ -212,6 +219,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.TouchInterval <= 0 {
 		o.TouchInterval = DefaultTouchInterval
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = DefaultSyncInterval
 	}
 	if o.minShared <= 0 {
 		o.minShared = MinSharedBytes
@@ -297,9 +307,10 @@ type session struct {
 	meta     Meta
 	bumps    []int64 // earlier UpdatedAt values, for List cursors (see list.go)
 
-	pending   []piece // records for the writer, who fills in the CRCs
-	spare     []piece // the previous pending slice, for reuse
-	sync      bool    // pending holds a turn end: fsync after writing
+	pending   []piece   // records for the writer, who fills in the CRCs
+	spare     []piece   // the previous pending slice, for reuse
+	sync      bool      // a turn end was written or is pending: fsync (at syncedAt+SyncInterval at the earliest)
+	syncedAt  time.Time // when the log was last taken for an fsync
 	metaDirty bool
 	touched   bool      // UpdatedAt moved since the metadata was last written
 	metaAt    time.Time // when the metadata was last taken for writing

@@ -903,3 +903,53 @@ func TestLoadRepairsUTF8(t *testing.T) {
 		t.Errorf("repaired line not JSON, or the valid line changed: %q", h.Updates[1])
 	}
 }
+
+// TestSyncInterval: turns ending one every commit window have their
+// session's log fsynced at most once per SyncInterval (not once per
+// window), the last turn's end is fsynced within the interval without
+// further activity, and Sync fsyncs at once.
+func TestSyncInterval(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	var syncs atomic.Int64
+	dir := t.TempDir()
+	st, err := open(dir, Options{CommitInterval: 5 * time.Millisecond, SyncInterval: interval}, func(op string) error {
+		if op == "log.sync" {
+			syncs.Add(1)
+		}
+		return nil
+	})
+	must(t, err)
+	defer st.Close()
+	must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
+	must(t, st.Sync(t.Context()))
+
+	before := syncs.Load()
+	start := time.Now()
+	for time.Since(start) < 3*interval {
+		must(t, st.TurnStart("s"))
+		must(t, st.Append("s", []byte(`{"u":1}`)))
+		must(t, st.TurnEnd("s"))
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(start)
+	if n, most := syncs.Load()-before, int64(took/interval)+2; n < 1 || n > most {
+		t.Errorf("%d fsyncs of the log in %v of turns, want 1 to %d (one per %v)", n, took, most, interval)
+	}
+	// The last turn's end is fsynced by itself within the interval.
+	must(t, st.TurnStart("s"))
+	must(t, st.TurnEnd("s"))
+	last := syncs.Load()
+	for deadline := time.Now().Add(interval + time.Second); syncs.Load() == last; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the last turn's end was not fsynced within the interval")
+		}
+	}
+	// Sync fsyncs at once.
+	must(t, st.TurnStart("s"))
+	must(t, st.TurnEnd("s"))
+	last = syncs.Load()
+	must(t, st.Sync(t.Context()))
+	if syncs.Load() == last {
+		t.Error("Sync returned without an fsync of the log")
+	}
+}

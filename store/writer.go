@@ -136,7 +136,12 @@ func (s *Store) laterLocked(later []*session, now time.Time) {
 	due := s.opts.TouchInterval
 	for _, se := range later {
 		s.later = append(s.later, se)
-		due = min(due, se.metaAt.Add(s.opts.TouchInterval).Sub(now))
+		if se.touched {
+			due = min(due, se.metaAt.Add(s.opts.TouchInterval).Sub(now))
+		}
+		if se.sync {
+			due = min(due, se.syncedAt.Add(s.opts.SyncInterval).Sub(now))
+		}
 	}
 	if s.touchTimer == nil {
 		s.touchTimer = time.AfterFunc(due, s.wake)
@@ -178,19 +183,25 @@ func (s *Store) commit(final bool) {
 			continue
 		}
 		meta := se.metaDirty || se.touched && (everything || now.Sub(se.metaAt) >= s.opts.TouchInterval)
-		if !meta && se.touched {
+		// A turn's end fsyncs the log at most once per SyncInterval: a
+		// later one waits (later) for the commit when it is due.
+		sync := se.sync && (everything || now.Sub(se.syncedAt) >= s.opts.SyncInterval)
+		if !meta && se.touched || se.sync && !sync {
 			later = append(later, se)
 		}
-		if !meta && len(se.pending) == 0 && !se.sync && !se.fresh {
+		if !meta && len(se.pending) == 0 && !sync && !se.fresh {
 			continue
 		}
-		j := job{se: se, recs: se.pending, size: piecesLen(se.pending), sync: se.sync || s.syncAll || final, fresh: se.fresh}
+		j := job{se: se, recs: se.pending, size: piecesLen(se.pending), sync: sync || s.syncAll || final, fresh: se.fresh}
 		if meta {
 			j.meta = &metaFile{Version: metaVersion, Session: se.meta.clone(), UpdatedHistory: append([]int64(nil), se.bumps...)}
 			se.metaAt, se.touched = now, false
 		}
+		if j.sync {
+			se.syncedAt, se.sync = now, false
+		}
 		se.pending, se.spare = se.spare[:0], nil
-		se.sync, se.metaDirty, se.fresh = false, false, false
+		se.metaDirty, se.fresh = false, false
 		jobs = append(jobs, j)
 	}
 	clear(cands)
@@ -267,7 +278,10 @@ func (s *Store) commit(final bool) {
 // the two leaves records whose metadata is one commit old, which is harmless.
 // It reports whether a file was created or replaced.
 func (s *Store) runJob(j *job) (changed bool, err error) {
-	if !s.opts.MetadataOnly && (j.size > 0 || j.fresh) {
+	// A turn's end whose fsync waited (SyncInterval) comes with nothing to
+	// write: the log is opened for the fsync alone.
+	st := s.files[j.se.name]
+	if !s.opts.MetadataOnly && (j.size > 0 || j.fresh || j.sync && st != nil && !st.clean) {
 		changed, err = s.writeLog(j)
 		if err != nil && j.fresh {
 			// The old history under this id may still be there: the
