@@ -829,14 +829,22 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		cx := cmdCtx{cwds: cwds, cwdUnknown: cwdUnknown, origin: "rawInput.command"}
 		var line string
 		var argv []string
+		// args are the command's arguments, whatever shape the command
+		// has: a tool may append them to an argv as to a program name.
+		extra, _ := decodeOptional[[]string](x, m["args"], "rawInput.args")
 		switch {
 		case json.Unmarshal(c, &line) == nil:
-			if extra, ok := decodeOptional[[]string](x, m["args"], "rawInput.args"); ok && len(extra) > 0 {
+			if len(extra) > 0 {
 				argv = append([]string{line}, extra...)
 			} else if strings.TrimSpace(line) != "" {
 				x.script(line, cx)
 			}
 		case json.Unmarshal(c, &argv) == nil:
+			if len(argv) > 0 {
+				argv = append(argv, extra...)
+			} else if len(extra) > 0 {
+				x.opaque("rawInput.command", "rawInput.command is an empty list with args", KindExecute)
+			}
 		default:
 			x.opaque("rawInput.command", "rawInput.command is neither a string nor a list of strings", KindExecute)
 		}
