@@ -62,6 +62,9 @@ type Verdict struct {
 
 	dec  policy.Decision
 	sess *Session
+	// hidden: the tool call of a permission request has updates the
+	// editor never got; a user's allow approves and grants nothing.
+	hidden bool
 	// start and trace are when the decision started and the span it was
 	// made under (the agent's request in its turn), for its own span.
 	start time.Time
@@ -121,7 +124,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	overflow := false
 	s.mu.Lock()
 	if ts := s.tools[toolKey(req.Agent, v.ToolCallID)]; req.Method == acp.MethodRequestPermission && ts != nil {
-		preq.Updates, overflow = slices.Clone(ts.updates), ts.overflow
+		preq.Updates, overflow, v.hidden = slices.Clone(ts.updates), ts.overflow, ts.hidden
 	}
 	grants, approvals := slices.Clone(s.grants), slices.Clone(s.approvals)
 	s.mu.Unlock()
@@ -294,15 +297,20 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 		return nil
 	}
 	switch choice {
-	case AllowOnce:
+	case AllowOnce, AllowAlways:
+		if v.hidden {
+			// The user answered about the tool call the editor showed;
+			// its evidence holds updates the editor never got. Their
+			// choice allows this request only: the direct calls and
+			// later requests it would cover are asked about.
+			return nil
+		}
 		if v.Method == acp.MethodRequestPermission {
 			v.sess.approve(v)
 		}
-	case AllowAlways:
-		if v.Method == acp.MethodRequestPermission {
-			v.sess.approve(v)
+		if choice == AllowAlways {
+			v.sess.grant(v, policy.Allow)
 		}
-		v.sess.grant(v, policy.Allow)
 	case RejectAlways:
 		v.sess.grant(v, policy.Deny)
 	}

@@ -207,14 +207,12 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 	}
 	switch up.Kind {
 	case "tool_call", "tool_call_update":
-		if r.opts.Guard.Enforcing() {
-			s.policy.Track(name, up.toolUpdate())
-		}
 		id, seen := s.toolIDs.Lookup(name, up.ToolCallID)
 		if up.Kind == "tool_call" {
 			id, seen = s.toolIDs.Out(name, up.ToolCallID), true
 			s.toolIDs.Trim(maxToolIDs)
 		}
+		r.trackTool(s, name, up, seen)
 		if !seen {
 			return // an update for a tool call the editor never saw
 		}

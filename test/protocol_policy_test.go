@@ -1,0 +1,86 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Protocol-level tests of the permission policy: what an agent can make
+// the router approve by the shape and order of its messages rather than
+// by what they say.
+
+func init() {
+	// permission-call JSON: session/request_permission with this toolCall
+	// as it is (no tool_call announced before it), the four options.
+	fakeScriptExt["permission-call"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		var tc map[string]any
+		if err := json.Unmarshal([]byte(rest), &tc); err != nil {
+			a.say(s.id, "bad permission-call: "+err.Error())
+			return
+		}
+		a.askPermission(s.id, tc,
+			map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"},
+			map[string]any{"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+			map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
+			map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"})
+	}
+}
+
+// TestPolicyHiddenUpdatesApproveNothing: a tool_call_update for a tool
+// call the editor has not seen is not forwarded to it, but it is evidence
+// of the permission request that follows. The user who approves that
+// request saw only the request's toolCall: their choice must not approve
+// what only the hidden update named (a direct call it covers, a grant).
+func TestPolicyHiddenUpdatesApproveNothing(t *testing.T) {
+	t.Parallel()
+	cwd, elsewhere := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
+	secret := filepath.Join(elsewhere, "notes.txt")
+	os.WriteFile(secret, []byte("private notes"), 0o644)
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	for _, choice := range []string{"allow_once", "allow_always"} {
+		t.Run(choice, func(t *testing.T) {
+			e := StartRouter(t, cfg, nil)
+			asks := &permissionCounter{}
+			e.Handle("session/request_permission", asks.handler(choice))
+			e.Handle("fs/read_text_file", readTextFile)
+			e.Initialize(t, capsAll)
+			sid := e.NewSession(t, cwd)
+			script := fmt.Sprintf(`update {"sessionUpdate":"tool_call_update","toolCallId":"t1","kind":"read","rawInput":{"file_path":%[2]q}}
+permission-call {"toolCallId":"t1","kind":"read","title":"Read main.go","locations":[{"path":%[1]q}]}
+read %[2]s`, filepath.Join(cwd, "main.go"), secret)
+			if choice == "allow_always" {
+				script += "\nread " + secret
+			}
+			e.MustPrompt(t, sid, script, "end_turn")
+			for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Update() == "tool_call_update" }) {
+				if strings.Contains(string(m.Params), secret) {
+					t.Fatalf("the editor got the hidden update: %s", m.Params)
+				}
+			}
+			if asks.count() < 1 {
+				t.Fatalf("the editor was not asked about the permission request")
+			}
+			for i, p := range asks.params {
+				if i == 0 && strings.Contains(string(p), secret) {
+					t.Fatalf("the permission request shows %s: the test does not test what it says", secret)
+				}
+			}
+			// The read of the file only the hidden update named is asked
+			// about, not covered by the user's approval of "Read main.go".
+			reads := 0
+			for _, p := range asks.params[1:] {
+				if strings.Contains(string(p), secret) {
+					reads++
+				}
+			}
+			if reads == 0 {
+				t.Errorf("the read of %s was not asked about: the approval of a tool call showing main.go covered it (editor asked %d times; agent said %q)", secret, asks.count(), e.Texts(sid))
+			}
+		})
+	}
+}
