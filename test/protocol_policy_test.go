@@ -84,3 +84,53 @@ read %[2]s`, filepath.Join(cwd, "main.go"), secret)
 		})
 	}
 }
+
+func init() {
+	// terminal-env NAME=VALUE CMD ARGS...: terminal/create with that
+	// environment variable.
+	fakeScriptExt["terminal-env"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		words := strings.Fields(rest)
+		name, value, _ := strings.Cut(words[0], "=")
+		res, rerr := a.call("terminal/create", map[string]any{"sessionId": s.id, "command": words[1], "args": words[2:],
+			"env": []any{map[string]string{"name": name, "value": value}}})
+		if rerr != nil {
+			a.say(s.id, fmt.Sprintf("terminal error: %d %s", rerr.Code, rerr.Message))
+			return
+		}
+		a.say(s.id, "terminal-id: "+jsonString(res, "terminalId"))
+	}
+}
+
+// TestPolicyAskShowsTerminalEnv: the router's own permission request
+// about a terminal/create shows everything the policy decided on that
+// the editor will use: the environment variables (LD_PRELOAD here, which
+// is why it asks), the arguments as separate words, the directory.
+func TestPolicyAskShowsTerminalEnv(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, `default: ask
+rules:
+  - id: ls
+    decision: allow
+    when: {command: ["ls **"]}
+`)
+	e := StartRouter(t, cfg, nil)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "terminal-env LD_PRELOAD=/tmp/evil.so ls -l", "end_turn")
+	if asks.count() != 1 {
+		t.Fatalf("asked %d times, want 1; agent said %q", asks.count(), e.Texts(sid))
+	}
+	var ask struct {
+		ToolCall struct {
+			Title    string          `json:"title"`
+			RawInput json.RawMessage `json:"rawInput"`
+		} `json:"toolCall"`
+	}
+	json.Unmarshal(asks.params[0], &ask)
+	if !strings.Contains(ask.ToolCall.Title, "LD_PRELOAD=/tmp/evil.so") || !strings.Contains(string(ask.ToolCall.RawInput), "LD_PRELOAD") {
+		t.Errorf("the router's permission request does not show the environment it asks about: %s", asks.params[0])
+	}
+}
