@@ -305,11 +305,17 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 			// later requests it would cover are asked about.
 			return nil
 		}
+		// What the user approved is what the editor showed them: not
+		// what the router read from the tool call's _meta.
+		shown := *v
+		if v.dec.Evidence != nil {
+			shown.dec.Evidence = v.dec.Evidence.Shown()
+		}
 		if v.Method == acp.MethodRequestPermission {
-			v.sess.approve(v)
+			v.sess.approve(&shown)
 		}
 		if choice == AllowAlways {
-			v.sess.grant(v, policy.Allow)
+			v.sess.grant(&shown, policy.Allow)
 		}
 	case RejectAlways:
 		v.sess.grant(v, policy.Deny)

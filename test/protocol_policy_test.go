@@ -31,10 +31,11 @@ func init() {
 }
 
 // TestPolicyHiddenUpdatesApproveNothing: a tool_call_update for a tool
-// call the editor has not seen is not forwarded to it, but it is evidence
-// of the permission request that follows. The user who approves that
-// request saw only the request's toolCall: their choice must not approve
-// what only the hidden update named (a direct call it covers, a grant).
+// call the editor has not seen is not forwarded to it, and no editor shows
+// a tool call's _meta, but both are evidence of the permission request.
+// The user who approves that request saw only what the editor shows:
+// their choice must not approve what only the hidden update or _meta
+// named (a direct call it covers, a grant).
 func TestPolicyHiddenUpdatesApproveNothing(t *testing.T) {
 	t.Parallel()
 	cwd, elsewhere := t.TempDir(), t.TempDir()
@@ -42,17 +43,24 @@ func TestPolicyHiddenUpdatesApproveNothing(t *testing.T) {
 	secret := filepath.Join(elsewhere, "notes.txt")
 	os.WriteFile(secret, []byte("private notes"), 0o644)
 	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
-	for _, choice := range []string{"allow_once", "allow_always"} {
-		t.Run(choice, func(t *testing.T) {
+	main := filepath.Join(cwd, "main.go")
+	scripts := map[string]string{
+		// An update for a tool call the editor has not seen.
+		"hidden-update": fmt.Sprintf(`update {"sessionUpdate":"tool_call_update","toolCallId":"t1","kind":"read","rawInput":{"file_path":%[2]q}}
+permission-call {"toolCallId":"t1","kind":"read","title":"Read main.go","locations":[{"path":%[1]q}]}`, main, secret),
+		// _meta: no editor shows it (ACP: reserved for extensions).
+		"meta": fmt.Sprintf(`permission-call {"toolCallId":"t1","kind":"read","title":"Read main.go","locations":[{"path":%[1]q}],"_meta":{"x":{"file_path":%[2]q}}}`, main, secret),
+	}
+	for _, tc := range []struct{ how, choice string }{{"hidden-update", "allow_once"}, {"hidden-update", "allow_always"}, {"meta", "allow_once"}, {"meta", "allow_always"}} {
+		choice := tc.choice
+		t.Run(tc.how+"/"+choice, func(t *testing.T) {
 			e := StartRouter(t, cfg, nil)
 			asks := &permissionCounter{}
 			e.Handle("session/request_permission", asks.handler(choice))
 			e.Handle("fs/read_text_file", readTextFile)
 			e.Initialize(t, capsAll)
 			sid := e.NewSession(t, cwd)
-			script := fmt.Sprintf(`update {"sessionUpdate":"tool_call_update","toolCallId":"t1","kind":"read","rawInput":{"file_path":%[2]q}}
-permission-call {"toolCallId":"t1","kind":"read","title":"Read main.go","locations":[{"path":%[1]q}]}
-read %[2]s`, filepath.Join(cwd, "main.go"), secret)
+			script := scripts[tc.how] + "\nread " + secret
 			if choice == "allow_always" {
 				script += "\nread " + secret
 			}
@@ -65,10 +73,13 @@ read %[2]s`, filepath.Join(cwd, "main.go"), secret)
 			if asks.count() < 1 {
 				t.Fatalf("the editor was not asked about the permission request")
 			}
-			for i, p := range asks.params {
-				if i == 0 && strings.Contains(string(p), secret) {
-					t.Fatalf("the permission request shows %s: the test does not test what it says", secret)
-				}
+			var first struct {
+				ToolCall map[string]json.RawMessage `json:"toolCall"`
+			}
+			json.Unmarshal(asks.params[0], &first)
+			delete(first.ToolCall, "_meta")
+			if b, _ := json.Marshal(first.ToolCall); strings.Contains(string(b), secret) {
+				t.Fatalf("the permission request shows %s: the test does not test what it says", secret)
 			}
 			// The read of the file only the hidden update named is asked
 			// about, not covered by the user's approval of "Read main.go".
