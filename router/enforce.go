@@ -137,7 +137,22 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		if root != s {
 			parentID = root.ID
 		}
-		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode, Method: req.Method, Params: p})
+		// A permission request about a tool call the editor was shown:
+		// the guard must hold what the agent said of it before.
+		shown := false
+		if req.Method == acp.MethodRequestPermission {
+			var tc struct {
+				ToolCall struct {
+					ToolCallID string `json:"toolCallId"`
+				} `json:"toolCall"`
+			}
+			if json.Unmarshal(p, &tc) == nil && tc.ToolCall.ToolCallID != "" {
+				s.mu.Lock()
+				_, shown = s.toolIDs.Lookup(agent, tc.ToolCall.ToolCallID)
+				s.mu.Unlock()
+			}
+		}
+		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode, Method: req.Method, Params: p, ToolShown: shown})
 		r.carryOut(ctx, s, inst, req, p, v, reply)
 	})
 }

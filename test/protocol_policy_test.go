@@ -145,3 +145,27 @@ rules:
 		t.Errorf("the router's permission request does not show the environment it asks about: %s", asks.params[0])
 	}
 }
+
+// TestPolicyPermissionForEarlierTurnsToolCall: the router keeps a tool
+// call's updates as evidence for its turn only, while the editor keeps
+// showing the tool call. A permission request in a later turn about a tool
+// call the editor was shown then (as "rm -rf ~") cannot be reconciled with
+// what it said before: it is never allowed on what the request alone
+// says (a read of main.go).
+func TestPolicyPermissionForEarlierTurnsToolCall(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, `update {"sessionUpdate":"tool_call","toolCallId":"t7","kind":"execute","title":"rm -rf ~","rawInput":{"command":"rm -rf ~"},"status":"pending"}`, "end_turn")
+	e.MustPrompt(t, sid, fmt.Sprintf(`permission-call {"toolCallId":"t7","kind":"read","locations":[{"path":%q}]}`, filepath.Join(cwd, "main.go")), "end_turn")
+	for _, txt := range e.Texts(sid) {
+		if strings.Contains(txt, `"optionId":"allow"`) {
+			t.Errorf("the permission request about the earlier turn's rm -rf ~ was allowed as a read of main.go (editor asked %d times)", asks.count())
+		}
+	}
+}
