@@ -136,6 +136,15 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		parentID := ""
 		if root != s {
 			parentID = root.ID
+			// A child that reports a mode the policy denies is decided
+			// in it: the router cannot set it back (subagent.go).
+			s.mu.Lock()
+			if d := s.down[agent]; d != nil {
+				if m, _, _, _ := merge.CurrentMode(d.view); m != "" && r.opts.Guard.ModeDenied(agent, m) {
+					mode = m
+				}
+			}
+			s.mu.Unlock()
 		}
 		// A permission request about a tool call the editor was shown:
 		// the guard must hold what the agent said of it before.

@@ -169,3 +169,88 @@ func TestPolicyPermissionForEarlierTurnsToolCall(t *testing.T) {
 		}
 	}
 }
+
+func init() {
+	// raw-update JSON: a session/update whose update is JSON as written
+	// (escapes in member names kept).
+	fakeScriptExt["raw-update"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		a.writeRaw([]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":` + string(mustJSON(s.id)) + `,"update":` + rest + "}}\n"))
+	}
+}
+
+// TestPolicyEscapedUpdateNames: a tool_call whose member names are
+// written with escapes is the same tool call to the router as to the
+// editor: its rawInput is evidence of the permission request about it.
+func TestPolicyEscapedUpdateNames(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, `default: ask
+rules:
+  - id: reads-in-project
+    decision: allow
+    when: {kind: [read, search], paths: ["${cwd}/**"]}
+  - id: no-rm
+    decision: deny
+    when: {command: ["rm **"]}
+`)
+	e := StartRouter(t, cfg, nil)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("allow_once"))
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	main := filepath.Join(cwd, "main.go")
+	for _, upd := range []string{
+		`{"sessionUpdate":"tool_call","toolCall\u0049d":"t1","kind":"read","title":"x","r\u0061wInput":{"comm\u0061nd":"rm -rf ~"},"status":"pending"}`,
+		`{"sessionUpd\u0061te":"tool_call","toolCallId":"t2","kind":"read","title":"x","rawInput":{"command":"rm -rf ~"},"status":"pending"}`,
+	} {
+		id := "t1"
+		if strings.Contains(upd, `"t2"`) {
+			id = "t2"
+		}
+		e.MustPrompt(t, sid, fmt.Sprintf("raw-update %s\npermission-call {\"toolCallId\":%q,\"kind\":\"read\",\"locations\":[{\"path\":%q}]}", upd, id, main), "end_turn")
+	}
+	rejected := 0
+	for _, txt := range e.Texts(sid) {
+		if strings.Contains(txt, `"optionId":"allow"`) {
+			t.Errorf("a permission request about a tool call announced with escaped names as rm -rf ~ was allowed: %q", e.Texts(sid))
+		}
+		if strings.Contains(txt, `"optionId":"reject"`) {
+			rejected++
+		}
+	}
+	if rejected != 2 {
+		t.Errorf("%d permission requests denied by no-rm, want 2: %q", rejected, e.Texts(sid))
+	}
+}
+
+// TestPolicySubagentMode: a subagent session that reports a mode the
+// policy denies (claude's bypassPermissions) cannot be set back (ACP
+// permits only cancel on a child): its requests are decided as a denied
+// mode's are, never allowed without asking.
+func TestPolicySubagentMode(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/read_text_file", readTextFile)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsSubagents)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, strings.Join([]string{
+		announce("child-1"),
+		"as child-1 read " + cwd + "/main.go",
+		`as child-1 update {"sessionUpdate":"current_mode_update","currentModeId":"bypassPermissions"}`,
+		"as child-1 read " + cwd + "/main.go",
+	}, "\n"), "end_turn")
+	var reads []string
+	for _, txt := range e.Texts("child-1") {
+		if strings.HasPrefix(txt, "read") {
+			reads = append(reads, txt)
+		}
+	}
+	if len(reads) != 2 || reads[0] != "read: package main" || reads[1] == "read: package main" || asks.count() != 1 {
+		t.Errorf("reads %q, editor asked %d times; want the first allowed, the second (in bypassPermissions) asked and refused", reads, asks.count())
+	}
+}
