@@ -42,6 +42,11 @@ type Request struct {
 	Mode     string // the agent's current mode in the session
 	Method   string
 	Params   json.RawMessage // the agent's params (its own session id)
+	// ToolShown: the editor was shown the tool call a permission request
+	// is about (the router forwarded an update or a request naming it).
+	// If the session keeps no update of it (they were of an earlier turn),
+	// the editor shows more of it than the policy would see: not allowed.
+	ToolShown bool
 }
 
 // Verdict is the decision on one request and what it is about. Effect is
@@ -62,6 +67,9 @@ type Verdict struct {
 
 	dec  policy.Decision
 	sess *Session
+	// hidden: the tool call of a permission request has updates the
+	// editor never got; a user's allow approves and grants nothing.
+	hidden bool
 	// start and trace are when the decision started and the span it was
 	// made under (the agent's request in its turn), for its own span.
 	start time.Time
@@ -119,9 +127,12 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS, s),
 		Session: policy.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
+	forgotten := false
 	s.mu.Lock()
 	if ts := s.tools[toolKey(req.Agent, v.ToolCallID)]; req.Method == acp.MethodRequestPermission && ts != nil {
-		preq.Updates, overflow = slices.Clone(ts.updates), ts.overflow
+		preq.Updates, overflow, v.hidden = slices.Clone(ts.updates), ts.overflow, ts.hidden
+	} else if req.Method == acp.MethodRequestPermission && req.ToolShown {
+		forgotten = true
 	}
 	grants, approvals := slices.Clone(s.grants), slices.Clone(s.approvals)
 	s.mu.Unlock()
@@ -159,6 +170,12 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 				break
 			}
 		}
+	}
+	if forgotten && v.Effect == policy.Allow {
+		// The editor shows the tool call as the agent's earlier updates
+		// made it; the policy sees only the request. Not reconciled: ask.
+		v.Effect, v.Source, v.Rule, v.Layer = policy.Ask, string(policy.SourceBuiltin), policy.RuleOpaque, policy.LayerBuiltin
+		v.Message = "the tool call was shown to the editor with updates the router no longer keeps (an earlier turn's)"
 	}
 	if v.Effect == policy.Ask && req.Method != acp.MethodRequestPermission && d.Evidence != nil {
 		for _, a := range approvals {
@@ -294,15 +311,26 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 		return nil
 	}
 	switch choice {
-	case AllowOnce:
-		if v.Method == acp.MethodRequestPermission {
-			v.sess.approve(v)
+	case AllowOnce, AllowAlways:
+		if v.hidden {
+			// The user answered about the tool call the editor showed;
+			// its evidence holds updates the editor never got. Their
+			// choice allows this request only: the direct calls and
+			// later requests it would cover are asked about.
+			return nil
 		}
-	case AllowAlways:
-		if v.Method == acp.MethodRequestPermission {
-			v.sess.approve(v)
+		// What the user approved is what the editor showed them: not
+		// what the router read from the tool call's _meta.
+		shown := *v
+		if v.dec.Evidence != nil {
+			shown.dec.Evidence = v.dec.Evidence.Shown()
 		}
-		v.sess.grant(v, policy.Allow)
+		if v.Method == acp.MethodRequestPermission {
+			v.sess.approve(&shown)
+		}
+		if choice == AllowAlways {
+			v.sess.grant(&shown, policy.Allow)
+		}
 	case RejectAlways:
 		v.sess.grant(v, policy.Deny)
 	}

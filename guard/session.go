@@ -50,6 +50,8 @@ type toolState struct {
 	kind     string
 	overflow bool // more updates than kept: never allowed without asking
 	done     bool // completed or failed: its evidence is no longer needed
+	// hidden: an update of it did not reach the editor (ToolUpdate.Hidden).
+	hidden bool
 }
 
 func toolKey(agent, id string) string { return agent + "\x00" + id }
@@ -65,6 +67,12 @@ type ToolUpdate struct {
 	RawInput  json.RawMessage
 	Content   json.RawMessage
 	Status    string
+	// Hidden: the router does not forward this update to the editor (a
+	// tool call the editor has not seen, or not the content of a turn it
+	// shows). It is still evidence, but the user who answers a permission
+	// request about the tool call never saw it: their "allow" approves
+	// nothing beyond the tool call itself (Record).
+	Hidden bool
 }
 
 // toolEvidence is how one update is kept: the part the policy reads.
@@ -115,6 +123,9 @@ func (s *Session) Track(agent string, up *ToolUpdate) {
 	}
 	if up.Status == "completed" || up.Status == "failed" {
 		ts.done = true
+	}
+	if up.Hidden {
+		ts.hidden = true
 	}
 	if ts.overflow {
 		return

@@ -136,6 +136,11 @@ type Item struct {
 	// when no rule matches it, it does not fall to the default.
 	Aux bool `json:"aux,omitempty"`
 
+	// Unshown: read from a tool call's _meta, which no editor shows
+	// (ACP reserves it for extensions): the user who approves the tool
+	// call never saw it (Evidence.Shown).
+	Unshown bool `json:"unshown,omitempty"`
+
 	canon []string // Argv with flag runs normalised, for command patterns
 	kinds kindSet
 }
@@ -271,6 +276,7 @@ type extractor struct {
 	// maxEvidence reached, the request is refused and nothing more added.
 	truncated, full bool
 	deep            bool                // a command nested past maxDepth was recorded
+	unshown         bool                // reading a tool call's _meta: items are Unshown
 	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
 	// madeLinks: the symlinks the command line makes (ln -s), where the
 	// kernel makes them → their targets (see linkFS).
@@ -385,6 +391,7 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	if it.Opaque != "" || it.Unknown != "" {
 		it.Aux = false // what cannot be seen is never only auxiliary
 	}
+	it.Unshown = it.Unshown || x.unshown
 	for _, k := range kinds {
 		if b := kindBit(k); it.kinds&b == 0 {
 			it.kinds |= b
@@ -631,8 +638,10 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 		}
 		x.rawInput(tc.RawInput, kinds, recursive)
 		if meta, ok := decodeOptional[map[string]json.RawMessage](x, tc.Meta, "toolCall._meta"); ok {
+			x.unshown = true
 			x.rawScan(meta, false, "_meta", kinds, recursive, slices.Contains(kinds, KindFetch),
 				cmdCtx{cwds: x.dirs(x.cwd), origin: "_meta"}, 0)
+			x.unshown = false
 		}
 	}
 	if slices.Contains(kinds, KindFetch) {
@@ -829,14 +838,22 @@ func (x *extractor) rawInput(raw json.RawMessage, kinds []Kind, recursive bool) 
 		cx := cmdCtx{cwds: cwds, cwdUnknown: cwdUnknown, origin: "rawInput.command"}
 		var line string
 		var argv []string
+		// args are the command's arguments, whatever shape the command
+		// has: a tool may append them to an argv as to a program name.
+		extra, _ := decodeOptional[[]string](x, m["args"], "rawInput.args")
 		switch {
 		case json.Unmarshal(c, &line) == nil:
-			if extra, ok := decodeOptional[[]string](x, m["args"], "rawInput.args"); ok && len(extra) > 0 {
+			if len(extra) > 0 {
 				argv = append([]string{line}, extra...)
 			} else if strings.TrimSpace(line) != "" {
 				x.script(line, cx)
 			}
 		case json.Unmarshal(c, &argv) == nil:
+			if len(argv) > 0 {
+				argv = append(argv, extra...)
+			} else if len(extra) > 0 {
+				x.opaque("rawInput.command", "rawInput.command is an empty list with args", KindExecute)
+			}
 		default:
 			x.opaque("rawInput.command", "rawInput.command is neither a string nor a list of strings", KindExecute)
 		}
@@ -1035,6 +1052,18 @@ func pseudoDevice(p string) bool {
 // quietPaths are device files whose use is never evidence.
 var quietPaths = map[string]bool{"/dev/null": true, "/dev/stdin": true, "/dev/stdout": true,
 	"/dev/stderr": true, "/dev/tty": true, "/dev/zero": true, "/dev/random": true, "/dev/urandom": true}
+
+// Shown is e without the items no editor shows the user (Unshown: read
+// from a tool call's _meta): what a user who approves the tool call
+// approved. e itself when it has none.
+func (e *Evidence) Shown() *Evidence {
+	if !slices.ContainsFunc(e.Items, func(it Item) bool { return it.Unshown }) {
+		return e
+	}
+	c := *e
+	c.Items = slices.DeleteFunc(slices.Clone(e.Items), func(it Item) bool { return it.Unshown })
+	return &c
+}
 
 // Covers reports whether every item of o (a direct fs or terminal call)
 // is also an item of e (the approved tool call's evidence): same path

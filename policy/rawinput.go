@@ -126,10 +126,16 @@ func classifyRawKey(k string) rawKeyClass {
 	return rawOther
 }
 
-// rawTopHandled are the top-level rawInput keys rawInput itself reads.
-func rawTopHandled(k string) bool {
+// rawTopHandled are the top-level rawInput keys of m rawInput itself
+// reads. args is read as the command's arguments only beside a command;
+// without one it is a field like any other (an object of the tool's
+// arguments is read by its members).
+func rawTopHandled(m map[string]json.RawMessage, k string) bool {
 	switch k {
-	case "command", "args", "paths", "url":
+	case "args":
+		c := m["command"]
+		return len(c) > 0 && string(c) != "null"
+	case "command", "paths", "url":
 		return true
 	case "changes":
 		return true // an object: read by rawInput; a string: a patch, below
@@ -170,7 +176,7 @@ func (x *extractor) rawScan(m map[string]json.RawMessage, top bool, where string
 			continue
 		}
 		class := classifyRawKey(k)
-		if top && rawTopHandled(k) && !(slices.Contains(rawCwdKeys, k) && !hasCommand && !slices.Contains(rawPathKeys, k)) {
+		if top && rawTopHandled(m, k) && !(slices.Contains(rawCwdKeys, k) && !hasCommand && !slices.Contains(rawPathKeys, k)) {
 			// Read by rawInput, except a patch given as changes: "..."
 			// and what each change says besides its path (Codex's
 			// move_path).

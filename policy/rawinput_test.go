@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 )
@@ -35,5 +36,25 @@ func TestClassifyRawKey(t *testing.T) {
 		if got := classifyRawKey(k); got != want {
 			t.Errorf("classifyRawKey(%q) = %d, want %d", k, got, want)
 		}
+	}
+}
+
+// TestShownLeavesMeta: what the policy read from a tool call's _meta is
+// evidence (a deny rule sees it) but not shown: an approval of the tool
+// call does not cover a direct call only _meta named.
+func TestShownLeavesMeta(t *testing.T) {
+	ev := Extract(&Request{Method: "session/request_permission", Session: Session{Cwd: "/p"},
+		Params: json.RawMessage(`{"sessionId":"s","toolCall":{"toolCallId":"t","kind":"read","locations":[{"path":"/p/a.go"}],"_meta":{"x":{"file_path":"/etc/notes"}}}}`)})
+	read := func(p string) *Evidence {
+		return Extract(&Request{Method: "fs/read_text_file", Session: Session{Cwd: "/p"}, Params: json.RawMessage(`{"sessionId":"s","path":"` + p + `"}`)})
+	}
+	if !ev.Covers(read("/etc/notes")) {
+		t.Fatalf("the evidence does not hold _meta's path: %v", ev.Items)
+	}
+	if ev.Shown().Covers(read("/etc/notes")) {
+		t.Errorf("Shown covers the path only _meta named")
+	}
+	if !ev.Shown().Covers(read("/p/a.go")) {
+		t.Errorf("Shown does not cover the location the editor shows")
 	}
 }

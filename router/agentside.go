@@ -502,10 +502,8 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		// A tool call is forwarded only with its turn's content; an update
 		// only for a tool call the editor has seen (Zed draws a red "Tool
 		// call not found" card otherwise).
-		if r.opts.Guard.Enforcing() {
-			s.policy.Track(name, up.toolUpdate())
-		}
 		if !content {
+			r.trackTool(s, name, up, false)
 			break
 		}
 		// A finished tool call's id is kept for the updates that may
@@ -517,6 +515,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			fresh = !seen
 			id, seen = s.toolIDs.Out(name, up.ToolCallID), true
 		}
+		r.trackTool(s, name, up, seen)
 		if seen {
 			line = s.agentLine(d, m, s.idEdits(name, up.ToolCallID, id, up.MessageID, up.Meta))
 			if up.Status == "completed" || up.Status == "failed" {
@@ -565,6 +564,16 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		if sh := m.Claim(); sh != nil {
 			sh.Release()
 		}
+	}
+}
+
+// trackTool keeps a tool call update of agent's as the policy's evidence
+// (DESIGN §6), saying whether the editor gets it (shown).
+func (r *Router) trackTool(s *Session, agent string, up *updateFields, shown bool) {
+	if r.opts.Guard.Enforcing() {
+		tu := up.toolUpdate()
+		tu.Hidden = !shown
+		s.policy.Track(agent, tu)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
@@ -173,4 +174,26 @@ func FuzzPromptBlocks(f *testing.F) {
 			t.Fatalf("promptBlocks(%s) = %+v, %v; the decode %+v", p, got, ok, want.Prompt)
 		}
 	})
+}
+
+// TestDescribeCall: the router's own permission request about a command
+// shows its environment, each argument as one shell word and its
+// directory: what the user approves is what the editor runs.
+func TestDescribeCall(t *testing.T) {
+	for _, c := range []struct{ params, title string }{
+		{`{"command":"ls","args":["-l"]}`, "A wants to run: ls -l"},
+		{`{"command":"git status && rm -rf ~"}`, "A wants to run: git status && rm -rf ~"},
+		{`{"command":"echo","args":["a b; rm -rf ~","it's"]}`, `A wants to run: echo 'a b; rm -rf ~' 'it'\''s'`},
+		{`{"command":"ls","args":["-l"],"env":[{"name":"LD_PRELOAD","value":"/tmp/x.so"},{"name":"A","value":"1 2"}],"cwd":"/etc"}`,
+			"A wants to run: LD_PRELOAD=/tmp/x.so A='1 2' ls -l (in /etc)"},
+		{`{"command":"ls","args":[""]}`, "A wants to run: ls ''"},
+	} {
+		title, kind, tc := describeCall("A", "terminal/create", json.RawMessage(c.params))
+		if title != c.title || kind != "execute" {
+			t.Errorf("%s: %q %s, want %q", c.params, title, kind, c.title)
+		}
+		if in, _ := tc["rawInput"].(map[string]any); strings.Contains(c.params, "env") && in["env"] == nil {
+			t.Errorf("%s: rawInput %v without env", c.params, in)
+		}
+	}
 }

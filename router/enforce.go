@@ -136,8 +136,32 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		parentID := ""
 		if root != s {
 			parentID = root.ID
+			// A child that reports a mode the policy denies is decided
+			// in it: the router cannot set it back (subagent.go).
+			s.mu.Lock()
+			if d := s.down[agent]; d != nil {
+				if m, _, _, _ := merge.CurrentMode(d.view); m != "" && r.opts.Guard.ModeDenied(agent, m) {
+					mode = m
+				}
+			}
+			s.mu.Unlock()
 		}
-		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode, Method: req.Method, Params: p})
+		// A permission request about a tool call the editor was shown:
+		// the guard must hold what the agent said of it before.
+		shown := false
+		if req.Method == acp.MethodRequestPermission {
+			var tc struct {
+				ToolCall struct {
+					ToolCallID string `json:"toolCallId"`
+				} `json:"toolCall"`
+			}
+			if json.Unmarshal(p, &tc) == nil && tc.ToolCall.ToolCallID != "" {
+				s.mu.Lock()
+				_, shown = s.toolIDs.Lookup(agent, tc.ToolCall.ToolCallID)
+				s.mu.Unlock()
+			}
+		}
+		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode, Method: req.Method, Params: p, ToolShown: shown})
 		r.carryOut(ctx, s, inst, req, p, v, reply)
 	})
 }
@@ -315,12 +339,16 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 
 // describeCall is how the router's own permission request shows a direct
 // call: a title, a tool kind, and the locations or input it is about
-// (never the content of a write).
+// (never the content of a write). A command shows all the policy decided
+// on that the editor will use: its environment (names and values: an
+// LD_PRELOAD is why it asks), each argument as one shell word, its
+// directory.
 func describeCall(agentTitle, method string, p json.RawMessage) (string, string, map[string]any) {
 	var c struct {
 		Path    string   `json:"path"`
 		Command string   `json:"command"`
 		Args    []string `json:"args"`
+		Env     []envVar `json:"env"`
 		Cwd     string   `json:"cwd"`
 	}
 	json.Unmarshal(p, &c)
@@ -333,12 +361,43 @@ func describeCall(agentTitle, method string, p json.RawMessage) (string, string,
 		tc["locations"] = []map[string]string{{"path": c.Path}}
 		return fmt.Sprintf("%s wants to write %s", agentTitle, c.Path), "edit", tc
 	default:
-		line := strings.Join(append([]string{c.Command}, c.Args...), " ")
+		var words []string
+		for _, e := range c.Env {
+			words = append(words, e.Name+"="+shellWord(e.Value))
+		}
+		if len(c.Args) == 0 {
+			words = append(words, c.Command) // a command line, run as one
+		} else {
+			words = append(words, shellWord(c.Command))
+			for _, a := range c.Args {
+				words = append(words, shellWord(a))
+			}
+		}
 		in := map[string]any{"command": c.Command, "args": c.Args}
+		title := fmt.Sprintf("%s wants to run: %s", agentTitle, strings.Join(words, " "))
+		if len(c.Env) > 0 {
+			in["env"] = c.Env
+		}
 		if c.Cwd != "" {
 			in["cwd"] = c.Cwd
+			title += " (in " + c.Cwd + ")"
 		}
 		tc["rawInput"] = in
-		return fmt.Sprintf("%s wants to run: %s", agentTitle, line), "execute", tc
+		return title, "execute", tc
 	}
+}
+
+// envVar is one of terminal/create's env (schema EnvVariable).
+type envVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// shellWord is s as one POSIX shell word: as it is when it needs no
+// quoting, else in single quotes.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

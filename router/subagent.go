@@ -207,14 +207,12 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 	}
 	switch up.Kind {
 	case "tool_call", "tool_call_update":
-		if r.opts.Guard.Enforcing() {
-			s.policy.Track(name, up.toolUpdate())
-		}
 		id, seen := s.toolIDs.Lookup(name, up.ToolCallID)
 		if up.Kind == "tool_call" {
 			id, seen = s.toolIDs.Out(name, up.ToolCallID), true
 			s.toolIDs.Trim(maxToolIDs)
 		}
+		r.trackTool(s, name, up, seen)
 		if !seen {
 			return // an update for a tool call the editor never saw
 		}
@@ -226,6 +224,21 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 	case "notice": // live only (relayUpdate)
 		s.writeLiveLocked(s.agentLine(d, m, edits))
 		return
+	case "current_mode_update", "config_option_update":
+		// The child's own mode: the router cannot set a child's mode
+		// (ACP permits only cancel on one), but its requests are decided
+		// in it (enforce) when the policy denies it.
+		if up.Kind == "config_option_update" {
+			d.view.Options = up.ConfigOptions
+		} else if _, _, id, _ := merge.CurrentMode(d.view); id != "" {
+			d.view.Options = merge.SetCurrentValue(d.view.Options, id, up.CurrentModeID)
+		} else {
+			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
+		}
+		if mode, _, _, _ := merge.CurrentMode(d.view); mode != "" && r.opts.Guard.ModeDenied(name, mode) {
+			r.log.Warn("a subagent session reports a mode the policy denies; its requests are asked", "session", s.ID, "agent", name, "mode", mode)
+		}
+		edits = append(edits, s.idEdits(name, "", "", up.MessageID, up.Meta)...)
 	default:
 		edits = append(edits, s.idEdits(name, "", "", up.MessageID, up.Meta)...)
 	}
