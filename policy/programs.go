@@ -298,7 +298,11 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
 		x.gitRepository(p, cwds)
 	}
-	if prog := p.module(); prog != "" && !p.lost {
+	if prog := p.module(); prog == moduleUnknown && !p.lost {
+		// python -m timeit CODE, http.server: a program of its own whose
+		// command line the router does not read; its operands by shape.
+		x.markUnknown(p.label + " -m " + p.moduleName() + ": a module of the standard library whose command line is not understood")
+	} else if prog != "" && !p.lost {
 		// python -m pytest ARGS is pytest ARGS.
 		inner := cx
 		inner.depth++
@@ -454,15 +458,25 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	}
 }
 
+// moduleUnknown, as the program of a module in a spec's modules:, is a
+// module whose command line the router does not read.
+const moduleUnknown = "unknown"
+
 // module returns the program a -m MODULE option runs, if the spec maps
-// the module to one.
+// the module to one (or moduleUnknown).
 func (p *parsedArgs) module() string {
 	if p.spec.modules == nil {
 		return ""
 	}
+	return p.spec.modules[p.moduleName()]
+}
+
+// moduleName is the MODULE of a -m MODULE option, "" if none is given as
+// a plain word.
+func (p *parsedArgs) moduleName() string {
 	for _, v := range p.vals {
 		if v.opt.name == "-m" && v.has && v.v.opaque == "" && !v.v.glob {
-			return p.spec.modules[v.v.s]
+			return v.v.s
 		}
 	}
 	return ""

@@ -142,7 +142,8 @@ type argSpec struct {
 	subs                 map[string]*argSpec
 	subOptional          bool // the program also runs without a subcommand (operands then follow operands:)
 	// modules: python -m MODULE runs MODULE as the program named here
-	// (pytest, pip): the operands are read with that program's spec.
+	// (pytest, pip): the operands are read with that program's spec;
+	// "unknown": its arguments are not understood (timeit, http.server).
 	modules map[string]string
 }
 
@@ -175,7 +176,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 	}
 	for name, sp := range out {
 		for mod, prog := range sp.modules {
-			if out[prog] == nil {
+			if prog != moduleUnknown && out[prog] == nil {
 				return nil, fmt.Errorf("%s: modules: %s names %s, which has no spec", name, mod, prog)
 			}
 		}
