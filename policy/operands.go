@@ -64,6 +64,8 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return false
 	case roleSSHOption:
 		return x.sshOption(prog, opt, s, cwds, inner)
+	case rolePythonX:
+		return x.pythonX(prog, opt, s, cwds)
 	case roleLdflags:
 		if strings.Contains(s, "extld") || strings.Contains(s, "linkmode") || strings.Contains(s, "-plugin") {
 			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)

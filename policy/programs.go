@@ -490,6 +490,35 @@ func (x *extractor) markUnknown(why string) {
 	x.add(Item{Type: ItemTool, Origin: "arguments", Unknown: why}, KindExecute)
 }
 
+// pythonXOptions are the python -X options (CPython 3.14) that change
+// only how the interpreter runs the code it was given: their values are
+// numbers or switches.
+var pythonXOptions = map[string]bool{
+	"faulthandler": true, "showrefcount": true, "tracemalloc": true, "int_max_str_digits": true,
+	"importtime": true, "dev": true, "utf8": true, "warn_default_encoding": true, "no_debug_ranges": true,
+	"frozen_modules": true, "perf": true, "perf_jit": true, "cpu_count": true, "gil": true,
+	"thread_inherit_context": true, "context_aware_warnings": true, "disable_remote_debug": true,
+	"tlbc": true, "pathconfig_warnings": true,
+}
+
+// pythonX checks a python -X NAME[=VALUE] option: pycache_prefix=DIR
+// writes the bytecode of every module imported below DIR, presite=MODULE
+// (debug builds) imports a module first; any other name is kept in
+// sys._xoptions for the code to read, so one not in pythonXOptions is not
+// understood.
+func (x *extractor) pythonX(prog, opt, s string, cwds []string) bool {
+	name, val, _ := strings.Cut(s, "=")
+	switch {
+	case name == "pycache_prefix":
+		return x.argPath(prog, dirOfPattern(arg{s: val}), KindEdit, true, true, cwds)
+	case name == "presite":
+		x.opaque(prog+" "+opt, fmt.Sprintf("%s %s imports the module %q first, code the router does not read", prog, opt, val), KindExecute)
+	case !pythonXOptions[name]:
+		x.markUnknown(fmt.Sprintf("%s %s %q: an implementation option the router does not know", prog, opt, s))
+	}
+	return false
+}
+
 // gitSafeConfig are the git -c settings that change only how git shows
 // or records things: any other one may run a command (core.pager,
 // alias.*, diff.*.textconv, ...), send data elsewhere (url.*.insteadOf,

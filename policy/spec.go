@@ -60,6 +60,7 @@ const (
 	roleNameList               // a file (or - for stdin) listing the names of files the program reads
 	roleSocket                 // a local socket the program connects to: the server acts on what it sends (edit)
 	roleSSHOption              // ssh -o KEY=VALUE: a setting of ssh_config(5), some of which run commands
+	rolePythonX                // python -X NAME[=VALUE]: an implementation option, pycache_prefix a directory written
 )
 
 var roleNames = map[string]role{
@@ -70,7 +71,7 @@ var roleNames = map[string]role{
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
-	"socket": roleSocket, "ssh-option": roleSSHOption,
+	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX,
 }
 
 // optSpec is one option of a program.
