@@ -66,6 +66,13 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return x.sshOption(prog, opt, s, cwds, inner)
 	case rolePythonX:
 		return x.pythonX(prog, opt, s, cwds)
+	case roleTypeDest:
+		// pytest --cov-report html:htmlcov, xml:/path/cov.xml: a report
+		// of TYPE written to DEST, a file or a directory.
+		if _, dest, ok := strings.Cut(s, ":"); ok && dest != "" {
+			return x.argPath(prog, arg{s: dest}, KindEdit, true, true, cwds)
+		}
+		return false
 	case roleLdflags:
 		if strings.Contains(s, "extld") || strings.Contains(s, "linkmode") || strings.Contains(s, "-plugin") {
 			x.opaque(origin, prog+" "+opt+" names a program the linker runs", KindExecute)

@@ -61,6 +61,7 @@ const (
 	roleSocket                 // a local socket the program connects to: the server acts on what it sends (edit)
 	roleSSHOption              // ssh -o KEY=VALUE: a setting of ssh_config(5), some of which run commands
 	rolePythonX                // python -X NAME[=VALUE]: an implementation option, pycache_prefix a directory written
+	roleTypeDest               // TYPE[:DEST] (pytest --cov-report html:DIR): DEST is written, with everything below it
 )
 
 var roleNames = map[string]role{
@@ -71,7 +72,7 @@ var roleNames = map[string]role{
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
-	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX,
+	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX, "type-dest": roleTypeDest,
 }
 
 // optSpec is one option of a program.
