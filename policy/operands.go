@@ -66,6 +66,8 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return x.sshOption(prog, opt, s, cwds, inner)
 	case rolePythonX:
 		return x.pythonX(prog, opt, s, cwds)
+	case roleMakeArg:
+		return x.makeArg(prog, a, recursive, hidden, cwds, inner)
 	case roleTypeDest:
 		// pytest --cov-report html:htmlcov, xml:/path/cov.xml: a report
 		// of TYPE written to DEST, a file or a directory.
@@ -741,6 +743,48 @@ func (x *extractor) sideCommand(origin, s string, inner cmdCtx) {
 	if !harmlessSideCommands[strings.TrimSpace(s)] {
 		x.markUnknown(fmt.Sprintf("%s runs the command %q", origin, s))
 	}
+}
+
+// makeVars are the variables make itself reads: the shell that runs
+// every recipe and its flags, more options, more makefiles.
+var makeVars = map[string]bool{
+	"SHELL": true, ".SHELLFLAGS": true, "MAKESHELL": true, "MAKEFLAGS": true, "MFLAGS": true,
+	"GNUMAKEFLAGS": true, "MAKEFILES": true, "MAKE": true, "MAKEOVERRIDES": true,
+}
+
+// makeArg reads an operand of make: a target, or a variable definition
+// (a word with =, after any of make's operators =, :=, ::=, :::=, ?=,
+// +=, !=). The value is make text: NAME!=COMMAND runs COMMAND with the
+// shell at once, and a $ in it is expanded ($(shell ...) runs a command,
+// $(file >F,...) writes F, even in a variable no recipe uses once it is
+// defined with :=); a variable of makeVars is not understood. Any other
+// value is read by shape, as the recipes that use it may read or write
+// it (DESTDIR, PREFIX).
+func (x *extractor) makeArg(prog string, a arg, recursive, hidden bool, cwds []string, inner cmdCtx) bool {
+	i := strings.IndexByte(a.s, '=')
+	if i <= 0 {
+		return x.roleArg(prog, "", a, roleArgs, recursive, hidden, cwds, inner)
+	}
+	name, val, op := a.s[:i], a.s[i+1:], "="
+	for _, o := range []string{":::", "::", ":", "!", "?", "+"} {
+		if n, ok := strings.CutSuffix(name, o); ok {
+			name, op = n, o+"="
+			break
+		}
+	}
+	name = strings.TrimSpace(name)
+	origin := prog + " " + name + op
+	switch {
+	case op == "!=":
+		x.sideCommand(origin, val, inner)
+		return false
+	case strings.Contains(val, "$"):
+		x.opaque(origin, origin+": make expands the value ($(shell ...) runs a command, $(file ...) writes a file)", KindExecute)
+		return false
+	case makeVars[name]:
+		x.markUnknown(fmt.Sprintf("%s sets %s, which make itself reads", prog, name))
+	}
+	return x.roleArg(prog, "", a, roleArgs, recursive, hidden, cwds, inner)
 }
 
 // compressor is what one of the gzip family's names does with a FILE

@@ -62,6 +62,7 @@ const (
 	roleSSHOption              // ssh -o KEY=VALUE: a setting of ssh_config(5), some of which run commands
 	rolePythonX                // python -X NAME[=VALUE]: an implementation option, pycache_prefix a directory written
 	roleTypeDest               // TYPE[:DEST] (pytest --cov-report html:DIR): DEST is written, with everything below it
+	roleMakeArg                // a make target or variable definition (NAME=VALUE, NAME:=VALUE, NAME!=COMMAND, ...)
 )
 
 var roleNames = map[string]role{
@@ -72,7 +73,7 @@ var roleNames = map[string]role{
 	"host": roleHost, "remote": roleRemote, "remote-dest": roleRemoteDest, "exec": roleExec, "opaque": roleOpaque,
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
-	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX, "type-dest": roleTypeDest,
+	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX, "type-dest": roleTypeDest, "make-arg": roleMakeArg,
 }
 
 // optSpec is one option of a program.
