@@ -676,6 +676,44 @@ func ParamsOfValid(line []byte, p *Prescan, out, inOut []json.RawMessage) error 
 	return err
 }
 
+// UpdateKindOfValid returns the sessionUpdate of a session/update line
+// the router validated and stored (params.update.sessionUpdate), as
+// written between its quotes. It reads the line only up to that member: at
+// each level it takes the first member of that name and stops there, so
+// that the update's content (up to megabytes) is not scanned. ok is false
+// when the member is not there or is not a string without escapes (the
+// caller then reads the line in full). A line that names a member twice is
+// read here by its first, by ParamsOfValid by its last.
+func UpdateKindOfValid(line []byte) ([]byte, bool) {
+	b := line
+	for _, name := range [...]string{"params", "update", "sessionUpdate"} {
+		i, ok := firstMemberOfValid(b, name)
+		if !ok {
+			return nil, false
+		}
+		b = b[i:]
+	}
+	end, ok := valueEnd(b, 0)
+	if !ok || end < 2 || b[0] != '"' || bytes.IndexByte(b[1:end-1], '\\') >= 0 {
+		return nil, false
+	}
+	return b[1 : end-1], true
+}
+
+// firstMemberOfValid returns where the value of the first member named
+// name of the valid object b starts, without reading further.
+func firstMemberOfValid(b []byte, name string) (int, bool) {
+	at := -1
+	eachMemberOfValid(b, func(key []byte, escaped bool, i int) (int, bool) {
+		if nameIs(key, escaped, name) {
+			at = i
+			return 0, false // stop: eachMemberOfValid returns an error
+		}
+		return valueEnd(b, i)
+	})
+	return at, at >= 0
+}
+
 // membersOfValidIn is MembersOfValidIn, also returning where obj's value
 // ends.
 func membersOfValidIn(obj json.RawMessage, names []string, out []json.RawMessage, in int, inNames []string, inOut []json.RawMessage) (int, error) {

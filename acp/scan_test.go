@@ -609,3 +609,50 @@ func FuzzEachElementOfValid(f *testing.F) {
 		}
 	})
 }
+
+// UpdateKindOfValid finds the kind of every session/update of the real
+// agents' transcripts as a full decode does, and the odd shapes: after the
+// content, beside a nested member of the same name, escaped, absent.
+func TestUpdateKindOfValid(t *testing.T) {
+	n := 0
+	for _, fm := range fixtures(t) {
+		var m struct {
+			Method string `json:"method"`
+			Params struct {
+				Update struct {
+					Kind *string `json:"sessionUpdate"`
+				} `json:"update"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(fm.msg, &m) != nil || m.Method != "session/update" || m.Params.Update.Kind == nil {
+			continue
+		}
+		n++
+		kind, ok := UpdateKindOfValid(fm.msg)
+		if !ok || string(kind) != *m.Params.Update.Kind {
+			t.Errorf("%s:%d: UpdateKindOfValid = %q, %v; want %q", fm.file, fm.line, kind, ok, *m.Params.Update.Kind)
+		}
+	}
+	if n < 100 {
+		t.Fatalf("only %d session/update lines in the fixtures", n)
+	}
+	for _, c := range []struct {
+		line, want string
+		ok         bool
+	}{
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"content":{"type":"text","text":"a \"b\" {"},"sessionUpdate":"agent_message_chunk"}}}`, "agent_message_chunk", true},
+		{`{"params":{"update":{"_meta":{"sessionUpdate":"tool_call"},"sessionUpdate":"plan"},"sessionId":"s"},"method":"session/update","jsonrpc":"2.0"}`, "plan", true},
+		{` { "params" : { "update" : { "sessionUpdate" : "tool_call" } } } `, "tool_call", true},
+		{`{"params":{"update":{"sessionUpdate":"tool\u005fcall"}}}`, "", false},
+		{`{"params":{"update":{"content":{}}}}`, "", false},
+		{`{"params":{"update":null}}`, "", false},
+		{`{"params":[1]}`, "", false},
+		{`{"method":"session/update"}`, "", false},
+		{`{"params":{"update":{"sessionUpdate":7}}}`, "", false},
+	} {
+		kind, ok := UpdateKindOfValid([]byte(c.line))
+		if string(kind) != c.want || ok != c.ok {
+			t.Errorf("UpdateKindOfValid(%s) = %q, %v; want %q, %v", c.line, kind, ok, c.want, c.ok)
+		}
+	}
+}

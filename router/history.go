@@ -186,6 +186,14 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		}
 	}
 	for _, line := range lines {
+		// Most lines change nothing here: outside a turn, all but a
+		// prompt; in one, message chunks once the reply is full and the
+		// kinds a brief does not tell. Their kind is read from the line's
+		// first bytes, not its content.
+		if kind, ok := acp.UpdateKindOfValid(line); ok && !briefReads(string(kind), cur) {
+			inPrompt = false
+			continue
+		}
 		// Read as the live relay reads an update (decodeUpdate), only the
 		// members it needs found: the line is one the router wrote (from
 		// a line it validated, or encoded itself) and the store's checksum
@@ -232,6 +240,22 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 	}
 	end()
 	return turns, seen
+}
+
+// briefReads reports whether turnsFrom needs an update of this kind, cur
+// being the turn it is reading (nil: none): a prompt always; in a turn, what
+// recordLocked records (a message chunk only while the reply has room) and
+// the tool calls (hideDenied's evidence).
+func briefReads(kind string, cur *turn) bool {
+	switch kind {
+	case "user_message_chunk":
+		return true
+	case "agent_message_chunk":
+		return cur != nil && !cur.reply.Full()
+	case "tool_call", "tool_call_update", "compaction_update", "compaction_summary_chunk":
+		return cur != nil
+	}
+	return false
 }
 
 // listSessions handles session/list from the store: newest first, with
