@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// Shared is a long line's buffer, taken from a pool by the stream's reader
+// Shared is a line's buffer (2 KiB to 4 MiB), taken from a pool by the stream's reader
 // and shared by reference count among those that keep the line after its
 // Intercept returned (the editor's write queue, the session store), so
 // that a flood of large updates reuses a few buffers instead of leaving one
@@ -46,12 +46,16 @@ func (m *Message) Claim() *Shared {
 
 // Line buffers come in size classes eight to a doubling, from minPooled
 // up to maxPooled: a buffer is at most an eighth larger than the line it
-// was taken for. A larger line gets a buffer of its own, left to the
+// was taken for. Below 2 KiB a pool's Get, Put and reference counts cost
+// more than the allocation they save (200 B updates: 0.16-0.17x the byte
+// relay allocated, 0.13-0.14x pooled from 128 B); from 2 KiB they cost
+// less than the garbage they leave (4 KiB updates: 10.4-11.1 µs of the
+// router's CPU each, 8.3-8.6 µs pooled). A larger line gets a buffer of its own, left to the
 // garbage collector as before: the pool keeps what it is given until the
 // second collection after, and must not keep a 20 MiB buffer alive for
 // minutes after one large line.
 const (
-	minPooled    = 64 << 10
+	minPooled    = 2 << 10
 	maxPooled    = 4 << 20
 	classesPerX2 = 8
 )

@@ -499,6 +499,10 @@ func (s *Stream) readLine() (line []byte, sh *Shared, err error) {
 					s.keepHead(line, nil)
 					return nil, sh, ErrLineTooLong
 				}
+				if sh := getLine(len(line)); sh != nil { // a pooled copy
+					sh.b = append(sh.b, line...)
+					return sh.b, sh, nil
+				}
 				return clone(line), nil, nil
 			default:
 				if buf == nil {

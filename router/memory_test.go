@@ -254,6 +254,11 @@ func testFloodIntactStore(t *testing.T, translate bool) {
 		if i%7 == 0 {
 			size = 60<<10 + rng.IntN(10<<10) // around the reader's buffer
 		}
+		if i%5 == 1 {
+			// Pooled lines that fit the reader's buffer, below and above
+			// the store's MinSharedBytes (copied there, or kept).
+			size = 2<<10 + rng.IntN(30<<10)
+		}
 		lines[i] = floodLine(t, sid, i, size)
 		src.Write(lines[i])
 		src.WriteByte('\n')
