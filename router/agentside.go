@@ -981,6 +981,20 @@ func (r *Router) watchEditorCalls() {
 	}
 }
 
+// exactString reads the string member name of params (a validated line's)
+// by its exact name, as the editor reads it: encoding/json would match
+// "PATH" or "Cwd" too, the last of them winning, so that {"cwd": "sub",
+// "Cwd": "/abs"} would pass for absolute while the editor runs in sub.
+// ok is false when it is absent, null or not a string.
+func exactString(params json.RawMessage, name string) (string, bool) {
+	var v [1]json.RawMessage
+	var s string
+	if acp.MembersOfValid(params, []string{name}, v[:]) != nil || len(v[0]) == 0 || v[0][0] != '"' || rawString(v[0], &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
 // checkAgentCall refuses what the editor did not advertise (the router
 // answers; the editor never sees it), terminals the agent does not own, and
 // relative paths.
@@ -997,21 +1011,16 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		if method == acp.MethodWriteTextFile && !caps.FS.WriteTextFile {
 			return missing("fs.writeTextFile")
 		}
-		var fp struct {
-			Path string `json:"path"`
-		}
-		if p == nil || json.Unmarshal(p, &fp) != nil || !filepath.IsAbs(fp.Path) {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute path, got %q", method, fp.Path), nil)
+		path, ok := exactString(p, "path")
+		if !ok || !filepath.IsAbs(path) {
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute path, got %q", method, path), nil)
 		}
 	case acp.MethodTerminalCreate:
 		if !caps.Terminal {
 			return missing("terminal")
 		}
-		var tp struct {
-			Cwd *string `json:"cwd"`
-		}
-		if json.Unmarshal(p, &tp) == nil && tp.Cwd != nil && *tp.Cwd != "" && !filepath.IsAbs(*tp.Cwd) {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute cwd, got %q", method, *tp.Cwd), nil)
+		if cwd, ok := exactString(p, "cwd"); ok && cwd != "" && !filepath.IsAbs(cwd) {
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute cwd, got %q", method, cwd), nil)
 		}
 		r.mu.Lock()
 		open := 0

@@ -197,3 +197,31 @@ func TestDescribeCall(t *testing.T) {
 		}
 	}
 }
+
+// checkAgentCall reads a path or cwd by its exact name, as the editor
+// does: a member whose name differs only in case (which encoding/json
+// would take instead) does not make a relative one look absolute.
+func TestCheckAgentCallExactNames(t *testing.T) {
+	r := &Router{}
+	r.clientCaps.FS.ReadTextFile, r.clientCaps.FS.WriteTextFile, r.clientCaps.Terminal = true, true, true
+	for _, c := range []struct {
+		method, params string
+		ok             bool
+	}{
+		{"terminal/create", `{"sessionId":"s","command":"ls","cwd":"/abs"}`, true},
+		{"terminal/create", `{"sessionId":"s","command":"ls","cwd":""}`, true},
+		{"terminal/create", `{"sessionId":"s","command":"ls"}`, true},
+		{"terminal/create", `{"sessionId":"s","command":"ls","cwd":"sub"}`, false},
+		{"terminal/create", `{"sessionId":"s","command":"ls","cwd":"sub","Cwd":"/abs"}`, false},
+		{"terminal/create", `{"sessionId":"s","command":"ls","cwd":"sub","CWD":null}`, false},
+		{"fs/read_text_file", `{"sessionId":"s","path":"/abs/a.go"}`, true},
+		{"fs/read_text_file", `{"sessionId":"s","path":"a.go"}`, false},
+		{"fs/read_text_file", `{"sessionId":"s","path":"a.go","PATH":"/abs/a.go"}`, false},
+		{"fs/write_text_file", `{"sessionId":"s","path":"a.go","Path":"/abs/a.go","content":""}`, false},
+	} {
+		err := r.checkAgentCall(nil, c.method, json.RawMessage(c.params))
+		if (err == nil) != c.ok {
+			t.Errorf("%s %s: %v, want ok %v", c.method, c.params, err, c.ok)
+		}
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/upstream"
 )
 
 // briefReads, which lets turnsFrom skip a stored line by its kind, says
@@ -44,5 +46,58 @@ func TestBriefReadsCoversRecord(t *testing.T) {
 	}
 	if briefReads("agent_message_chunk", nil) || briefReads("tool_call", nil) || !briefReads("user_message_chunk", nil) {
 		t.Error("outside a turn, only a prompt is read")
+	}
+}
+
+// turnsFrom's shortcut (a line skipped by its kind) reads the same turns
+// as the full read of every line: a kind named twice is the last one (as
+// the relay and the full read take it), also when the second name is
+// written with escapes, and a line the full read cannot read does not end
+// the prompt it follows.
+func TestTurnsFromAsFullRead(t *testing.T) {
+	prompt := func(text string) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"user_message_chunk","_meta":{"acpRouter":{"agent":"a"}},"content":{"type":"text","text":"` + text + `"}}}}`)
+	}
+	update := func(u string) []byte {
+		return []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":` + u + `}}`)
+	}
+	reply := update(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"done"}}`)
+	for _, c := range []struct {
+		name  string
+		lines [][]byte
+		want  []merge.TurnRecord
+	}{
+		{"kind twice", [][]byte{prompt("hi"),
+			update(`{"sessionUpdate":"plan","content":{"type":"text","text":"said"},"sessionUpdate":"agent_message_chunk"}`)},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
+		{"kind twice, escaped", [][]byte{prompt("hi"),
+			update(`{"sessionUpdate":"plan","content":{"type":"text","text":"said"},"sessionUpd\u0061te":"agent_message_chunk"}`)},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
+		{"update twice", [][]byte{prompt("hi"),
+			[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan"},"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"said"}}}}`)},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
+		{"params twice", [][]byte{prompt("hi"),
+			[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan"}},"params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"said"}}}}`)},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
+		{"unreadable line within a prompt", [][]byte{prompt("one"),
+			update(`{"sessionUpdate":"agent_thought_chunk","toolCallId":5}`), prompt("two"), reply},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "one\ntwo", Reply: "done"}}},
+		{"skipped line ends a prompt", [][]byte{prompt("one"),
+			update(`{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"x"}}`), prompt("two"), reply},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "one"}, {Seq: 1, Agent: "a", Title: "a", User: "two", Reply: "done"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &Router{cfg: &config.Config{Handoff: config.Handoff{MaxBytes: 1 << 10}}, byName: map[string]*upstream.Agent{}}
+			turns, seen := r.turnsFrom(&Session{r: r}, c.lines)
+			for i := range turns {
+				turns[i].Tools = nil
+			}
+			if !reflect.DeepEqual(turns, c.want) {
+				t.Errorf("turns\n%+v\nwant\n%+v", turns, c.want)
+			}
+			if want := map[string]int{"a": len(c.want)}; !reflect.DeepEqual(seen, want) {
+				t.Errorf("seen %v, want %v", seen, want)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -189,10 +190,13 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		// Most lines change nothing here: outside a turn, all but a
 		// prompt; in one, message chunks once the reply is full and the
 		// kinds a brief does not tell. Their kind is read from the line's
-		// first bytes, not its content.
-		if kind, ok := acp.UpdateKindOfValid(line); ok && !briefReads(string(kind), cur) {
-			inPrompt = false
-			continue
+		// first bytes, not its content. Not right after a prompt's
+		// chunk: a line the full read cannot read (below) does not end
+		// the prompt, one it reads does.
+		if !inPrompt {
+			if kind, ok := acp.UpdateKindOfValid(line); ok && !briefReads(string(kind), cur) && namedOnce(line) {
+				continue
+			}
 		}
 		// Read as the live relay reads an update (decodeUpdate), only the
 		// members it needs found: the line is one the router wrote (from
@@ -240,6 +244,17 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 	}
 	end()
 	return turns, seen
+}
+
+// namedOnce reports whether line names params, update and sessionUpdate
+// at most once each anywhere (and so once at their level): then the
+// first of each, which acp.UpdateKindOfValid reads, is also the last, which
+// the relay and the full read take. A name written with escapes needs a
+// \u (the three are letters only), so a line with one is not vouched for.
+// It scans the line for a few byte strings, not its JSON.
+func namedOnce(line []byte) bool {
+	return bytes.Count(line, []byte(`"sessionUpdate"`)) == 1 && bytes.Count(line, []byte(`"update"`)) == 1 &&
+		bytes.Count(line, []byte(`"params"`)) == 1 && !bytes.Contains(line, []byte(`\u`))
 }
 
 // briefReads reports whether turnsFrom needs an update of this kind, cur

@@ -953,3 +953,34 @@ func TestSyncInterval(t *testing.T) {
 		t.Error("Sync returned without an fsync of the log")
 	}
 }
+
+// A turn's end whose fsync waited (SyncInterval) in a segment sealed since
+// (a long turn rolls the log at the end of its commit, and the new file
+// holds nothing unsynced) is fsynced when the fsync is due: the sync waits
+// for the sealed segment's fsync, as a sync commit that writes does.
+func TestSyncIntervalSealed(t *testing.T) {
+	var sealedSyncs atomic.Int64
+	st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: 5 * time.Millisecond, SyncInterval: time.Hour}, func(op string) error {
+		if op == "log.sync.sealed" {
+			sealedSyncs.Add(1)
+		}
+		return nil
+	})
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	must(t, st.Create(Meta{ID: "x"}))
+	turn(t, st, "x", 0, 1, 100)
+	must(t, st.Sync(t.Context())) // synced: the next turn's fsync waits an hour
+	commits := st.Stats().Commits
+	turn(t, st, "x", 1, 8, 200) // 1.6 KiB: the log is rolled after it is written
+	for st.Stats().Commits == commits || st.Stats().Queued > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if n := sealedSyncs.Load(); n != 0 {
+		t.Fatalf("%d waits for sealed segments before the turn's fsync was due", n)
+	}
+	must(t, st.Sync(t.Context()))
+	if n := sealedSyncs.Load(); n == 0 {
+		t.Error("Sync returned without waiting for the fsync of the segment that holds the turn's end")
+	}
+}

@@ -279,9 +279,11 @@ func (s *Store) commit(final bool) {
 // It reports whether a file was created or replaced.
 func (s *Store) runJob(j *job) (changed bool, err error) {
 	// A turn's end whose fsync waited (SyncInterval) comes with nothing to
-	// write: the log is opened for the fsync alone.
+	// write: the log is opened for the fsync alone, also when what it
+	// waits for is in segments sealed since (a long turn rolls the log
+	// after writing it: the new file is clean, the sealed one maybe not).
 	st := s.files[j.se.name]
-	if !s.opts.MetadataOnly && (j.size > 0 || j.fresh || j.sync && st != nil && !st.clean) {
+	if !s.opts.MetadataOnly && (j.size > 0 || j.fresh || j.sync && st != nil && (!st.clean || len(st.unsynced) > 0)) {
 		changed, err = s.writeLog(j)
 		if err != nil && j.fresh {
 			// The old history under this id may still be there: the
