@@ -50,10 +50,11 @@ func TestBriefReadsCoversRecord(t *testing.T) {
 }
 
 // turnsFrom's shortcut (a line skipped by its kind) reads the same turns
-// as the full read of every line: a kind named twice is the last one (as
-// the relay and the full read take it), also when the second name is
-// written with escapes, and a line the full read cannot read does not end
-// the prompt it follows.
+// as the full read of every line: a line the full read cannot read does
+// not end the prompt it follows, and the line right after a prompt is
+// always read in full. The one difference, by design (turnsFrom): a line
+// that names its kind twice is skipped by the first name, so a brief may
+// leave out what it says, never add to it.
 func TestTurnsFromAsFullRead(t *testing.T) {
 	prompt := func(text string) []byte {
 		return []byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"user_message_chunk","_meta":{"acpRouter":{"agent":"a"}},"content":{"type":"text","text":"` + text + `"}}}}`)
@@ -67,17 +68,23 @@ func TestTurnsFromAsFullRead(t *testing.T) {
 		lines [][]byte
 		want  []merge.TurnRecord
 	}{
-		{"kind twice", [][]byte{prompt("hi"),
+		// A name given twice: the brief reads the line by the first
+		// (turnsFrom), so a kind it skips leaves the text out; one it
+		// reads is read in full, by the last, as the relay does.
+		{"kind twice, first skipped", [][]byte{prompt("hi"), reply,
+			update(`{"sessionUpdate":"plan","content":{"type":"text","text":"said"},"sessionUpdate":"agent_message_chunk"}`)},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "done"}}},
+		{"kind twice, escaped, first skipped", [][]byte{prompt("hi"), reply,
+			update(`{"sessionUpdate":"plan","content":{"type":"text","text":"said"},"sessionUpd\u0061te":"agent_message_chunk"}`)},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "done"}}},
+		{"kind twice, right after the prompt: read in full", [][]byte{prompt("hi"),
 			update(`{"sessionUpdate":"plan","content":{"type":"text","text":"said"},"sessionUpdate":"agent_message_chunk"}`)},
 			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
-		{"kind twice, escaped", [][]byte{prompt("hi"),
-			update(`{"sessionUpdate":"plan","content":{"type":"text","text":"said"},"sessionUpd\u0061te":"agent_message_chunk"}`)},
-			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
-		{"update twice", [][]byte{prompt("hi"),
-			[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan"},"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"said"}}}}`)},
-			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
-		{"params twice", [][]byte{prompt("hi"),
-			[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan"}},"params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"said"}}}}`)},
+		{"kind twice, first read", [][]byte{prompt("hi"),
+			update(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"said"},"sessionUpdate":"plan"}`)},
+			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi"}}},
+		{"update twice, first read", [][]byte{prompt("hi"),
+			[]byte(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"tool_call"},"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"said"}}}}`)},
 			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "hi", Reply: "said"}}},
 		{"unreadable line within a prompt", [][]byte{prompt("one"),
 			update(`{"sessionUpdate":"agent_thought_chunk","toolCallId":5}`), prompt("two"), reply},
