@@ -298,6 +298,9 @@ type Store struct {
 	noLinks    bool                  // no hard links in dir (segment.go)
 	sinceSweep int64                 // bytes written since the last sweep
 	fail       func(op string) error // see failpoint
+	// dirUnsynced: a commit changed the directory (a file created,
+	// replaced or removed) and no fsync of it followed yet. The writer's.
+	dirUnsynced bool
 }
 
 // session is a session held by this Store. All fields are guarded by

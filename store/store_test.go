@@ -984,3 +984,29 @@ func TestSyncIntervalSealed(t *testing.T) {
 		t.Error("Sync returned without waiting for the fsync of the segment that holds the turn's end")
 	}
 }
+
+// A roll in a commit that fsyncs nothing (a long turn, or a turn end whose
+// fsync waits for SyncInterval) changes the directory; the commit that
+// fsyncs the log later, by the timer, fsyncs the directory too: the log is
+// durable only with its name.
+func TestSyncIntervalDirectory(t *testing.T) {
+	var dirSyncs atomic.Int64
+	st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: 5 * time.Millisecond, SyncInterval: 300 * time.Millisecond}, func(op string) error {
+		if op == "dir.sync" {
+			dirSyncs.Add(1)
+		}
+		return nil
+	})
+	must(t, err)
+	t.Cleanup(func() { st.Close() })
+	must(t, st.Create(Meta{ID: "x"}))
+	turn(t, st, "x", 0, 1, 100)
+	must(t, st.Sync(t.Context())) // synced: the next turn's fsync waits
+	before := dirSyncs.Load()
+	turn(t, st, "x", 1, 8, 200) // 1.6 KiB: the log is rolled after it is written
+	for deadline := time.Now().Add(3 * time.Second); dirSyncs.Load() == before; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the deferred fsync of the turn's end came without an fsync of the directory its roll changed")
+		}
+	}
+}

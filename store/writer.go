@@ -240,9 +240,19 @@ func (s *Store) commit(final bool) {
 	// directory when a sync commit created, replaced or removed a file. (A
 	// metadata rename alone may be lost by an OS crash; the previous
 	// version is then still there.)
-	if synced && (dirChanged || syncAll && len(jobs) > 0) {
-		if err := syncDir(s.dir); err != nil {
+	// A commit that changed the directory without an fsync (a roll in a
+	// long turn, a turn end whose fsync waits for SyncInterval) leaves it
+	// to the next one that fsyncs: the fsynced log needs its name on disk.
+	s.dirUnsynced = s.dirUnsynced || dirChanged
+	if synced && (s.dirUnsynced || syncAll && len(jobs) > 0) {
+		err := s.failpoint("dir.sync")
+		if err == nil {
+			err = syncDir(s.dir)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("store: %w", err))
+		} else {
+			s.dirUnsynced = false
 		}
 	}
 	s.sinceSweep += written
