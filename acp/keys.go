@@ -23,6 +23,32 @@ func AmbiguousMember(v json.RawMessage) (first, second string, found bool) {
 	return a.first, a.second, a.found
 }
 
+// FoldedMember finds a member of the object obj (valid JSON; its own
+// members, not deeper) whose name folds to one of names without being it
+// ("Path"; "pat\u0068" is "path": escapes are resolved). A decoder that
+// ignores case reads it as that field, a peer that matches names exactly
+// (the editor) does not, so that the two read different things from one
+// message: a path the editor never sees, args that make a command line a
+// program's name. For objects whose members the schema fixes. It returns
+// the name it folds to and the name as written.
+func FoldedMember(obj json.RawMessage, names ...string) (want, got string, found bool) {
+	eachMemberOfValid(obj, func(key []byte, escaped bool, i int) (int, bool) {
+		name := string(key)
+		if escaped || !ascii(key) {
+			name = memberName(key)
+		}
+		f := foldName(name)
+		for _, n := range names {
+			if name != n && f == foldName(n) {
+				want, got, found = n, name, true
+				return 0, false // stop
+			}
+		}
+		return valueEnd(obj, i)
+	})
+	return want, got, found
+}
+
 // ambiguity walks a valid JSON value for AmbiguousMember.
 type ambiguity struct {
 	first, second string

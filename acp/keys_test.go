@@ -126,3 +126,35 @@ func FuzzAmbiguousMember(f *testing.F) {
 		}
 	})
 }
+
+// FoldedMember finds a member of the object itself spelled otherwise than
+// one of the names but folding to it, as encoding/json matches names;
+// deeper objects, exact names and other names are left alone.
+func TestFoldedMember(t *testing.T) {
+	for _, c := range []struct {
+		in        string
+		want, got string
+	}{
+		{`{"sessionId":"s","Path":"/p/a.go"}`, "path", "Path"},
+		{`{"command":"ls; rm -rf ~","Args":["x"]}`, "args", "Args"},
+		{`{"command":"ls","ar\u0067\u017f":[]}`, "args", "arg\u017f"}, // U+017F folds to s
+		{`{"CWD":"/tmp","command":"ls"}`, "cwd", "CWD"},
+		{`{"path":"/p/a.go","pa\u0074h":"/p/b.go"}`, "", ""}, // escapes resolved: both are path (AmbiguousMember's)
+		{`{"path":"/p/a.go","_meta":{"Path":"x"}}`, "", ""},  // not deeper
+		{`{"sessionId":"s","path":"/p/a.go","line":3}`, "", ""},
+		{`{}`, "", ""},
+		{`null`, "", ""},
+	} {
+		want, got, found := FoldedMember(json.RawMessage(c.in), "path", "args", "cwd")
+		if want != c.want || got != c.got || found != (c.want != "") {
+			t.Errorf("FoldedMember(%s) = %q, %q, %v; want %q, %q", c.in, want, got, found, c.want, c.got)
+		}
+	}
+	// The premise, against encoding/json: it reads the folded member.
+	var p struct {
+		Args []string `json:"args"`
+	}
+	if err := json.Unmarshal([]byte(`{"command":"x","Args":["y"]}`), &p); err != nil || len(p.Args) != 1 {
+		t.Fatalf("encoding/json did not read Args as args: %v %v", p.Args, err)
+	}
+}

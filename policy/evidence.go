@@ -242,17 +242,20 @@ func extract(req *Request) *extractor {
 // the same field for encoding/json (acp.AmbiguousMember: "path" and
 // "PATH"): decoding into a struct, the policy would read the last of them,
 // the editor the exactly named one, so that the path, command or cwd decided
-// would not be the one read, run or written. The rest is still extracted, for
-// the deny and ask rules and the audit.
+// would not be the one read, run or written; and fs or terminal params with
+// one member spelled otherwise than its field ("Path", "Args":
+// acp.FoldedMember), which the policy would read and the editor not. The
+// rest is still extracted, for the deny and ask rules and the audit.
 func (x *extractor) ambiguous(req *Request) {
 	kind := KindOther
+	var exact []string // the members, fixed by the schema, the policy decodes
 	switch req.Method {
 	case acp.MethodReadTextFile:
-		kind = KindRead
+		kind, exact = KindRead, []string{"path"}
 	case acp.MethodWriteTextFile:
-		kind = KindEdit
+		kind, exact = KindEdit, []string{"path"}
 	case acp.MethodTerminalCreate:
-		kind = KindExecute
+		kind, exact = KindExecute, []string{"command", "args", "env", "cwd"}
 	}
 	for i, raw := range append([]json.RawMessage{req.Params}, req.Updates...) {
 		if a, b, ok := acp.AmbiguousMember(raw); ok {
@@ -263,6 +266,26 @@ func (x *extractor) ambiguous(req *Request) {
 			x.refuse(origin, fmt.Sprintf("members %q and %q name the same field to a decoder that ignores case; the editor or agent may read either", a, b), kind)
 			return
 		}
+	}
+	// One member spelled otherwise than the schema's name: the policy's
+	// decoder would read it, the editor not. (A tool call's rawInput
+	// names its own members: not checked.)
+	if len(exact) == 0 {
+		return
+	}
+	want, got, ok := acp.FoldedMember(req.Params, exact...)
+	if !ok && req.Method == acp.MethodTerminalCreate {
+		// The environment's variables: {name, value} each.
+		var env [1]json.RawMessage
+		if acp.MembersOfValid(req.Params, []string{"env"}, env[:]) == nil && len(env[0]) > 0 {
+			acp.EachElementOfValid(env[0], func(e json.RawMessage) bool {
+				want, got, ok = acp.FoldedMember(e, "name", "value")
+				return !ok
+			})
+		}
+	}
+	if ok {
+		x.refuse("params", fmt.Sprintf("member %q is %q to a decoder that ignores case, but not to the editor, which reads names exactly", got, want), kind)
 	}
 }
 
