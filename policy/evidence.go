@@ -248,14 +248,13 @@ func extract(req *Request) *extractor {
 // rest is still extracted, for the deny and ask rules and the audit.
 func (x *extractor) ambiguous(req *Request) {
 	kind := KindOther
-	var exact []string // the members, fixed by the schema, the policy decodes
 	switch req.Method {
 	case acp.MethodReadTextFile:
-		kind, exact = KindRead, []string{"path"}
+		kind = KindRead
 	case acp.MethodWriteTextFile:
-		kind, exact = KindEdit, []string{"path"}
+		kind = KindEdit
 	case acp.MethodTerminalCreate:
-		kind, exact = KindExecute, []string{"command", "args", "env", "cwd"}
+		kind = KindExecute
 	}
 	for i, raw := range append([]json.RawMessage{req.Params}, req.Updates...) {
 		if a, b, ok := acp.AmbiguousMember(raw); ok {
@@ -267,24 +266,47 @@ func (x *extractor) ambiguous(req *Request) {
 			return
 		}
 	}
-	// One member spelled otherwise than the schema's name: the policy's
-	// decoder would read it, the editor not. (A tool call's rawInput
-	// names its own members: not checked.)
-	if len(exact) == 0 {
-		return
-	}
-	want, got, ok := acp.FoldedMember(req.Params, exact...)
-	if !ok && req.Method == acp.MethodTerminalCreate {
-		// The environment's variables: {name, value} each.
-		var env [1]json.RawMessage
-		if acp.MembersOfValid(req.Params, []string{"env"}, env[:]) == nil && len(env[0]) > 0 {
-			acp.EachElementOfValid(env[0], func(e json.RawMessage) bool {
-				want, got, ok = acp.FoldedMember(e, "name", "value")
-				return !ok
-			})
+	// One member spelled otherwise than the schema's name, in an object
+	// the policy decodes into a struct: its decoder would read it, the
+	// editor not (a tool call's rawInput and _meta are maps, read by
+	// exact names).
+	var want, got string
+	found := false
+	check := func(obj json.RawMessage, names ...string) {
+		if !found && len(obj) > 0 {
+			want, got, found = acp.FoldedMember(obj, names...)
 		}
 	}
-	if ok {
+	member := func(obj json.RawMessage, name string) json.RawMessage {
+		var v [1]json.RawMessage
+		if acp.MembersOfValid(obj, []string{name}, v[:]) != nil {
+			return nil
+		}
+		return v[0]
+	}
+	each := func(arr json.RawMessage, names ...string) {
+		if len(arr) > 0 && arr[0] == '[' {
+			acp.EachElementOfValid(arr, func(e json.RawMessage) bool { check(e, names...); return !found })
+		}
+	}
+	switch req.Method {
+	case acp.MethodReadTextFile, acp.MethodWriteTextFile:
+		check(req.Params, "path")
+	case acp.MethodTerminalCreate:
+		check(req.Params, "command", "args", "env", "cwd")
+		each(member(req.Params, "env"), "name", "value")
+	case acp.MethodRequestPermission:
+		check(req.Params, "toolCall")
+		for _, tc := range append([]json.RawMessage{member(req.Params, "toolCall")}, req.Updates...) {
+			if len(tc) == 0 || tc[0] != '{' {
+				continue
+			}
+			check(tc, "kind", "title", "name", "locations", "rawInput", "content", "_meta")
+			each(member(tc, "locations"), "path")
+			each(member(tc, "content"), "type", "path")
+		}
+	}
+	if found {
 		x.refuse("params", fmt.Sprintf("member %q is %q to a decoder that ignores case, but not to the editor, which reads names exactly", got, want), kind)
 	}
 }
