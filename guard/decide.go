@@ -47,6 +47,9 @@ type Request struct {
 	// If the session keeps no update of it (they were of an earlier turn),
 	// the editor shows more of it than the policy would see: not allowed.
 	ToolShown bool
+	// McpServer is, for mcp/message, the name the session declared for
+	// the ACP MCP server (policy.Request.McpServer).
+	McpServer string
 }
 
 // Verdict is the decision on one request and what it is about. Effect is
@@ -124,7 +127,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		// cwd (nothing is "in the project"), and Record keeps nothing.
 		s = &Session{}
 	}
-	preq := &policy.Request{Method: req.Method, Params: req.Params, FS: requestFS(g.opts.FS, s),
+	preq := &policy.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, FS: requestFS(g.opts.FS, s),
 		Session: policy.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
 	forgotten := false

@@ -173,6 +173,8 @@ var possibleKinds = map[string]map[ItemType]kindSet{
 	acp.MethodWriteTextFile: {ItemPath: kindBit(KindEdit), ItemTool: kindBit(KindEdit)},
 	acp.MethodTerminalCreate: {ItemCommand: kindBit(KindExecute), ItemPath: kindBit(KindRead) | kindBit(KindEdit),
 		ItemDomain: kindBit(KindFetch), ItemTool: kindBit(KindExecute)},
+	acp.MethodMcpMessage: {ItemPath: ^kindSet(0), ItemCommand: kindBit(KindExecute),
+		ItemDomain: kindBit(KindFetch), ItemTool: ^kindSet(0)},
 }
 
 // infeasible says why no request can ever satisfy the cond ("" if some
@@ -187,7 +189,7 @@ func (c *Cond) infeasible() string {
 		if c.methods != 0 && c.methods&methodBit(m) == 0 {
 			continue
 		}
-		if (c.has("title") || c.has("tool")) && m != acp.MethodRequestPermission {
+		if (c.has("title") && m != acp.MethodRequestPermission) || (c.has("tool") && m != acp.MethodRequestPermission && m != acp.MethodMcpMessage) {
 			continue
 		}
 		for it, ks := range possibleKinds[m] {

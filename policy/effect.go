@@ -124,6 +124,7 @@ var decidedMethods = []string{
 	acp.MethodReadTextFile,
 	acp.MethodWriteTextFile,
 	acp.MethodTerminalCreate,
+	acp.MethodMcpMessage,
 }
 
 // methodBit returns the bit of a decided method, 0 for any other.

@@ -14,8 +14,8 @@ import (
 // Request is one agent → client request to decide.
 type Request struct {
 	// Method is the JSON-RPC method: session/request_permission,
-	// fs/read_text_file, fs/write_text_file or terminal/create. Any other
-	// method gives one opaque item.
+	// fs/read_text_file, fs/write_text_file, terminal/create or
+	// mcp/message (mcp.go). Any other method gives one opaque item.
 	Method string
 	// Params are the request's params as received.
 	Params json.RawMessage
@@ -25,6 +25,10 @@ type Request struct {
 	// merged with the request's toolCall: every kind, title, location and
 	// rawInput any of them names is evidence.
 	Updates []json.RawMessage
+	// McpServer is, for mcp/message, the name the session declared for the
+	// ACP MCP server its serverId names (mcpServers[].name): the SERVER of
+	// the tool's name mcp__SERVER__TOOL. "": the serverId.
+	McpServer string
 	// Session is the context of the session the request belongs to.
 	Session Session
 	// FS resolves symlinks and answers which paths exist. nil: nothing
@@ -174,9 +178,11 @@ type Evidence struct {
 	// the tool call had).
 	Titles []string `json:"titles,omitempty"`
 	// Tools are the tool call's programmatic names (ToolCall.name;
-	// request_permission; every name it had). The agent names its own
-	// tools: a name says what the agent calls the tool, never what the
-	// tool does, so it only selects rules and never adds kinds or items.
+	// request_permission; every name it had), or the MCP tool an
+	// mcp/message calls (mcp__SERVER__TOOL: McpToolName). The agent names
+	// its own tools: a name says what the agent calls the tool, never what
+	// the tool does, so it only selects rules and never adds kinds or
+	// items.
 	Tools []string `json:"tools,omitempty"`
 	// Cwds are the working directories of the request: the session's and a
 	// command's own (terminal/create cwd, rawInput.cwd), cleaned and
@@ -223,6 +229,8 @@ func extract(req *Request) *extractor {
 		x.terminal(req.Params)
 	case acp.MethodRequestPermission:
 		x.permission(req.Params, req.Updates)
+	case acp.MethodMcpMessage:
+		x.mcpMessage(req.Params, req.McpServer)
 	default:
 		x.add(Item{Type: ItemTool, Origin: "method", Opaque: fmt.Sprintf("the policy does not understand %q", req.Method)}, KindOther)
 	}
@@ -295,6 +303,8 @@ func (x *extractor) ambiguous(req *Request) {
 	case acp.MethodTerminalCreate:
 		check(req.Params, "command", "args", "env", "cwd")
 		each(member(req.Params, "env"), "name", "value")
+	case acp.MethodMcpMessage:
+		check(req.Params, "serverId", "requestId", "method", "params")
 	case acp.MethodRequestPermission:
 		check(req.Params, "toolCall")
 		for _, tc := range append([]json.RawMessage{member(req.Params, "toolCall")}, req.Updates...) {
@@ -1117,12 +1127,21 @@ func (e *Evidence) Shown() *Evidence {
 // subset of what was approved (deny rules are still re-checked by
 // deciding o). Opaque and refused items are never covered.
 func (e *Evidence) Covers(o *Evidence) bool {
+	// An MCP tool call is covered only by what was approved of the same
+	// tool over MCP: another tool of the server may do anything else with
+	// the same path, and a bare tool item stands for the tool itself.
+	mcp := o.Method == acp.MethodMcpMessage
+	if mcp && (e.Method != o.Method || len(o.Tools) == 0 || slices.ContainsFunc(o.Tools, func(t string) bool { return !slices.Contains(e.Tools, t) })) {
+		return false
+	}
 	for i := range o.Items {
 		it := &o.Items[i]
 		if it.Aux {
 			continue
 		}
-		if it.Opaque != "" || it.Refused != "" || !slices.ContainsFunc(e.Items, func(a Item) bool { return covers(&a, it) }) {
+		if it.Opaque != "" || it.Refused != "" || !slices.ContainsFunc(e.Items, func(a Item) bool {
+			return covers(&a, it) || mcp && a.Type == ItemTool && it.Type == ItemTool && a.Opaque == "" && a.Refused == "" && it.kinds&^a.kinds == 0
+		}) {
 			return false
 		}
 	}

@@ -148,6 +148,9 @@ func Answer(d *Decision) string {
 	case Allow:
 		return "forwarded to the editor"
 	case Deny:
+		if d.Method == acp.MethodMcpMessage {
+			return fmt.Sprintf("the inner MCP error %d %q (data: rule and decision) as the result; the editor never sees the request", acp.CodeInternalError, d.ErrorMessage())
+		}
 		return fmt.Sprintf("JSON-RPC error %d %q (data: rule and decision); the editor never sees the request", acp.CodeInternalError, d.ErrorMessage())
 	}
 	return "the router asks the editor first (session/request_permission with allow_once, allow_always, reject_once, reject_always), then forwards or refuses the request"

@@ -120,8 +120,30 @@ func ParseCall(s string) (*TestCall, error) {
 				return nil, fmt.Errorf("unknown key %q (title, command, path, url, cwd)", k)
 			}
 		}
+	case acp.MethodMcpMessage:
+		if _, err := mcpCallWords(c.rest); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
+}
+
+// mcpCallWords reads the string form of an mcp/message call: "SERVER TOOL
+// [ARGUMENTS]" (a tools/call; ARGUMENTS a JSON object) or "SERVER
+// resources/read URI", SERVER the server's declared name.
+func mcpCallWords(rest string) ([]string, error) {
+	words, err := shellWords(rest)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(words) == 3 && words[1] == McpResourcesRead:
+	case len(words) == 2 && words[1] != McpResourcesRead:
+	case len(words) == 3: // the arguments, once ${...} are replaced (Request)
+	default:
+		return nil, fmt.Errorf("%s needs SERVER TOOL [ARGUMENTS] or SERVER resources/read URI", acp.MethodMcpMessage)
+	}
+	return words, nil
 }
 
 // shellWords splits a line into words with shell quoting; expansions are
@@ -203,6 +225,24 @@ func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
 		params = map[string]any{"sessionId": "test", "path": tilde(rest), "content": ""}
 	case acp.MethodTerminalCreate:
 		params = map[string]any{"sessionId": "test", "command": rest}
+	case acp.MethodMcpMessage:
+		words, err := mcpCallWords(rest)
+		if err != nil {
+			return nil, err
+		}
+		req.McpServer = words[0]
+		inner := map[string]any{"name": words[1]}
+		method := McpToolsCall
+		if words[1] == McpResourcesRead {
+			method, inner = McpResourcesRead, map[string]any{"uri": words[2]}
+		} else if len(words) == 3 {
+			var args map[string]any
+			if json.Unmarshal([]byte(words[2]), &args) != nil {
+				return nil, fmt.Errorf("%s: the tool's arguments %q are not a JSON object", acp.MethodMcpMessage, words[2])
+			}
+			inner["arguments"] = args
+		}
+		params = map[string]any{"serverId": words[0], "requestId": 1, "method": method, "params": inner}
 	case acp.MethodRequestPermission:
 		words, err := shellWords(rest)
 		if err != nil {

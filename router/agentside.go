@@ -16,6 +16,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -1239,6 +1240,12 @@ func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance,
 	case req.Method == acp.MethodMcpMessage:
 		if serverID, _ := mcpParams(p); r.mcpSession(inst, serverID) == nil {
 			r.log.Warn("mcp/message for an ACP MCP server none of the agent's sessions declared dropped", "agent", inst.Agent.Name(), "server", serverID)
+			return
+		} else if r.opts.Guard.Enforcing() && policy.McpDecides(p) {
+			// A tools/call or resources/read sent as a notification:
+			// nothing to answer with a refusal or to wait on a question
+			// for, and the policy decides what acts (agentMcpMessage).
+			r.log.Warn("mcp/message notification the policy would have to decide dropped", "agent", inst.Agent.Name(), "server", serverID)
 			return
 		}
 	}

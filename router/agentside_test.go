@@ -188,7 +188,7 @@ func TestDescribeCall(t *testing.T) {
 			"A wants to run: LD_PRELOAD=/tmp/x.so A='1 2' ls -l (in /etc)"},
 		{`{"command":"ls","args":[""]}`, "A wants to run: ls ''"},
 	} {
-		title, kind, tc := describeCall("A", "terminal/create", json.RawMessage(c.params))
+		title, kind, tc := describeCall("A", "terminal/create", "", json.RawMessage(c.params))
 		if title != c.title || kind != "execute" {
 			t.Errorf("%s: %q %s, want %q", c.params, title, kind, c.title)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -24,6 +26,11 @@ import (
 //   - fs/read_text_file, fs/write_text_file, terminal/create: allow →
 //     forwarded; deny → an error naming the rule; ask → the router asks the
 //     editor first, with a request_permission of its own.
+//   - mcp/message for a tools/call or resources/read (policy.McpDecides):
+//     as those, but a refusal is the inner MCP error of a result
+//     (schema MessageMcpResponse: outer errors are for binding and
+//     runtime failures), so that the agent's MCP client reports it as the
+//     tool's answer (unstable.go, agentMcpMessage).
 //
 // Every decision is written to the audit log once its outcome is known.
 
@@ -123,6 +130,16 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		reply(nil, errUnknownSession(ref.SessionID))
 		return
 	}
+	r.decideOn(ctx, s, inst, req, p, "", func(v *guard.Verdict) {
+		r.carryOut(ctx, s, inst, req, p, v, reply, "", func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
+	})
+}
+
+// decideOn decides an agent's request of session s on the session's
+// sequencer and hands the verdict to then, there. mcpServer is the
+// declared name of the ACP MCP server an mcp/message is for.
+func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, mcpServer string, then func(*guard.Verdict)) {
+	agent := inst.Agent.Name()
 	s.order().async(r, func() {
 		// A subagent session is decided with its top-level session's
 		// context: the agent's mode there, its cwd, roots and grants.
@@ -161,14 +178,15 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 				s.mu.Unlock()
 			}
 		}
-		v := r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode, Method: req.Method, Params: p, ToolShown: shown})
-		r.carryOut(ctx, s, inst, req, p, v, reply)
+		then(r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode,
+			Method: req.Method, Params: p, ToolShown: shown, McpServer: mcpServer}))
 	})
 }
 
 // carryOut answers, relays or asks about a decided request. It never
-// waits for the editor.
-func (r *Router) carryOut(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error)) {
+// waits for the editor. reply answers the agent when the request is
+// refused; relay passes it on to the editor.
+func (r *Router) carryOut(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error), mcpServer string, relay func()) {
 	g := r.opts.Guard
 	if req.Method == acp.MethodRequestPermission {
 		r.enforcePermission(ctx, s, inst, req, p, v, reply)
@@ -180,9 +198,9 @@ func (r *Router) carryOut(ctx context.Context, s *Session, inst *upstream.Instan
 			reply(nil, v.DenyError())
 			return
 		}
-		r.relayRequest(ctx, inst, req, p, reply, nil)
+		relay()
 	case guard.Ask:
-		r.spawn(func() { r.askThenRelay(ctx, s, inst, req, p, v, reply) })
+		r.spawn(func() { r.askThenRelay(ctx, s, inst, req, p, v, reply, mcpServer, relay) })
 	default:
 		g.Record(v, "")
 		reply(nil, v.DenyError())
@@ -298,8 +316,9 @@ var askSeq atomic.Uint64
 // askThenRelay asks the editor's user about a direct call the policy says
 // to ask about, then relays it or answers the agent with an error. It runs
 // in its own goroutine.
-func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error)) {
-	title, kind, toolCall := describeCall(inst.Agent.Title(), req.Method, p)
+func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict,
+	reply func(json.RawMessage, error), mcpServer string, relay func()) {
+	title, kind, toolCall := describeCall(inst.Agent.Title(), req.Method, mcpServer, p)
 	toolID := fmt.Sprintf("acp-router-ask-%d", askSeq.Add(1))
 	s.mu.Lock()
 	editorToolID := s.toolIDs.Out("", toolID)
@@ -334,7 +353,7 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 		reply(nil, acp.NewError(acp.CodeInternalError, msg, map[string]any{"decision": guard.Deny.String(), "source": v.Source, "userChoice": choice}))
 		return
 	}
-	r.relayRequest(ctx, inst, req, p, reply, nil)
+	relay()
 }
 
 // describeCall is how the router's own permission request shows a direct
@@ -343,7 +362,10 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 // on that the editor will use: its environment (names and values: an
 // LD_PRELOAD is why it asks), each argument as one shell word, its
 // directory.
-func describeCall(agentTitle, method string, p json.RawMessage) (string, string, map[string]any) {
+func describeCall(agentTitle, method, mcpServer string, p json.RawMessage) (string, string, map[string]any) {
+	if method == acp.MethodMcpMessage {
+		return describeMcp(agentTitle, mcpServer, p)
+	}
 	var c struct {
 		Path    string   `json:"path"`
 		Command string   `json:"command"`
@@ -385,6 +407,42 @@ func describeCall(agentTitle, method string, p json.RawMessage) (string, string,
 		tc["rawInput"] = in
 		return title, "execute", tc
 	}
+}
+
+// describeMcp is describeCall for an mcp/message: the tool it calls (as
+// the policy names it) and its arguments, or the resource it reads.
+func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, map[string]any) {
+	var m struct {
+		ServerID string `json:"serverId"`
+		Method   string `json:"method"`
+		Params   struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+			URI       string          `json:"uri"`
+		} `json:"params"`
+	}
+	json.Unmarshal(p, &m)
+	if server == "" {
+		server = m.ServerID
+	}
+	tc := map[string]any{}
+	switch {
+	case m.Method == policy.McpToolsCall && m.Params.Name != "":
+		in := map[string]any{"server": server, "tool": m.Params.Name}
+		if len(m.Params.Arguments) > 0 && json.Valid(m.Params.Arguments) {
+			in["arguments"] = m.Params.Arguments
+		}
+		tc["rawInput"] = in
+		return fmt.Sprintf("%s wants to call the MCP tool %s", agentTitle, policy.McpToolName(server, m.Params.Name)), "other", tc
+	case m.Method == policy.McpResourcesRead && m.Params.URI != "":
+		if u, err := url.Parse(m.Params.URI); err == nil && strings.EqualFold(u.Scheme, "file") && u.Path != "" {
+			tc["locations"] = []map[string]string{{"path": u.Path}}
+		}
+		tc["rawInput"] = map[string]any{"server": server, "uri": m.Params.URI}
+		return fmt.Sprintf("%s wants to read %s from the MCP server %s", agentTitle, m.Params.URI, server), "read", tc
+	}
+	tc["rawInput"] = map[string]any{"server": server, "method": m.Method}
+	return fmt.Sprintf("%s sends the MCP server %s a message the router cannot read", agentTitle, server), "other", tc
 }
 
 // envVar is one of terminal/create's env (schema EnvVariable).

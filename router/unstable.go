@@ -17,6 +17,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
 )
@@ -546,7 +547,12 @@ func mcpParams(p json.RawMessage) (serverID string, requestID json.RawMessage) {
 // agentMcpMessage relays an agent's mcp/message request to the editor, for
 // a server one of the agent's sessions declared; the editor's
 // notifications about it (same serverId and requestId) go back to that
-// agent while it waits (editorMcpMessage).
+// agent while it waits (editorMcpMessage). Such a server runs in the
+// editor's process: with a policy in force, a tools/call or resources/read
+// (or params the router cannot read: policy.McpDecides) is decided first,
+// like an fs or terminal call (enforce.go), on the session's sequencer; a
+// refusal is an inner MCP error naming the rule, and nothing reaches the
+// editor.
 func (r *Router) agentMcpMessage(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, reply func(json.RawMessage, error)) {
 	p := params(req)
 	serverID, requestID := mcpParams(p)
@@ -555,6 +561,53 @@ func (r *Router) agentMcpMessage(ctx context.Context, inst *upstream.Instance, r
 		reply(nil, errMcpServer(serverID))
 		return
 	}
+	relay := func() { r.relayMcp(ctx, inst, req, p, s, serverID, requestID, reply) }
+	if !r.opts.Guard.Enforcing() || !policy.McpDecides(p) {
+		relay()
+		return
+	}
+	server := mcpServerName(s, serverID)
+	r.decideOn(ctx, s, inst, req, p, server, func(v *guard.Verdict) {
+		r.carryOut(ctx, s, inst, req, p, v, mcpRefusal(reply), server, relay)
+	})
+}
+
+// mcpRefusal answers the agent's mcp/message with the router's refusal as
+// the inner MCP error ({"error": {code, message, data}}): the schema keeps
+// outer errors for binding and runtime failures (MessageMcpResponse).
+func mcpRefusal(reply func(json.RawMessage, error)) func(json.RawMessage, error) {
+	return func(res json.RawMessage, err error) {
+		var rpcErr *jsonrpc2.Error
+		if err != nil && errors.As(err, &rpcErr) {
+			reply(mustJSON(map[string]any{"error": rpcErr}), nil)
+			return
+		}
+		reply(res, err)
+	}
+}
+
+// mcpServerName is the name session s declared for its ACP MCP server
+// serverID (mcpServers[].name), "" if none.
+func mcpServerName(s *Session, serverID string) string {
+	var np struct {
+		Servers []struct {
+			Type     string `json:"type"`
+			Name     string `json:"name"`
+			ServerID string `json:"serverId"`
+		} `json:"mcpServers"`
+	}
+	json.Unmarshal(s.newParams, &np)
+	for _, srv := range np.Servers {
+		if srv.Type == "acp" && srv.ServerID == serverID {
+			return srv.Name
+		}
+	}
+	return ""
+}
+
+// relayMcp relays an agent's mcp/message request to the editor, tracking
+// it so that the editor's notifications about it reach that agent.
+func (r *Router) relayMcp(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, s *Session, serverID string, requestID json.RawMessage, reply func(json.RawMessage, error)) {
 	key := mcpKey(serverID, requestID)
 	r.mu.Lock()
 	tracked := len(r.mcpCalls) < maxMcpCalls && r.mcpCalls[key] == nil

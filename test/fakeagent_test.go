@@ -146,6 +146,7 @@ type fakeAgent struct {
 	sessions   map[string]*fakeSession
 	children   map[string]*fakeSession // subagent sessions a script ran commands as ("as")
 	nSess      int
+	nSent      int // mcp-send requests
 }
 
 type fakeSession struct {

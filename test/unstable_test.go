@@ -77,6 +77,27 @@ func init() {
 		}
 		a.say(s.id, "mcp: "+string(res))
 	}
+	// mcp-send SERVERID JSON: mcp/message to the editor with the members
+	// of the JSON object (method, params, ...) and a requestId of its own;
+	// say as mcp-call does.
+	fakeScriptExt["mcp-send"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		server, msg, _ := strings.Cut(rest, " ")
+		p := map[string]any{}
+		if err := json.Unmarshal([]byte(msg), &p); err != nil {
+			a.say(s.id, "mcp-send: "+err.Error())
+			return
+		}
+		a.mu.Lock()
+		a.nSent++
+		p["serverId"], p["requestId"] = server, fmt.Sprintf("req-%d", a.nSent)
+		a.mu.Unlock()
+		res, rerr := a.call("mcp/message", p)
+		if rerr != nil {
+			a.say(s.id, fmt.Sprintf("mcp error: %d %s", rerr.Code, rerr.Message))
+			return
+		}
+		a.say(s.id, "mcp: "+string(res))
+	}
 	// auth-flood N: N auth/status_update notifications, as fast as they
 	// can be written, numbered in _meta.n.
 	fakeScriptExt["auth-flood"] = func(a *fakeAgent, s *fakeSession, rest string) {
