@@ -168,6 +168,12 @@
 // every piece; past a hard bound (16384 pieces, 64 levels) the request is
 // refused. A NUL byte in a path or an argument makes its item opaque; a
 // path is matched up to its first NUL, as the system would read it.
+// Params read differently by encoding/json (which matches member names
+// case-insensitively) and by the editor (exact names) are refused: two
+// members that name one field ("path" and "PATH", at any depth:
+// acp.AmbiguousMember), or one member of the fs, terminal, toolCall,
+// location or content objects the policy decodes spelled otherwise than
+// its field ("CWD", "Kind": acp.FoldedMember).
 //
 // The stricter reading wins (issue 14): a permission request's declared
 // kind never narrows what its title or rawInput show. A rawInput that

@@ -601,15 +601,11 @@ func (x *extractor) sshOption(prog, opt, s string, cwds []string, inner cmdCtx) 
 			return x.sshPaths(prog, val, KindEdit, cwds)
 		}
 	case "hostname", "proxyjump":
+		// [user@]host[:port] or ssh://[user@]host[:port], comma-separated:
+		// each as ssh's own host operand is read.
 		for _, h := range strings.Split(val, ",") {
-			if at := strings.LastIndexByte(h, '@'); at >= 0 {
-				h = h[at+1:]
-			}
-			if hh, _, ok := strings.Cut(h, ":"); ok && !strings.HasPrefix(h, "[") {
-				h = hh
-			}
-			if h = strings.Trim(strings.TrimPrefix(h, "ssh://"), "[]"); h != "" && !strings.EqualFold(h, "none") {
-				x.host(h, origin)
+			if h = strings.TrimSpace(h); h != "" && !strings.EqualFold(h, "none") {
+				x.roleArg(prog, opt, arg{s: h}, roleHost, false, true, cwds, inner)
 			}
 		}
 	default:

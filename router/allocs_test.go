@@ -416,3 +416,18 @@ func BenchmarkPromptTurn(b *testing.B) {
 		f.turn(b)
 	}
 }
+
+// TestCopies4KiB bounds the bytes allocated per relayed 4 KiB update, in
+// multiples of the update: a line from 2 KiB is read into a pooled buffer
+// (acp.Shared) that goes back to the pool once the editor's queue and the
+// store have written it, so no copy of the message is left to the garbage
+// collector (one per update before: 4 KiB of garbage each).
+func TestCopies4KiB(t *testing.T) {
+	ro := newRelayOne(t)
+	line := append(updateLine(t, ro.f.sid, 4<<10), '\n')
+	copies := copiesPerSend(ro, line)
+	t.Logf("%.2f copies per 4 KiB update (bound 0.5)", copies)
+	if copies > 0.5 {
+		t.Errorf("%.2f× the message allocated per relayed 4 KiB update, want at most 0.5×", copies)
+	}
+}
