@@ -1,9 +1,16 @@
 package telemetry
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
-	"syscall"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,18 +105,18 @@ func (c *collectSpans) ForceFlush(context.Context) error                { return
 // BenchmarkExport is the other half of a traced turn's floor: exporting
 // its two spans (the turn's and its session/prompt call's, with the
 // attributes the router gives them) in batches of 512 through the real
-// OTLP exporter to the loopback receiver, which decodes them with pdata
-// (the benchmark's collector). cpu-us/turn is the process's CPU time (user
-// and system, both ends of the connection) per turn: what the export takes
-// from a machine whose cores the relay would otherwise use.
+// OTLP exporter to a loopback receiver that decodes them with pdata (the
+// benchmark's collector), running in a process of its own.
+// exporter-cpu-us/turn is this process's CPU time (user and system) per
+// turn: what the export costs the router's process; receiver-cpu-us/turn
+// the receiver process's: what a collector on the same machine takes too.
 func BenchmarkExport(b *testing.B) {
 	for _, protocol := range []string{"grpc", "http/protobuf"} {
 		b.Run(protocol, func(b *testing.B) {
-			rcv := otlptest.Start(b)
-			rcv.Discard()
-			endpoint := rcv.Endpoint
+			rcv := startReceiverProcess(b)
+			endpoint := rcv.grpc
 			if protocol != "grpc" {
-				endpoint = rcv.HTTPEndpoint
+				endpoint = rcv.http
 			}
 			set, err := Resolve(config.Telemetry{Enabled: true, Endpoint: endpoint, Protocol: protocol}, func(string) string { return "" })
 			if err != nil {
@@ -142,8 +149,7 @@ func BenchmarkExport(b *testing.B) {
 			if err := exp.ExportSpans(ctx, col.spans); err != nil { // connect
 				b.Fatal(err)
 			}
-			var before, after syscall.Rusage
-			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			self0, rcv0 := cpuTime(b, "self"), cpuTime(b, rcv.pid)
 			n := 0
 			for b.Loop() {
 				if err := exp.ExportSpans(ctx, col.spans); err != nil {
@@ -151,13 +157,92 @@ func BenchmarkExport(b *testing.B) {
 				}
 				n++
 			}
-			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-			cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) * time.Nanosecond
-			b.ReportMetric(float64(cpu.Microseconds())/float64(n*turns), "cpu-us/turn")
+			self, other := cpuTime(b, "self")-self0, cpuTime(b, rcv.pid)-rcv0
+			b.ReportMetric(self.Seconds()*1e6/float64(n*turns), "exporter-cpu-us/turn")
+			b.ReportMetric(other.Seconds()*1e6/float64(n*turns), "receiver-cpu-us/turn")
 			b.ReportMetric(0, "ns/op")
-			if spans, _, _ := rcv.Counts(); spans < (n+1)*2*turns {
-				b.Fatalf("the receiver counted %d spans, want %d", spans, (n+1)*2*turns)
+			if got := rcv.spans(b); got < (n+1)*2*turns {
+				b.Fatalf("the receiver counted %d spans, want %d", got, (n+1)*2*turns)
 			}
 		})
 	}
+}
+
+// receiverProcess is an otlptest receiver in a child process (the test
+// binary run as TestReceiverProcess), so that its CPU is not the
+// benchmark's.
+type receiverProcess struct {
+	grpc, http, pid string
+	in              io.WriteCloser
+	out             *bufio.Reader
+}
+
+func startReceiverProcess(b *testing.B) *receiverProcess {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReceiverProcess$")
+	cmd.Env = append(os.Environ(), "ACP_ROUTER_RECEIVER_PROCESS=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close(); cmd.Wait() })
+	r := &receiverProcess{pid: strconv.Itoa(cmd.Process.Pid), in: in, out: bufio.NewReader(out)}
+	if _, err := fmt.Fscan(r.out, &r.grpc, &r.http); err != nil {
+		b.Fatalf("receiver process: %v", err)
+	}
+	return r
+}
+
+// spans asks the receiver process how many spans it has decoded.
+func (r *receiverProcess) spans(b *testing.B) int {
+	n := 0
+	if _, err := fmt.Fprintln(r.in, "count"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := fmt.Fscan(r.out, &n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// TestReceiverProcess is the receiver process of BenchmarkExport: it
+// prints its endpoints, answers each line on stdin with the spans counted,
+// and ends with stdin. Skipped as a test.
+func TestReceiverProcess(t *testing.T) {
+	if os.Getenv("ACP_ROUTER_RECEIVER_PROCESS") != "1" {
+		t.Skip("the receiver process of BenchmarkExport")
+	}
+	rcv := otlptest.Start(t)
+	rcv.Discard()
+	fmt.Println(rcv.Endpoint, rcv.HTTPEndpoint)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		spans, _, _ := rcv.Counts()
+		fmt.Println(spans)
+	}
+}
+
+// cpuTime is the user and system CPU time of process pid ("self": this
+// one), from /proc.
+func cpuTime(b *testing.B, pid string) time.Duration {
+	raw, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	// The fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the whole line, in clock ticks (100 Hz).
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("cannot read %s's CPU time", pid)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
