@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -214,6 +215,7 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, inst *upstre
 	if json.Unmarshal(p, &pr) != nil {
 		pr = permRequest{} // the policy refused it already: deny below
 	}
+	pr.Options = permOptions(p)
 	if v.Effect == guard.Allow {
 		once := pr.option(allowOnce)
 		if once == nil { // only "always" offered: the user must choose
@@ -233,7 +235,12 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, inst *upstre
 		}
 		return
 	}
-	// Ask: the editor's user chooses.
+	// Ask: the editor's user chooses among the options as the router
+	// read them (permOptions), so that the kind it records is the kind of
+	// the button the user pressed and the option the agent gets.
+	if shown, err := acp.SetField(p, "options", pr.Options); err == nil {
+		p = shown
+	}
 	r.relayRequest(ctx, inst, req, p, reply, func(res json.RawMessage, err error) (json.RawMessage, error) {
 		choice := chosenKind(res, err, pr.Options)
 		if g.Record(v, choice) != nil && v.AuditFailed() {
@@ -243,18 +250,70 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, inst *upstre
 			}
 			return cancelledOutcome, nil
 		}
+		if err != nil {
+			return res, err
+		}
+		// The agent gets an option of the kind recorded: a "once" for an
+		// "always" (the router holds the grant, not the agent), and for
+		// anything else the editor answered a refusal.
 		switch choice {
-		case allowAlways: // the router holds the grant, not the agent
-			if o := pr.option(allowOnce); o != nil {
-				return selected(o.OptionID), nil
-			}
-		case rejectAlways:
-			if o := pr.option(rejectOnce); o != nil {
-				return selected(o.OptionID), nil
+		case allowOnce:
+			return res, nil
+		case allowAlways:
+			return selected(pr.option(allowOnce).OptionID), nil
+		case rejectOnce, rejectAlways:
+			return selected(pr.option(rejectOnce, rejectAlways).OptionID), nil
+		}
+		return cancelledOutcome, nil
+	})
+}
+
+// permOptions reads a permission request's options as the router can
+// honour them, and as the editor is then shown them: by their exact
+// member names; only the schema's four kinds (an editor shows another as
+// it likes, the router would record it as no choice while the agent takes
+// it as its own); each optionId naming one option (two options with one
+// id, "Always allow" and "Reject", make the user's Reject the router's
+// allow_always); an allow_always only beside an allow_once (the agent is
+// given the once option for it: an agent given its "always" stops asking,
+// and what it then runs is never decided or audited).
+func permOptions(p json.RawMessage) []permOption {
+	var v [1]json.RawMessage
+	if acp.MembersOfValid(p, []string{"options"}, v[:]) != nil || len(v[0]) == 0 || v[0][0] != '[' {
+		return nil
+	}
+	var all []permOption
+	ids := map[string]int{}
+	acp.EachElementOfValid(v[0], func(e json.RawMessage) bool {
+		var f [3]json.RawMessage
+		var o permOption
+		if len(e) == 0 || e[0] != '{' || acp.MembersOfValid(e, []string{"optionId", "name", "kind"}, f[:]) != nil {
+			return true
+		}
+		for i, dst := range [...]*string{&o.OptionID, &o.Name, &o.Kind} {
+			if len(f[i]) == 0 || f[i][0] != '"' || rawString(f[i], dst) != nil {
+				return true
 			}
 		}
-		return res, err
+		switch o.Kind {
+		case allowOnce, allowAlways, rejectOnce, rejectAlways:
+			ids[o.OptionID]++
+			all = append(all, o)
+		}
+		return true
 	})
+	out := []permOption{} // the editor is sent an array, even an empty one
+	once := false
+	for _, o := range all {
+		if ids[o.OptionID] == 1 {
+			out = append(out, o)
+			once = once || o.Kind == allowOnce
+		}
+	}
+	if !once {
+		out = slices.DeleteFunc(out, func(o permOption) bool { return o.Kind == allowAlways })
+	}
+	return out
 }
 
 // denyNotice shows the editor a denied tool call as failed, with a note
