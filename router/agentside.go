@@ -792,13 +792,13 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 // agentSession is the router session of an agent's message by its
 // params.sessionId, nil if none.
 func (r *Router) agentSession(inst *upstream.Instance, p json.RawMessage) *Session {
-	var ref acp.SessionRef
-	if p == nil || json.Unmarshal(p, &ref) != nil || ref.SessionID == "" {
+	id := acp.SessionID(p)
+	if id == "" {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.downLocked(inst, ref.SessionID)
+	return r.downLocked(inst, id)
 }
 
 // relayRequest sends an agent's request to the editor and answers the agent
@@ -1038,19 +1038,22 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		if !caps.Terminal {
 			return missing("terminal")
 		}
-		var tp struct {
-			TerminalID string `json:"terminalId"`
+		if err := ambiguousParams(method, p); err != nil {
+			return err
 		}
-		json.Unmarshal(p, &tp)
+		id, _ := exactString(p, "terminalId")
 		r.mu.Lock()
-		t, ok := r.terminals[tp.TerminalID]
+		t, ok := r.terminals[id]
 		r.mu.Unlock()
 		if !ok || t.agent != inst.Agent.Name() {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown terminal %q", tp.TerminalID), nil)
+			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown terminal %q", id), nil)
 		}
 	case acp.MethodElicitationCreate:
 		if caps.Elicitation == nil {
 			return missing("elicitation")
+		}
+		if err := ambiguousParams(method, p); err != nil {
+			return err
 		}
 		var ep struct {
 			Mode string `json:"mode"`
@@ -1063,12 +1066,29 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 	return nil
 }
 
+// ambiguousParams refuses the params of a request the router reads ids
+// from (the session, the terminal, the elicitation's request) but the
+// policy does not decide, when encoding/json and the editor could read
+// them differently: two members that name one field ("terminalId" twice,
+// or "terminalId" and "TerminalId": a JavaScript editor takes the last,
+// serde refuses, encoding/json takes the last of any case), so that the
+// terminal whose owner the router checked, or the session it translated,
+// would not be the one the editor uses.
+func ambiguousParams(method string, p json.RawMessage) error {
+	if a, b, ok := acp.AmbiguousMember(p); ok {
+		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s params with members %q and %q, which name one field to some readers", method, a, b), nil)
+	}
+	return nil
+}
+
 // toEditorSession translates params.sessionId from the agent's id to the
 // router's. A standard session-scoped call for a session the router does
 // not know is refused; extension calls pass unchanged.
 func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.RawMessage) (string, json.RawMessage, error) {
-	var ref acp.SessionRef
-	if p == nil || json.Unmarshal(p, &ref) != nil || ref.SessionID == "" {
+	// By its exact name, as the editor reads it (and rewriteSessionID
+	// writes it).
+	ref := acp.SessionRef{SessionID: acp.SessionID(p)}
+	if ref.SessionID == "" {
 		return "", p, nil
 	}
 	r.mu.Lock()
@@ -1183,9 +1203,9 @@ func (r *Router) trackTerminal(inst *upstream.Instance, method, sid string, p, r
 			r.mu.Unlock()
 		}
 	case acp.MethodTerminalRelease:
-		if json.Unmarshal(p, &t) == nil {
+		if id, ok := exactString(p, "terminalId"); ok {
 			r.mu.Lock()
-			delete(r.terminals, t.TerminalID)
+			delete(r.terminals, id)
 			r.mu.Unlock()
 		}
 	}

@@ -116,8 +116,7 @@ var askOptions = []permOption{
 // sequencer: off the agent's read loop, in order with the session's other
 // traffic (order.go), never delaying another session.
 func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, reply func(json.RawMessage, error)) {
-	var ref acp.SessionRef
-	json.Unmarshal(p, &ref)
+	ref := acp.SessionRef{SessionID: acp.SessionID(p)} // by its exact name, as toEditorSession and the editor read it
 	r.mu.Lock()
 	s := r.downLocked(inst, ref.SessionID)
 	r.mu.Unlock()

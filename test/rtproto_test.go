@@ -105,3 +105,48 @@ func TestPolicyPermissionOptionsAsRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestTerminalOwnershipExactNames: the terminal whose owner the router
+// checks is the terminal the editor uses. Before, the router read
+// terminalId with encoding/json (any case, the last one winning), the
+// editor by its exact name: beta, naming its own terminal as
+// "TerminalId" (or as a second "terminalId") next to alpha's, had the
+// editor read, wait for, kill or release alpha's terminal.
+func TestTerminalOwnershipExactNames(t *testing.T) {
+	t.Parallel()
+	dirB := t.TempDir()
+	cfg := writeConfig(t, routerYAML(t,
+		[]string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"})},
+		"default: alpha", "rules:", cwdRule(dirB, "beta"),
+	))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sidA := e.NewSession(t, t.TempDir())
+	sidB := e.NewSession(t, dirB)
+	termOf := func(sid string) string {
+		t.Helper()
+		e.MustPrompt(t, sid, "terminal-create echo hi", "end_turn")
+		for _, text := range e.Texts(sid) {
+			if id, ok := strings.CutPrefix(text, "terminal-id: "); ok {
+				return id
+			}
+		}
+		t.Fatalf("no terminal: %q", e.Texts(sid))
+		return ""
+	}
+	termA, termB := termOf(sidA), termOf(sidB)
+	for _, method := range []string{"terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release"} {
+		for _, params := range []string{
+			`{"sessionId":"SESSION","terminalId":%q,"TerminalId":%q}`,
+			`{"sessionId":"SESSION","terminalId":%q,"terminalId":%q}`,
+			`{"sessionId":"SESSION","terminalId":%q,"terminal\u0049d":%q}`,
+		} {
+			e.MustPrompt(t, sidB, "request "+method+" "+fmt.Sprintf(params, termA, termB), "end_turn")
+		}
+	}
+	for _, m := range e.Rec.Filter(func(m *Msg) bool { return strings.HasPrefix(m.Method, "terminal/") && m.Method != "terminal/create" }) {
+		if jsonString(m.Params, "terminalId") == termA || strings.Contains(string(m.Params), termA) {
+			t.Errorf("beta had the editor use alpha's terminal: %s %s", m.Method, m.Params)
+		}
+	}
+}
