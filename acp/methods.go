@@ -252,3 +252,14 @@ func NotificationOnly(method string, fromAgent bool) bool {
 	m, ok := LookupMethod(method, fromAgent)
 	return ok && m.Notification && !m.Request
 }
+
+// RequestOnly: method (from an agent when fromAgent, else from the editor)
+// is a method of the protocol that is only ever sent as a request. A
+// notification for it is dropped, neither carried out nor passed on: the
+// router answers, decides and audits requests, and a peer that acts on
+// whatever method it reads would carry out an fs/write_text_file or a
+// terminal/create that no one decided or recorded.
+func RequestOnly(method string, fromAgent bool) bool {
+	m, ok := LookupMethod(method, fromAgent)
+	return ok && m.Request && !m.Notification
+}

@@ -41,6 +41,14 @@ func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc
 		}
 		return
 	}
+	if req.Notif && acp.RequestOnly(req.Method, true) && req.Method != acp.MethodMcpMessage {
+		// fs/*, terminal/*, session/request_permission, elicitation/create
+		// without an id: nothing to decide, audit or answer, and an editor
+		// must never get it undecided (agentNotification decides which
+		// mcp/message notifications pass).
+		h.r.log.Warn("a request method sent as a notification dropped", "agent", h.inst.Agent.Name(), "method", req.Method)
+		return
+	}
 	if req.Notif && isStatusUpdate(req.Method) {
 		// Coalesced, never waited for: a flood of them must not hold up
 		// the agent's sessions (unstable.go).

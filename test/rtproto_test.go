@@ -150,3 +150,33 @@ func TestTerminalOwnershipExactNames(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestMethodsAsNotifications: an agent's fs/*, terminal/* and
+// session/request_permission sent without an id are dropped. Before,
+// they went to the editor as notifications, undecided and unaudited
+// (the policy decides requests only): a write the policy denies reached
+// every editor that acts on the method it reads.
+func TestRequestMethodsAsNotifications(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	env := filepath.Join(cwd, ".env")
+	script := strings.Join([]string{
+		fmt.Sprintf(`notify fs/write_text_file {"sessionId":%q,"path":%q,"content":"X=1"}`, sid, env),
+		fmt.Sprintf(`notify fs/read_text_file {"sessionId":%q,"path":%q}`, sid, env),
+		fmt.Sprintf(`notify terminal/create {"sessionId":%q,"command":"rm","args":["-rf",%q]}`, sid, cwd),
+		fmt.Sprintf(`notify session/request_permission {"sessionId":%q,"toolCall":{"toolCallId":"t1","title":"x"},"options":[]}`, sid),
+		fmt.Sprintf(`notify elicitation/create {"sessionId":%q,"mode":"form","message":"?","requestedSchema":{"type":"object","properties":{}}}`, sid),
+		"say done",
+	}, "\n")
+	e.MustPrompt(t, sid, script, "end_turn")
+	for _, m := range e.Rec.Filter(func(m *Msg) bool {
+		return strings.HasPrefix(m.Method, "fs/") || strings.HasPrefix(m.Method, "terminal/") ||
+			m.Method == "session/request_permission" || m.Method == "elicitation/create"
+	}) {
+		t.Errorf("the editor got an agent's %s undecided: %s", m.Method, m.Params)
+	}
+}
