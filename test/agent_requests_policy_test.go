@@ -9,8 +9,10 @@ import (
 	"testing"
 )
 
-// Red-team tests of the protocol around the permission policy: what an
-// agent gets done by the shape of its messages.
+// What an agent gets done by the shape of its requests around the policy:
+// permission options (ids, kinds, "always" without "once"), members
+// spelled twice or in another case, request methods sent as
+// notifications. protocol_policy_test.go has the rest of this kind.
 
 func init() {
 	// permission-opts JSON: session/request_permission with JSON's
