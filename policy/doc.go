@@ -138,7 +138,12 @@
 // substitution as a program or an argument, a shell that reads its script
 // from a pipe, a parse error, ...) are opaque: no allow rule ever covers
 // them, so they are at least ask; deny and ask rules still apply to
-// whatever was extracted around them.
+// whatever was extracted around them. So is shell arithmetic ($((x)),
+// ((...)), let, subscripts, [[ A -eq B ]], test -v and printf -v NAME[SUB])
+// over a value the router does not know to be a number: bash evaluates a
+// variable's value or a command's output as an expression, and an array
+// subscript in it runs its command substitutions (arith.go); printf -v
+// NAME assigns NAME as NAME=VALUE does.
 //
 // Working directories: relative paths are resolved against every
 // directory a command may run in. Followed: cd, pushd and popd however

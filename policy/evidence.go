@@ -343,6 +343,9 @@ type extractor struct {
 	// links made by an earlier command of the same command line (ln,
 	// cp -s/-l): a path through one is also a path to its target.
 	links []link
+	// arithBad: variables the command line assigns something other than
+	// a number (arith.go), at any level of nesting.
+	arithBad map[string]bool
 }
 
 // link is a link a command makes: the absolute, clean path of the link

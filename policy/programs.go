@@ -224,6 +224,9 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 		return
 	case sp.values:
 		x.add(it, KindExecute)
+		if why := builtinVarArgs(name, args[1:]); why != "" {
+			x.opaque(cx.origin, why, KindExecute)
+		}
 		return
 	case sp.handler == "find":
 		x.findArgs(it, args[1:], cx)

@@ -90,6 +90,7 @@ func (x *extractor) script(src string, cx cmdCtx) {
 	cx.cwds, cx.cwdUnknown = x.cdClosure(f, cx)
 	cx.loopVars = nil // a nested script does not see the outer loop's variables
 	loops := x.loopBindings(f, cx)
+	vars := x.arithVarsOf(f, cx)
 	piped := map[*syntax.Stmt]bool{}
 	producer := map[*syntax.Stmt]*syntax.Stmt{}
 	calls, seen := 0, 0
@@ -131,6 +132,29 @@ func (x *extractor) script(src string, cx cmdCtx) {
 			}
 		case *syntax.TestClause:
 			x.testOperands(n.X, cx)
+			x.arithmTest(n.X, vars, cx)
+		case *syntax.ArithmExp:
+			x.arithm(n.X, vars, cx)
+		case *syntax.ArithmCmd:
+			x.arithm(n.X, vars, cx)
+		case *syntax.LetClause:
+			for _, e := range n.Exprs {
+				x.arithm(e, vars, cx)
+			}
+		case *syntax.CStyleLoop:
+			x.arithm(n.Init, vars, cx)
+			x.arithm(n.Cond, vars, cx)
+			x.arithm(n.Post, vars, cx)
+		case *syntax.ParamExp:
+			x.arithm(n.Index, vars, cx)
+			if n.Slice != nil {
+				x.arithm(n.Slice.Offset, vars, cx)
+				x.arithm(n.Slice.Length, vars, cx)
+			}
+		case *syntax.Assign:
+			x.arithm(n.Index, vars, cx)
+		case *syntax.ArrayElem:
+			x.arithm(n.Index, vars, cx)
 		}
 		return true
 	})
