@@ -1119,7 +1119,10 @@ func backupOutputs(p *parsedArgs, targets []arg) (out, dirs []arg, ok bool) {
 // is elsewhere escapes that rule, so git runs what the router cannot see
 // (opaque) when it would use one: a --git-dir whose last element is not .git; a .git
 // file (gitdir: names any directory) in the working directory or above it,
-// below the session's directory; a .git/commondir (config from the
+// below the session's directory; a .git directory other than the one of
+// the session's directory or a root (or of a directory above them: a .git
+// moved, copied or extracted into place whole brings a config no rule saw
+// written); a .git/commondir (config from the
 // directory it names); a bare repository (HEAD and config in the directory
 // itself); or a .git, a config below the session's directory, a
 // .git/commondir or a .git/config.worktree that the same command line
@@ -1308,6 +1311,14 @@ func (x *extractor) gitDiscover(dir string) string {
 	trusted := func(d string) bool {
 		return d == x.cwd || slices.Contains(x.ev.vars.roots, d)
 	}
+	// own: the repository the session's directory or a root is in. A .git
+	// directory anywhere else may have been moved, copied, linked or
+	// extracted there whole (mv dotgit .git, tar -x), its config never
+	// written as a .git/config that deny rules see.
+	own := func(d string) bool {
+		below := func(r string) bool { return r != "" && (d == "/" || strings.HasPrefix(r+"/", d+"/")) }
+		return below(x.cwd) || slices.ContainsFunc(x.ev.vars.roots, below)
+	}
 	for d := path.Clean(dir); ; d = path.Dir(d) {
 		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) ||
 			x.writesPath(path.Join(d, ".git", "commondir")) || x.writesPath(path.Join(d, ".git", "config.worktree")) {
@@ -1321,6 +1332,9 @@ func (x *extractor) gitDiscover(dir string) string {
 					// has none.
 					if c, _ := x.fs.Stat(path.Join(d, ".git", "commondir")); c {
 						return fmt.Sprintf("%s/.git/commondir points git at another repository, whose config may run commands", d)
+					}
+					if !own(d) {
+						return fmt.Sprintf("git uses the repository in %s, not the one of the session's directory or roots: its .git may have been moved, copied or extracted there whole, and its config may run commands", d)
 					}
 					return ""
 				}
