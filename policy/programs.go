@@ -98,7 +98,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 					p.lost = true
 				}
 			}
-			if p.spec.gcc && strings.HasPrefix(s, "@") {
+			if p.spec.argfiles && strings.HasPrefix(s, "@") {
 				p.fail("%s: %s: options read from a file", p.label, s)
 			}
 			p.ops = append(p.ops, a)

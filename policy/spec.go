@@ -103,6 +103,9 @@ type argSpec struct {
 	// attached without = (-Iinclude, -lm, -O2, -Wall, -DX=1): the longest
 	// such option the word starts with; an operand @FILE holds options.
 	gcc bool
+	// argfiles: an operand @FILE holds more arguments, which the router
+	// does not read (gcc style; rustc).
+	argfiles bool
 	// abbrev: a long option may be given as an unambiguous prefix
 	// (getopt_long, git, argparse).
 	abbrev bool
@@ -189,7 +192,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree"}
+	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -241,7 +244,7 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 	}
 	sp := &argSpec{name: name, abbrev: true, opts: map[string]*optSpec{}}
 	if parent != nil {
-		sp.single, sp.gcc, sp.abbrev = parent.single, parent.gcc, parent.abbrev
+		sp.single, sp.gcc, sp.abbrev, sp.argfiles = parent.single, parent.gcc, parent.abbrev, parent.argfiles
 	}
 	if n.Kind == yaml.ScalarNode && n.Value == "" || n.Tag == "!!null" {
 		return sp, nil
@@ -267,7 +270,7 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			case "single":
 				sp.single, sp.gcc, sp.abbrev = true, false, false
 			case "gcc":
-				sp.single, sp.gcc, sp.abbrev = true, true, false
+				sp.single, sp.gcc, sp.abbrev, sp.argfiles = true, true, false, true
 			case "posix":
 				sp.posix = true
 			case "values":
@@ -279,6 +282,8 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			err = v.Decode(&sp.abbrev)
 		case "digits":
 			err = v.Decode(&sp.digits)
+		case "argfiles":
+			err = v.Decode(&sp.argfiles)
 		case "posix":
 			err = v.Decode(&sp.posix)
 		case "passthrough":
