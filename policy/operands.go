@@ -68,6 +68,13 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return x.pythonX(prog, opt, s, cwds)
 	case roleMakeArg:
 		return x.makeArg(prog, a, recursive, hidden, cwds, inner)
+	case roleDateArg:
+		// date +%F prints; date MMDDhhmm[[CC]YY][.ss] sets the system
+		// clock (as root, or with CAP_SYS_TIME), which nothing here models.
+		if !strings.HasPrefix(s, "+") {
+			x.markUnknown(fmt.Sprintf("%s %s sets the system clock", prog, s))
+		}
+		return false
 	case roleTypeDest:
 		// pytest --cov-report html:htmlcov, xml:/path/cov.xml: a report
 		// of TYPE written to DEST, a file or a directory.

@@ -63,6 +63,7 @@ const (
 	rolePythonX                // python -X NAME[=VALUE]: an implementation option, pycache_prefix a directory written
 	roleTypeDest               // TYPE[:DEST] (pytest --cov-report html:DIR): DEST is written, with everything below it
 	roleMakeArg                // a make target or variable definition (NAME=VALUE, NAME:=VALUE, NAME!=COMMAND, ...)
+	roleDateArg                // date's operand: +FORMAT, or the time it sets the system clock to (unknown)
 )
 
 var roleNames = map[string]role{
@@ -74,6 +75,7 @@ var roleNames = map[string]role{
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
 	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX, "type-dest": roleTypeDest, "make-arg": roleMakeArg,
+	"date-arg": roleDateArg,
 }
 
 // optSpec is one option of a program.
