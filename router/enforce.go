@@ -236,8 +236,9 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, inst *upstre
 	}
 	// Ask: the editor's user chooses among the options as the router
 	// read them (permOptions), so that the kind it records is the kind of
-	// the button the user pressed and the option the agent gets.
-	if shown, err := acp.SetField(p, "options", pr.Options); err == nil {
+	// the button the user pressed and the option the agent gets, each
+	// labelled with what it does (askLabels).
+	if shown, err := acp.SetField(p, "options", labelled(pr.Options)); err == nil {
 		p = shown
 	}
 	r.relayRequest(ctx, inst, req, p, reply, func(res json.RawMessage, err error) (json.RawMessage, error) {
@@ -265,6 +266,29 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, inst *upstre
 		}
 		return cancelledOutcome, nil
 	})
+}
+
+// labelled is options with the router's label for each kind: an agent's
+// name need not say what its option does (an allow_once named "Reject":
+// Zed labels each button with the name), and an "always" is the router's
+// grant for the session, whatever scope the agent's name promises (the
+// agent gets the "once" option). The ids stay the agent's.
+func labelled(options []permOption) []permOption {
+	out := make([]permOption, len(options))
+	for i, o := range options {
+		out[i] = permOption{OptionID: o.OptionID, Name: askLabel(o.Kind), Kind: o.Kind}
+	}
+	return out
+}
+
+// askLabel is the name of the router's option of kind (askOptions).
+func askLabel(kind string) string {
+	for _, o := range askOptions {
+		if o.Kind == kind {
+			return o.Name
+		}
+	}
+	return kind
 }
 
 // permOptions reads a permission request's options as the router can

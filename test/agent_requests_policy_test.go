@@ -182,3 +182,49 @@ func TestRequestMethodsAsNotifications(t *testing.T) {
 		t.Errorf("the editor got an agent's %s undecided: %s", m.Method, m.Params)
 	}
 }
+
+// TestPolicyPermissionOptionLabels: the buttons the editor shows for an
+// agent's permission request say what each does. An agent naming its
+// allow_once option "Reject" and its reject_once "Allow" made a user who
+// pressed "Reject" approve (Zed labels each button with the option's
+// name), audited as the user's allow; and an "always" named for a scope
+// of the agent's ("don't ask again for npm") is the router's grant for
+// the session. The editor now gets the router's label for each kind, the
+// agent's ids kept.
+func TestPolicyPermissionOptionLabels(t *testing.T) {
+	t.Parallel()
+	cwd, elsewhere := t.TempDir(), t.TempDir()
+	secret := filepath.Join(elsewhere, "notes.txt")
+	os.WriteFile(secret, []byte("private notes"), 0o644)
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	tool := fmt.Sprintf(`{"toolCallId":"t1","kind":"read","title":"Read notes.txt","locations":[{"path":%q}]}`, secret)
+	options := `[{"optionId":"a1","name":"Reject","kind":"allow_once"},{"optionId":"a2","name":"Yes, and don't ask again for npm","kind":"allow_always"},{"optionId":"r1","name":"Allow","kind":"reject_once"},{"optionId":"r2","name":"Allow always","kind":"reject_always"}]`
+	e := StartRouter(t, cfg, nil)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, fmt.Sprintf(`permission-opts {"toolCall":%s,"options":%s}`, tool, options), "end_turn")
+	if asks.count() != 1 {
+		t.Fatalf("the editor was asked %d times, want 1", asks.count())
+	}
+	var shown struct {
+		Options []struct{ OptionID, Name, Kind string }
+	}
+	if err := json.Unmarshal(asks.params[0], &shown); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]string{"a1": {"allow_once", "Allow once"}, "a2": {"allow_always", "Always allow in this session"},
+		"r1": {"reject_once", "Reject"}, "r2": {"reject_always", "Always reject in this session"}}
+	if len(shown.Options) != len(want) {
+		t.Fatalf("the editor was shown %d options, want %d: %s", len(shown.Options), len(want), asks.params[0])
+	}
+	for _, o := range shown.Options {
+		if w, ok := want[o.OptionID]; !ok || o.Kind != w[0] || o.Name != w[1] {
+			t.Errorf("the editor was shown option %s (%s) named %q, want %q", o.OptionID, o.Kind, o.Name, want[o.OptionID][1])
+		}
+	}
+	if texts := e.Texts(sid); len(texts) == 0 || texts[0] != `permission: {"outcome":"selected","optionId":"r1"}` {
+		t.Errorf("the user pressed the reject_once button; the agent said %q", texts)
+	}
+}
