@@ -96,7 +96,7 @@ func Options(agents []AgentChoice, active string, v AgentView, booleans bool, de
 			if json.Unmarshal(o, &head) != nil || head.ID == AgentOptionID || (head.Type == "boolean" && !booleans) {
 				continue
 			}
-			if denied != nil && isModeOption(o) {
+			if denied != nil && mayBeMode(o) {
 				o = withoutDenied(o, denied)
 			}
 			out = append(out, o)
@@ -123,6 +123,101 @@ func isModeOption(o json.RawMessage) bool {
 		Category string `json:"category"`
 	}
 	return json.Unmarshal(o, &head) == nil && head.Type == "select" && head.Category == "mode"
+}
+
+// mayBeMode: select option o may say the agent's mode. ACP makes a
+// config option's category a hint for the UX that "MUST NOT be required
+// for correctness" (schema SessionConfigOptionCategory): an agent's mode
+// select may come without one, with a custom one, or under another id,
+// and an agent may have more than one. Only a select that one of the
+// spec's other categories (model, model_config, thought_level) places
+// elsewhere, under another id than "mode", is taken not to: a model
+// named like a mode ("default", "auto") is not one.
+func mayBeMode(o json.RawMessage) bool {
+	var head struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Category string `json:"category"`
+	}
+	if json.Unmarshal(o, &head) != nil || head.Type != "select" || head.ID == AgentOptionID {
+		return false
+	}
+	switch head.Category {
+	case "model", "model_config", "thought_level":
+		return head.ID == ModeOptionID
+	}
+	return true
+}
+
+// ModeSelect is one place an agent's view states its mode: a select
+// option (OptionID) or its legacy modes (OptionID "").
+type ModeSelect struct {
+	Mode     string
+	Values   []string // the modes it offers, in the agent's order
+	OptionID string
+}
+
+// DeniedMode is the first place v states a mode denied says it may not be
+// in: any select that may say the agent's mode (mayBeMode), then its
+// legacy modes. ok is false when none does. CurrentMode is the one mode
+// the session shows; this is every mode the agent may be running in.
+func DeniedMode(v AgentView, denied func(mode string) bool) (ModeSelect, bool) {
+	if denied == nil {
+		return ModeSelect{}, false
+	}
+	legacy := v.legacyModes()
+	if v.Options != nil {
+		var own []json.RawMessage
+		json.Unmarshal(v.Options, &own)
+		for _, o := range own {
+			if !mayBeMode(o) {
+				continue
+			}
+			var sel struct {
+				ID           string          `json:"id"`
+				CurrentValue string          `json:"currentValue"`
+				Options      json.RawMessage `json:"options"`
+			}
+			if json.Unmarshal(o, &sel) == nil && sel.CurrentValue != "" && denied(sel.CurrentValue) {
+				return ModeSelect{Mode: sel.CurrentValue, Values: selectValues(sel.Options), OptionID: sel.ID}, true
+			}
+		}
+	}
+	if v.Modes != nil && v.Modes.CurrentModeID != "" && denied(v.Modes.CurrentModeID) {
+		if len(legacy) == 0 { // a current_mode_update the result did not announce
+			_, legacy, _, _ = CurrentMode(AgentView{Options: v.Options})
+		}
+		return ModeSelect{Mode: v.Modes.CurrentModeID, Values: legacy}, true
+	}
+	return ModeSelect{}, false
+}
+
+// legacyModes are the ids of v's legacy modes.
+func (v AgentView) legacyModes() []string {
+	if v.Modes == nil {
+		return nil
+	}
+	out := make([]string, 0, len(v.Modes.AvailableModes))
+	for _, m := range v.Modes.AvailableModes {
+		out = append(out, m.ID)
+	}
+	return out
+}
+
+// IsModeOption: option id of v may say the agent's mode (see mayBeMode),
+// so that a value it is set to is a mode.
+func IsModeOption(v AgentView, id string) bool {
+	var own []json.RawMessage
+	json.Unmarshal(v.Options, &own)
+	for _, o := range own {
+		var head struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(o, &head) == nil && head.ID == id {
+			return mayBeMode(o)
+		}
+	}
+	return false
 }
 
 // withoutDenied removes the denied values (other than the current one)

@@ -166,3 +166,42 @@ func TestSetCurrentValue(t *testing.T) {
 	got := SetCurrentValue(json.RawMessage(`[{"id":"a","currentValue":"x","k":[1]},{"id":"mode","currentValue":"default","category":"mode"}]`), "mode", "plan")
 	assertJSONEqual(t, got, []byte(`[{"id":"a","currentValue":"x","k":[1]},{"id":"mode","currentValue":"plan","category":"mode"}]`))
 }
+
+// TestDeniedModeWherever: an option's category is for the UX only (ACP
+// SessionConfigOptionCategory): a denied mode is found in any select but
+// those the spec's other categories place elsewhere, in every one of
+// them, and in the legacy modes.
+func TestDeniedModeWherever(t *testing.T) {
+	denied := func(m string) bool { return m == "bypassPermissions" || m == "auto" }
+	sel := func(id, category, current string) string {
+		c := ""
+		if category != "" {
+			c = `,"category":"` + category + `"`
+		}
+		return `{"id":"` + id + `","name":"x","type":"select"` + c + `,"currentValue":"` + current + `","options":[{"value":"default","name":"d"},{"value":"` + current + `","name":"c"}]}`
+	}
+	for _, tc := range []struct {
+		name, options, legacy string
+		want                  ModeSelect
+		ok                    bool
+	}{
+		{"category mode", "[" + sel("mode", "mode", "bypassPermissions") + "]", "", ModeSelect{"bypassPermissions", []string{"default", "bypassPermissions"}, "mode"}, true},
+		{"no category", "[" + sel("mode", "", "bypassPermissions") + "]", "", ModeSelect{"bypassPermissions", []string{"default", "bypassPermissions"}, "mode"}, true},
+		{"second mode select", "[" + sel("mode", "mode", "default") + "," + sel("perm", "_x", "bypassPermissions") + "]", "", ModeSelect{"bypassPermissions", []string{"default", "bypassPermissions"}, "perm"}, true},
+		{"a model named like a mode", "[" + sel("model", "model", "auto") + "," + sel("effort", "thought_level", "auto") + "]", "", ModeSelect{}, false},
+		{"id mode under category model", "[" + sel("mode", "model", "auto") + "]", "", ModeSelect{"auto", []string{"default", "auto"}, "mode"}, true},
+		{"legacy beside options", "[" + sel("model", "model", "opus") + "]", "bypassPermissions", ModeSelect{"bypassPermissions", nil, ""}, true},
+		{"allowed everywhere", "[" + sel("mode", "", "default") + "]", "default", ModeSelect{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := AgentView{Options: json.RawMessage(tc.options)}
+			if tc.legacy != "" {
+				v.Modes = &ModeState{CurrentModeID: tc.legacy}
+			}
+			got, ok := DeniedMode(v, denied)
+			if ok != tc.ok || got.Mode != tc.want.Mode || got.OptionID != tc.want.OptionID || strings.Join(got.Values, ",") != strings.Join(tc.want.Values, ",") {
+				t.Errorf("DeniedMode = %+v %v, want %+v %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}

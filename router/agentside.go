@@ -486,9 +486,10 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		}
 		if d.view.Modes != nil {
 			d.view.Modes.CurrentModeID = up.CurrentModeID
-		} else if d.view.Options == nil {
-			// A mode the session/new result did not announce is still
-			// the agent's mode: deny_modes must see it.
+		} else {
+			// A mode the session/new result did not announce, beside
+			// options or not, is still the agent's mode: deny_modes
+			// must see it.
 			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
 		}
 		r.enforceModeLocked(s, d)

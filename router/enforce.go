@@ -143,25 +143,36 @@ func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instan
 	s.order().async(r, func() {
 		// A subagent session is decided with its top-level session's
 		// context: the agent's mode there, its cwd, roots and grants.
+		// A mode the policy denies, wherever the agent states it
+		// (merge.DeniedMode), is the mode it is decided in: the reset
+		// may still be under way, or have failed.
+		denied := func(m string) bool { return r.opts.Guard.ModeDenied(agent, m) }
 		root := s.root()
 		root.mu.Lock()
 		mode := ""
 		if d := root.down[agent]; d != nil {
 			mode, _, _, _ = merge.CurrentMode(d.view)
+			if sel, ok := merge.DeniedMode(d.view, denied); ok {
+				mode = sel.Mode
+			}
 		}
 		root.mu.Unlock()
 		parentID := ""
 		if root != s {
 			parentID = root.ID
-			// A child that reports a mode the policy denies is decided
-			// in it: the router cannot set it back (subagent.go).
-			s.mu.Lock()
-			if d := s.down[agent]; d != nil {
-				if m, _, _, _ := merge.CurrentMode(d.view); m != "" && r.opts.Guard.ModeDenied(agent, m) {
-					mode = m
+		}
+		// A child that reports a mode the policy denies is decided in it:
+		// the router cannot set it back (subagent.go). So is every child
+		// it delegates to (ACP nests subagents): they run in the mode they
+		// inherit, whether or not they report it.
+		for c := s; c != root; c = c.parent {
+			c.mu.Lock()
+			if d := c.down[agent]; d != nil {
+				if sel, ok := merge.DeniedMode(d.view, denied); ok {
+					mode = sel.Mode
 				}
 			}
-			s.mu.Unlock()
+			c.mu.Unlock()
 		}
 		// A permission request about a tool call the editor was shown:
 		// the guard must hold what the agent said of it before.

@@ -49,15 +49,18 @@ func (r *Router) enforceModeLocked(s *Session, d *downstream) {
 		return
 	}
 	agent := d.agent.Name()
-	mode, values, optionID, ok := merge.CurrentMode(d.view)
-	if !ok || mode == "" || !g.ModeDenied(agent, mode) {
+	// Every select that may say the mode, and the legacy modes: ACP does
+	// not make an option's category mean anything (merge.DeniedMode).
+	sel, denied := merge.DeniedMode(d.view, func(m string) bool { return g.ModeDenied(agent, m) })
+	if !denied {
 		d.modeErr = nil
 		return
 	}
 	if d.modeReset != nil {
 		return // a reset is under way; it checks again when it ends
 	}
-	target := g.ModeTarget(agent, values)
+	mode, optionID := sel.Mode, sel.OptionID
+	target := g.ModeTarget(agent, sel.Values)
 	done := make(chan struct{})
 	d.modeReset = done
 	r.log.Warn("agent is in a mode the policy denies; setting it back", "session", s.ID, "agent", agent, "mode", mode, "to", target)

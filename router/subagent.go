@@ -235,8 +235,8 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 		} else {
 			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
 		}
-		if mode, _, _, _ := merge.CurrentMode(d.view); mode != "" && r.opts.Guard.ModeDenied(name, mode) {
-			r.log.Warn("a subagent session reports a mode the policy denies; its requests are asked", "session", s.ID, "agent", name, "mode", mode)
+		if sel, ok := merge.DeniedMode(d.view, func(m string) bool { return r.opts.Guard.ModeDenied(name, m) }); ok {
+			r.log.Warn("a subagent session reports a mode the policy denies; its requests are asked", "session", s.ID, "agent", name, "mode", sel.Mode)
 		}
 		edits = append(edits, s.idEdits(name, "", "", up.MessageID, up.Meta)...)
 	default:

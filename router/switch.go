@@ -262,7 +262,7 @@ func (s *Session) isModeOption(d *downstream, configID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, _, id, ok := merge.CurrentMode(d.view)
-	return ok && (id == configID || (id == "" && configID == merge.ModeOptionID))
+	return ok && (id == configID || (id == "" && configID == merge.ModeOptionID)) || merge.IsModeOption(d.view, configID)
 }
 
 // setOption sends session/set_config_option (params with the router's

@@ -1,0 +1,148 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Red-team tests of where the router reads an agent's mode. ACP says a
+// config option's category is for the UX only ("MUST NOT be required for
+// correctness", schema SessionConfigOptionCategory): the router cannot
+// learn an agent's mode from the category alone, nor from the first
+// option that has it.
+
+// claudeModeOption is a Claude-like mode select with the given id,
+// category ("" for none) and current value.
+func claudeModeOption(id, category, current string) map[string]any {
+	var values []map[string]string
+	for _, v := range []string{"default", "acceptEdits", "plan", "auto", "bypassPermissions"} {
+		values = append(values, map[string]string{"value": v, "name": v})
+	}
+	o := map[string]any{"id": id, "name": "Mode", "type": "select", "currentValue": current, "options": values}
+	if category != "" {
+		o["category"] = category
+	}
+	return o
+}
+
+// TestModesObservedWhateverTheOptionSays: an agent that reports a mode
+// the policy denies is set back however its options spell the mode: a
+// mode select without a category (or with a custom one), a second select
+// of category mode, an uncategorized option with another id.
+func TestModesObservedWhateverTheOptionSays(t *testing.T) {
+	t.Parallel()
+	withMode := mustJSON(map[string]any{"configOptions": []any{claudeModeOption("mode", "mode", "default")}})
+	optionsUpdate := func(options ...any) string {
+		return "update " + string(mustJSON(map[string]any{"sessionUpdate": "config_option_update", "configOptions": options}))
+	}
+	model := map[string]any{"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "opus",
+		"options": []any{map[string]string{"value": "opus", "name": "Opus"}}}
+	for _, tc := range []struct {
+		name, update string
+		start        json.RawMessage
+	}{
+		// The control: what the router always read.
+		{"mode select of category mode", optionsUpdate(claudeModeOption("mode", "mode", "bypassPermissions")), withMode},
+		{"mode select without category", optionsUpdate(claudeModeOption("mode", "", "bypassPermissions")), withMode},
+		{"mode select with custom category", optionsUpdate(claudeModeOption("mode", "_permissions", "bypassPermissions")), withMode},
+		{"second select of category mode", optionsUpdate(claudeModeOption("mode", "mode", "default"), claudeModeOption("permission_mode", "mode", "bypassPermissions")), withMode},
+		{"uncategorized option under another id", optionsUpdate(claudeModeOption("mode", "mode", "default"), claudeModeOption("approvals", "", "bypassPermissions")), withMode},
+		// Options without a mode select, no legacy modes: the agent's
+		// current_mode_update is still its mode.
+		{"current_mode_update beside options", `update {"sessionUpdate":"current_mode_update","currentModeId":"bypassPermissions"}`,
+			mustJSON(map[string]any{"configOptions": []any{model}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{SessionResult: tc.start})}, "default: ask\n")
+			e := StartRouter(t, cfg, nil)
+			e.Initialize(t, capsAll)
+			sid := e.NewSession(t, t.TempDir())
+			e.MustPrompt(t, sid, tc.update, "end_turn")
+			waitFor(t, "a reset of claude audited", func() bool { return len(modeResets(t, auditFile, "claude")) == 1 })
+			if r := modeResets(t, auditFile, "claude")[0]; !strings.Contains(string(r.Evidence), `"mode":"bypassPermissions"`) {
+				t.Errorf("reset: %+v %s", r, r.Evidence)
+			}
+		})
+	}
+}
+
+// TestModesChildOptionSpelling: a subagent session whose mode select has
+// no category (ACP: UX only) and says bypassPermissions is decided as a
+// child in a denied mode: its reads are asked, never allowed.
+func TestModesChildOptionSpelling(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/read_text_file", readTextFile)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsSubagents)
+	sid := e.NewSession(t, cwd)
+	upd, _ := json.Marshal(map[string]any{"sessionUpdate": "config_option_update", "configOptions": []any{claudeModeOption("mode", "", "bypassPermissions")}})
+	e.MustPrompt(t, sid, strings.Join([]string{
+		announce("child-1"),
+		"as child-1 update " + string(upd),
+		"as child-1 read " + cwd + "/main.go",
+	}, "\n"), "end_turn")
+	for _, txt := range e.Texts("child-1") {
+		if txt == "read: package main" || asks.count() != 1 {
+			t.Errorf("child reads %q, editor asked %d times; want the read (in bypassPermissions) asked and refused", e.Texts("child-1"), asks.count())
+		}
+	}
+}
+
+// TestModesGrandchildOfDeniedChild: a child in a denied mode delegates to
+// a child of its own (ACP: nested subagents), which runs in the mode it
+// inherits: its requests are decided as its parent's are.
+func TestModesGrandchildOfDeniedChild(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/read_text_file", readTextFile)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsSubagents)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, strings.Join([]string{
+		announce("child-1"),
+		`as child-1 update {"sessionUpdate":"current_mode_update","currentModeId":"bypassPermissions"}`,
+		"as child-1 " + announce("child-2"),
+		"as child-2 read " + cwd + "/main.go",
+	}, "\n"), "end_turn")
+	if txts := e.Texts("child-2"); len(txts) != 1 || txts[0] == "read: package main" || asks.count() != 1 {
+		t.Errorf("grandchild reads %q, editor asked %d times; want the read asked and refused", txts, asks.count())
+	}
+}
+
+// TestModesEditorSetsUncategorizedMode: the editor's set_config_option
+// naming a select that may say the mode (no category: ACP's categories
+// are for the UX only) with a mode the policy denies is refused, as one
+// naming the category-mode select is; the agent never gets it.
+func TestModesEditorSetsUncategorizedMode(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "claude.log")
+	start := mustJSON(map[string]any{"configOptions": []any{claudeModeOption("mode", "mode", "default"), claudeModeOption("approvals", "", "default")}})
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{LogFile: log, SessionResult: start})}, "default: ask\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for _, id := range []string{"mode", "approvals"} {
+		if _, rerr := e.Call(ctx, "session/set_config_option", map[string]any{"sessionId": sid, "configId": id, "value": "bypassPermissions"}); rerr == nil || !strings.Contains(rerr.Message, "bypassPermissions") {
+			t.Errorf("set_config_option %s=bypassPermissions: %v, want a refusal naming the mode", id, rerr)
+		}
+	}
+	if n := countLines(log, "session/set_config_option"); n != 0 {
+		t.Errorf("the agent got %d set_config_option requests, want 0", n)
+	}
+}
