@@ -82,6 +82,10 @@ var families = []*agentFamily{
 			{"agent", allKinds, `"auto review": a model approves escalations`},
 			{"agent-full-access", allKinds, "nothing is asked"},
 			{"full-access", allKinds, "older versions; nothing is asked"},
+			// codex-acp 0.16's "Default" preset ("Identical to Agent
+			// mode"): it reads, edits and runs commands in the workspace
+			// without asking (shared/fixtures/real-agents/codex-acp-0.16.0-*).
+			{"auto", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "older versions (0.16, \"Default\"); approves edits and commands inside the workspace"},
 			// Measured with 2.6.0 (test/codex_test.go): an edit inside the
 			// workspace runs without a request; it asks only outside.
 			{"workspace-write", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "approves edits and commands inside the workspace"},

@@ -146,3 +146,26 @@ func TestModesEditorSetsUncategorizedMode(t *testing.T) {
 		t.Errorf("the agent got %d set_config_option requests, want 0", n)
 	}
 }
+
+// TestModesCodexAuto: codex-acp 0.16 names its "Default" preset auto:
+// it reads, edits and runs commands in the workspace without asking
+// (shared/fixtures/real-agents/codex-acp-0.16.0-mock.jsonl). A session
+// that starts there is set back to read-only.
+func TestModesCodexAuto(t *testing.T) {
+	t.Parallel()
+	var avail, values []map[string]string
+	for _, id := range []string{"read-only", "auto", "full-access"} {
+		avail = append(avail, map[string]string{"id": id, "name": id})
+		values = append(values, map[string]string{"value": id, "name": id})
+	}
+	start := mustJSON(map[string]any{"modes": map[string]any{"currentModeId": "auto", "availableModes": avail},
+		"configOptions": []any{map[string]any{"id": "mode", "name": "Approval Preset", "category": "mode", "type": "select", "currentValue": "auto", "options": values}}})
+	cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("codex", fakeOpts{SessionResult: start, InitResult: initWithInfo("codex-acp")})}, "default: ask\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	e.NewSession(t, t.TempDir())
+	waitFor(t, "a reset of codex audited", func() bool { return len(modeResets(t, auditFile, "codex")) == 1 })
+	if r := modeResets(t, auditFile, "codex")[0]; !strings.Contains(string(r.Evidence), `"mode":"auto"`) || !strings.Contains(string(r.Evidence), `"resetTo":"read-only"`) {
+		t.Errorf("reset: %+v %s", r, r.Evidence)
+	}
+}
