@@ -76,25 +76,15 @@ func TestModesObservedWhateverTheOptionSays(t *testing.T) {
 // child in a denied mode: its reads are asked, never allowed.
 func TestModesChildOptionSpelling(t *testing.T) {
 	t.Parallel()
-	cwd := t.TempDir()
-	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
-	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
-	e := StartRouter(t, cfg, nil)
-	e.Handle("fs/read_text_file", readTextFile)
-	asks := &permissionCounter{}
-	e.Handle("session/request_permission", asks.handler("reject_once"))
-	e.Initialize(t, capsSubagents)
-	sid := e.NewSession(t, cwd)
+	c := startChildPolicy(t)
 	upd, _ := json.Marshal(map[string]any{"sessionUpdate": "config_option_update", "configOptions": []any{claudeModeOption("mode", "", "bypassPermissions")}})
-	e.MustPrompt(t, sid, strings.Join([]string{
+	c.e.MustPrompt(t, c.sid, strings.Join([]string{
 		announce("child-1"),
 		"as child-1 update " + string(upd),
-		"as child-1 read " + cwd + "/main.go",
+		"as child-1 read " + c.cwd + "/main.go",
 	}, "\n"), "end_turn")
-	for _, txt := range e.Texts("child-1") {
-		if txt == "read: package main" || asks.count() != 1 {
-			t.Errorf("child reads %q, editor asked %d times; want the read (in bypassPermissions) asked and refused", e.Texts("child-1"), asks.count())
-		}
+	if txts := c.e.Texts("child-1"); len(txts) != 1 || txts[0] == "read: package main" || c.asks.count() != 1 {
+		t.Errorf("child reads %q, editor asked %d times; want the read (in bypassPermissions) asked and refused", txts, c.asks.count())
 	}
 }
 
@@ -103,6 +93,31 @@ func TestModesChildOptionSpelling(t *testing.T) {
 // inherits: its requests are decided as its parent's are.
 func TestModesGrandchildOfDeniedChild(t *testing.T) {
 	t.Parallel()
+	c := startChildPolicy(t)
+	c.e.MustPrompt(t, c.sid, strings.Join([]string{
+		announce("child-1"),
+		`as child-1 update {"sessionUpdate":"current_mode_update","currentModeId":"bypassPermissions"}`,
+		"as child-1 " + announce("child-2"),
+		"as child-2 read " + c.cwd + "/main.go",
+	}, "\n"), "end_turn")
+	if txts := c.e.Texts("child-2"); len(txts) != 1 || txts[0] == "read: package main" || c.asks.count() != 1 {
+		t.Errorf("grandchild reads %q, editor asked %d times; want the read asked and refused", txts, c.asks.count())
+	}
+}
+
+// childPolicy is a router with the fake claude under secretsPolicy (reads
+// in the project allowed, the rest asked), an editor that advertises
+// subagents, reads files and rejects every permission request, and one
+// session in cwd, which holds main.go.
+type childPolicy struct {
+	e    *Editor
+	cwd  string
+	sid  string
+	asks *permissionCounter
+}
+
+func startChildPolicy(t *testing.T) childPolicy {
+	t.Helper()
 	cwd := t.TempDir()
 	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
 	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
@@ -111,16 +126,7 @@ func TestModesGrandchildOfDeniedChild(t *testing.T) {
 	asks := &permissionCounter{}
 	e.Handle("session/request_permission", asks.handler("reject_once"))
 	e.Initialize(t, capsSubagents)
-	sid := e.NewSession(t, cwd)
-	e.MustPrompt(t, sid, strings.Join([]string{
-		announce("child-1"),
-		`as child-1 update {"sessionUpdate":"current_mode_update","currentModeId":"bypassPermissions"}`,
-		"as child-1 " + announce("child-2"),
-		"as child-2 read " + cwd + "/main.go",
-	}, "\n"), "end_turn")
-	if txts := e.Texts("child-2"); len(txts) != 1 || txts[0] == "read: package main" || asks.count() != 1 {
-		t.Errorf("grandchild reads %q, editor asked %d times; want the read asked and refused", txts, asks.count())
-	}
+	return childPolicy{e: e, cwd: cwd, sid: e.NewSession(t, cwd), asks: asks}
 }
 
 // TestModesEditorSetsUncategorizedMode: the editor's set_config_option

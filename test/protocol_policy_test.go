@@ -229,15 +229,8 @@ rules:
 // mode's are, never allowed without asking.
 func TestPolicySubagentMode(t *testing.T) {
 	t.Parallel()
-	cwd := t.TempDir()
-	os.WriteFile(filepath.Join(cwd, "main.go"), []byte("package main"), 0o644)
-	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
-	e := StartRouter(t, cfg, nil)
-	e.Handle("fs/read_text_file", readTextFile)
-	asks := &permissionCounter{}
-	e.Handle("session/request_permission", asks.handler("reject_once"))
-	e.Initialize(t, capsSubagents)
-	sid := e.NewSession(t, cwd)
+	c := startChildPolicy(t)
+	e, cwd, sid, asks := c.e, c.cwd, c.sid, c.asks
 	e.MustPrompt(t, sid, strings.Join([]string{
 		announce("child-1"),
 		"as child-1 read " + cwd + "/main.go",
