@@ -116,15 +116,7 @@ func TestPolicyPermissionOptionsAsRecorded(t *testing.T) {
 // editor read, wait for, kill or release alpha's terminal.
 func TestTerminalOwnershipExactNames(t *testing.T) {
 	t.Parallel()
-	dirB := t.TempDir()
-	cfg := writeConfig(t, routerYAML(t,
-		[]string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"})},
-		"default: alpha", "rules:", cwdRule(dirB, "beta"),
-	))
-	e := StartRouter(t, cfg, nil)
-	e.Initialize(t, capsAll)
-	sidA := e.NewSession(t, t.TempDir())
-	sidB := e.NewSession(t, dirB)
+	e, sidA, sidB := startAlphaBeta(t)
 	termOf := func(sid string) string {
 		t.Helper()
 		e.MustPrompt(t, sid, "terminal-create echo hi", "end_turn")

@@ -201,20 +201,27 @@ func TestTerminalNotAdvertised(t *testing.T) {
 	}
 }
 
-// TestTerminalOwnership pins DESIGN §7: an agent may only use terminals it
-// created (another agent's terminal id is refused by the router), and the
-// terminals of an agent that goes away are killed and released.
-func TestTerminalOwnership(t *testing.T) {
-	t.Parallel()
+// startAlphaBeta is a router with two fake agents, alpha (the default)
+// and beta (its session ids differ from the router's), an editor with
+// every capability, and a session with each.
+func startAlphaBeta(t *testing.T) (e *Editor, sidA, sidB string) {
+	t.Helper()
 	dirB := t.TempDir()
 	cfg := writeConfig(t, routerYAML(t,
 		[]string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"})},
 		"default: alpha", "rules:", cwdRule(dirB, "beta"),
 	))
-	e := StartRouter(t, cfg, nil)
+	e = StartRouter(t, cfg, nil)
 	e.Initialize(t, capsAll)
-	sidA := e.NewSession(t, t.TempDir())
-	sidB := e.NewSession(t, dirB)
+	return e, e.NewSession(t, t.TempDir()), e.NewSession(t, dirB)
+}
+
+// TestTerminalOwnership pins DESIGN §7: an agent may only use terminals it
+// created (another agent's terminal id is refused by the router), and the
+// terminals of an agent that goes away are killed and released.
+func TestTerminalOwnership(t *testing.T) {
+	t.Parallel()
+	e, sidA, sidB := startAlphaBeta(t)
 
 	e.MustPrompt(t, sidA, "terminal-create echo hi", "end_turn")
 	var termID string
