@@ -132,7 +132,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	overflow := false
 	forgotten := false
 	s.mu.Lock()
-	if ts := s.tools[toolKey(req.Agent, v.ToolCallID)]; req.Method == acp.MethodRequestPermission && ts != nil {
+	if ts := s.tools[toolKey(req.SessionID, req.Agent, v.ToolCallID)]; req.Method == acp.MethodRequestPermission && ts != nil {
 		preq.Updates, overflow, v.hidden = slices.Clone(ts.updates), ts.overflow, ts.hidden
 	} else if req.Method == acp.MethodRequestPermission && req.ToolShown {
 		forgotten = true

@@ -91,7 +91,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := NewSession(testCwd, nil)
 			for _, up := range tt.track {
-				s.Track("claude", &up)
+				s.Track("rs", "claude", &up)
 			}
 			agent := cmpOr(tt.agent, "claude")
 			v := g.Decide(t.Context(), s, Request{SessionID: "rs", Agent: agent, Mode: tt.mode, Method: tt.method, Params: tt.params})
@@ -183,12 +183,12 @@ func TestDecideNilSession(t *testing.T) {
 		})
 	}
 	var s *Session
-	s.Track("claude", &ToolUpdate{ID: "t1"})
+	s.Track("rs", "claude", &ToolUpdate{ID: "t1"})
 	s.EndTurn()
-	if _, _, _, ok := s.Tool("claude", "t1"); ok {
+	if _, _, _, ok := s.Tool("rs", "claude", "t1"); ok {
 		t.Error("a nil session keeps a tool call")
 	}
-	if ev := s.Evidence("claude", []string{"t1"}); len(ev) != 0 {
+	if ev := s.Evidence("rs", "claude", []string{"t1"}); len(ev) != 0 {
 		t.Errorf("a nil session has evidence %v", ev)
 	}
 }
@@ -387,7 +387,7 @@ func TestEvidenceOverflow(t *testing.T) {
 	readme := ToolUpdate{ID: "t1", Kind: raw(`"read"`), Locations: mustJSON(locations(testCwd + "/README.md"))}
 	edit := ToolUpdate{ID: "t1", Kind: raw(`"edit"`), Locations: mustJSON(locations(testCwd + "/src/a.go"))}
 	req := func(kind, path string) Request {
-		return Request{Agent: "claude", Method: acp.MethodRequestPermission, Params: permParams("t1", map[string]any{"kind": kind, "locations": locations(path)})}
+		return Request{SessionID: "rs", Agent: "claude", Method: acp.MethodRequestPermission, Params: permParams("t1", map[string]any{"kind": kind, "locations": locations(path)})}
 	}
 	tests := []struct {
 		name    string
@@ -418,13 +418,13 @@ func TestEvidenceOverflow(t *testing.T) {
 				g.Record(v, AllowAlways)
 			}
 			for range tt.updates {
-				s.Track("claude", &tt.up)
+				s.Track("rs", "claude", &tt.up)
 			}
 			v := g.Decide(t.Context(), s, tt.req)
 			if got := outcomeOf(v); got != tt.want {
 				t.Errorf("Decide = %+v (%s), want %+v", got, v.Message, tt.want)
 			}
-			ev := s.Evidence("claude", []string{"t1"})
+			ev := s.Evidence("rs", "claude", []string{"t1"})
 			if overflow := tt.updates > maxToolUpdates; overflow == (len(ev["t1"]) > 0) {
 				t.Errorf("Evidence has %d updates of t1 after %d", len(ev["t1"]), tt.updates)
 			}
@@ -433,10 +433,10 @@ func TestEvidenceOverflow(t *testing.T) {
 	t.Run("too many tool calls: the next is asked about", func(t *testing.T) {
 		s := NewSession(testCwd, nil)
 		for i := range maxTools {
-			s.Track("claude", &ToolUpdate{ID: fmt.Sprint("busy", i), Status: "pending"})
+			s.Track("rs", "claude", &ToolUpdate{ID: fmt.Sprint("busy", i), Status: "pending"})
 		}
-		s.Track("claude", &readme)
-		s.Track("claude", &readme)
+		s.Track("rs", "claude", &readme)
+		s.Track("rs", "claude", &readme)
 		if got, want := outcomeOf(g.Decide(t.Context(), s, req("read", testCwd+"/README.md"))), (outcome{Ask, "builtin", policy.RuleOpaque, "builtin"}); got != want {
 			t.Errorf("Decide = %+v, want %+v", got, want)
 		}
@@ -444,13 +444,13 @@ func TestEvidenceOverflow(t *testing.T) {
 	t.Run("too many tool calls: finished ones are forgotten first", func(t *testing.T) {
 		s := NewSession(testCwd, nil)
 		for i := range maxTools {
-			s.Track("claude", &ToolUpdate{ID: fmt.Sprint("done", i), Status: "completed"})
+			s.Track("rs", "claude", &ToolUpdate{ID: fmt.Sprint("done", i), Status: "completed"})
 		}
-		s.Track("claude", &readme)
+		s.Track("rs", "claude", &readme)
 		if got, want := outcomeOf(g.Decide(t.Context(), s, req("read", testCwd+"/README.md"))), (outcome{Allow, "rule", "reads-in-project", "user"}); got != want {
 			t.Errorf("Decide = %+v, want %+v", got, want)
 		}
-		if _, _, _, ok := s.Tool("claude", "done0"); ok {
+		if _, _, _, ok := s.Tool("rs", "claude", "done0"); ok {
 			t.Error("a completed tool call kept past the bound")
 		}
 	})
@@ -461,17 +461,17 @@ func TestEvidenceOverflow(t *testing.T) {
 func TestSessionTool(t *testing.T) {
 	s := NewSession(testCwd, []string{"/lib"})
 	t1, t2 := "Read", "Read README.md"
-	s.Track("claude", &ToolUpdate{ID: "t1", Kind: raw(`"read"`), Title: &t1, Content: raw(`[{"type":"content","content":{"type":"text","text":"a"}}]`)})
-	s.Track("claude", &ToolUpdate{ID: "t1", Title: &t2, Status: "in_progress"})
-	s.Track("claude", &ToolUpdate{ID: ""}) // no id: ignored
-	title, kind, content, ok := s.Tool("claude", "t1")
+	s.Track("rs", "claude", &ToolUpdate{ID: "t1", Kind: raw(`"read"`), Title: &t1, Content: raw(`[{"type":"content","content":{"type":"text","text":"a"}}]`)})
+	s.Track("rs", "claude", &ToolUpdate{ID: "t1", Title: &t2, Status: "in_progress"})
+	s.Track("rs", "claude", &ToolUpdate{ID: ""}) // no id: ignored
+	title, kind, content, ok := s.Tool("rs", "claude", "t1")
 	if !ok || title != t2 || kind != "read" || string(content) != `[{"type":"content","content":{"type":"text","text":"a"}}]` {
 		t.Errorf("Tool = %q %q %s %v", title, kind, content, ok)
 	}
-	if _, _, _, ok := s.Tool("codex", "t1"); ok {
+	if _, _, _, ok := s.Tool("rs", "codex", "t1"); ok {
 		t.Error("another agent's tool call")
 	}
-	ev := s.Evidence("claude", []string{"t1", "t2"})
+	ev := s.Evidence("rs", "claude", []string{"t1", "t2"})
 	if len(ev) != 1 || len(ev["t1"]) != 2 {
 		t.Fatalf("Evidence = %v", ev)
 	}
@@ -486,12 +486,12 @@ func TestSessionTool(t *testing.T) {
 	}
 	// An update that cannot be encoded is evidence the router cannot
 	// keep: the tool call is asked about.
-	s.Track("claude", &ToolUpdate{ID: "t3", RawInput: raw(`{"broken`)})
-	if ev := s.Evidence("claude", []string{"t3"}); len(ev) != 0 {
+	s.Track("rs", "claude", &ToolUpdate{ID: "t3", RawInput: raw(`{"broken`)})
+	if ev := s.Evidence("rs", "claude", []string{"t3"}); len(ev) != 0 {
 		t.Errorf("Evidence of a tool call with a broken update = %v", ev)
 	}
 	s.EndTurn()
-	if _, _, _, ok := s.Tool("claude", "t1"); ok {
+	if _, _, _, ok := s.Tool("rs", "claude", "t1"); ok {
 		t.Error("EndTurn kept a tool call")
 	}
 }

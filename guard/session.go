@@ -54,7 +54,11 @@ type toolState struct {
 	hidden bool
 }
 
-func toolKey(agent, id string) string { return agent + "\x00" + id }
+// toolKey names one tool call: an agent's tool call ids are its own per
+// session, and a Session holds a top-level session and its subagent
+// sessions (they share its context and grants), whose ids may repeat the
+// parent's: a child's "t1" is not the parent's "t1".
+func toolKey(session, agent, id string) string { return session + "\x00" + agent + "\x00" + id }
 
 // ToolUpdate is what the policy reads of a tool_call or tool_call_update
 // (absent members nil).
@@ -95,13 +99,14 @@ func EncodeEvidence(up *ToolUpdate) json.RawMessage {
 	return b
 }
 
-// Track records a tool call update of agent's. It runs in the agent's
-// read path.
-func (s *Session) Track(agent string, up *ToolUpdate) {
+// Track records a tool call update of agent's in router session session
+// (this one, or one of its subagent sessions). It runs in the agent's read
+// path.
+func (s *Session) Track(session, agent string, up *ToolUpdate) {
 	if s == nil || up.ID == "" {
 		return
 	}
-	key := toolKey(agent, up.ID)
+	key := toolKey(session, agent, up.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts := s.tools[key]
@@ -176,24 +181,25 @@ func (s *Session) EndTurn() {
 	s.walks.clear()
 }
 
-// Tool is what the agent said of one of its tool calls: its latest title,
-// kind and content; ok is false when nothing is kept.
-func (s *Session) Tool(agent, id string) (title, kind string, content json.RawMessage, ok bool) {
+// Tool is what the agent said of one of its tool calls in router session
+// session: its latest title, kind and content; ok is false when nothing is
+// kept.
+func (s *Session) Tool(session, agent, id string) (title, kind string, content json.RawMessage, ok bool) {
 	if s == nil {
 		return "", "", nil, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ts := s.tools[toolKey(agent, id)]
+	ts := s.tools[toolKey(session, agent, id)]
 	if ts == nil {
 		return "", "", nil, false
 	}
 	return ts.title, ts.kind, ts.content, true
 }
 
-// Evidence is the updates kept of each of agent's tool calls ids (absent
-// for a tool call with none).
-func (s *Session) Evidence(agent string, ids []string) map[string][]json.RawMessage {
+// Evidence is the updates kept of each of agent's tool calls ids in router
+// session session (absent for a tool call with none).
+func (s *Session) Evidence(session, agent string, ids []string) map[string][]json.RawMessage {
 	out := map[string][]json.RawMessage{}
 	if s == nil {
 		return out
@@ -201,7 +207,7 @@ func (s *Session) Evidence(agent string, ids []string) map[string][]json.RawMess
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
-		if ts := s.tools[toolKey(agent, id)]; ts != nil && !ts.overflow {
+		if ts := s.tools[toolKey(session, agent, id)]; ts != nil && !ts.overflow {
 			out[id] = ts.updates
 		}
 	}

@@ -583,7 +583,7 @@ func (r *Router) trackTool(s *Session, agent string, up *updateFields, shown boo
 	if r.opts.Guard.Enforcing() {
 		tu := up.toolUpdate()
 		tu.Hidden = !shown
-		s.policy.Track(agent, tu)
+		s.policy.Track(s.ID, agent, tu)
 	}
 }
 

@@ -361,7 +361,7 @@ func (r *Router) denyNotice(s *Session, v *guard.Verdict, pr *permRequest) {
 	if id == "" {
 		return
 	}
-	tsTitle, tsKind, tsContent, _ := s.policy.Tool(agent, id)
+	tsTitle, tsKind, tsContent, _ := s.policy.Tool(s.ID, agent, id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	editorID, seen := s.toolIDs.Lookup(agent, id)

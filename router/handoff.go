@@ -266,7 +266,7 @@ func (s *Session) toolEvidenceOf(rec *merge.TurnRecord) map[string][]json.RawMes
 	for i, tool := range rec.Tools {
 		ids[i] = tool.ID
 	}
-	return s.policy.Evidence(rec.Agent, ids)
+	return s.policy.Evidence(s.ID, rec.Agent, ids)
 }
 
 // record keeps t's record in the session's history. The history holds at

@@ -1,0 +1,58 @@
+package test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Approvals and grants across boundaries: what the user approved in one
+// session, turn or tool call is applied to that one only.
+
+// permissionAsked: the editor was asked (by the agent or by the router)
+// about a request whose params mention path.
+func permissionAsked(asks *permissionCounter, path string) bool {
+	asks.mu.Lock()
+	defer asks.mu.Unlock()
+	for _, p := range asks.params {
+		if strings.Contains(string(p), path) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPolicyChildToolCallIDsApart: a subagent session's tool call is not
+// its parent's tool call of the same id. The guard kept the evidence of a
+// top-level session and its children under the agent's tool call id alone:
+// a child's tool call "t1" (an edit of ~/.bashrc, shown in the child's
+// thread) became evidence of the parent's permission request about its
+// own "t1" (an edit of notes.txt), so the user's "allow" on notes.txt
+// approved the edit of ~/.bashrc too, and the agent's direct write of it
+// in the same turn went through without asking.
+func TestPolicyChildToolCallIDsApart(t *testing.T) {
+	t.Parallel()
+	cwd, home := t.TempDir(), t.TempDir()
+	bashrc := filepath.Join(home, ".bashrc")
+	notes := filepath.Join(cwd, "notes.txt")
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, subagentPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/read_text_file", readTextFile)
+	e.Handle("fs/write_text_file", writeTextFile)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("allow_once"))
+	e.Initialize(t, map[string]any{"fs": map[string]bool{"readTextFile": true, "writeTextFile": true}, "terminal": true, "subagents": map[string]any{}})
+	sid := e.NewSession(t, cwd)
+
+	script := strings.Join([]string{
+		announce("child-1"),
+		fmt.Sprintf(`as child-1 update {"sessionUpdate":"tool_call","toolCallId":"t1","title":"Edit .bashrc","kind":"edit","status":"pending","locations":[{"path":%q}]}`, bashrc),
+		fmt.Sprintf(`permission-opts {"toolCall":{"toolCallId":"t1","title":"Edit notes.txt","kind":"edit","locations":[{"path":%q}]},"options":[{"optionId":"a","name":"Allow","kind":"allow_once"},{"optionId":"r","name":"Reject","kind":"reject_once"}]}`, notes),
+		"write " + bashrc + " evil",
+	}, "\n")
+	e.MustPrompt(t, sid, script, "end_turn")
+	if !permissionAsked(asks, "wants to write "+bashrc) {
+		t.Errorf("the user approved the parent's edit of notes.txt; the write of %s was not asked about (texts %q)", bashrc, e.Texts(sid))
+	}
+}
