@@ -73,6 +73,8 @@ type Verdict struct {
 	// hidden: the tool call of a permission request has updates the
 	// editor never got; a user's allow approves and grants nothing.
 	hidden bool
+	// turn is the session's turn the request was decided in (approve).
+	turn uint64
 	// start and trace are when the decision started and the span it was
 	// made under (the agent's request in its turn), for its own span.
 	start time.Time
@@ -138,6 +140,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		forgotten = true
 	}
 	grants, approvals := slices.Clone(s.grants), slices.Clone(s.approvals)
+	v.turn = s.turn
 	s.mu.Unlock()
 
 	v.dec = g.decideBounded(ctx, pol, preq)

@@ -295,14 +295,19 @@ func TestApprovals(t *testing.T) {
 		first   json.RawMessage // a permission request
 		choice  string          // the user's; "" = the policy decided
 		endTurn bool
-		agent   string
-		method  string
-		params  json.RawMessage
-		want    outcome
+		// answeredLate: the turn ends between the decision and the
+		// user's answer (the next turn has begun when it comes).
+		answeredLate bool
+		agent        string
+		method       string
+		params       json.RawMessage
+		want         outcome
 	}{
 		{name: "allowed by the user: the write it announced", first: editA, choice: AllowOnce,
 			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/a.go"), want: outcome{Allow, "user", "", "turn"}},
 		{name: "not after the turn", first: editA, choice: AllowOnce, endTurn: true,
+			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/a.go"), want: outcome{Ask, "default", "", "user"}},
+		{name: "answered after its turn: not the next turn's", first: editA, choice: AllowOnce, answeredLate: true,
 			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/a.go"), want: outcome{Ask, "default", "", "user"}},
 		{name: "not another file", first: editA, choice: AllowOnce,
 			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/b.go"), want: outcome{Ask, "default", "", "user"}},
@@ -326,6 +331,9 @@ func TestApprovals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := NewSession(testCwd, nil)
 			v := g.Decide(t.Context(), s, Request{Agent: "claude", Method: acp.MethodRequestPermission, Params: tt.first})
+			if tt.answeredLate {
+				s.EndTurn()
+			}
 			if err := g.Record(v, tt.choice); err != nil {
 				t.Fatal(err)
 			}

@@ -21,6 +21,9 @@ type Session struct {
 	tools     map[string]*toolState
 	approvals []approval
 	grants    []grant
+	// turn counts EndTurn: a decision is of the turn it was made in, and
+	// the approval it gives is kept only while that turn runs.
+	turn uint64
 
 	// walks are the directories the turn's recursive reads walked.
 	walks turnWalks
@@ -177,6 +180,7 @@ func (s *Session) EndTurn() {
 	}
 	s.mu.Lock()
 	s.tools, s.approvals = nil, nil
+	s.turn++
 	s.mu.Unlock()
 	s.walks.clear()
 }
@@ -237,6 +241,13 @@ func (s *Session) approve(v *Verdict) {
 		return
 	}
 	s.mu.Lock()
+	if v.turn != s.turn {
+		// Decided in a turn that has ended since (the user answered
+		// after it, or the agent's request outlived it): an approval
+		// covers the direct calls of its own turn, not of the next.
+		s.mu.Unlock()
+		return
+	}
 	if len(s.approvals) >= maxApprovals {
 		// Every decision reads them all: an agent that makes the user (or
 		// the policy) allow request after request in one turn must not

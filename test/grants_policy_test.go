@@ -1,9 +1,12 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -54,5 +57,66 @@ func TestPolicyChildToolCallIDsApart(t *testing.T) {
 	e.MustPrompt(t, sid, script, "end_turn")
 	if !permissionAsked(asks, "wants to write "+bashrc) {
 		t.Errorf("the user approved the parent's edit of notes.txt; the write of %s was not asked about (texts %q)", bashrc, e.Texts(sid))
+	}
+}
+
+func init() {
+	// permission-async JSON: session/request_permission with JSON's
+	// toolCall and options, not waiting for the answer (the turn goes on,
+	// and may end, while the editor has it).
+	fakeScriptExt["permission-async"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		var p map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(rest), &p); err != nil {
+			a.say(s.id, "bad permission-async: "+err.Error())
+			return
+		}
+		p["sessionId"] = mustJSON(s.id)
+		go a.call("session/request_permission", p)
+	}
+}
+
+// TestPolicyLateApprovalNotNextTurn: an approval covers the direct calls
+// of the turn its request was made in. The agent asked about an edit of
+// a file, then ended its turn without waiting; the router withdrew its
+// request ($/cancel_request), but the editor's user answered "allow" on
+// the dialog still shown once the next turn had begun. The approval was
+// then kept as the new turn's (EndTurn had already run for it), and the
+// agent's direct write of the file in that turn went through without
+// asking.
+func TestPolicyLateApprovalNotNextTurn(t *testing.T) {
+	t.Parallel()
+	cwd, elsewhere := t.TempDir(), t.TempDir()
+	target := filepath.Join(elsewhere, "notes.txt")
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/write_text_file", writeTextFile)
+	release := make(chan struct{})
+	var (
+		mu       sync.Mutex
+		routerAs int // the router's own asks (the direct write)
+	)
+	e.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		if strings.Contains(string(p), "wants to write") {
+			mu.Lock()
+			routerAs++
+			mu.Unlock()
+			return choosePermission(p, "reject_once")
+		}
+		<-release // the user answers late: the next turn has begun
+		return choosePermission(p, "allow_once")
+	})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, fmt.Sprintf(`permission-async {"toolCall":{"toolCallId":"t1","title":"Edit notes.txt","kind":"edit","locations":[{"path":%q}]},"options":[{"optionId":"a","name":"Allow","kind":"allow_once"},{"optionId":"r","name":"Reject","kind":"reject_once"}]}`, target)+"\nsay turn-1", "end_turn")
+	go func() {
+		e.WaitText(t, sid, "turn-2")
+		close(release)
+	}()
+	e.MustPrompt(t, sid, "say turn-2\nsleep 1500ms\nwrite "+target+" changed", "end_turn")
+	b, _ := os.ReadFile(target)
+	mu.Lock()
+	defer mu.Unlock()
+	if string(b) == "changed" && routerAs == 0 {
+		t.Errorf("an approval given after its turn ended covered the next turn's write of %s (texts %q)", target, e.Texts(sid))
 	}
 }
