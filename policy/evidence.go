@@ -1137,6 +1137,14 @@ func (e *Evidence) Covers(o *Evidence) bool {
 	if mcp && (e.Method != o.Method || len(o.Tools) == 0 || slices.ContainsFunc(o.Tools, func(t string) bool { return !slices.Contains(e.Tools, t) })) {
 		return false
 	}
+	// A command does what it finds where it runs: make reads the Makefile,
+	// npm test the package.json, pytest the tests of its directory, none
+	// named on its command line. So a command is the approved one only in
+	// the working directories it was approved in (the router's own
+	// permission request shows them: "... (in DIR)").
+	if slices.ContainsFunc(o.Items, func(it Item) bool { return it.Type == ItemCommand }) && !sameSet(o.Cwds, e.Cwds) {
+		return false
+	}
 	for i := range o.Items {
 		it := &o.Items[i]
 		if it.Aux {
@@ -1149,6 +1157,12 @@ func (e *Evidence) Covers(o *Evidence) bool {
 		}
 	}
 	return len(o.Items) > 0
+}
+
+// sameSet: a and b hold the same strings.
+func sameSet(a, b []string) bool {
+	return !slices.ContainsFunc(a, func(s string) bool { return !slices.Contains(b, s) }) &&
+		!slices.ContainsFunc(b, func(s string) bool { return !slices.Contains(a, s) })
 }
 
 func covers(a, b *Item) bool {

@@ -425,6 +425,11 @@ func TestCovers(t *testing.T) {
 		{"the same command in bash -c", run, direct(acp.MethodTerminalCreate, `{"command":"bash","args":["-c","go test ./... > out.txt"]}`), true},
 		{"a command more", run, direct(acp.MethodTerminalCreate, `{"command":"go test ./... > out.txt; rm -rf /"}`), false},
 		{"a relative fs path", write, direct(acp.MethodWriteTextFile, `{"path":"a.go"}`), false},
+		// make reads the Makefile of the directory it runs in.
+		{"the approved command in its directory", perm("execute", `{"command":"make"}`), direct(acp.MethodTerminalCreate, `{"command":"make","cwd":"`+TestCwd+`"}`), true},
+		{"the approved command in another directory", perm("execute", `{"command":"make"}`), direct(acp.MethodTerminalCreate, `{"command":"make","cwd":"/tmp/elsewhere"}`), false},
+		{"approved in a directory, run in the session's", perm("execute", `{"command":"make","cwd":"/tmp/elsewhere"}`), direct(acp.MethodTerminalCreate, `{"command":"make"}`), false},
+		{"approved in a directory, run there", perm("execute", `{"command":"make","cwd":"/tmp/elsewhere"}`), direct(acp.MethodTerminalCreate, `{"command":"make","cwd":"/tmp/elsewhere"}`), true},
 	} {
 		if got := tc.approved.Covers(tc.call); got != tc.want {
 			t.Errorf("%s: Covers = %v, want %v", tc.name, got, tc.want)

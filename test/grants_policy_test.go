@@ -120,3 +120,37 @@ func TestPolicyLateApprovalNotNextTurn(t *testing.T) {
 		t.Errorf("an approval given after its turn ended covered the next turn's write of %s (texts %q)", target, e.Texts(sid))
 	}
 }
+
+// TestPolicyGrantCommandDirectory: the user's "always allow" of a command
+// the router asked about in one directory ("claude wants to run: make (in
+// DIR)") is not a grant of it in another: make there runs the Makefile it
+// finds there. Before, a command's evidence left its directory out of
+// what a grant (or an approval) covers, so the agent's terminal/create of
+// make in a directory of its choosing ran without asking.
+func TestPolicyGrantCommandDirectory(t *testing.T) {
+	t.Parallel()
+	cwd, elsewhere := t.TempDir(), t.TempDir()
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		asks.mu.Lock()
+		asks.params = append(asks.params, p)
+		first := len(asks.params) == 1
+		asks.mu.Unlock()
+		if first {
+			return choosePermission(p, "allow_always")
+		}
+		return choosePermission(p, "reject_once")
+	})
+	e.Handle("terminal/create", func(json.RawMessage) (any, *RPCError) {
+		return map[string]any{"terminalId": "term-1"}, nil
+	})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "terminal-cwd "+cwd+" make", "end_turn")
+	e.MustPrompt(t, sid, "terminal-cwd "+cwd+" make\nterminal-cwd "+elsewhere+" make", "end_turn")
+	if asks.count() != 2 || !permissionAsked(asks, "(in "+elsewhere+")") {
+		t.Errorf("the user always allowed make in %s; make in %s was asked %v (asks %d, texts %q)", cwd, elsewhere, permissionAsked(asks, elsewhere), asks.count(), e.Texts(sid))
+	}
+}
