@@ -50,6 +50,11 @@ type Request struct {
 	// McpServer is, for mcp/message, the name the session declared for
 	// the ACP MCP server (policy.Request.McpServer).
 	McpServer string
+	// Turn is the session's turn when the request arrived (Session.Turn,
+	// read in the order the agent sent it and its turn's answer); 0: the
+	// turn it is decided in. A decision may run after its turn ended: the
+	// approval it gives must not cover the next turn's calls.
+	Turn uint64
 }
 
 // Verdict is the decision on one request and what it is about. Effect is
@@ -73,7 +78,7 @@ type Verdict struct {
 	// hidden: the tool call of a permission request has updates the
 	// editor never got; a user's allow approves and grants nothing.
 	hidden bool
-	// turn is the session's turn the request was decided in (approve).
+	// turn is the session's turn the request arrived in (approve).
 	turn uint64
 	// start and trace are when the decision started and the span it was
 	// made under (the agent's request in its turn), for its own span.
@@ -141,6 +146,9 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	}
 	grants, approvals := slices.Clone(s.grants), slices.Clone(s.approvals)
 	v.turn = s.turn
+	if req.Turn != 0 {
+		v.turn = req.Turn
+	}
 	s.mu.Unlock()
 
 	v.dec = g.decideBounded(ctx, pol, preq)

@@ -298,16 +298,23 @@ func TestApprovals(t *testing.T) {
 		// answeredLate: the turn ends between the decision and the
 		// user's answer (the next turn has begun when it comes).
 		answeredLate bool
-		agent        string
-		method       string
-		params       json.RawMessage
-		want         outcome
+		// decidedLate: the turn ends between the request's arrival (its
+		// Request.Turn) and its decision (the router decides on the
+		// session's sequencer, after the agent's read loop has read the
+		// turn's answer).
+		decidedLate bool
+		agent       string
+		method      string
+		params      json.RawMessage
+		want        outcome
 	}{
 		{name: "allowed by the user: the write it announced", first: editA, choice: AllowOnce,
 			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/a.go"), want: outcome{Allow, "user", "", "turn"}},
 		{name: "not after the turn", first: editA, choice: AllowOnce, endTurn: true,
 			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/a.go"), want: outcome{Ask, "default", "", "user"}},
 		{name: "answered after its turn: not the next turn's", first: editA, choice: AllowOnce, answeredLate: true,
+			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/a.go"), want: outcome{Ask, "default", "", "user"}},
+		{name: "decided after its turn: not the next turn's", first: editA, choice: AllowOnce, decidedLate: true,
 			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/a.go"), want: outcome{Ask, "default", "", "user"}},
 		{name: "not another file", first: editA, choice: AllowOnce,
 			method: acp.MethodWriteTextFile, params: writeParams(testCwd + "/src/b.go"), want: outcome{Ask, "default", "", "user"}},
@@ -330,7 +337,11 @@ func TestApprovals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := NewSession(testCwd, nil)
-			v := g.Decide(t.Context(), s, Request{Agent: "claude", Method: acp.MethodRequestPermission, Params: tt.first})
+			arrived := s.Turn()
+			if tt.decidedLate {
+				s.EndTurn()
+			}
+			v := g.Decide(t.Context(), s, Request{Agent: "claude", Method: acp.MethodRequestPermission, Params: tt.first, Turn: arrived})
 			if tt.answeredLate {
 				s.EndTurn()
 			}

@@ -21,8 +21,9 @@ type Session struct {
 	tools     map[string]*toolState
 	approvals []approval
 	grants    []grant
-	// turn counts EndTurn: a decision is of the turn it was made in, and
-	// the approval it gives is kept only while that turn runs.
+	// turn counts EndTurn (from 1): a decision is of the turn its request
+	// arrived in, and the approval it gives is kept only while that turn
+	// runs.
 	turn uint64
 
 	// walks are the directories the turn's recursive reads walked.
@@ -32,7 +33,19 @@ type Session struct {
 // NewSession returns the state of a router session working in cwd, with
 // the additional directories roots (${roots}).
 func NewSession(cwd string, roots []string) *Session {
-	return &Session{cwd: cwd, roots: slices.Clone(roots)}
+	return &Session{cwd: cwd, roots: slices.Clone(roots), turn: 1}
+}
+
+// Turn is the session's current turn (Request.Turn): read where the
+// agent's messages are read in order, it tells a request sent before its
+// turn's answer from one sent after, whenever either is decided.
+func (s *Session) Turn() uint64 {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.turn
 }
 
 // Bounds on the evidence kept per session.

@@ -140,6 +140,10 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 // declared name of the ACP MCP server an mcp/message is for.
 func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, mcpServer string, then func(*guard.Verdict)) {
 	agent := inst.Agent.Name()
+	// The turn the request arrived in, read here, in the order the agent
+	// sent it and its turn's answer: the decision may run after the turn
+	// ended, and must not approve the next turn's calls.
+	turn := s.policy.Turn()
 	s.order().async(r, func() {
 		// A subagent session is decided with its top-level session's
 		// context: the agent's mode there, its cwd, roots and grants.
@@ -190,7 +194,7 @@ func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instan
 			}
 		}
 		then(r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode,
-			Method: req.Method, Params: p, ToolShown: shown, McpServer: mcpServer}))
+			Method: req.Method, Params: p, ToolShown: shown, McpServer: mcpServer, Turn: turn}))
 	})
 }
 
