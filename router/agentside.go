@@ -466,6 +466,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 	var line []byte
 	verbatim := false // line is m.Raw and nothing keeps a piece of it
 	recycle := false  // line is new and nothing keeps a piece of m
+	held := false     // line is held for the editor's answer (asking.go)
 	switch up.Kind {
 	case "available_commands_update":
 		d.commands = up.AvailableCommands
@@ -528,6 +529,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		r.trackTool(s, name, up, seen)
 		if seen {
 			line = s.agentLine(d, m, s.idEdits(name, up.ToolCallID, id, up.MessageID, up.Meta))
+			held = s.holdAskedLocked(id, line)
 			if up.Status == "completed" || up.Status == "failed" {
 				s.toolIDs.Done(id)
 				s.toolIDs.RetireDone(maxDoneTools)
@@ -564,6 +566,9 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 	}
 	if line != nil && t != nil && t.d == d {
 		t.recordLocked(up)
+	}
+	if held {
+		return
 	}
 	if verbatim {
 		s.writeRawLocked(m)
@@ -814,10 +819,22 @@ func (r *Router) agentSession(inst *upstream.Instance, p json.RawMessage) *Sessi
 // with the editor's answer, passed through answer when it is not nil.
 func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage,
 	reply func(json.RawMessage, error), answer func(json.RawMessage, error) (json.RawMessage, error)) {
+	pAgent := p
 	sid, p, err := r.toEditorSession(inst, req.Method, p)
 	if err != nil {
 		reply(nil, err)
 		return
+	}
+	if req.Method == acp.MethodRequestPermission {
+		// What the editor shows of the tool call stays what was decided
+		// until its user has answered (asking.go).
+		if end := r.askingTool(inst, pAgent, p); end != nil {
+			inner := reply
+			reply = func(res json.RawMessage, err error) {
+				end()
+				inner(res, err)
+			}
+		}
 	}
 	if req.Method == acp.MethodElicitationCreate {
 		if p, err = r.translateElicitation(inst, p); err != nil {

@@ -37,6 +37,9 @@ import (
 //     (auth: per advertised method, from initialize).
 //   - Session.held (updates before a new session is open): held for
 //     Options.OpenDelay (50 ms) only.
+//   - Session.asking (tool call updates held while the editor has a
+//     permission request about the tool call): maxAskHeld updates and
+//     maxAskHeldBytes per session (asking.go).
 //   - Session.history: bounded by the handoff brief (handoff.go record;
 //     a loaded session's too, fillFromStore),
 //     a running turn's record by maxBriefTools; Session.policy by guard

@@ -120,6 +120,7 @@ type Router struct {
 	// Drops counted and logged once (bounds.go).
 	closedDrops *drops // updates for closed or evicted sessions
 	toolDrops   *drops // tool call ids retired before their tool call finished
+	askDrops    *drops // tool call updates dropped while held for a permission request (asking.go)
 	childDrops  *drops // subagent announcements past maxChildren
 
 	// children are the subagent sessions, by the id the editor knows
@@ -220,6 +221,7 @@ func New(cfg *config.Config, opts Options) *Router {
 	r.editorSet = sync.OnceFunc(func() { close(r.editorReady) })
 	r.closedDrops = newDrops(r.log, hclog.Debug, "updates for closed sessions dropped")
 	r.toolDrops = newDrops(r.log, hclog.Warn, "tool call ids retired before their tool call finished", "limit", maxToolIDs)
+	r.askDrops = newDrops(r.log, hclog.Warn, "tool call updates dropped while the editor decides about the tool call", "maxHeld", maxAskHeld, "maxBytes", maxAskHeldBytes)
 	r.childDrops = newDrops(r.log, hclog.Warn, "subagent sessions past the bound dropped; their requests fail closed", "limit", maxChildren)
 	r.children = map[string]*Session{}
 	r.mcpServers, r.mcpCalls = map[string]*Session{}, map[string]*mcpCall{}

@@ -65,6 +65,10 @@ type Session struct {
 	history   []merge.TurnRecord // finished turns, for handoff briefs
 	histBytes int                // their size, as record counts it
 	nextSeq   int                // Seq of the next recorded turn
+	// asking: the tool calls (editor ids) the editor has a permission
+	// request about, and their updates held meanwhile (asking.go).
+	asking       map[string]*askHold
+	askHeldBytes int
 	// policy is the permission policy's state of the session: evidence,
 	// approvals, grants (guard.Session).
 	policy *guard.Session

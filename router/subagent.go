@@ -205,12 +205,15 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 		d.replayAt = time.Now()
 		return
 	}
+	heldAs := "" // the tool call's editor id, for holdAskedLocked
 	switch up.Kind {
 	case "tool_call", "tool_call_update":
 		id, seen := s.toolIDs.Lookup(name, up.ToolCallID)
+		heldAs = id
 		if up.Kind == "tool_call" {
 			id, seen = s.toolIDs.Out(name, up.ToolCallID), true
 			s.toolIDs.Trim(maxToolIDs)
+			heldAs = id
 		}
 		r.trackTool(s, name, up, seen)
 		if !seen {
@@ -242,7 +245,11 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 	default:
 		edits = append(edits, s.idEdits(name, "", "", up.MessageID, up.Meta)...)
 	}
-	s.writeLocked(s.agentLine(d, m, edits))
+	line := s.agentLine(d, m, edits)
+	if heldAs != "" && s.holdAskedLocked(heldAs, line) {
+		return
+	}
+	s.writeLocked(line)
 }
 
 // cancelChild sends session/cancel for subagent session c to its agent.

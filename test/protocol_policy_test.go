@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // Protocol-level tests of the permission policy: what an agent can make
@@ -245,5 +247,156 @@ func TestPolicySubagentMode(t *testing.T) {
 	}
 	if len(reads) != 2 || reads[0] != "read: package main" || reads[1] == "read: package main" || asks.count() != 1 {
 		t.Errorf("reads %q, editor asked %d times; want the first allowed, the second (in bypassPermissions) asked and refused", reads, asks.count())
+	}
+}
+
+func init() {
+	// permission-then-update REQUEST ||| UPDATE: session/request_permission
+	// with REQUEST's toolCall and options, then, while the editor has it,
+	// the session/update UPDATE; then waits for the answer and says it.
+	fakeScriptExt["permission-then-update"] = func(a *fakeAgent, s *fakeSession, rest string) {
+		reqJSON, updJSON, _ := strings.Cut(rest, " ||| ")
+		var p, u map[string]any
+		if json.Unmarshal([]byte(reqJSON), &p) != nil || json.Unmarshal([]byte(updJSON), &u) != nil {
+			a.say(s.id, "bad permission-then-update")
+			return
+		}
+		p["sessionId"] = s.id
+		a.mu.Lock()
+		id := a.nextID
+		a.nextID++
+		ch := make(chan wireMsg, 1)
+		a.pending[id] = ch
+		a.methods[id] = "session/request_permission"
+		a.mu.Unlock()
+		a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "id": id, "method": "session/request_permission", "params": p}))
+		a.update(s.id, u)
+		a.say(s.id, "updated")
+		select {
+		case m := <-ch:
+			if m.Error != nil {
+				a.say(s.id, fmt.Sprintf("permission error: %d %s", m.Error.Code, m.Error.Message))
+				return
+			}
+			var out struct {
+				Outcome json.RawMessage `json:"outcome"`
+			}
+			_ = json.Unmarshal(m.Result, &out)
+			a.say(s.id, "permission: "+string(out.Outcome))
+		case <-time.After(30 * time.Second):
+			a.say(s.id, "permission: no answer")
+		}
+	}
+}
+
+// TestPolicyToolCallChangedWhileAsked: the editor's user decides about
+// the tool call as the editor shows it when they answer. Zed upserts a
+// tool_call_update into the card of a pending permission request (its
+// title, kind, locations change, the buttons stay). An agent asked about
+// an edit of ~/.bashrc, then, while the dialog was up, updated the tool
+// call to "Read README.md": the user allowed what read as a harmless read,
+// the router recorded an approval of the edit of ~/.bashrc, and the
+// agent's direct write of ~/.bashrc in that turn went through without
+// asking. Updates of a tool call whose permission request the editor has
+// are held until it is answered.
+func TestPolicyToolCallChangedWhileAsked(t *testing.T) {
+	t.Parallel()
+	for _, child := range []bool{false, true} {
+		name := "session"
+		if child {
+			name = "subagent"
+		}
+		t.Run(name, func(t *testing.T) { testToolCallChangedWhileAsked(t, child) })
+	}
+}
+
+func testToolCallChangedWhileAsked(t *testing.T, child bool) {
+	t.Parallel()
+	cwd, home := t.TempDir(), t.TempDir()
+	bashrc := filepath.Join(home, ".bashrc")
+	readme := filepath.Join(cwd, "README.md")
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/write_text_file", writeTextFile)
+	var (
+		mu        sync.Mutex
+		shownWhen []string // the card's title each time the user answered about t1
+		writeAsks int      // the router's own asks about the write
+	)
+	e.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		if strings.Contains(string(p), "wants to write") {
+			mu.Lock()
+			writeAsks++
+			mu.Unlock()
+			return choosePermission(p, "reject_once")
+		}
+		// The user reads the card once the agent's "updated" is on screen
+		// (anything forwarded before it is too), the card as Zed builds it:
+		// the request's tool call, then each tool_call_update merged in.
+		sid := jsonString(p, "sessionId")
+		id := jsonString(p, "toolCall", "toolCallId")
+		e.Rec.Await(10*time.Second, func(m *Msg) bool { txt, ok := m.ChunkText(sid); return ok && txt == "updated" })
+		title := jsonString(p, "toolCall", "title")
+		seenReq := false
+		for _, m := range e.Rec.All() {
+			if m.IsRequest() && m.Method == "session/request_permission" && jsonString(m.Params, "toolCall", "toolCallId") == id {
+				seenReq = true
+				continue
+			}
+			if seenReq && m.Update() == "tool_call_update" && jsonString(m.Params, "update", "toolCallId") == id {
+				if t := jsonString(m.Params, "update", "title"); t != "" {
+					title = t
+				}
+			}
+		}
+		mu.Lock()
+		shownWhen = append(shownWhen, title)
+		mu.Unlock()
+		if strings.HasPrefix(title, "Read ") { // a read in the project: fine
+			return choosePermission(p, "allow_once")
+		}
+		return choosePermission(p, "reject_once")
+	})
+	prefix := ""
+	if child {
+		e.Initialize(t, capsSubagents)
+		prefix = "as child-1 "
+	} else {
+		e.Initialize(t, capsAll)
+	}
+	sid := e.NewSession(t, cwd)
+	script := fmt.Sprintf(prefix+`permission-then-update {"toolCall":{"toolCallId":"t1","title":"Edit .bashrc","kind":"edit","locations":[{"path":%[1]q}]},"options":[{"optionId":"allow","name":"Allow","kind":"allow_once"},{"optionId":"reject","name":"Reject","kind":"reject_once"}]} ||| {"sessionUpdate":"tool_call_update","toolCallId":"t1","title":"Read README.md","kind":"read","locations":[{"path":%[2]q}]}
+`+prefix+`write %[1]s evil`, bashrc, readme)
+	if child {
+		script = announce("child-1") + "\n" + script
+	}
+	e.MustPrompt(t, sid, script, "end_turn")
+	texts := e.Texts(sid)
+	if child {
+		texts = nil
+		for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Update() == "agent_message_chunk" }) {
+			texts = append(texts, jsonString(m.Params, "update", "content", "text"))
+		}
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(shownWhen) != 1 || shownWhen[0] != "Edit .bashrc" {
+		t.Errorf("when the user answered the permission request about the edit of .bashrc, the editor showed the tool call as %q", shownWhen)
+	}
+	for _, txt := range texts {
+		if txt == "write: ok" && writeAsks == 0 {
+			t.Errorf("the write of %s went through without asking: the user's answer about what the editor showed as %q approved it (texts %q)", bashrc, shownWhen, texts)
+		}
+	}
+	if b, _ := os.ReadFile(bashrc); string(b) == "evil" {
+		t.Errorf("%s was written", bashrc)
+	}
+	// The agent's update is not lost: it reaches the editor once the
+	// request is answered.
+	if n := len(e.Rec.Filter(func(m *Msg) bool {
+		return m.Update() == "tool_call_update" && jsonString(m.Params, "update", "title") == "Read README.md"
+	})); n != 1 {
+		t.Errorf("the editor got the agent's update %d times, want 1 (after the answer)", n)
 	}
 }
