@@ -554,7 +554,12 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 		return
 	default: // message chunks, plans, compactions, kinds the router does not know
 		if content {
-			edits := append(s.idEdits(name, "", "", up.MessageID, up.Meta), s.objectEdits(name, up)...)
+			objEdits, ok := s.objectEdits(name, up)
+			if !ok {
+				r.log.Warn("plan_removed naming another agent's plan dropped", "session", s.ID, "agent", name)
+				break
+			}
+			edits := append(s.idEdits(name, "", "", up.MessageID, up.Meta), objEdits...)
 			line = s.agentLine(d, m, append(edits, sessionEdits...))
 			// What these kinds leave in the session's tables and the
 			// turn's record is decoded (strings), never a slice of m.

@@ -43,8 +43,10 @@ type objectIDs struct {
 // objectEdits lists the ids of an update from agent that another agent of
 // the session uses too, rewritten for the editor (idEdit paths are inside
 // params): update.compactionId, update.plan.planId, update.planId. A
-// plan_removed retires its id (called as the update is forwarded).
-func (s *Session) objectEdits(agent string, up *updateFields) []idEdit {
+// plan_removed retires its id (called as the update is forwarded). ok is
+// false for an update that must not reach the editor: a plan_removed
+// naming, as the agent's own, the editor's id of another agent's plan.
+func (s *Session) objectEdits(agent string, up *updateFields) (edits []idEdit, ok bool) {
 	o := &s.objects
 	if o.compactions == nil {
 		o.compactions, o.planIDs, o.plans = merge.NewIDTable(), merge.NewIDTable(), map[string]string{}
@@ -52,19 +54,19 @@ func (s *Session) objectEdits(agent string, up *updateFields) []idEdit {
 	switch up.Kind {
 	case "compaction_update", "compaction_summary_chunk":
 		if up.CompactionID == "" {
-			return nil
+			return nil, true
 		}
 		id := o.compactions.Out(agent, up.CompactionID)
 		o.compactions.Trim(maxCompactionIDs)
 		if id != up.CompactionID {
-			return []idEdit{{[]string{"update", "compactionId"}, id}}
+			return []idEdit{{[]string{"update", "compactionId"}, id}}, true
 		}
 	case "plan_update":
 		var plan struct {
 			PlanID string `json:"planId"`
 		}
 		if json.Unmarshal(up.Plan, &plan) != nil || plan.PlanID == "" {
-			return nil
+			return nil, true
 		}
 		id := o.planIDs.Out(agent, plan.PlanID)
 		o.plans[id] = agent
@@ -76,20 +78,25 @@ func (s *Session) objectEdits(agent string, up *updateFields) []idEdit {
 			}
 		}
 		if id != plan.PlanID {
-			return []idEdit{{[]string{"update", "plan", "planId"}, id}}
+			return []idEdit{{[]string{"update", "plan", "planId"}, id}}, true
 		}
 	case "plan_removed":
-		id, ok := o.planIDs.Lookup(agent, up.PlanID)
-		if !ok {
-			return nil // a plan the editor never saw, or long gone: the agent's id as it is
+		id, known := o.planIDs.Lookup(agent, up.PlanID)
+		if !known {
+			// A plan the editor never saw, or long gone: the agent's
+			// id as it is, unless the editor shows another agent's
+			// plan under it (one agent removing another's: /NAME runs
+			// a turn of another agent in the session).
+			_, _, other := o.planIDs.In(up.PlanID)
+			return nil, !other
 		}
 		o.planIDs.Retire(id)
 		delete(o.plans, id)
 		if id != up.PlanID {
-			return []idEdit{{[]string{"update", "planId"}, id}}
+			return []idEdit{{[]string{"update", "planId"}, id}}, true
 		}
 	}
-	return nil
+	return nil, true
 }
 
 // removePlansLocked returns plan_removed updates for the plans on screen

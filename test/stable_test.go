@@ -201,3 +201,30 @@ func TestSystemPrompt(t *testing.T) {
 		t.Errorf("session/new with a mode alpha does not take: %v, want -32602 naming it", rerr)
 	}
 }
+
+// TestPlanRemovedOfAnotherAgent: a plan_removed reaches the editor only
+// for a plan its agent put on the screen. Beta, running one turn for the
+// user (/beta), sent plan_removed naming alpha's plan "p-1", an id beta
+// never used: the router passed the id through as it was, and the editor
+// removed alpha's plan.
+func TestPlanRemovedOfAnotherAgent(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("alpha", fakeOpts{SessionPrefix: "a-"}),
+		fakeAgentYAML("beta", fakeOpts{SessionPrefix: "b-"}),
+	}, "default: alpha"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, `update {"sessionUpdate":"plan_update","plan":{"type":"markdown","planId":"p-1","content":"# alpha's plan"}}`, "end_turn")
+	e.MustPrompt(t, sid, `/beta update {"sessionUpdate":"plan_removed","planId":"p-1"}
+update {"sessionUpdate":"plan_update","plan":{"type":"markdown","planId":"p-2","content":"# beta's plan"}}
+update {"sessionUpdate":"plan_removed","planId":"p-2"}`, "end_turn")
+	var removed []string
+	for _, m := range updatesOf(e, sid, "plan_removed") {
+		removed = append(removed, jsonString(m.Params, "update", "planId"))
+	}
+	if want := []string{"p-2"}; !slices.Equal(removed, want) {
+		t.Errorf("the editor was told to remove plans %q, want %q (beta's own only)", removed, want)
+	}
+}
