@@ -402,8 +402,12 @@ func (r *Router) denyNotice(s *Session, v *guard.Verdict, pr *permRequest) {
 	}
 	s.writeLocked(s.updateLine(update))
 	if editorID, _ := update["toolCallId"].(string); editorID != "" {
-		s.toolIDs.Done(editorID) // failed: finished
-		s.toolIDs.RetireDone(maxDoneTools)
+		// Failed by the policy: its failed status and the note are the
+		// editor's last word on it. Retired, the agent's later updates of
+		// it are not forwarded (relayUpdate): an agent that went on with
+		// "completed" and content of its own made the editor show the
+		// denied tool call as done, the note gone.
+		s.toolIDs.Retire(editorID)
 	}
 }
 

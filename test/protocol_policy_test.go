@@ -400,3 +400,34 @@ func testToolCallChangedWhileAsked(t *testing.T, child bool) {
 		t.Errorf("the editor got the agent's update %d times, want 1 (after the answer)", n)
 	}
 }
+
+// TestPolicyDeniedToolCallStaysFailed: once the policy denied a
+// permission request and the editor shows the tool call failed, with the
+// note naming the rule, the agent's later updates of that tool call do
+// not reach the editor: an agent sent status "completed" with its own
+// content, and the editor showed the denied tool call as done, the
+// router's note gone.
+func TestPolicyDeniedToolCallStaysFailed(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	env := filepath.Join(cwd, ".env")
+	e.MustPrompt(t, sid, fmt.Sprintf(`update {"sessionUpdate":"tool_call","toolCallId":"t1","title":"Read .env","kind":"read","status":"pending","locations":[{"path":%[1]q}]}
+permission-call {"toolCallId":"t1","kind":"read","title":"Read .env","locations":[{"path":%[1]q}]}
+update {"sessionUpdate":"tool_call_update","toolCallId":"t1","status":"completed","content":[{"type":"content","content":{"type":"text","text":"API_KEY=..."}}]}`, env), "end_turn")
+	var last *Msg
+	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Update() == "tool_call_update" }) {
+		if jsonString(m.Params, "update", "toolCallId") == "t1" {
+			last = m
+		}
+	}
+	if last == nil {
+		t.Fatal("the editor never got the failed tool call")
+	}
+	if st := jsonString(last.Params, "update", "status"); st != "failed" || !strings.Contains(string(last.Params), "no-secrets") {
+		t.Errorf("the editor's last word on the denied tool call: %s", last.Params)
+	}
+}
