@@ -252,7 +252,15 @@ type IDTable struct {
 	done    []string
 	isDone  map[string]bool
 	retired map[string]bool // agents some of whose ids were retired
+	// closed are editor-side ids never handed out again, to any agent
+	// (Close), oldest first in closedOrder; at most maxClosed.
+	closed      map[string]bool
+	closedOrder []string
 }
+
+// maxClosed bounds the ids an IDTable keeps closed: past it, the oldest
+// may be handed out again.
+const maxClosed = 1024
 
 type agentID struct{ agent, id string }
 
@@ -269,7 +277,7 @@ func (t *IDTable) Out(agent, id string) string {
 	}
 	v := id
 	for n := 1; ; n++ {
-		if _, taken := t.back[v]; !taken && (n > 1 || !t.retiredByOther(agent)) {
+		if _, taken := t.back[v]; !taken && !t.closed[v] && (n > 1 || !t.retiredByOther(agent)) {
 			break
 		}
 		v = id + "~" + agent
@@ -341,6 +349,26 @@ func (t *IDTable) Retire(id string) {
 	if k.agent != "" {
 		t.retired[k.agent] = true
 	}
+}
+
+// Close retires an editor-side id and never hands it out again, to its
+// own agent either (within maxClosed): the editor's card of it has the
+// router's last word (a tool call the policy failed), which a new object
+// the agent announces under the same id must not replace.
+func (t *IDTable) Close(id string) {
+	if _, ok := t.back[id]; !ok {
+		return
+	}
+	t.Retire(id)
+	if t.closed == nil {
+		t.closed = map[string]bool{}
+	}
+	if len(t.closedOrder) >= maxClosed {
+		delete(t.closed, t.closedOrder[0])
+		t.closedOrder = t.closedOrder[1:]
+	}
+	t.closed[id] = true
+	t.closedOrder = append(t.closedOrder, id)
 }
 
 // Done marks an editor-side id whose object is finished (a tool call

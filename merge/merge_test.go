@@ -520,3 +520,30 @@ func TestIDTableRetire(t *testing.T) {
 		}
 	})
 }
+
+// TestIDTableClose: a closed id is never handed out again, to its own
+// agent either (Retire lets its agent have it back), within maxClosed.
+func TestIDTableClose(t *testing.T) {
+	tab := NewIDTable()
+	if got := tab.Out("claude", "t1"); got != "t1" {
+		t.Fatalf("Out = %q", got)
+	}
+	tab.Close("t1")
+	if _, ok := tab.Lookup("claude", "t1"); ok {
+		t.Error("a closed id is still found")
+	}
+	if got := tab.Out("claude", "t1"); got == "t1" {
+		t.Error("a closed id was handed out again to its own agent")
+	}
+	if got := tab.Out("codex", "t1"); got == "t1" {
+		t.Error("a closed id was handed out again to another agent")
+	}
+	for i := range maxClosed {
+		id := "x" + strconv.Itoa(i)
+		tab.Out("claude", id)
+		tab.Close(id)
+	}
+	if len(tab.closed) > maxClosed || len(tab.closedOrder) > maxClosed {
+		t.Errorf("%d ids kept closed, want at most %d", len(tab.closed), maxClosed)
+	}
+}

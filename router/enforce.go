@@ -406,8 +406,10 @@ func (r *Router) denyNotice(s *Session, v *guard.Verdict, pr *permRequest) {
 		// editor's last word on it. Retired, the agent's later updates of
 		// it are not forwarded (relayUpdate): an agent that went on with
 		// "completed" and content of its own made the editor show the
-		// denied tool call as done, the note gone.
-		s.toolIDs.Retire(editorID)
+		// denied tool call as done, the note gone. Closed, a new
+		// tool_call the agent announces under the same id gets another
+		// editor id: a card of its own, not the failed one's.
+		s.toolIDs.Close(editorID)
 	}
 }
 

@@ -406,7 +406,8 @@ func testToolCallChangedWhileAsked(t *testing.T, child bool) {
 // note naming the rule, the agent's later updates of that tool call do
 // not reach the editor: an agent sent status "completed" with its own
 // content, and the editor showed the denied tool call as done, the
-// router's note gone.
+// router's note gone. Nor does a new tool_call the agent announces under
+// the same id: it gets a card of its own.
 func TestPolicyDeniedToolCallStaysFailed(t *testing.T) {
 	t.Parallel()
 	cwd := t.TempDir()
@@ -417,9 +418,13 @@ func TestPolicyDeniedToolCallStaysFailed(t *testing.T) {
 	env := filepath.Join(cwd, ".env")
 	e.MustPrompt(t, sid, fmt.Sprintf(`update {"sessionUpdate":"tool_call","toolCallId":"t1","title":"Read .env","kind":"read","status":"pending","locations":[{"path":%[1]q}]}
 permission-call {"toolCallId":"t1","kind":"read","title":"Read .env","locations":[{"path":%[1]q}]}
-update {"sessionUpdate":"tool_call_update","toolCallId":"t1","status":"completed","content":[{"type":"content","content":{"type":"text","text":"API_KEY=..."}}]}`, env), "end_turn")
+update {"sessionUpdate":"tool_call_update","toolCallId":"t1","status":"completed","content":[{"type":"content","content":{"type":"text","text":"API_KEY=..."}}]}
+update {"sessionUpdate":"tool_call","toolCallId":"t1","title":"Read .env","kind":"read","status":"completed","content":[{"type":"content","content":{"type":"text","text":"API_KEY=..."}}]}`, env), "end_turn")
+	// The last word on t1, the failed card: a tool_call_update or a
+	// tool_call under its id (the agent's fresh tool_call t1 must get a
+	// card of its own).
 	var last *Msg
-	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Update() == "tool_call_update" }) {
+	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Update() == "tool_call_update" || m.Update() == "tool_call" }) {
 		if jsonString(m.Params, "update", "toolCallId") == "t1" {
 			last = m
 		}
