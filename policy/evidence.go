@@ -346,6 +346,10 @@ type extractor struct {
 	// arithBad: variables the command line assigns something other than
 	// a number (arith.go), at any level of nesting.
 	arithBad map[string]bool
+	// mcpArgs: reading an MCP tool's arguments, which are what the tool
+	// acts on, not a description of it: a value shaped like a path is a
+	// path at any depth (rawValue).
+	mcpArgs bool
 }
 
 // link is a link a command makes: the absolute, clean path of the link

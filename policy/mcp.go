@@ -15,8 +15,10 @@ import (
 // that a tools/call there reads, writes or runs things as an fs or
 // terminal call does. The policy decides the two inner methods that act:
 // tools/call (the tool, and its arguments read as a tool call's rawInput)
-// and resources/read (its URI). The router passes the others without a
-// decision (McpDecides).
+// and resources/read (its URI). The router passes only the methods that
+// list, negotiate or follow up without acting (mcpInert) without a
+// decision; any other (prompts/get, completion/complete, a method the
+// policy does not know) is opaque, asked (McpDecides).
 
 // Inner MCP methods the policy decides.
 const (
@@ -24,12 +26,29 @@ const (
 	McpResourcesRead = "resources/read"
 )
 
+// mcpInert are the MCP methods an agent (the MCP client) sends that act on
+// nothing the agent chooses (MCP 2025-11-25, client to server): they
+// negotiate, list what the server offers, or follow up a tools/call that
+// was decided (tasks/*). Matched by exact name, as MCP servers dispatch:
+// "Tools/Call" is not "tools/call" here, and a server that folds case
+// would run it as one. Everything else acts, or might: prompts/get runs a
+// prompt with the agent's arguments and may embed resources (files) in
+// its answer, completion/complete lists what a prefix completes to (a
+// directory's entries), resources/subscribe watches a resource.
+var mcpInert = map[string]bool{
+	"initialize": true, "ping": true, "logging/setLevel": true, "tools/list": true,
+	"resources/list": true, "resources/templates/list": true, "resources/unsubscribe": true,
+	"prompts/list": true, "tasks/get": true, "tasks/list": true, "tasks/result": true, "tasks/cancel": true,
+	"notifications/initialized": true, "notifications/cancelled": true, "notifications/progress": true,
+	"notifications/roots/list_changed": true,
+}
+
 // McpDecides says whether the router must have the policy decide an
 // mcp/message with these params before it reaches the editor: its inner
-// method acts (tools/call, resources/read), or the params cannot be read
-// as the editor reads them (not an object, no method read by its exact
-// name, a member named twice or in two cases): what cannot be read is
-// never passed without a decision.
+// method is not one known not to act (mcpInert, by its exact name), or
+// the params cannot be read as the editor reads them (not an object, no
+// method read by its exact name, a member named twice or in two cases):
+// what cannot be read is never passed without a decision.
 func McpDecides(params json.RawMessage) bool {
 	if !json.Valid(params) {
 		return true
@@ -45,7 +64,7 @@ func McpDecides(params json.RawMessage) bool {
 	if acp.Members(params, []string{"method"}, top[:]) != nil || json.Unmarshal(top[0], &m) != nil || m == "" {
 		return true
 	}
-	return m == McpToolsCall || m == McpResourcesRead
+	return !mcpInert[m]
 }
 
 // McpToolName is the name an MCP tool called over ACP has for the tool
@@ -113,7 +132,9 @@ func (x *extractor) mcpMessage(params json.RawMessage, server string) {
 			if args[0] != '{' {
 				x.opaque("params.params.arguments", "the tool's arguments are not an object", KindOther)
 			} else {
+				x.mcpArgs = true
 				x.rawInput(args, kinds, false)
+				x.mcpArgs = false
 			}
 		}
 		if len(x.ev.Items) == before {
@@ -128,6 +149,13 @@ func (x *extractor) mcpMessage(params json.RawMessage, server string) {
 		x.resourceURI(uri)
 	default:
 		x.add(Item{Type: ItemTool, Origin: "MCP method", Opaque: fmt.Sprintf("the policy does not decide the MCP method %q", method)}, KindOther)
+		// What the method is given (prompts/get's arguments) is still
+		// read, for the deny rules and the audit.
+		if args := f[1]; len(args) > 0 && args[0] == '{' {
+			x.mcpArgs = true
+			x.rawInput(args, []Kind{KindOther}, false)
+			x.mcpArgs = false
+		}
 	}
 }
 
@@ -145,6 +173,14 @@ func (x *extractor) resourceURI(uri string) {
 	case "file":
 		if (u.Host != "" && !strings.EqualFold(u.Host, "localhost")) || !path.IsAbs(u.Path) || u.Opaque != "" {
 			x.opaque(origin, fmt.Sprintf("the file uri %q names no absolute local path", uri), KindRead)
+			return
+		}
+		if u.RawQuery != "" || u.ForceQuery || strings.Contains(uri, "#") {
+			// A server that takes what follows file:// as the path reads
+			// "main.go#/../../../etc/passwd" through a directory named
+			// "main.go#" (one the agent can make), where the policy reads
+			// main.go: a file has no query or fragment to drop.
+			x.opaque(origin, fmt.Sprintf("the file uri %q has a query or fragment: the MCP server may read it as part of the path", uri), KindRead)
 			return
 		}
 		x.path(u.Path, false, KindRead, false, origin, nil)

@@ -290,7 +290,10 @@ func (x *extractor) rawValue(v json.RawMessage, class rawKeyClass, origin string
 		// proposed_execpolicy_amendment, already read as the command.)
 		// Only a top-level field: nested objects hold the tool's
 		// data (Kimi's edit: {old, new} may be "/usr/bin/python3").
-		if !elem && depth == 0 && rawPathShape(s) {
+		// An MCP tool's arguments are its input itself, which it may
+		// read at any depth ({"options": {"files": ["/etc/shadow"]}}
+		// beside an allowed path): every such value is a path there.
+		if (x.mcpArgs || !elem && depth == 0) && rawPathShape(s) {
 			x.toolPath(s, recursive, origin, cx.cwds, kinds)
 		}
 	}

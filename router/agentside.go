@@ -1293,7 +1293,8 @@ func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance,
 			r.log.Warn("mcp/message for an ACP MCP server none of the agent's sessions declared dropped", "agent", inst.Agent.Name(), "server", serverID)
 			return
 		} else if r.opts.Guard.Enforcing() && policy.McpDecides(p) {
-			// A tools/call or resources/read sent as a notification:
+			// A method that acts (tools/call, resources/read, any but
+			// those that only list or follow up) sent as a notification:
 			// nothing to answer with a refusal or to wait on a question
 			// for, and the policy decides what acts (agentMcpMessage).
 			r.log.Warn("mcp/message notification the policy would have to decide dropped", "agent", inst.Agent.Name(), "server", serverID)

@@ -27,7 +27,8 @@ import (
 //   - fs/read_text_file, fs/write_text_file, terminal/create: allow →
 //     forwarded; deny → an error naming the rule; ask → the router asks the
 //     editor first, with a request_permission of its own.
-//   - mcp/message for a tools/call or resources/read (policy.McpDecides):
+//   - mcp/message for a tools/call, resources/read or any MCP method but
+//     those that only list, negotiate or follow up (policy.McpDecides):
 //     as those, but a refusal is the inner MCP error of a result
 //     (schema MessageMcpResponse: outer errors are for binding and
 //     runtime failures), so that the agent's MCP client reports it as the
@@ -544,7 +545,17 @@ func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, 
 		tc["rawInput"] = map[string]any{"server": server, "uri": m.Params.URI}
 		return fmt.Sprintf("%s wants to read %s from the MCP server %s", agentTitle, m.Params.URI, server), "read", tc
 	}
-	tc["rawInput"] = map[string]any{"server": server, "method": m.Method}
+	in := map[string]any{"server": server, "method": m.Method}
+	var inner [1]json.RawMessage
+	if acp.Members(p, []string{"params"}, inner[:]) == nil && len(inner[0]) > 0 && inner[0][0] == '{' {
+		in["params"] = inner[0]
+	}
+	tc["rawInput"] = in
+	if m.Method != "" && m.Method != policy.McpToolsCall && m.Method != policy.McpResourcesRead {
+		// prompts/get, completion/complete, a method the policy does not
+		// know: the user sees what it is and what it is given.
+		return fmt.Sprintf("%s wants to send %s to the MCP server %s", agentTitle, m.Method, server), "other", tc
+	}
 	return fmt.Sprintf("%s sends the MCP server %s a message the router cannot read", agentTitle, server), "other", tc
 }
 

@@ -548,11 +548,11 @@ func mcpParams(p json.RawMessage) (serverID string, requestID json.RawMessage) {
 // a server one of the agent's sessions declared; the editor's
 // notifications about it (same serverId and requestId) go back to that
 // agent while it waits (editorMcpMessage). Such a server runs in the
-// editor's process: with a policy in force, a tools/call or resources/read
-// (or params the router cannot read: policy.McpDecides) is decided first,
-// like an fs or terminal call (enforce.go), on the session's sequencer; a
-// refusal is an inner MCP error naming the rule, and nothing reaches the
-// editor.
+// editor's process: with a policy in force, a tools/call, resources/read
+// or other MCP method that may act (or params the router cannot read:
+// policy.McpDecides) is decided first, like an fs or terminal call
+// (enforce.go), on the session's sequencer; a refusal is an inner MCP
+// error naming the rule, and nothing reaches the editor.
 func (r *Router) agentMcpMessage(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, reply func(json.RawMessage, error)) {
 	p := params(req)
 	serverID, requestID := mcpParams(p)

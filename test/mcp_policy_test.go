@@ -162,3 +162,106 @@ rules:
 		t.Errorf("audit\n%s\nwant\n%s", strings.Join(decisions, "\n"), strings.Join(wantAudit, "\n"))
 	}
 }
+
+// TestMcpOverAcpPolicyHiddenActs: what an agent's mcp/message acts with
+// is decided however it is put. An MCP method other than those that only
+// list, negotiate or follow up (prompts/get runs a prompt with the
+// agent's arguments, completion/complete lists what a path completes to,
+// "Tools/Call" is tools/call to a server that folds case), a path at any
+// depth of a tool's arguments, a file uri with a fragment (a server that
+// takes the rest of the uri as the path reads through it): each is
+// asked, audited, and reaches the editor only if the user allows it.
+// Before, the three methods reached the editor undecided and unaudited,
+// and the nested path and the fragment were allowed as reads of main.go.
+func TestMcpOverAcpPolicyHiddenActs(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	betaLog := filepath.Join(t.TempDir(), "beta.log")
+	cfg, auditFile := policyYAML(t, []string{
+		fakeAgentYAML("beta", fakeOpts{Name: "beta", LogFile: betaLog, InitResult: json.RawMessage(initUnstable)}),
+	}, `default: ask
+rules:
+  - id: editor-reads
+    decision: allow
+    when: {tool: ["mcp__editor_tools__read_file"], paths: ["${cwd}/**"]}
+  - id: project-reads
+    decision: allow
+    when: {method: [mcp/message], kind: [read], paths: ["${cwd}/**"]}
+`)
+	e := StartRouter(t, cfg, nil)
+	var mu sync.Mutex
+	var relayed []string
+	e.Handle("mcp/message", func(p json.RawMessage) (any, *RPCError) {
+		mu.Lock()
+		relayed = append(relayed, jsonString(p, "method"))
+		mu.Unlock()
+		return map[string]any{"result": map[string]any{"ok": true}}, nil
+	})
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsAll)
+	var r struct {
+		SessionID string `json:"sessionId"`
+	}
+	servers := []any{map[string]any{"type": "acp", "name": "editor tools", "serverId": "srv-1"}}
+	json.Unmarshal(e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": servers}), &r)
+	sid := r.SessionID
+
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	e.MustPrompt(t, sid, strings.Join([]string{
+		`mcp-send srv-1 {"method":"Tools/Call","params":{"name":"run_shell","arguments":{"command":"rm -rf ~"}}}`,
+		`mcp-send srv-1 {"method":"prompts/get","params":{"name":"review","arguments":{"file":"/etc/shadow"}}}`,
+		`mcp-send srv-1 {"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"file:///{path}"},"argument":{"name":"path","value":"/etc/"}}}`,
+		`mcp-send srv-1 {"method":"tools/call","params":{"name":"read_file","arguments":{"path":` + q(cwd+"/main.go") + `,"opts":{"more":["/etc/shadow"]}}}}`,
+		`mcp-send srv-1 {"method":"resources/read","params":{"uri":` + q("file://"+cwd+"/main.go#/../../../../../etc/shadow") + `}}`,
+		`mcp-send srv-1 {"method":"tools/list","params":{}}`,
+	}, "\n"), "end_turn")
+
+	texts := e.Texts(sid)
+	if len(texts) != 6 {
+		t.Fatalf("agent said %d lines, want 6:\n%s", len(texts), strings.Join(texts, "\n"))
+	}
+	for i, text := range texts[:5] {
+		var refused struct {
+			Error struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		json.Unmarshal([]byte(strings.TrimPrefix(text, "mcp: ")), &refused)
+		if refused.Error.Code != -32603 || !strings.HasPrefix(refused.Error.Message, "acp-router: the user did not allow beta ") {
+			t.Errorf("line %d: %s, want the inner MCP error of a refusal", i, text)
+		}
+	}
+	if texts[5] != `mcp: {"result":{"ok":true}}` {
+		t.Errorf("tools/list: %s, want the editor's answer", texts[5])
+	}
+	mu.Lock()
+	got := strings.Join(relayed, "\n")
+	mu.Unlock()
+	if got != "tools/list" {
+		t.Errorf("the editor got\n%s\nwant tools/list only", got)
+	}
+	if asks.count() != 5 {
+		t.Fatalf("the editor was asked %d times, want 5", asks.count())
+	}
+	var ask struct {
+		ToolCall struct {
+			Title    string `json:"title"`
+			RawInput struct {
+				Params json.RawMessage `json:"params"`
+			} `json:"rawInput"`
+		} `json:"toolCall"`
+	}
+	json.Unmarshal(asks.params[1], &ask)
+	if ask.ToolCall.Title != "beta wants to send prompts/get to the MCP server editor tools" || !strings.Contains(string(ask.ToolCall.RawInput.Params), "/etc/shadow") {
+		t.Errorf("the permission request for prompts/get: %s", asks.params[1])
+	}
+	var decisions []string
+	for _, a := range readAudit(t, auditFile) {
+		decisions = append(decisions, fmt.Sprintf("%s %s %s", a.Method, a.Decision, a.UserChoice))
+	}
+	if want := strings.TrimSuffix(strings.Repeat("mcp/message ask reject_once\n", 5), "\n"); strings.Join(decisions, "\n") != want {
+		t.Errorf("audit\n%s\nwant\n%s", strings.Join(decisions, "\n"), want)
+	}
+}
