@@ -50,6 +50,9 @@ type Request struct {
 	// McpServer is, for mcp/message, the name the session declared for
 	// the ACP MCP server (policy.Request.McpServer).
 	McpServer string
+	// McpAmbiguous: McpServer does not name the server alone in its
+	// session (policy.Request.McpAmbiguous).
+	McpAmbiguous bool
 	// Turn is the session's turn when the request arrived (Session.Turn,
 	// read in the order the agent sent it and its turn's answer); 0: the
 	// turn it is decided in. A decision may run after its turn ended: the
@@ -134,7 +137,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		// cwd (nothing is "in the project"), and Record keeps nothing.
 		s = &Session{}
 	}
-	preq := &policy.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, FS: requestFS(g.opts.FS, s),
+	preq := &policy.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, McpAmbiguous: req.McpAmbiguous, FS: requestFS(g.opts.FS, s),
 		Session: policy.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
 	forgotten := false

@@ -29,6 +29,9 @@ type Request struct {
 	// ACP MCP server its serverId names (mcpServers[].name): the SERVER of
 	// the tool's name mcp__SERVER__TOOL. "": the serverId.
 	McpServer string
+	// McpAmbiguous: SERVER does not name this server alone (McpNameAmbiguous):
+	// a tools/call to it is opaque, for no tool: rule can tell them apart.
+	McpAmbiguous bool
 	// Session is the context of the session the request belongs to.
 	Session Session
 	// FS resolves symlinks and answers which paths exist. nil: nothing
@@ -230,7 +233,7 @@ func extract(req *Request) *extractor {
 	case acp.MethodRequestPermission:
 		x.permission(req.Params, req.Updates)
 	case acp.MethodMcpMessage:
-		x.mcpMessage(req.Params, req.McpServer)
+		x.mcpMessage(req.Params, req.McpServer, req.McpAmbiguous)
 	default:
 		x.add(Item{Type: ItemTool, Origin: "method", Opaque: fmt.Sprintf("the policy does not understand %q", req.Method)}, KindOther)
 	}

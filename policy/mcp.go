@@ -82,9 +82,36 @@ func McpToolName(server, tool string) string {
 	return "mcp__" + string(b) + "__" + tool
 }
 
+// McpNameAmbiguous: the MCP server named server, among the servers names
+// (every server a session declared, server included once), does not have
+// its tools' names to itself: another server's name is the same in
+// McpToolName's form ("editor tools", "editor.tools"), or one of the two
+// holds "__", so that mcp__A__B__TOOL may be server A's tool B__TOOL or
+// server A__B's TOOL (a rule for mcp__A__* covers A__B's tools).
+func McpNameAmbiguous(server string, names []string) bool {
+	norm := func(n string) string {
+		return strings.TrimSuffix(strings.TrimPrefix(McpToolName(n, ""), "mcp__"), "__")
+	}
+	own := norm(server)
+	if strings.Contains(own, "__") {
+		return true
+	}
+	seen := false
+	for _, n := range names {
+		o := norm(n)
+		switch {
+		case o == own && !seen && n == server:
+			seen = true // itself
+		case o == own, strings.HasPrefix(o, own+"__"):
+			return true
+		}
+	}
+	return false
+}
+
 // mcpMessage reads an mcp/message request's evidence. What it cannot read
 // is opaque (never allowed without asking).
-func (x *extractor) mcpMessage(params json.RawMessage, server string) {
+func (x *extractor) mcpMessage(params json.RawMessage, server string, ambiguous bool) {
 	var top [3]json.RawMessage
 	if err := acp.Members(params, []string{"serverId", "method", "params"}, top[:]); err != nil {
 		x.opaque("params", "the mcp/message params do not decode: "+err.Error(), KindOther)
@@ -123,6 +150,9 @@ func (x *extractor) mcpMessage(params json.RawMessage, server string) {
 			return
 		}
 		x.ev.Tools = append(x.ev.Tools, McpToolName(server, name))
+		if ambiguous {
+			x.opaque("params.serverId", fmt.Sprintf("%s is also the name of another MCP server's tool (its server's name and another's are alike, or hold __): a tool: rule cannot tell them apart", McpToolName(server, name)), KindOther)
+		}
 		// What the tool does is the server's: its arguments are read as
 		// a tool call's rawInput, their kinds only those they show
 		// (a write's content, a move's destination) beside other.

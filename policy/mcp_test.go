@@ -76,3 +76,27 @@ func TestMcpCovers(t *testing.T) {
 		}
 	}
 }
+
+// TestMcpNameAmbiguous: a server's tools have their names to themselves
+// unless another server's name is the same in mcp__SERVER__ form, or a
+// name holds __ (mcp__A__B__T is server A's B__T and server A__B's T).
+func TestMcpNameAmbiguous(t *testing.T) {
+	for _, tt := range []struct {
+		server string
+		names  []string
+		want   bool
+	}{
+		{"editor tools", []string{"editor tools"}, false},
+		{"editor tools", []string{"editor tools", "other"}, false},
+		{"editor tools", []string{"editor tools", "editor.tools"}, true},
+		{"editor.tools", []string{"editor tools", "editor.tools"}, true},
+		{"x", []string{"x", "x"}, true}, // declared twice
+		{"a__b", []string{"a__b"}, true},
+		{"a", []string{"a", "a__b"}, true},
+		{"a", []string{"a", "a_b", "ab"}, false},
+	} {
+		if got := McpNameAmbiguous(tt.server, tt.names); got != tt.want {
+			t.Errorf("McpNameAmbiguous(%q, %q) = %v, want %v", tt.server, tt.names, got, tt.want)
+		}
+	}
+}

@@ -131,15 +131,15 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		reply(nil, errUnknownSession(ref.SessionID))
 		return
 	}
-	r.decideOn(ctx, s, inst, req, p, "", func(v *guard.Verdict) {
+	r.decideOn(ctx, s, inst, req, p, mcpTarget{}, func(v *guard.Verdict) {
 		r.carryOut(ctx, s, inst, req, p, v, reply, "", func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
 	})
 }
 
 // decideOn decides an agent's request of session s on the session's
-// sequencer and hands the verdict to then, there. mcpServer is the
-// declared name of the ACP MCP server an mcp/message is for.
-func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, mcpServer string, then func(*guard.Verdict)) {
+// sequencer and hands the verdict to then, there. mcp is the ACP MCP
+// server an mcp/message is for.
+func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, mcp mcpTarget, then func(*guard.Verdict)) {
 	agent := inst.Agent.Name()
 	// The turn the request arrived in, read here, in the order the agent
 	// sent it and its turn's answer: the decision may run after the turn
@@ -195,7 +195,7 @@ func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instan
 			}
 		}
 		then(r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode,
-			Method: req.Method, Params: p, ToolShown: shown, McpServer: mcpServer, Turn: turn}))
+			Method: req.Method, Params: p, ToolShown: shown, McpServer: mcp.name, McpAmbiguous: mcp.ambiguous, Turn: turn}))
 	})
 }
 

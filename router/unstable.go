@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -566,9 +567,9 @@ func (r *Router) agentMcpMessage(ctx context.Context, inst *upstream.Instance, r
 		relay()
 		return
 	}
-	server := mcpServerName(s, serverID)
+	server := mcpServerOf(s, serverID)
 	r.decideOn(ctx, s, inst, req, p, server, func(v *guard.Verdict) {
-		r.carryOut(ctx, s, inst, req, p, v, mcpRefusal(reply), server, relay)
+		r.carryOut(ctx, s, inst, req, p, v, mcpRefusal(reply), server.name, relay)
 	})
 }
 
@@ -586,9 +587,17 @@ func mcpRefusal(reply func(json.RawMessage, error)) func(json.RawMessage, error)
 	}
 }
 
-// mcpServerName is the name session s declared for its ACP MCP server
-// serverID (mcpServers[].name), "" if none.
-func mcpServerName(s *Session, serverID string) string {
+// mcpTarget is the ACP MCP server an agent's mcp/message is for: the
+// name its session declared for it (mcpServers[].name; "": none, the
+// policy names it by its serverId), and whether that name is its own
+// among the session's servers (policy.McpNameAmbiguous).
+type mcpTarget struct {
+	name      string
+	ambiguous bool
+}
+
+// mcpServerOf is session s's ACP MCP server serverID.
+func mcpServerOf(s *Session, serverID string) mcpTarget {
 	var np struct {
 		Servers []struct {
 			Type     string `json:"type"`
@@ -597,12 +606,19 @@ func mcpServerName(s *Session, serverID string) string {
 		} `json:"mcpServers"`
 	}
 	json.Unmarshal(s.newParams, &np)
+	var t mcpTarget
+	var names []string // as the policy names them: the name, else the serverId
 	for _, srv := range np.Servers {
-		if srv.Type == "acp" && srv.ServerID == serverID {
-			return srv.Name
+		if srv.Type != "acp" {
+			continue
+		}
+		names = append(names, cmp.Or(srv.Name, srv.ServerID))
+		if srv.ServerID == serverID {
+			t.name = srv.Name
 		}
 	}
-	return ""
+	t.ambiguous = policy.McpNameAmbiguous(cmp.Or(t.name, serverID), names)
+	return t
 }
 
 // relayMcp relays an agent's mcp/message request to the editor, tracking

@@ -265,3 +265,54 @@ rules:
 		t.Errorf("audit\n%s\nwant\n%s", strings.Join(decisions, "\n"), want)
 	}
 }
+
+// TestMcpOverAcpPolicyLookalikeServers: two servers whose names are alike
+// in a tool's name ("editor tools" and "editor.tools" are both
+// mcp__editor_tools__), or one whose name holds __ ("editor__x":
+// mcp__editor__x__TOOL is also server "editor"'s tool x__TOOL), do not have
+// their tools' names to themselves: a rule allowing one server's tool
+// would allow the other's. A tools/call to such a server is asked; one to
+// a server whose name is its own is decided by the rule as before.
+func TestMcpOverAcpPolicyLookalikeServers(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg, _ := policyYAML(t, []string{
+		fakeAgentYAML("beta", fakeOpts{Name: "beta", InitResult: json.RawMessage(initUnstable)}),
+	}, `default: ask
+rules:
+  - id: editor-reads
+    decision: allow
+    when: {tool: ["mcp__editor_tools__read_file", "mcp__editor__*", "mcp__mine__read_file"]}
+`)
+	e := StartRouter(t, cfg, nil)
+	var mu sync.Mutex
+	var relayed []string
+	e.Handle("mcp/message", func(p json.RawMessage) (any, *RPCError) {
+		mu.Lock()
+		relayed = append(relayed, jsonString(p, "serverId"))
+		mu.Unlock()
+		return map[string]any{"result": map[string]any{"ok": true}}, nil
+	})
+	asks := &permissionCounter{}
+	e.Handle("session/request_permission", asks.handler("reject_once"))
+	e.Initialize(t, capsAll)
+	var r struct {
+		SessionID string `json:"sessionId"`
+	}
+	servers := []any{
+		map[string]any{"type": "acp", "name": "editor tools", "serverId": "srv-1"},
+		map[string]any{"type": "acp", "name": "editor.tools", "serverId": "srv-2"},
+		map[string]any{"type": "acp", "name": "editor__x", "serverId": "srv-3"},
+		map[string]any{"type": "acp", "name": "mine", "serverId": "srv-4"},
+	}
+	json.Unmarshal(e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": servers}), &r)
+	call := func(server string) string {
+		return fmt.Sprintf(`mcp-send %s {"method":"tools/call","params":{"name":"read_file","arguments":{}}}`, server)
+	}
+	e.MustPrompt(t, r.SessionID, strings.Join([]string{call("srv-1"), call("srv-2"), call("srv-3"), call("srv-4")}, "\n"), "end_turn")
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(relayed, ",") != "srv-4" || asks.count() != 3 {
+		t.Errorf("relayed to %q with %d asks (all refused); want only srv-4 (a name of its own) relayed, the three look-alikes asked", relayed, asks.count())
+	}
+}
