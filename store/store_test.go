@@ -727,15 +727,8 @@ func TestChunkFor(t *testing.T) {
 // with the next commit.
 func TestTouchInterval(t *testing.T) {
 	const interval = 400 * time.Millisecond
-	var metaWrites atomic.Int64
 	dir := t.TempDir()
-	st, err := open(dir, Options{CommitInterval: 5 * time.Millisecond, TouchInterval: interval}, func(op string) error {
-		if op == "meta.write" {
-			metaWrites.Add(1)
-		}
-		return nil
-	})
-	must(t, err)
+	st, metaWrites := openCounting(t, dir, Options{CommitInterval: 5 * time.Millisecond, TouchInterval: interval}, "meta.write")
 	defer st.Close()
 	ctx := t.Context()
 	must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
@@ -910,15 +903,8 @@ func TestLoadRepairsUTF8(t *testing.T) {
 // further activity, and Sync fsyncs at once.
 func TestSyncInterval(t *testing.T) {
 	const interval = 300 * time.Millisecond
-	var syncs atomic.Int64
 	dir := t.TempDir()
-	st, err := open(dir, Options{CommitInterval: 5 * time.Millisecond, SyncInterval: interval}, func(op string) error {
-		if op == "log.sync" {
-			syncs.Add(1)
-		}
-		return nil
-	})
-	must(t, err)
+	st, syncs := openCounting(t, dir, Options{CommitInterval: 5 * time.Millisecond, SyncInterval: interval}, "log.sync")
 	defer st.Close()
 	must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
 	must(t, st.Sync(t.Context()))
@@ -959,14 +945,7 @@ func TestSyncInterval(t *testing.T) {
 // holds nothing unsynced) is fsynced when the fsync is due: the sync waits
 // for the sealed segment's fsync, as a sync commit that writes does.
 func TestSyncIntervalSealed(t *testing.T) {
-	var sealedSyncs atomic.Int64
-	st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: 5 * time.Millisecond, SyncInterval: time.Hour}, func(op string) error {
-		if op == "log.sync.sealed" {
-			sealedSyncs.Add(1)
-		}
-		return nil
-	})
-	must(t, err)
+	st, sealedSyncs := openCounting(t, t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: 5 * time.Millisecond, SyncInterval: time.Hour}, "log.sync.sealed")
 	t.Cleanup(func() { st.Close() })
 	must(t, st.Create(Meta{ID: "x"}))
 	turn(t, st, "x", 0, 1, 100)
@@ -990,14 +969,7 @@ func TestSyncIntervalSealed(t *testing.T) {
 // fsyncs the log later, by the timer, fsyncs the directory too: the log is
 // durable only with its name.
 func TestSyncIntervalDirectory(t *testing.T) {
-	var dirSyncs atomic.Int64
-	st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: 5 * time.Millisecond, SyncInterval: 300 * time.Millisecond}, func(op string) error {
-		if op == "dir.sync" {
-			dirSyncs.Add(1)
-		}
-		return nil
-	})
-	must(t, err)
+	st, dirSyncs := openCounting(t, t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: 5 * time.Millisecond, SyncInterval: 300 * time.Millisecond}, "dir.sync")
 	t.Cleanup(func() { st.Close() })
 	must(t, st.Create(Meta{ID: "x"}))
 	turn(t, st, "x", 0, 1, 100)
@@ -1009,4 +981,19 @@ func TestSyncIntervalDirectory(t *testing.T) {
 			t.Fatal("the deferred fsync of the turn's end came without an fsync of the directory its roll changed")
 		}
 	}
+}
+
+// openCounting opens a store in dir whose failpoint counts each time the
+// store reaches op (log.sync, meta.write, ...), and fails nothing.
+func openCounting(t *testing.T, dir string, opts Options, op string) (*Store, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	st, err := open(dir, opts, func(at string) error {
+		if at == op {
+			n.Add(1)
+		}
+		return nil
+	})
+	must(t, err)
+	return st, &n
 }

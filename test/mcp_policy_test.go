@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,14 +38,10 @@ rules:
     when: {tool: ["mcp__editor_tools__read_file"], paths: ["${cwd}/**"]}
 `)
 	e := StartRouter(t, cfg, nil)
-	var mu sync.Mutex
-	var relayed []string
-	e.Handle("mcp/message", func(p json.RawMessage) (any, *RPCError) {
-		mu.Lock()
-		relayed = append(relayed, jsonString(p, "method")+" "+jsonString(jsonPath(p, "params"), "name"))
-		mu.Unlock()
-		return map[string]any{"result": map[string]any{"ok": true}}, nil
+	relayed := recordMcp(e, func(p json.RawMessage) string {
+		return jsonString(p, "method") + " " + jsonString(jsonPath(p, "params"), "name")
 	})
+	var mu sync.Mutex // answer
 	asks := &permissionCounter{}
 	answer := "allow_once"
 	e.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
@@ -54,12 +51,7 @@ rules:
 		return asks.handler(kind)(p)
 	})
 	e.Initialize(t, capsAll)
-	var r struct {
-		SessionID string `json:"sessionId"`
-	}
-	servers := []any{map[string]any{"type": "acp", "name": "editor tools", "serverId": "srv-1"}}
-	json.Unmarshal(e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": servers}), &r)
-	sid := r.SessionID
+	sid := newMcpSession(t, e, cwd, "editor tools")
 
 	call := func(tool, args string) string {
 		return fmt.Sprintf(`mcp-send srv-1 {"method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
@@ -117,9 +109,7 @@ rules:
 			t.Errorf("line %d: %s, want the inner MCP error of a refusal", i, texts[i])
 		}
 	}
-	mu.Lock()
-	got := strings.Join(relayed, "\n")
-	mu.Unlock()
+	got := strings.Join(relayed.list(), "\n")
 	if want := "tools/call read_file\ntools/list \ntools/call write_file"; got != want {
 		t.Errorf("the editor got\n%s\nwant\n%s", got, want)
 	}
@@ -148,7 +138,7 @@ rules:
 		if a.Session != sid || a.Agent != "beta" {
 			t.Errorf("audit record of session %q agent %q, want %q beta", a.Session, a.Agent, sid)
 		}
-		decisions = append(decisions, fmt.Sprintf("%s %s %s %s %s", a.Method, a.Decision, a.rule(), a.Source, a.UserChoice))
+		decisions = append(decisions, a.summary())
 	}
 	wantAudit := []string{
 		"mcp/message allow editor-reads rule ",
@@ -189,23 +179,11 @@ rules:
     when: {method: [mcp/message], kind: [read], paths: ["${cwd}/**"]}
 `)
 	e := StartRouter(t, cfg, nil)
-	var mu sync.Mutex
-	var relayed []string
-	e.Handle("mcp/message", func(p json.RawMessage) (any, *RPCError) {
-		mu.Lock()
-		relayed = append(relayed, jsonString(p, "method"))
-		mu.Unlock()
-		return map[string]any{"result": map[string]any{"ok": true}}, nil
-	})
+	relayed := recordMcp(e, func(p json.RawMessage) string { return jsonString(p, "method") })
 	asks := &permissionCounter{}
 	e.Handle("session/request_permission", asks.handler("reject_once"))
 	e.Initialize(t, capsAll)
-	var r struct {
-		SessionID string `json:"sessionId"`
-	}
-	servers := []any{map[string]any{"type": "acp", "name": "editor tools", "serverId": "srv-1"}}
-	json.Unmarshal(e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": servers}), &r)
-	sid := r.SessionID
+	sid := newMcpSession(t, e, cwd, "editor tools")
 
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	e.MustPrompt(t, sid, strings.Join([]string{
@@ -236,9 +214,7 @@ rules:
 	if texts[5] != `mcp: {"result":{"ok":true}}` {
 		t.Errorf("tools/list: %s, want the editor's answer", texts[5])
 	}
-	mu.Lock()
-	got := strings.Join(relayed, "\n")
-	mu.Unlock()
+	got := strings.Join(relayed.list(), "\n")
 	if got != "tools/list" {
 		t.Errorf("the editor got\n%s\nwant tools/list only", got)
 	}
@@ -285,34 +261,57 @@ rules:
     when: {tool: ["mcp__editor_tools__read_file", "mcp__editor__*", "mcp__mine__read_file"]}
 `)
 	e := StartRouter(t, cfg, nil)
-	var mu sync.Mutex
-	var relayed []string
-	e.Handle("mcp/message", func(p json.RawMessage) (any, *RPCError) {
-		mu.Lock()
-		relayed = append(relayed, jsonString(p, "serverId"))
-		mu.Unlock()
-		return map[string]any{"result": map[string]any{"ok": true}}, nil
-	})
+	relayed := recordMcp(e, func(p json.RawMessage) string { return jsonString(p, "serverId") })
 	asks := &permissionCounter{}
 	e.Handle("session/request_permission", asks.handler("reject_once"))
 	e.Initialize(t, capsAll)
-	var r struct {
-		SessionID string `json:"sessionId"`
-	}
-	servers := []any{
-		map[string]any{"type": "acp", "name": "editor tools", "serverId": "srv-1"},
-		map[string]any{"type": "acp", "name": "editor.tools", "serverId": "srv-2"},
-		map[string]any{"type": "acp", "name": "editor__x", "serverId": "srv-3"},
-		map[string]any{"type": "acp", "name": "mine", "serverId": "srv-4"},
-	}
-	json.Unmarshal(e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": servers}), &r)
+	sid := newMcpSession(t, e, cwd, "editor tools", "editor.tools", "editor__x", "mine")
 	call := func(server string) string {
 		return fmt.Sprintf(`mcp-send %s {"method":"tools/call","params":{"name":"read_file","arguments":{}}}`, server)
 	}
-	e.MustPrompt(t, r.SessionID, strings.Join([]string{call("srv-1"), call("srv-2"), call("srv-3"), call("srv-4")}, "\n"), "end_turn")
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Join(relayed, ",") != "srv-4" || asks.count() != 3 {
-		t.Errorf("relayed to %q with %d asks (all refused); want only srv-4 (a name of its own) relayed, the three look-alikes asked", relayed, asks.count())
+	e.MustPrompt(t, sid, strings.Join([]string{call("srv-1"), call("srv-2"), call("srv-3"), call("srv-4")}, "\n"), "end_turn")
+	if got := relayed.list(); strings.Join(got, ",") != "srv-4" || asks.count() != 3 {
+		t.Errorf("relayed to %q with %d asks (all refused); want only srv-4 (a name of its own) relayed, the three look-alikes asked", got, asks.count())
 	}
+}
+
+// mcpRelays are what the editor's ACP MCP servers were sent, one string
+// per mcp/message (recordMcp).
+type mcpRelays struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (m *mcpRelays) list() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.got)
+}
+
+// recordMcp makes e's editor answer every mcp/message with an ok result,
+// recording what of each describe says.
+func recordMcp(e *Editor, describe func(p json.RawMessage) string) *mcpRelays {
+	m := &mcpRelays{}
+	e.Handle("mcp/message", func(p json.RawMessage) (any, *RPCError) {
+		m.mu.Lock()
+		m.got = append(m.got, describe(p))
+		m.mu.Unlock()
+		return map[string]any{"result": map[string]any{"ok": true}}, nil
+	})
+	return m
+}
+
+// newMcpSession opens a session in cwd to which the editor provides an
+// ACP MCP server of each name, their serverIds srv-1, srv-2, ... in order.
+func newMcpSession(t *testing.T, e *Editor, cwd string, names ...string) string {
+	t.Helper()
+	var servers []any
+	for i, name := range names {
+		servers = append(servers, map[string]any{"type": "acp", "name": name, "serverId": fmt.Sprintf("srv-%d", i+1)})
+	}
+	var r struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": servers}), &r)
+	return r.SessionID
 }

@@ -64,6 +64,12 @@ func (a auditRecord) rule() string {
 	return *a.Rule
 }
 
+// summary is "METHOD DECISION RULE SOURCE USER_CHOICE", for comparing a
+// test's audit log with the records it wants.
+func (a auditRecord) summary() string {
+	return fmt.Sprintf("%s %s %s %s %s", a.Method, a.Decision, a.rule(), a.Source, a.UserChoice)
+}
+
 func readAudit(t *testing.T, path string) []auditRecord {
 	t.Helper()
 	f, err := os.Open(path)
@@ -255,7 +261,7 @@ func TestPolicyDirectCalls(t *testing.T) {
 	}
 	var decisions []string
 	for _, r := range readAudit(t, auditFile) {
-		decisions = append(decisions, fmt.Sprintf("%s %s %s %s %s", r.Method, r.Decision, r.rule(), r.Source, r.UserChoice))
+		decisions = append(decisions, r.summary())
 	}
 	wantAudit := []string{
 		"fs/write_text_file deny no-secrets rule ",
