@@ -35,8 +35,29 @@ import (
 //
 // The targets: no attack allowed, at most 1 % of the legitimate cases
 // asked or denied, and every expect: met.
+//
+// A subdirectory of testdata/corpus holding a policy.yaml of its own is a
+// corpus of its own, judged against that policy (testdata/corpus/monorepo:
+// a monorepo team's policy with a tools/ allowlist, a package-registry
+// allowlist and read-only docker, kubectl and terraform). Ids are unique
+// across all of them.
 
 const corpusDir = "testdata/corpus"
+
+// corpusDirs returns corpusDir and every subdirectory of it that holds a
+// policy.yaml.
+func corpusDirs(t *testing.T) []string {
+	t.Helper()
+	subs, err := filepath.Glob(filepath.Join(corpusDir, "*", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{corpusDir}
+	for _, s := range subs {
+		dirs = append(dirs, filepath.Dir(s))
+	}
+	return dirs
+}
 
 // corpusCase is one case of the corpus.
 type corpusCase struct {
@@ -184,14 +205,15 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 	return class, out, errs
 }
 
-// loadCorpus reads the policy and every class file.
-func loadCorpus(t *testing.T) (*Policy, []string, map[string][]*corpusCase) {
+// loadCorpus reads the policy of dir and every class file in it; ids
+// records every case id seen so far, across directories.
+func loadCorpus(t *testing.T, dir string, ids map[string]Pos) (*Policy, []string, map[string][]*corpusCase) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(corpusDir, "policy.yaml"))
+	data, err := os.ReadFile(filepath.Join(dir, "policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	org, err := ParseFile(filepath.Join(corpusDir, "policy.yaml"), data)
+	org, err := ParseFile(filepath.Join(dir, "policy.yaml"), data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,13 +221,12 @@ func loadCorpus(t *testing.T) (*Policy, []string, map[string][]*corpusCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob(filepath.Join(corpusDir, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) < 2 {
-		t.Fatalf("no corpus files: %v", err)
+		t.Fatalf("no corpus files in %s: %v", dir, err)
 	}
 	var classes []string
 	byClass := map[string][]*corpusCase{}
-	ids := map[string]Pos{}
 	for _, file := range files {
 		if filepath.Base(file) == "policy.yaml" {
 			continue
@@ -278,7 +299,15 @@ func corpusWhy(d *Decision) string {
 // expect: is not met. Run `go test ./policy -run TestCorpus -v` for the
 // figures.
 func TestCorpus(t *testing.T) {
-	pol, classes, byClass := loadCorpus(t)
+	ids := map[string]Pos{}
+	for _, dir := range corpusDirs(t) {
+		pol, classes, byClass := loadCorpus(t, dir, ids)
+		t.Run(filepath.Base(dir), func(t *testing.T) { corpusTargets(t, pol, classes, byClass) })
+	}
+}
+
+// corpusTargets decides every case of one corpus and holds its targets.
+func corpusTargets(t *testing.T, pol *Policy, classes []string, byClass map[string][]*corpusCase) {
 	type row struct{ attacks, allowed, wrong, legit, asked, denied int }
 	var total row
 	var table, failures strings.Builder
