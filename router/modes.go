@@ -21,7 +21,11 @@ import (
 // found in a denied mode is set back to its first mode that asks (else its
 // first allowed one), the event is audited and shown to the user; if that
 // fails, prompts in the session are refused until the agent reports an
-// allowed mode.
+// allowed mode. A policy reload checks every live session's mode at once
+// (issue 27, point 1). A reset the agent does not answer in time is
+// cancelled at the agent, and its late answer still counts (point 4). A
+// subagent session's mode cannot be set: found in a denied one, it is
+// audited and its requests are decided in it (enforce.go).
 
 // admit tells the guard the name inst's agent gives itself (the built-in
 // table of modes finds the agent by it) and asks whether the policy admits
