@@ -294,6 +294,7 @@ func (p *Peer) CloseWrite() { p.stream.CloseWrite() }
 type Call struct {
 	ID json.RawMessage // the id used on the wire
 	w  jsonrpc2.Waiter
+	p  *Peer
 }
 
 // Wait returns the result, the peer's *jsonrpc2.Error, or
@@ -304,6 +305,21 @@ func (c *Call) Wait(ctx context.Context) (json.RawMessage, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// WaitOrCancel is Wait for a caller that gives up when ctx ends: the peer
+// is then sent $/cancel_request naming the id it saw, so that the call
+// does not stay pending at the peer (issue 27, point 4), and ctx's error
+// is returned. The answer the peer still sends (its -32800, or a result
+// when the work was done anyway) can be read with Wait.
+func (c *Call) WaitOrCancel(ctx context.Context) (json.RawMessage, error) {
+	res, err := c.Wait(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The caller's ctx is over: the notice must not depend on it. It
+		// fails only on a closed connection, where nothing is pending.
+		c.p.Notify(context.WithoutCancel(ctx), MethodCancelRequest, map[string]json.RawMessage{"requestId": c.ID})
+	}
+	return res, err
 }
 
 // reserveLocked picks the id of a new request — prefer when it can be
@@ -340,7 +356,7 @@ func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.
 		var w jsonrpc2.Waiter
 		w, err = p.conn.DispatchCall(ctx, method, params, jsonrpc2.PickID(id))
 		if err == nil {
-			return &Call{ID: raw, w: w}, nil
+			return &Call{ID: raw, w: w, p: p}, nil
 		}
 	}
 	p.mu.Lock()

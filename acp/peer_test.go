@@ -488,3 +488,60 @@ func TestPeerObserveCalls(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// TestPeerWaitOrCancel: a caller that stops waiting tells the peer, with
+// $/cancel_request naming the id the peer saw (a string id and a number
+// id alike), and can still read the answer the peer sends afterwards; a
+// call answered in time sends nothing more (issue 27, point 4).
+func TestPeerWaitOrCancel(t *testing.T) {
+	p, remote := newPeerHarness(t, StreamOptions{}, nil)
+	for _, prefer := range []string{`"agent-7"`, `12`} {
+		c, err := p.Call(t.Context(), "session/set_mode", map[string]string{"modeId": "default"}, json.RawMessage(prefer), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, remote.Out)
+		short, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+		_, err = c.WaitOrCancel(short)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitOrCancel = %v, want the deadline", err)
+		}
+		var m struct {
+			Method string `json:"method"`
+			Params struct {
+				RequestID json.RawMessage `json:"requestId"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(recv(t, remote.Out), &m); err != nil || m.Method != MethodCancelRequest || string(m.Params.RequestID) != prefer {
+			t.Fatalf("after giving up the peer got %+v (%v), want $/cancel_request naming %s", m, err, prefer)
+		}
+		// The work was done anyway: the late answer is still read.
+		write(t, remote.In, `{"jsonrpc":"2.0","id":`+prefer+`,"result":{"late":true}}`+"\n")
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		res, err := c.Wait(ctx)
+		cancel()
+		if err != nil || !jsonEqual(res, []byte(`{"late":true}`)) {
+			t.Errorf("the late answer: %s, %v", res, err)
+		}
+	}
+
+	c, err := p.Call(t.Context(), "m", nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req struct {
+		ID json.RawMessage `json:"id"`
+	}
+	json.Unmarshal(recv(t, remote.Out), &req)
+	write(t, remote.In, `{"jsonrpc":"2.0","id":`+string(req.ID)+`,"result":{}}`+"\n")
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if _, err := c.WaitOrCancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Notify(ctx, "$/marker", nil) // the next line the peer writes
+	if got := recv(t, remote.Out); !strings.Contains(string(got), "$/marker") {
+		t.Errorf("after an answer in time the peer got %s, want nothing before the marker", got)
+	}
+}

@@ -81,6 +81,10 @@ type Guard struct {
 
 	// own are the router's own files (Protect): changing one is asked.
 	own atomic.Pointer[OwnFiles]
+	// changed is closed when Set replaces the policy in force (Changed);
+	// nil until someone asks.
+	changedMu sync.Mutex
+	changed   chan struct{}
 	// stuck counts decisions still running after their timeout (a
 	// filesystem call that does not return); past maxStuck, decisions are
 	// denied at once rather than pile up goroutines.
@@ -165,7 +169,30 @@ func (g *Guard) Set(p *policy.Policy) error {
 		}
 	}
 	g.pol.Store(f)
+	g.changedMu.Lock()
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
+	g.changedMu.Unlock()
 	return nil
+}
+
+// Changed is closed once the policy in force is next replaced (a reload):
+// what the router enforces outside of decisions, such as the modes live
+// sessions are in, must then be checked against the new policy (issue 27,
+// point 1). Take the next channel before acting on a change, so that a
+// reload meanwhile is not missed. A nil *Guard never changes.
+func (g *Guard) Changed() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	g.changedMu.Lock()
+	defer g.changedMu.Unlock()
+	if g.changed == nil {
+		g.changed = make(chan struct{})
+	}
+	return g.changed
 }
 
 func (g *Guard) openLocked() error {

@@ -160,10 +160,50 @@ func TestNilGuard(t *testing.T) {
 		t.Error("modes denied")
 	}
 	g.RecordModeReset("s", "claude", "yolo", "default", nil)
+	g.RecordChildMode("c", "s", "claude", "yolo")
+	if g.Changed() != nil {
+		t.Error("a nil guard's policy changes")
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	g.Watch(ctx, WatchOptions{Running: parseConfig(t, configYAML(""))})
 	if err := g.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestChanged: each replacement of the policy in force closes the channel
+// Changed gave out before it, once; a channel taken after it waits for the
+// next one (issue 27, point 1: the router re-applies the mode policy).
+func TestChanged(t *testing.T) {
+	g, err := New(nil, Options{AuditFile: filepath.Join(t.TempDir(), "audit.jsonl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	before := g.Changed()
+	if closed(before) || g.Changed() != before {
+		t.Fatal("Changed is closed, or another channel, before any change")
+	}
+	if err := g.Set(loadTestPolicy(t, testPermissions)); err != nil {
+		t.Fatal(err)
+	}
+	after := g.Changed()
+	if !closed(before) || closed(after) {
+		t.Fatalf("after a reload: the earlier channel closed %v, the next one closed %v", closed(before), closed(after))
+	}
+	if err := g.Set(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(after) {
+		t.Error("removing the policy is not a change")
 	}
 }

@@ -140,6 +140,28 @@ func (g *Guard) RecordModeReset(sid, agent, from, target string, resetErr error)
 	g.write(context.Background(), rec.Time, rec) // a failure is logged by write
 }
 
+// RecordChildMode audits subagent session sid (of top-level session
+// parent) found in agent's mode the policy denies. The router cannot set a
+// child's mode (ACP permits only cancelling one): the record says so, and
+// the child's requests are decided in that mode.
+func (g *Guard) RecordChildMode(sid, parent, agent, mode string) {
+	pol := g.Policy()
+	if pol == nil {
+		return
+	}
+	v := pol.Mode(g.agentID(agent), mode)
+	if !v.Denied {
+		return // a reload allowed it meanwhile
+	}
+	rule := v.Rule
+	ev := map[string]string{"mode": mode, "why": v.Why(),
+		"resetError": "a subagent session's mode cannot be set; its requests are decided in this mode"}
+	rec := audit.Record{Time: time.Now(), Session: sid, ParentSession: parent, Agent: agent, Method: "mode",
+		Evidence: []any{ev}, Decision: policy.Deny.String(), Rule: &rule, Layer: v.Layer,
+		Source: string(policy.SourceBuiltin), PolicyHash: pol.Hash()}
+	g.write(context.Background(), rec.Time, rec) // a failure is logged by write
+}
+
 // AdmitAgent says whether the router may open a session on agent: an
 // error (-32603, naming the agent, the reason and what to do) when a layer
 // says unknown_agents: refuse and the router cannot keep the agent asking.

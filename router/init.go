@@ -312,13 +312,15 @@ func (r *Router) logout(ctx context.Context, req *jsonrpc2.Request) (json.RawMes
 	return json.RawMessage("{}"), nil
 }
 
-// callWait sends a request of the router's own to an agent and waits.
+// callWait sends a request of the router's own to an agent and waits; a
+// call it stops waiting for when ctx ends (auth/status past the init
+// budget) is cancelled at the agent, not left pending there.
 func callWait(ctx context.Context, inst *upstream.Instance, method string, p json.RawMessage) (json.RawMessage, error) {
 	c, err := inst.Peer().Call(ctx, method, paramsAny(p), nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	return c.Wait(ctx)
+	return c.WaitOrCancel(ctx)
 }
 
 // startError explains an agent that could not be started: which agent, why,

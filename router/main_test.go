@@ -36,6 +36,11 @@ func TestMain(m *testing.M) {
 //	read PATH  an fs/read_text_file request; not waited for
 //	wait       waits for the answers to this prompt's reads, and says each
 //	           ("read PATH: ok CONTENT" or "read PATH: error MESSAGE")
+//	mode ID    a current_mode_update to ID
+//	on-cancel HOW  session/set_mode (else -32601) is answered only once a
+//	           $/cancel_request names it: with success (HOW apply: the
+//	           mode was set anyway), or -32800 and a current_mode_update
+//	           to that mode (HOW refuse-then-report)
 //
 // Other requests get -32601.
 func fakeAgent() int {
@@ -57,6 +62,9 @@ func fakeAgent() int {
 		pending = map[string]chan answer{}
 		nextID  int
 		nextSes int
+		// set_mode requests held (on-cancel), by id
+		onCancel string
+		heldMode = map[string][2]string{} // session id, mode id
 	)
 	run := func(id json.RawMessage, sid, script string) {
 		say := func(text string) {
@@ -82,6 +90,13 @@ func fakeAgent() int {
 				pmu.Unlock()
 				reads = append(reads, read{arg, ch})
 				send(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(rid), "method": "fs/read_text_file", "params": map[string]string{"sessionId": sid, "path": arg}})
+			case "mode":
+				send(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": sid,
+					"update": map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": arg}}})
+			case "on-cancel":
+				pmu.Lock()
+				onCancel = arg
+				pmu.Unlock()
 			case "wait":
 				for _, r := range reads {
 					a := <-r.ch
@@ -141,6 +156,37 @@ func fakeAgent() int {
 				}
 			}
 			go run(m.ID, p.SessionID, script)
+		case m.Method == "session/set_mode":
+			var p struct{ SessionID, ModeID string }
+			json.Unmarshal(m.Params, &p)
+			pmu.Lock()
+			held := onCancel != ""
+			if held {
+				heldMode[string(m.ID)] = [2]string{p.SessionID, p.ModeID}
+			}
+			pmu.Unlock()
+			if !held {
+				send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
+			}
+		case m.Method == "$/cancel_request":
+			var p struct {
+				RequestID json.RawMessage `json:"requestId"`
+			}
+			json.Unmarshal(m.Params, &p)
+			pmu.Lock()
+			h, ok := heldMode[string(p.RequestID)]
+			delete(heldMode, string(p.RequestID))
+			how := onCancel
+			pmu.Unlock()
+			switch {
+			case !ok:
+			case how == "apply":
+				send(map[string]any{"jsonrpc": "2.0", "id": p.RequestID, "result": map[string]any{}})
+			default:
+				send(map[string]any{"jsonrpc": "2.0", "id": p.RequestID, "error": map[string]any{"code": -32800, "message": "request cancelled"}})
+				send(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": h[0],
+					"update": map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": h[1]}}})
+			}
 		case m.Method != "" && len(m.ID) > 0:
 			send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
 		}

@@ -204,6 +204,17 @@ func newOrderRouter(t *testing.T, fs *slowFS, decideTimeout time.Duration) *orde
 // newOrderRouterTel is newOrderRouter with telemetry tel (nil: off).
 func newOrderRouterTel(t *testing.T, fs *slowFS, decideTimeout time.Duration, tel *telemetry.Telemetry) *orderEditor {
 	t.Helper()
+	return newPolicyRouter(t, `  default: ask
+  rules:
+    - {id: reads-in-project, decision: allow, when: {kind: [read], paths: ["${cwd}/**"]}}
+`, guard.Options{FS: fs, DecideTimeout: decideTimeout, Telemetry: tel}, Options{OpenDelay: time.Millisecond, Telemetry: tel})
+}
+
+// newPolicyRouter serves a router in-process with opts and one agent, the
+// fake agent, under a guard with gopts enforcing permissions (the lines
+// under permissions:, indented); it returns the editor's end.
+func newPolicyRouter(t *testing.T, permissions string, gopts guard.Options, opts Options) *orderEditor {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -217,10 +228,7 @@ agents:
 state_dir: %s
 audit: {file: %s}
 permissions:
-  default: ask
-  rules:
-    - {id: reads-in-project, decision: allow, when: {kind: [read], paths: ["${cwd}/**"]}}
-`, exe, envFakeAgent, filepath.Join(dir, "state"), filepath.Join(dir, "audit.jsonl"))
+%s`, exe, envFakeAgent, filepath.Join(dir, "state"), filepath.Join(dir, "audit.jsonl"), permissions)
 	cfg, err := config.Parse("order.yaml", []byte(yaml), os.LookupEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -229,11 +237,13 @@ permissions:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, FS: fs, DecideTimeout: decideTimeout, Telemetry: tel})
+	gopts.AuditFile = cfg.Audit.File
+	g, err := guard.New(lp.Policy, gopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(cfg, Options{Guard: g, OpenDelay: time.Millisecond, Telemetry: tel})
+	opts.Guard = g
+	r := New(cfg, opts)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	e := &orderEditor{t: t, w: inW, changed: make(chan struct{}), calls: map[string]chan *edMsg{}}

@@ -76,6 +76,11 @@ type Options struct {
 	// Telemetry exports spans and metrics of turns, agent calls, switches
 	// and agent processes; nil: off.
 	Telemetry *telemetry.Telemetry
+	// ModeResetTimeout bounds the agent's answer when the router sets it
+	// back from a mode the policy denies; the call is then cancelled and
+	// prompts refused until the agent answers or reports an allowed mode
+	// (modes.go) [10s].
+	ModeResetTimeout time.Duration
 }
 
 // Router serves one editor connection.
@@ -196,6 +201,9 @@ func New(cfg *config.Config, opts Options) *Router {
 	if opts.MaxSessions == 0 {
 		opts.MaxSessions = 1024
 	}
+	if opts.ModeResetTimeout == 0 {
+		opts.ModeResetTimeout = 10 * time.Second
+	}
 	r := &Router{
 		cfg:       cfg,
 		opts:      opts,
@@ -305,6 +313,7 @@ func (r *Router) Serve(ctx context.Context, in io.ReadCloser, out io.WriteCloser
 	r.editorSet() // the handlers, already reading, may use r.editor from now on
 	evictCtx, stopEvict := context.WithCancel(ctx)
 	r.spawn(func() { r.evictIdle(evictCtx) })
+	r.spawn(func() { r.watchPolicy(evictCtx) })
 	var cause error
 	select {
 	case <-r.editor.Done():

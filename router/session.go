@@ -101,6 +101,9 @@ type downstream struct {
 	// mode ends; modeErr is why the agent is still in a denied mode.
 	modeReset chan struct{}
 	modeErr   error
+	// childDenied: the denied mode a subagent session was last found in
+	// and audited (enforceChildModeLocked); "" when it is in none.
+	childDenied string
 	// systemPrompt: the session's append systemPrompt as text, for the
 	// agent's next prompt: the agent does not take it on session/new
 	// (adaptSystemPrompt).

@@ -238,9 +238,7 @@ func (r *Router) relayChildLocked(s *Session, d *downstream, m *acp.Message, u *
 		} else {
 			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
 		}
-		if sel, ok := merge.DeniedMode(d.view, func(m string) bool { return r.opts.Guard.ModeDenied(name, m) }); ok {
-			r.log.Warn("a subagent session reports a mode the policy denies; its requests are asked", "session", s.ID, "agent", name, "mode", sel.Mode)
-		}
+		r.enforceChildModeLocked(s, d)
 		edits = append(edits, s.idEdits(name, "", "", up.MessageID, up.Meta)...)
 	default:
 		edits = append(edits, s.idEdits(name, "", "", up.MessageID, up.Meta)...)

@@ -62,6 +62,10 @@ func init() {
 		a.reply(m.ID, map[string]string{"sessionId": sid})
 	}
 	fakeMethodExt["auth/status"] = func(a *fakeAgent, m wireMsg) {
+		if a.opts.AuthState == "silent" { // never answers: logs the id it was asked under
+			a.logf("auth/status held %s", m.ID)
+			return
+		}
 		a.reply(m.ID, map[string]any{"state": a.opts.AuthState, "accounts": []any{map[string]any{"label": a.opts.Name + " key", "active": true}}})
 	}
 	fakeMethodExt["mcp/message"] = func(a *fakeAgent, m wireMsg) {
@@ -461,4 +465,26 @@ func TestForkAndOptions(t *testing.T) {
 	_, rerr = e.Call(context.Background(), "session/fork", map[string]any{"sessionId": "nope", "cwd": dirB, "mcpServers": []any{}})
 	requireRPCError(t, "fork of an unknown session", rerr, -32002, `"nope"`)
 	e.MustPrompt(t, b, "say b works", "end_turn")
+}
+
+// TestAuthStatusCancelsWhatItGivesUp (issue 27, point 4): an agent that
+// does not answer auth/status within the init budget is reported
+// unknown, and the call the router stops waiting for is cancelled at the
+// agent ($/cancel_request naming the id the agent saw), not left pending
+// there.
+func TestAuthStatusCancelsWhatItGivesUp(t *testing.T) {
+	t.Parallel()
+	log := filepath.Join(t.TempDir(), "beta.log")
+	cfg := writeConfig(t, routerYAML(t, []string{
+		fakeAgentYAML("beta", fakeOpts{Name: "beta", LogFile: log, InitResult: json.RawMessage(initUnstable), AuthState: "silent"}),
+	}))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	res := e.MustCall(t, "auth/status", map[string]any{})
+	if got := jsonString(res, "_meta", "acp-router", "agents", "beta", "state"); got != "unknown" {
+		t.Errorf("auth/status: %s; want beta unknown", res)
+	}
+	held := waitAgentLog(t, log, waitTimeout, "auth/status", func(l string) bool { return strings.HasPrefix(l, "auth/status held ") })
+	id := strings.TrimPrefix(held, "auth/status held ")
+	waitAgentLog(t, log, waitTimeout, "$/cancel_request "+id, func(l string) bool { return l == "$/cancel_request "+id })
 }

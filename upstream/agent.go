@@ -665,7 +665,9 @@ func (a *Agent) call(ctx context.Context, inst *Instance, method string, params 
 	c, err := inst.peer.Call(ctx, method, params, nil, nil)
 	var res json.RawMessage
 	if err == nil {
-		res, err = c.Wait(ctx)
+		// Past StartupTimeout (a replayed authenticate the agent does not
+		// answer) the call is cancelled at the agent, not left pending.
+		res, err = c.WaitOrCancel(ctx)
 	}
 	var rpcErr *jsonrpc2.Error
 	switch {
