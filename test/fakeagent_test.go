@@ -156,6 +156,9 @@ type fakeSession struct {
 	newParams json.RawMessage
 	turn      *fakeTurn // the running prompt turn, nil when idle
 	calls     int       // tool call counter
+	// async are the answers to come of requests sent without waiting
+	// (permission-async), under fakeAgent.mu.
+	async []<-chan wireMsg
 }
 
 type fakeTurn struct {
@@ -469,6 +472,21 @@ func (a *fakeAgent) say(sid, text string) {
 
 // call sends a request to the client and waits for its answer.
 func (a *fakeAgent) call(method string, params any) (json.RawMessage, *RPCError) {
+	return a.await(method, a.send(method, params))
+}
+
+// callNoWait sends a request to the client before it returns (so the
+// request is on the wire ahead of whatever the script writes next, e.g.
+// the turn's end) and drops the answer when it comes. A goroutine around
+// call would let the request land after the next line, even in the next
+// turn, a few runs in a hundred.
+func (a *fakeAgent) callNoWait(method string, params any) {
+	ch := a.send(method, params)
+	go a.await(method, ch)
+}
+
+// send registers a request's id, then writes it.
+func (a *fakeAgent) send(method string, params any) <-chan wireMsg {
 	a.mu.Lock()
 	id := a.nextID
 	a.nextID++
@@ -477,6 +495,11 @@ func (a *fakeAgent) call(method string, params any) (json.RawMessage, *RPCError)
 	a.methods[id] = method
 	a.mu.Unlock()
 	a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+	return ch
+}
+
+// await waits for the answer to a request send wrote.
+func (a *fakeAgent) await(method string, ch <-chan wireMsg) (json.RawMessage, *RPCError) {
 	select {
 	case m := <-ch:
 		if m.Error != nil {
@@ -1043,7 +1066,7 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 				map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
 				map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"})
 		case "permission-nowait":
-			go a.call("session/request_permission", map[string]any{
+			a.callNoWait("session/request_permission", map[string]any{
 				"sessionId": s.id,
 				"toolCall":  map[string]any{"toolCallId": "call-nowait", "title": "Run a command", "kind": "execute"},
 				"options":   []any{map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"}},
