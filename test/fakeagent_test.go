@@ -855,7 +855,7 @@ var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 //	                         rawInput, content), then session/request_permission naming only its
 //	                         id, with one option of each kind (ids allow, allow-always, reject,
 //	                         reject-always); say "permission: OUTCOME"
-//	ext-flood N              N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603)
+//	ext-flood N [K]          N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603); with K, "flood: K refused" at the K-th refusal
 //	terminal-create CMD...   terminal/create only; say "terminal-id: ID" or the error
 //	terminal-output ID       terminal/output for ID; say "terminal-output: OUTPUT" or the error
 //	terminal-cwd DIR CMD...  terminal/create with cwd DIR; say "terminal-id: ID" or the error
@@ -1039,13 +1039,20 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			}
 			a.say(s.id, "elicit: "+string(res))
 		case "ext-flood":
-			n, _ := strconv.Atoi(rest)
+			// ext-flood N [K]: N _fake/ask requests at once; with K, say
+			// "flood: K refused" as soon as K were refused, while the
+			// others still wait.
+			nArg, kArg, _ := strings.Cut(rest, " ")
+			n, _ := strconv.Atoi(nArg)
+			k, _ := strconv.Atoi(kArg)
 			var wg sync.WaitGroup
 			var refused atomic.Int64
 			for i := 0; i < n; i++ {
 				wg.Go(func() {
 					if _, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "i": i}); rerr != nil && rerr.Code == -32603 {
-						refused.Add(1)
+						if refused.Add(1) == int64(k) {
+							a.say(s.id, fmt.Sprintf("flood: %d refused", k))
+						}
 					}
 				})
 			}
