@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -418,75 +419,81 @@ func TestPeerIDReuseWhileAnswerInFlight(t *testing.T) {
 // CallRaw) and is told once how it ended: the answer, the error answer,
 // the connection closing first, or a send that failed.
 func TestPeerObserveCalls(t *testing.T) {
-	p, remote := newPeerHarness(t, StreamOptions{}, nil)
-	type ended struct {
-		method, result, error string
-		err                   error
-	}
-	got := make(chan ended, 8)
-	p.ObserveCalls(func(_ context.Context, method string) func(*Message, error) {
-		if method == "skipped" {
-			return nil
+	synctest.Test(t, func(t *testing.T) {
+		p, remote := newPeerHarness(t, StreamOptions{}, nil)
+		type ended struct {
+			method, result, error string
+			err                   error
 		}
-		return func(m *Message, err error) {
-			e := ended{method: method, err: err}
-			if m != nil {
-				e.result, e.error = string(m.Result), string(m.Error)
+		got := make(chan ended, 8)
+		p.ObserveCalls(func(_ context.Context, method string) func(*Message, error) {
+			if method == "skipped" {
+				return nil
 			}
-			got <- e
+			return func(m *Message, err error) {
+				e := ended{method: method, err: err}
+				if m != nil {
+					e.result, e.error = string(m.Result), string(m.Error)
+				}
+				got <- e
+			}
+		})
+		next := func() ended {
+			t.Helper()
+			select {
+			case e := <-got:
+				return e
+			case <-time.After(waitTimeout):
+				t.Fatal("the observer was not told")
+				return ended{}
+			}
 		}
-	})
-	next := func() ended {
-		t.Helper()
+		ctx := t.Context()
+		if _, err := p.Call(ctx, "ok", nil, json.RawMessage("1"), nil); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, remote.Out)
+		write(t, remote.In, `{"jsonrpc":"2.0","id":1,"result":{"a":1}}`+"\n")
+		if e := next(); e != (ended{method: "ok", result: `{"a":1}`}) {
+			t.Errorf("answered: %+v", e)
+		}
+		if _, err := p.CallRaw("raw", json.RawMessage(`{}`), json.RawMessage("2"), nil); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, remote.Out)
+		write(t, remote.In, `{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"no"}}`+"\n")
+		if e := next(); e.method != "raw" || e.error != `{"code":-32601,"message":"no"}` || e.err != nil {
+			t.Errorf("error answer: %+v", e)
+		}
+		if _, err := p.Call(ctx, "skipped", nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, remote.Out)
+		if _, err := p.Call(ctx, "pending", nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, remote.Out)
+		remote.In.Close() // the agent exits
+		if e := next(); e.method != "pending" || !errors.Is(e.err, jsonrpc2.ErrClosed) {
+			t.Errorf("closed: %+v", e)
+		}
+		waitClosed(t, p.Done(), "Done")
+		if _, err := p.Call(ctx, "late", nil, nil, nil); err == nil {
+			t.Fatal("Call on a closed peer succeeded")
+		}
+		if e := next(); e.method != "late" || e.err == nil {
+			t.Errorf("not sent: %+v", e)
+		}
+		// A minute passes at once (synctest), then every goroutine is blocked:
+		// a second word about a call has come by then.
+		time.Sleep(time.Minute)
+		synctest.Wait()
 		select {
 		case e := <-got:
-			return e
-		case <-time.After(waitTimeout):
-			t.Fatal("the observer was not told")
-			return ended{}
+			t.Errorf("told once more: %+v", e)
+		default:
 		}
-	}
-	ctx := t.Context()
-	if _, err := p.Call(ctx, "ok", nil, json.RawMessage("1"), nil); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, remote.Out)
-	write(t, remote.In, `{"jsonrpc":"2.0","id":1,"result":{"a":1}}`+"\n")
-	if e := next(); e != (ended{method: "ok", result: `{"a":1}`}) {
-		t.Errorf("answered: %+v", e)
-	}
-	if _, err := p.CallRaw("raw", json.RawMessage(`{}`), json.RawMessage("2"), nil); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, remote.Out)
-	write(t, remote.In, `{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"no"}}`+"\n")
-	if e := next(); e.method != "raw" || e.error != `{"code":-32601,"message":"no"}` || e.err != nil {
-		t.Errorf("error answer: %+v", e)
-	}
-	if _, err := p.Call(ctx, "skipped", nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, remote.Out)
-	if _, err := p.Call(ctx, "pending", nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, remote.Out)
-	remote.In.Close() // the agent exits
-	if e := next(); e.method != "pending" || !errors.Is(e.err, jsonrpc2.ErrClosed) {
-		t.Errorf("closed: %+v", e)
-	}
-	waitClosed(t, p.Done(), "Done")
-	if _, err := p.Call(ctx, "late", nil, nil, nil); err == nil {
-		t.Fatal("Call on a closed peer succeeded")
-	}
-	if e := next(); e.method != "late" || e.err == nil {
-		t.Errorf("not sent: %+v", e)
-	}
-	select {
-	case e := <-got:
-		t.Errorf("told once more: %+v", e)
-	case <-time.After(50 * time.Millisecond):
-	}
+	})
 }
 
 // TestPeerWaitOrCancel: a caller that stops waiting tells the peer, with

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -79,16 +80,20 @@ func returnsWithin(t *testing.T, d time.Duration, what string, f func() error) e
 	return nil
 }
 
-// blocked starts f and checks that it has not returned after a while; the
-// channel gets its error once it does.
+// blocked starts f and checks that it has not returned after a minute of
+// the test's bubble (synctest: at once, every timer due in it fired) and
+// once every goroutine of the bubble is blocked: it waits, then, until
+// the test does something. The channel gets its error once it returns.
 func blocked(t *testing.T, what string, f func() error) <-chan error {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() { errc <- f() }()
+	time.Sleep(time.Minute)
+	synctest.Wait()
 	select {
 	case err := <-errc:
 		t.Fatalf("%s returned %v, want it to wait", what, err)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	return errc
 }
@@ -250,71 +255,81 @@ func TestStreamWaitRoom(t *testing.T) {
 		}
 	}
 	t.Run("own lane", func(t *testing.T) {
-		s, out := writeStream(t, opts)
-		plug(t, s)
-		fill(t, s, "a", laneBound/2)
-		if err := returnsWithin(t, time.Second, "WaitRoom under the lane bound", func() error { return s.WaitRoom("a") }); err != nil {
-			t.Fatal(err)
-		}
-		fill(t, s, "a", laneBound)
-		waiting := blocked(t, "WaitRoom of a full lane", func() error { return s.WaitRoom("a") })
-		for _, other := range []string{"b", ""} {
-			if err := returnsWithin(t, time.Second, fmt.Sprintf("WaitRoom(%q) beside a full lane", other), func() error { return s.WaitRoom(other) }); err != nil {
+		synctest.Test(t, func(t *testing.T) {
+			s, out := writeStream(t, opts)
+			plug(t, s)
+			fill(t, s, "a", laneBound/2)
+			if err := returnsWithin(t, time.Second, "WaitRoom under the lane bound", func() error { return s.WaitRoom("a") }); err != nil {
 				t.Fatal(err)
 			}
-		}
-		collect(t, out)
-		if err := returnsWithin(t, waitTimeout, "WaitRoom once the peer reads", func() error { return <-waiting }); err != nil {
-			t.Fatal(err)
-		}
-		if n := laneBytes(s, "a"); n >= laneBound {
-			t.Errorf("WaitRoom returned with %d bytes in the lane", n)
-		}
+			fill(t, s, "a", laneBound)
+			waiting := blocked(t, "WaitRoom of a full lane", func() error { return s.WaitRoom("a") })
+			for _, other := range []string{"b", ""} {
+				if err := returnsWithin(t, time.Second, fmt.Sprintf("WaitRoom(%q) beside a full lane", other), func() error { return s.WaitRoom(other) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			collect(t, out)
+			if err := returnsWithin(t, waitTimeout, "WaitRoom once the peer reads", func() error { return <-waiting }); err != nil {
+				t.Fatal(err)
+			}
+			if n := laneBytes(s, "a"); n >= laneBound {
+				t.Errorf("WaitRoom returned with %d bytes in the lane", n)
+			}
+		})
 	})
 	t.Run("hard cap", func(t *testing.T) {
-		s, out := writeStream(t, opts)
-		for i := range 23 { // 23 lanes just under their bound: over the cap
-			fill(t, s, fmt.Sprint("s", i), laneBound-1100)
-		}
-		waiting := blocked(t, "WaitRoom of an empty lane over the hard cap", func() error { return s.WaitRoom("empty") })
-		collect(t, out)
-		if err := returnsWithin(t, waitTimeout, "WaitRoom once the peer reads", func() error { return <-waiting }); err != nil {
-			t.Fatal(err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			s, out := writeStream(t, opts)
+			for i := range 23 { // 23 lanes just under their bound: over the cap
+				fill(t, s, fmt.Sprint("s", i), laneBound-1100)
+			}
+			waiting := blocked(t, "WaitRoom of an empty lane over the hard cap", func() error { return s.WaitRoom("empty") })
+			collect(t, out)
+			if err := returnsWithin(t, waitTimeout, "WaitRoom once the peer reads", func() error { return <-waiting }); err != nil {
+				t.Fatal(err)
+			}
+		})
 	})
 	t.Run("close", func(t *testing.T) {
-		s, _ := writeStream(t, opts)
-		plug(t, s)
-		fill(t, s, "a", 2*laneBound)
-		waiting := blocked(t, "WaitRoom of a full lane", func() error { return s.WaitRoom("a") })
-		s.Close()
-		if err := returnsWithin(t, waitTimeout, "WaitRoom after Close", func() error { return <-waiting }); !errors.Is(err, ErrClosed) {
-			t.Errorf("WaitRoom after Close = %v, want ErrClosed", err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			s, _ := writeStream(t, opts)
+			plug(t, s)
+			fill(t, s, "a", 2*laneBound)
+			waiting := blocked(t, "WaitRoom of a full lane", func() error { return s.WaitRoom("a") })
+			s.Close()
+			if err := returnsWithin(t, waitTimeout, "WaitRoom after Close", func() error { return <-waiting }); !errors.Is(err, ErrClosed) {
+				t.Errorf("WaitRoom after Close = %v, want ErrClosed", err)
+			}
+		})
 	})
 	t.Run("failure", func(t *testing.T) {
-		s, _ := writeStream(t, opts)
-		plug(t, s)
-		fill(t, s, "a", 2*laneBound)
-		waiting := blocked(t, "WaitRoom of a full lane", func() error { return s.WaitRoom("a") })
-		boom := errors.New("boom")
-		s.Abort(boom)
-		if err := returnsWithin(t, waitTimeout, "WaitRoom after Abort", func() error { return <-waiting }); !errors.Is(err, boom) {
-			t.Errorf("WaitRoom after Abort = %v, want the failure", err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			s, _ := writeStream(t, opts)
+			plug(t, s)
+			fill(t, s, "a", 2*laneBound)
+			waiting := blocked(t, "WaitRoom of a full lane", func() error { return s.WaitRoom("a") })
+			boom := errors.New("boom")
+			s.Abort(boom)
+			if err := returnsWithin(t, waitTimeout, "WaitRoom after Abort", func() error { return <-waiting }); !errors.Is(err, boom) {
+				t.Errorf("WaitRoom after Abort = %v, want the failure", err)
+			}
+		})
 	})
 	t.Run("without lanes", func(t *testing.T) {
-		s, out := writeStream(t, StreamOptions{QueueBytes: 12 * 1001})
-		fill(t, s, "", 6*1001)
-		if err := returnsWithin(t, time.Second, "WaitRoom under the bound", func() error { return s.WaitRoom("") }); err != nil {
-			t.Fatal(err)
-		}
-		fill(t, s, "", 6*1001) // the queue holds its bound now
-		waiting := blocked(t, "WaitRoom of a full queue", func() error { return s.WaitRoom("x") })
-		collect(t, out)
-		if err := returnsWithin(t, waitTimeout, "WaitRoom once the peer reads", func() error { return <-waiting }); err != nil {
-			t.Fatal(err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			s, out := writeStream(t, StreamOptions{QueueBytes: 12 * 1001})
+			fill(t, s, "", 6*1001)
+			if err := returnsWithin(t, time.Second, "WaitRoom under the bound", func() error { return s.WaitRoom("") }); err != nil {
+				t.Fatal(err)
+			}
+			fill(t, s, "", 6*1001) // the queue holds its bound now
+			waiting := blocked(t, "WaitRoom of a full queue", func() error { return s.WaitRoom("x") })
+			collect(t, out)
+			if err := returnsWithin(t, waitTimeout, "WaitRoom once the peer reads", func() error { return <-waiting }); err != nil {
+				t.Fatal(err)
+			}
+		})
 	})
 }
 

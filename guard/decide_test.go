@@ -669,15 +669,23 @@ func TestRecord(t *testing.T) {
 	t.Run("decision ids are unique", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "audit.jsonl")
 		g := newTestGuard(t, "", Options{AuditFile: file})
-		for range 3 {
-			g.Record(g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/x")}), "")
-		}
-		seen := map[any]bool{}
-		for _, r := range readAudit(t, file) {
-			if seen[r["decisionId"]] || r["decisionId"] == "" {
-				t.Errorf("decisionId %v", r["decisionId"])
+		const n = 3
+		for range n {
+			if err := g.Record(g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/x")}), ""); err != nil {
+				t.Fatal(err)
 			}
-			seen[r["decisionId"]] = true
+		}
+		recs := readAudit(t, file)
+		if len(recs) != n {
+			t.Fatalf("%d records, want %d", len(recs), n)
+		}
+		seen := map[string]bool{}
+		for _, r := range recs {
+			id, _ := r["decisionId"].(string)
+			if id == "" || seen[id] {
+				t.Errorf("decisionId %v (ids so far %v)", r["decisionId"], seen)
+			}
+			seen[id] = true
 		}
 	})
 }

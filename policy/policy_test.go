@@ -196,6 +196,49 @@ tests:
 	}
 }
 
+// TestRunTestsUserRepeatsOrg: a user layer that repeats a decision the
+// org layer already enforces is not a mistake. Its test that expects its
+// own rule passes when a rule of a layer above decides the same, the
+// user's rule firing too, and says so in a note; the org's rule is the one
+// that decides and the one the audit log names. Before, the test failed
+// ("expected deny by rule user-no-env, got deny by org-no-env") and the
+// router refused to start with the policy.
+func TestRunTestsUserRepeatsOrg(t *testing.T) {
+	org := mustParse(t, "10-org.yaml", "rules:\n  - {id: org-no-env, decision: deny, when: {paths: [\"**/.env\"]}}\n"+
+		"  - {id: org-ask-ssh, decision: ask, when: {paths: [\"~/.ssh/**\"]}}\n")
+	user := mustUser(t, `default: allow
+rules:
+  - {id: user-no-env, decision: deny, when: {paths: ["**/.env", "**/.env.*"]}}
+  - {id: user-no-ssh, decision: deny, when: {paths: ["~/.ssh/**"]}}
+tests:
+  - {call: "fs/read_text_file ${cwd}/.env", expect: deny, rule: user-no-env}
+  - {call: "fs/read_text_file ${cwd}/.env.local", expect: deny, rule: user-no-env}
+  - {call: "fs/read_text_file ~/.ssh/id_rsa", expect: deny, rule: user-no-ssh}
+  - {call: "fs/read_text_file ${cwd}/main.go", expect: deny, rule: user-no-env}
+  - {call: "fs/read_text_file ${cwd}/.env", expect: ask, rule: user-no-env}
+`)
+	p := mustCompile(t, org, user)
+	results := p.RunTests(TestOptions{})
+	want := []struct {
+		pass bool
+		note string
+	}{
+		{true, "deny by user-no-env (user layer) repeats org-no-env (org layer), which decides"},
+		{true, ""},
+		{true, ""},  // the user's deny is stricter than the org's ask: its own rule decides
+		{false, ""}, // user-no-env does not fire on main.go
+		{false, ""}, // the decision is deny, not ask
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d", len(results), len(want))
+	}
+	for i, r := range results {
+		if r.Pass != want[i].pass || !strings.Contains(r.Note, want[i].note) || want[i].note == "" && r.Note != "" {
+			t.Errorf("%s: pass %v (%s), note %q; want pass %v, note %q", r.Call.Text, r.Pass, r.Problem, r.Note, want[i].pass, want[i].note)
+		}
+	}
+}
+
 // TestShadowedEqual: a rule covered by one of the same decision that
 // decides first (Policy.Rules order: layer, then id) never decides and is
 // reported; everything else that can still decide something is not.

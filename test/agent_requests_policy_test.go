@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // What an agent gets done by the shape of its requests around the policy:
@@ -129,18 +131,45 @@ func TestTerminalOwnershipExactNames(t *testing.T) {
 		return ""
 	}
 	termA, termB := termOf(sidA), termOf(sidB)
-	for _, method := range []string{"terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release"} {
+	methods := []string{"terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release"}
+	answered := func(method, params string) string {
+		t.Helper()
+		before := len(e.Texts(sidB))
+		e.MustPrompt(t, sidB, "request "+method+" "+params, "end_turn")
+		texts := e.Texts(sidB)[before:]
+		if len(texts) != 1 || !strings.HasPrefix(texts[0], "answer: ") {
+			t.Fatalf("%s %s: beta got no answer (texts %q)", method, params, texts)
+		}
+		return texts[0]
+	}
+	for _, method := range methods {
 		for _, params := range []string{
 			`{"sessionId":"SESSION","terminalId":%q,"TerminalId":%q}`,
 			`{"sessionId":"SESSION","terminalId":%q,"terminalId":%q}`,
 			`{"sessionId":"SESSION","terminalId":%q,"terminal\u0049d":%q}`,
 		} {
-			e.MustPrompt(t, sidB, "request "+method+" "+fmt.Sprintf(params, termA, termB), "end_turn")
+			if got := answered(method, fmt.Sprintf(params, termA, termB)); got != "answer: error -32602" {
+				t.Errorf("%s naming alpha's and beta's terminals: beta got %q, want the router's -32602", method, got)
+			}
 		}
 	}
+	// Beta's own terminal, named once, reaches the editor: the recording
+	// below sees what the router relays of each method.
+	for _, method := range methods {
+		answered(method, fmt.Sprintf(`{"sessionId":"SESSION","terminalId":%q}`, termB))
+	}
+	relayed := map[string]int{}
 	for _, m := range e.Rec.Filter(func(m *Msg) bool { return strings.HasPrefix(m.Method, "terminal/") && m.Method != "terminal/create" }) {
 		if jsonString(m.Params, "terminalId") == termA || strings.Contains(string(m.Params), termA) {
 			t.Errorf("beta had the editor use alpha's terminal: %s %s", m.Method, m.Params)
+		}
+		if jsonString(m.Params, "terminalId") == termB {
+			relayed[m.Method]++
+		}
+	}
+	for _, method := range methods {
+		if relayed[method] != 1 {
+			t.Errorf("the editor got %s of beta's own terminal %d times, want 1", method, relayed[method])
 		}
 	}
 }
@@ -155,23 +184,46 @@ func TestRequestMethodsAsNotifications(t *testing.T) {
 	cwd := t.TempDir()
 	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, secretsPolicy)
 	e := StartRouter(t, cfg, nil)
+	e.Handle("fs/read_text_file", readTextFile)
 	e.Initialize(t, capsAll)
 	sid := e.NewSession(t, cwd)
-	env := filepath.Join(cwd, ".env")
-	script := strings.Join([]string{
+	env, notes := filepath.Join(cwd, ".env"), filepath.Join(cwd, "notes.txt")
+	os.WriteFile(notes, []byte("notes"), 0o644)
+	dropped := []string{
 		fmt.Sprintf(`notify fs/write_text_file {"sessionId":%q,"path":%q,"content":"X=1"}`, sid, env),
 		fmt.Sprintf(`notify fs/read_text_file {"sessionId":%q,"path":%q}`, sid, env),
 		fmt.Sprintf(`notify terminal/create {"sessionId":%q,"command":"rm","args":["-rf",%q]}`, sid, cwd),
 		fmt.Sprintf(`notify session/request_permission {"sessionId":%q,"toolCall":{"toolCallId":"t1","title":"x"},"options":[]}`, sid),
 		fmt.Sprintf(`notify elicitation/create {"sessionId":%q,"mode":"form","message":"?","requestedSchema":{"type":"object","properties":{}}}`, sid),
-		"say done",
-	}, "\n")
+	}
+	// After them, what does reach the editor: a notification the router
+	// relays (the agent's messages are relayed in order, so whatever the
+	// router relayed of the lines above was recorded before it), and a
+	// read the policy allows, as a request.
+	script := strings.Join(append(dropped,
+		fmt.Sprintf(`notify _acme/after {"sessionId":%q}`, sid),
+		"read "+notes,
+	), "\n")
 	e.MustPrompt(t, sid, script, "end_turn")
+	if texts := e.Texts(sid); !slices.Contains(texts, "read: notes") {
+		t.Errorf("the allowed read did not reach the editor: texts %q", texts)
+	}
+	if got := e.Rec.Filter(func(m *Msg) bool { return m.Method == "_acme/after" }); len(got) != 1 {
+		t.Fatalf("the editor got %d of the notification sent after the dropped ones, want 1", len(got))
+	}
 	for _, m := range e.Rec.Filter(func(m *Msg) bool {
-		return strings.HasPrefix(m.Method, "fs/") || strings.HasPrefix(m.Method, "terminal/") ||
-			m.Method == "session/request_permission" || m.Method == "elicitation/create"
+		return (strings.HasPrefix(m.Method, "fs/") || strings.HasPrefix(m.Method, "terminal/") ||
+			m.Method == "session/request_permission" || m.Method == "elicitation/create") && len(m.ID) == 0
 	}) {
 		t.Errorf("the editor got an agent's %s undecided: %s", m.Method, m.Params)
+	}
+	// Each was seen and dropped, not lost on the way.
+	deadline := time.Now().Add(waitTimeout)
+	for strings.Count(e.Stderr(), "a request method sent as a notification dropped") < len(dropped) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the router did not log dropping the %d request methods sent as notifications:\n%s", len(dropped), e.Stderr())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -6,9 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // TestAgentCallsTranslated pins agent → editor traffic other than updates
@@ -163,25 +161,22 @@ func TestPendingRequestsBounded(t *testing.T) {
 	t.Parallel()
 	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}))
 	e := StartRouter(t, cfg, nil)
-	var seen atomic.Int64
 	release := make(chan struct{})
 	e.Handle("_fake/ask", func(json.RawMessage) (any, *RPCError) {
-		seen.Add(1)
 		<-release
 		return map[string]any{}, nil
 	})
 	e.Initialize(t, capsAll)
 	sid := e.NewSession(t, t.TempDir())
-	_, wait, err := e.Go("session/prompt", promptReq(sid, "ext-flood 1100"))
+	_, wait, err := e.Go("session/prompt", promptReq(sid, "ext-flood 1100 76"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(waitTimeout)
-	for seen.Load() < 1024 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // anything over the bound would arrive by now
-	if n := seen.Load(); n != 1024 {
+	// The agent says so once the router refused 76, so once it read all
+	// 1100: every request it relayed was on the editor's lane before
+	// that text, and so recorded before it.
+	e.WaitText(t, sid, "flood: 76 refused")
+	if n := len(e.Rec.Filter(func(m *Msg) bool { return m.Method == "_fake/ask" })); n != 1024 {
 		t.Errorf("the editor got %d requests, want the bound, 1024", n)
 	}
 	close(release)

@@ -156,6 +156,9 @@ type fakeSession struct {
 	newParams json.RawMessage
 	turn      *fakeTurn // the running prompt turn, nil when idle
 	calls     int       // tool call counter
+	// async are the answers to come of requests sent without waiting
+	// (permission-async), under fakeAgent.mu.
+	async []<-chan wireMsg
 }
 
 type fakeTurn struct {
@@ -469,6 +472,21 @@ func (a *fakeAgent) say(sid, text string) {
 
 // call sends a request to the client and waits for its answer.
 func (a *fakeAgent) call(method string, params any) (json.RawMessage, *RPCError) {
+	return a.await(method, a.send(method, params))
+}
+
+// callNoWait sends a request to the client before it returns (so the
+// request is on the wire ahead of whatever the script writes next, e.g.
+// the turn's end) and drops the answer when it comes. A goroutine around
+// call would let the request land after the next line, even in the next
+// turn, a few runs in a hundred.
+func (a *fakeAgent) callNoWait(method string, params any) {
+	ch := a.send(method, params)
+	go a.await(method, ch)
+}
+
+// send registers a request's id, then writes it.
+func (a *fakeAgent) send(method string, params any) <-chan wireMsg {
 	a.mu.Lock()
 	id := a.nextID
 	a.nextID++
@@ -477,6 +495,11 @@ func (a *fakeAgent) call(method string, params any) (json.RawMessage, *RPCError)
 	a.methods[id] = method
 	a.mu.Unlock()
 	a.writeRaw(mustLine(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+	return ch
+}
+
+// await waits for the answer to a request send wrote.
+func (a *fakeAgent) await(method string, ch <-chan wireMsg) (json.RawMessage, *RPCError) {
 	select {
 	case m := <-ch:
 		if m.Error != nil {
@@ -832,7 +855,7 @@ var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 //	                         rawInput, content), then session/request_permission naming only its
 //	                         id, with one option of each kind (ids allow, allow-always, reject,
 //	                         reject-always); say "permission: OUTCOME"
-//	ext-flood N              N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603)
+//	ext-flood N [K]          N concurrent _fake/ask requests; say "flood: refused=R" (R answered -32603); with K, "flood: K refused" at the K-th refusal
 //	terminal-create CMD...   terminal/create only; say "terminal-id: ID" or the error
 //	terminal-output ID       terminal/output for ID; say "terminal-output: OUTPUT" or the error
 //	terminal-cwd DIR CMD...  terminal/create with cwd DIR; say "terminal-id: ID" or the error
@@ -1016,13 +1039,20 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			}
 			a.say(s.id, "elicit: "+string(res))
 		case "ext-flood":
-			n, _ := strconv.Atoi(rest)
+			// ext-flood N [K]: N _fake/ask requests at once; with K, say
+			// "flood: K refused" as soon as K were refused, while the
+			// others still wait.
+			nArg, kArg, _ := strings.Cut(rest, " ")
+			n, _ := strconv.Atoi(nArg)
+			k, _ := strconv.Atoi(kArg)
 			var wg sync.WaitGroup
 			var refused atomic.Int64
 			for i := 0; i < n; i++ {
 				wg.Go(func() {
 					if _, rerr := a.call("_fake/ask", map[string]any{"sessionId": s.id, "i": i}); rerr != nil && rerr.Code == -32603 {
-						refused.Add(1)
+						if refused.Add(1) == int64(k) {
+							a.say(s.id, fmt.Sprintf("flood: %d refused", k))
+						}
 					}
 				})
 			}
@@ -1043,7 +1073,7 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 				map[string]any{"optionId": fakeRejectOption, "name": "Reject", "kind": "reject_once"},
 				map[string]any{"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"})
 		case "permission-nowait":
-			go a.call("session/request_permission", map[string]any{
+			a.callNoWait("session/request_permission", map[string]any{
 				"sessionId": s.id,
 				"toolCall":  map[string]any{"toolCallId": "call-nowait", "title": "Run a command", "kind": "execute"},
 				"options":   []any{map[string]any{"optionId": fakeAllowOption, "name": "Allow", "kind": "allow_once"}},

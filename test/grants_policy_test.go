@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +64,8 @@ func TestPolicyChildToolCallIDsApart(t *testing.T) {
 func init() {
 	// permission-async JSON: session/request_permission with JSON's
 	// toolCall and options, not waiting for the answer (the turn goes on,
-	// and may end, while the editor has it).
+	// and may end, while the editor has it). The request is written before
+	// the script's next line, so before the turn's answer.
 	fakeScriptExt["permission-async"] = func(a *fakeAgent, s *fakeSession, rest string) {
 		var p map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(rest), &p); err != nil {
@@ -71,7 +73,31 @@ func init() {
 			return
 		}
 		p["sessionId"] = mustJSON(s.id)
-		go a.call("session/request_permission", p)
+		ch := a.send("session/request_permission", p)
+		a.mu.Lock()
+		s.async = append(s.async, ch)
+		a.mu.Unlock()
+	}
+	// await-async: waits for the answers to the session's permission-async
+	// requests, in the order they were sent (in this turn or an earlier
+	// one), and says each outcome.
+	fakeScriptExt["await-async"] = func(a *fakeAgent, s *fakeSession, _ string) {
+		a.mu.Lock()
+		chs := s.async
+		s.async = nil
+		a.mu.Unlock()
+		for _, ch := range chs {
+			res, rerr := a.await("session/request_permission", ch)
+			if rerr != nil {
+				a.say(s.id, fmt.Sprintf("async permission error: %d %s", rerr.Code, rerr.Message))
+				continue
+			}
+			var out struct {
+				Outcome json.RawMessage `json:"outcome"`
+			}
+			_ = json.Unmarshal(res, &out)
+			a.say(s.id, "async permission: "+string(out.Outcome))
+		}
 	}
 }
 
@@ -112,12 +138,18 @@ func TestPolicyLateApprovalNotNextTurn(t *testing.T) {
 		e.WaitText(t, sid, "turn-2")
 		close(release)
 	}()
-	e.MustPrompt(t, sid, "say turn-2\nsleep 1500ms\nwrite "+target+" changed", "end_turn")
+	// The write follows the agent's getting the user's late "allow": the
+	// router recorded that answer before it relayed it.
+	e.MustPrompt(t, sid, "say turn-2\nawait-async\nwrite "+target+" changed", "end_turn")
+	texts := e.Texts(sid)
+	if !slices.Contains(texts, `async permission: {"optionId":"a","outcome":"selected"}`) {
+		t.Fatalf("the agent did not get the user's late allow before its write: texts %q", texts)
+	}
 	b, _ := os.ReadFile(target)
 	mu.Lock()
 	defer mu.Unlock()
-	if string(b) == "changed" && routerAs == 0 {
-		t.Errorf("an approval given after its turn ended covered the next turn's write of %s (texts %q)", target, e.Texts(sid))
+	if string(b) == "changed" || routerAs != 1 {
+		t.Errorf("an approval given after its turn ended covered the next turn's write of %s: content %q, the router asked %d times (texts %q)", target, b, routerAs, texts)
 	}
 }
 

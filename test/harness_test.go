@@ -277,9 +277,14 @@ func TestFakeAgentFailures(t *testing.T) {
 		if !processAlive(pid) {
 			t.Fatal("grandchild is not running")
 		}
-		// It ignores SIGTERM; only SIGKILL ends it.
+		// It ignores SIGTERM; only SIGKILL ends it. An ignored signal is
+		// discarded when sent: what the kernel has as ignored is what a
+		// SIGTERM will do, now and later.
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+		if ign, err := sigIgnored(pid, syscall.SIGTERM); err != nil || !ign {
+			t.Fatalf("grandchild does not ignore SIGTERM (%v)", err)
+		}
 		_ = syscall.Kill(pid, syscall.SIGTERM)
-		time.Sleep(200 * time.Millisecond)
 		if !processAlive(pid) {
 			t.Fatal("grandchild died of SIGTERM")
 		}

@@ -69,6 +69,25 @@ func truncate(s string, n int) string {
 // processAlive reports whether pid is a live process. A zombie counts as
 // dead: it has exited and only waits to be reaped (by a PID 1 that may never
 // do so in a container).
+// sigIgnored reports whether process pid ignores sig (SigIgn of
+// /proc/PID/status, Linux).
+func sigIgnored(pid int, sig syscall.Signal) (bool, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(rest), 16, 64)
+			if err != nil {
+				return false, err
+			}
+			return mask&(1<<(uint(sig)-1)) != 0, nil
+		}
+	}
+	return false, fmt.Errorf("no SigIgn in /proc/%d/status", pid)
+}
+
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	if errors.Is(err, syscall.ESRCH) {

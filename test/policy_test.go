@@ -470,6 +470,50 @@ rules:
 	}
 }
 
+// TestPolicyUserRepeatsOrg: a user layer whose rule repeats a deny the
+// org layer already enforces, with a test naming the user's rule, is not
+// an error. Before, the user's test failed ("expected deny by rule
+// user-no-env, got deny by org-no-env"): the router refused to start,
+// and check and policy test failed. Now the router starts (the org's rule
+// decides and is the one named), policy test passes, and both say so in a
+// note.
+func TestPolicyUserRepeatsOrg(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("the org layer must be root-owned: run as root (CI does)")
+	}
+	orgDir := filepath.Join(t.TempDir(), "policy.d")
+	os.MkdirAll(orgDir, 0o755)
+	os.WriteFile(filepath.Join(orgDir, "10-org.yaml"), []byte(`rules:
+  - {id: org-no-env, decision: deny, when: {paths: ["**/.env"]}}
+`), 0o644)
+	bin := routerWithOrgDir(t, orgDir)
+	cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, `default: allow
+rules:
+  - {id: user-no-env, decision: deny, when: {paths: ["**/.env"]}}
+tests:
+  - {call: "fs/read_text_file ${cwd}/.env", expect: deny, rule: user-no-env}
+`)
+	const note = "deny by user-no-env (user layer) repeats org-no-env (org layer), which decides"
+	for _, args := range [][]string{{"policy", "test"}, {"check"}} {
+		out, err := exec.Command(bin, append(args, "--config", cfg)...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "note: "+cfg+":") || !strings.Contains(string(out), note) {
+			t.Errorf("%s: %v, want exit 0 and the note %q:\n%s", strings.Join(args, " "), err, note, out)
+		}
+	}
+
+	cwd := t.TempDir()
+	env := filepath.Join(cwd, ".env")
+	os.WriteFile(env, []byte("X=1"), 0o644)
+	e := StartEditor(t, []string{bin, "--config", cfg})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "read "+env, "end_turn")
+	if got := strings.Join(e.Texts(sid), "\n"); !strings.HasPrefix(got, "read error: -32603 acp-router: denied by org-no-env") {
+		t.Errorf("agent said %q, want the read denied by org-no-env", got)
+	}
+}
+
 var (
 	orgBuildMu sync.Mutex
 	orgBuilds  = map[string]string{}

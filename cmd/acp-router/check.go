@@ -132,6 +132,9 @@ func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents [
 	}
 	passed := len(lp.Results) - len(lp.Failed())
 	fmt.Fprintf(w, "  tests: %d of %d passed (acp-router policy test shows them)\n", passed, len(lp.Results))
+	for _, n := range testNotes(lp.Results) {
+		fmt.Fprintf(w, "    note: %s\n", n)
+	}
 	warnings := pol.Warnings(agents...)
 	if len(lp.Failed()) > 0 {
 		warnings = append(warnings, fmt.Sprintf("%d policy tests fail: the router refuses to start with this policy", len(lp.Failed())))

@@ -116,6 +116,9 @@ func policyTestReport(w io.Writer, lp *guard.LoadedPolicy) (ok bool) {
 		fmt.Fprintf(w, "FAIL %s: %s\n", r.Case.Pos, r.Problem)
 	}
 	fmt.Fprintf(w, "%d calls in %d tests: %d passed, %d failed\n", len(lp.Results), countCases(lp.Results), len(lp.Results)-len(failed), len(failed))
+	for _, n := range testNotes(lp.Results) {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 	for _, sh := range pol.Shadowed() {
 		fmt.Fprintf(w, "never takes effect: %s rule %s (%s) is shadowed by %s rule %s (%s) on everything it matches\n",
 			sh.Rule.Decision, sh.Rule.ID, sh.Rule.Pos, sh.By.Decision, sh.By.ID, sh.By.Pos)
@@ -124,6 +127,24 @@ func policyTestReport(w io.Writer, lp *guard.LoadedPolicy) (ok bool) {
 		fmt.Fprintf(w, "untested: rule %s (%s) is not exercised by any test\n", r.ID, r.Pos)
 	}
 	return len(failed) == 0
+}
+
+// testNotes are the notes of passing tests ("POS: NOTE"), one per test
+// and note, in test order.
+func testNotes(results []policy.TestResult) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range results {
+		if r.Note == "" {
+			continue
+		}
+		n := r.Case.Pos.String() + ": " + r.Note
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func countCases(results []policy.TestResult) int {
