@@ -55,6 +55,15 @@ const (
 	MethodMcpMessage = "mcp/message"
 )
 
+// The inner MCP methods of an mcp/message (MCP 2025-11-25, client to
+// server) that act on what the agent names, and that the policy reads:
+// tools/call runs a tool with the agent's arguments, resources/read reads
+// the resource at a URI.
+const (
+	McpToolsCall     = "tools/call"
+	McpResourcesRead = "resources/read"
+)
+
 // Methods handled by the client (sent by the agent).
 const (
 	MethodSessionUpdate       = "session/update"

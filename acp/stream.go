@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/internal/owner"
 )
 
 // traceBytes bounds a message body in a trace log line.
@@ -146,6 +148,9 @@ type Stream struct {
 
 	done     chan struct{} // closed when the writer goroutine exits
 	failOnce sync.Once
+	// owned are the stream's goroutines: the writer, the stall watchdog,
+	// and what a failure starts (closing w, OnFail). Wait waits for them.
+	owned owner.Group
 
 	// Ids sourcegraph/jsonrpc2 cannot echo exactly are replaced by tokens
 	// on the way in and restored on the way out.
@@ -251,9 +256,9 @@ func NewStream(r io.ReadCloser, w io.WriteCloser, opts StreamOptions) *Stream {
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.room = sync.NewCond(&s.mu)
-	go s.writeLoop()
+	s.owned.Go(s.writeLoop)
 	if opts.StallTimeout > 0 {
-		go s.watchdog()
+		s.owned.Go(s.watchdog)
 	}
 	return s
 }
@@ -1347,9 +1352,11 @@ func (s *Stream) failLocked(err error) {
 	}
 	s.cond.Broadcast()
 	s.room.Broadcast()
-	go s.w.Close()
+	// Not under s.mu: closing w waits for a write in progress, which
+	// takes s.mu to note its progress.
+	s.owned.Go(func() { s.w.Close() })
 	if s.opts.OnFail != nil {
-		s.failOnce.Do(func() { go s.opts.OnFail(err) })
+		s.failOnce.Do(func() { s.owned.Go(func() { s.opts.OnFail(err) }) })
 	}
 }
 
@@ -1419,6 +1426,13 @@ func (s *Stream) Abort(err error) {
 // Done is closed when the write side has finished (drained and closed, or
 // failed).
 func (s *Stream) Done() <-chan struct{} { return s.done }
+
+// Wait waits until every goroutine the stream started has ended (the
+// writer, the stall watchdog, OnFail), or d passed; it returns how many
+// still run. The writer ends once Close (or CloseWrite) let it drain what
+// was queued, or at once on Abort: an owner that stops waiting for a peer
+// to read aborts the stream, then waits.
+func (s *Stream) Wait(d time.Duration) int { return s.owned.Wait(d) }
 
 // Written is the number of bytes written so far (for tests and metrics).
 func (s *Stream) Written() int64 { return s.writtenBytes.Load() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -217,8 +218,24 @@ func (g *Guard) decideBounded(ctx context.Context, pol *policy.Policy, req *poli
 	if g.stuck.Load() >= maxStuck {
 		return deny(RuleTimeout, fmt.Sprintf("%d decisions are still waiting for the filesystem", maxStuck))
 	}
+	// The decision runs on a goroutine of the guard's (Close waits for
+	// it), so that a filesystem call that does not return holds only it.
+	// Given up on, it goes on until the filesystem answers, counted in
+	// stuck until then (state: deciding, decided, abandoned) so that a
+	// filesystem that never does cannot pile them up.
+	const (
+		deciding int32 = iota
+		decided
+		abandoned
+	)
+	var state atomic.Int32
 	done := make(chan policy.Decision, 1)
-	go func() {
+	g.decisions.Go(func() {
+		defer func() {
+			if !state.CompareAndSwap(deciding, decided) {
+				g.stuck.Add(-1)
+			}
+		}()
 		defer func() {
 			if e := recover(); e != nil {
 				g.log.Error("internal error deciding a request; denied", "method", req.Method, "panic", e)
@@ -226,7 +243,7 @@ func (g *Guard) decideBounded(ctx context.Context, pol *policy.Policy, req *poli
 			}
 		}()
 		done <- pol.Decide(req)
-	}()
+	})
 	timer := time.NewTimer(g.opts.DecideTimeout)
 	defer timer.Stop()
 	select {
@@ -235,14 +252,11 @@ func (g *Guard) decideBounded(ctx context.Context, pol *policy.Policy, req *poli
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	// The decision goes on in its goroutine until the filesystem answers;
-	// it is counted so that a filesystem that never does cannot pile them
-	// up.
 	g.stuck.Add(1)
-	go func() {
-		<-done
-		g.stuck.Add(-1)
-	}()
+	if !state.CompareAndSwap(deciding, abandoned) {
+		g.stuck.Add(-1) // decided meanwhile: its answer stands
+		return <-done
+	}
 	g.log.Error("a decision waited too long for the filesystem; denied", "method", req.Method, "timeout", g.opts.DecideTimeout)
 	return deny(RuleTimeout, fmt.Sprintf("the filesystem did not answer within %v", g.opts.DecideTimeout))
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/audit"
+	"github.com/acp-router/acp-router/internal/owner"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/telemetry"
 )
@@ -89,10 +90,24 @@ type Guard struct {
 	// filesystem call that does not return); past maxStuck, decisions are
 	// denied at once rather than pile up goroutines.
 	stuck atomic.Int64
+
+	// What the guard runs is stopped and waited for by Close: the policy
+	// watchers (Watch, StartWatch) and the decisions (decideBounded),
+	// also those left running after their timeout.
+	lifeMu    sync.Mutex
+	closed    bool
+	closing   chan struct{} // closed by Close
+	watchers  sync.WaitGroup
+	decisions owner.Group
 }
 
 // maxStuck bounds the decisions left running after their timeout.
 const maxStuck = 64
+
+// closeWait bounds how long Close waits for decisions still waiting for
+// the filesystem (past their timeout, denied already): a filesystem that
+// never answers does not hold the router's exit.
+const closeWait = time.Second
 
 // New returns a guard enforcing p (nil: none until Set). The audit log is
 // opened with the first policy: a policy whose decisions cannot be audited
@@ -107,7 +122,7 @@ func New(p *policy.Policy, opts Options) (*Guard, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	g := &Guard{opts: opts, log: opts.Logger, auditPath: opts.AuditFile}
+	g := &Guard{opts: opts, log: opts.Logger, auditPath: opts.AuditFile, closing: make(chan struct{})}
 	if err := g.Set(p); err != nil {
 		return nil, err
 	}
@@ -245,10 +260,22 @@ func (g *Guard) AuditFile() string {
 	return g.auditPath
 }
 
-// Close closes the audit log.
+// Close stops the policy watchers and waits for them, waits for the
+// decisions still running (at most closeWait for those past their
+// timeout) and closes the audit log.
 func (g *Guard) Close() error {
 	if g == nil {
 		return nil
+	}
+	g.lifeMu.Lock()
+	if !g.closed {
+		g.closed = true
+		close(g.closing)
+	}
+	g.lifeMu.Unlock()
+	g.watchers.Wait()
+	if n := g.decisions.Wait(closeWait); n > 0 {
+		g.log.Warn("decisions still wait for the filesystem as the guard closes", "count", n)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -44,10 +44,44 @@ type WatchOptions struct {
 // the policy they started with. A new audit file is applied too; every
 // other changed key is logged as "restart to apply", by name: agents,
 // routing and commands are fixed for the router's life.
+//
+// Close stops it too, and waits until it has returned.
 func (g *Guard) Watch(ctx context.Context, opts WatchOptions) {
-	if g == nil {
-		return // nothing to keep up to date
+	if !g.holdWatch() {
+		return
 	}
+	defer g.watchers.Done()
+	g.watch(ctx, opts)
+}
+
+// StartWatch runs Watch on a goroutine of the guard's: it ends with ctx or
+// Close, and Close waits for it.
+func (g *Guard) StartWatch(ctx context.Context, opts WatchOptions) {
+	if !g.holdWatch() {
+		return
+	}
+	go func() {
+		defer g.watchers.Done()
+		g.watch(ctx, opts)
+	}()
+}
+
+// holdWatch counts a watcher that Close must wait for; false on a nil
+// *Guard (nothing to keep up to date) or a closed one.
+func (g *Guard) holdWatch() bool {
+	if g == nil {
+		return false
+	}
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.watchers.Add(1)
+	return true
+}
+
+func (g *Guard) watch(ctx context.Context, opts WatchOptions) {
 	log := opts.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -130,6 +164,8 @@ func (g *Guard) Watch(ctx context.Context, opts WatchOptions) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-g.closing:
 			return
 		case <-opts.Hup:
 			reload("SIGHUP")

@@ -20,12 +20,6 @@ import (
 // decision; any other (prompts/get, completion/complete, a method the
 // policy does not know) is opaque, asked (McpDecides).
 
-// Inner MCP methods the policy decides.
-const (
-	McpToolsCall     = "tools/call"
-	McpResourcesRead = "resources/read"
-)
-
 // mcpInert are the MCP methods an agent (the MCP client) sends that act on
 // nothing the agent chooses (MCP 2025-11-25, client to server): they
 // negotiate, list what the server offers, or follow up a tools/call that
@@ -143,7 +137,7 @@ func (x *extractor) mcpMessage(params json.RawMessage, server string, ambiguous 
 		}
 	}
 	switch method {
-	case McpToolsCall:
+	case acp.McpToolsCall:
 		var name string
 		if json.Unmarshal(f[0], &name) != nil || name == "" {
 			x.opaque("params.params.name", "the tools/call names no tool", KindOther)
@@ -170,7 +164,7 @@ func (x *extractor) mcpMessage(params json.RawMessage, server string, ambiguous 
 		if len(x.ev.Items) == before {
 			x.add(Item{Type: ItemTool, Origin: "MCP tool"}, kinds...)
 		}
-	case McpResourcesRead:
+	case acp.McpResourcesRead:
 		var uri string
 		if json.Unmarshal(f[2], &uri) != nil || uri == "" {
 			x.opaque("params.params.uri", "the resources/read names no uri", KindRead)

@@ -140,8 +140,8 @@ func mcpCallWords(rest string) ([]string, error) {
 		return nil, err
 	}
 	switch {
-	case len(words) == 3 && words[1] == McpResourcesRead:
-	case len(words) == 2 && words[1] != McpResourcesRead:
+	case len(words) == 3 && words[1] == acp.McpResourcesRead:
+	case len(words) == 2 && words[1] != acp.McpResourcesRead:
 	case len(words) == 3: // the arguments, once ${...} are replaced (Request)
 	default:
 		return nil, fmt.Errorf("%s needs SERVER TOOL [ARGUMENTS] or SERVER resources/read URI", acp.MethodMcpMessage)
@@ -235,9 +235,9 @@ func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
 		}
 		req.McpServer = words[0]
 		inner := map[string]any{"name": words[1]}
-		method := McpToolsCall
-		if words[1] == McpResourcesRead {
-			method, inner = McpResourcesRead, map[string]any{"uri": words[2]}
+		method := acp.McpToolsCall
+		if words[1] == acp.McpResourcesRead {
+			method, inner = acp.McpResourcesRead, map[string]any{"uri": words[2]}
 		} else if len(words) == 3 {
 			var args map[string]any
 			if json.Unmarshal([]byte(words[2]), &args) != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
-	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -1292,7 +1291,7 @@ func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance,
 		if serverID, _ := mcpParams(p); r.mcpSession(inst, serverID) == nil {
 			r.log.Warn("mcp/message for an ACP MCP server none of the agent's sessions declared dropped", "agent", inst.Agent.Name(), "server", serverID)
 			return
-		} else if r.opts.Guard.Enforcing() && policy.McpDecides(p) {
+		} else if r.opts.Guard.DecidesMcp(p) {
 			// A method that acts (tools/call, resources/read, any but
 			// those that only list or follow up) sent as a notification:
 			// nothing to answer with a refusal or to wait on a question

@@ -14,7 +14,6 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
-	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -28,7 +27,7 @@ import (
 //     forwarded; deny → an error naming the rule; ask → the router asks the
 //     editor first, with a request_permission of its own.
 //   - mcp/message for a tools/call, resources/read or any MCP method but
-//     those that only list, negotiate or follow up (policy.McpDecides):
+//     those that only list, negotiate or follow up (guard.DecidesMcp):
 //     as those, but a refusal is the inner MCP error of a result
 //     (schema MessageMcpResponse: outer errors are for binding and
 //     runtime failures), so that the agent's MCP client reports it as the
@@ -531,14 +530,14 @@ func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, 
 	}
 	tc := map[string]any{}
 	switch {
-	case m.Method == policy.McpToolsCall && m.Params.Name != "":
+	case m.Method == acp.McpToolsCall && m.Params.Name != "":
 		in := map[string]any{"server": server, "tool": m.Params.Name}
 		if len(m.Params.Arguments) > 0 && json.Valid(m.Params.Arguments) {
 			in["arguments"] = m.Params.Arguments
 		}
 		tc["rawInput"] = in
-		return fmt.Sprintf("%s wants to call the MCP tool %s", agentTitle, policy.McpToolName(server, m.Params.Name)), "other", tc
-	case m.Method == policy.McpResourcesRead && m.Params.URI != "":
+		return fmt.Sprintf("%s wants to call the MCP tool %s", agentTitle, guard.McpToolName(server, m.Params.Name)), "other", tc
+	case m.Method == acp.McpResourcesRead && m.Params.URI != "":
 		if u, err := url.Parse(m.Params.URI); err == nil && strings.EqualFold(u.Scheme, "file") && u.Path != "" {
 			tc["locations"] = []map[string]string{{"path": u.Path}}
 		}
@@ -551,7 +550,7 @@ func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, 
 		in["params"] = inner[0]
 	}
 	tc["rawInput"] = in
-	if m.Method != "" && m.Method != policy.McpToolsCall && m.Method != policy.McpResourcesRead {
+	if m.Method != "" && m.Method != acp.McpToolsCall && m.Method != acp.McpResourcesRead {
 		// prompts/get, completion/complete, a method the policy does not
 		// know: the user sees what it is and what it is given.
 		return fmt.Sprintf("%s wants to send %s to the MCP server %s", agentTitle, m.Method, server), "other", tc

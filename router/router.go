@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -353,6 +354,12 @@ func (r *Router) shutdown() {
 	select {
 	case <-r.editor.Stream().Done():
 	case <-time.After(time.Second):
+		// An editor that does not read what is left: dropped, so that
+		// the stream's writer ends with the router.
+		r.editor.Stream().Abort(errEditorNotReading)
+	}
+	if n := r.editor.Stream().Wait(shutdownWait); n > 0 {
+		r.log.Warn("the editor stream's goroutines still run at shutdown", "count", n)
 	}
 	// Every agent is gone and the editor closed: what still runs waits on
 	// one of them and ends now. A goroutine that does not is a bug: named
@@ -361,6 +368,10 @@ func (r *Router) shutdown() {
 		r.log.Warn("goroutines still running at shutdown", "count", n)
 	}
 }
+
+// errEditorNotReading ends the editor's stream at shutdown when the
+// editor has not read what was queued for it within a second.
+var errEditorNotReading = errors.New("router: the editor did not read what was left at shutdown")
 
 // shutdownWait bounds how long shutdown waits for the router's goroutines.
 const shutdownWait = 2 * time.Second

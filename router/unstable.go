@@ -18,7 +18,6 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
-	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/upstream"
 )
@@ -551,7 +550,7 @@ func mcpParams(p json.RawMessage) (serverID string, requestID json.RawMessage) {
 // agent while it waits (editorMcpMessage). Such a server runs in the
 // editor's process: with a policy in force, a tools/call, resources/read
 // or other MCP method that may act (or params the router cannot read:
-// policy.McpDecides) is decided first, like an fs or terminal call
+// guard.DecidesMcp) is decided first, like an fs or terminal call
 // (enforce.go), on the session's sequencer; a refusal is an inner MCP
 // error naming the rule, and nothing reaches the editor.
 func (r *Router) agentMcpMessage(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, reply func(json.RawMessage, error)) {
@@ -563,7 +562,7 @@ func (r *Router) agentMcpMessage(ctx context.Context, inst *upstream.Instance, r
 		return
 	}
 	relay := func() { r.relayMcp(ctx, inst, req, p, s, serverID, requestID, reply) }
-	if !r.opts.Guard.Enforcing() || !policy.McpDecides(p) {
+	if !r.opts.Guard.DecidesMcp(p) {
 		relay()
 		return
 	}
@@ -590,7 +589,7 @@ func mcpRefusal(reply func(json.RawMessage, error)) func(json.RawMessage, error)
 // mcpTarget is the ACP MCP server an agent's mcp/message is for: the
 // name its session declared for it (mcpServers[].name; "": none, the
 // policy names it by its serverId), and whether that name is its own
-// among the session's servers (policy.McpNameAmbiguous).
+// among the session's servers (guard.McpNameAmbiguous).
 type mcpTarget struct {
 	name      string
 	ambiguous bool
@@ -617,7 +616,7 @@ func mcpServerOf(s *Session, serverID string) mcpTarget {
 			t.name = srv.Name
 		}
 	}
-	t.ambiguous = policy.McpNameAmbiguous(cmp.Or(t.name, serverID), names)
+	t.ambiguous = guard.McpNameAmbiguous(cmp.Or(t.name, serverID), names)
 	return t
 }
 

@@ -257,7 +257,7 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 	f.Close()
 	unsynced := st.unsynced
 	if !st.clean { // a file its last fsync wrote whole (sealed at a turn's start) needs none
-		unsynced = append(unsynced, fsyncSealed(sealed))
+		unsynced = append(unsynced, s.fsyncSealed(sealed))
 	}
 	*st = logState{nonce: nonce, end: int64(len(head)), lost: st.lost, startsOK: true, segs: segs, segsOK: true,
 		unsynced: unsynced, clean: true}
@@ -265,11 +265,15 @@ func (s *Store) roll(f *os.File, st *logState, name string) (*os.File, error) {
 }
 
 // fsyncSealed fsyncs the sealed segment at path on a goroutine of its own
-// and returns where its result will be (nil: done, or the file is gone,
-// dropped as the oldest: it needs no fsync).
-func fsyncSealed(path string) <-chan error {
+// (s.fsyncs: Close waits for it) and returns where its result will be
+// (nil: done, or the file is gone, dropped as the oldest: it needs no
+// fsync).
+func (s *Store) fsyncSealed(path string) <-chan error {
 	done := make(chan error, 1)
-	go func() {
+	s.fsyncs.Go(func() {
+		if s.opts.sealFsync != nil {
+			s.opts.sealFsync()
+		}
 		g, err := os.Open(path)
 		if err == nil {
 			err = g.Sync()
@@ -279,7 +283,7 @@ func fsyncSealed(path string) <-chan error {
 			err = nil
 		}
 		done <- err
-	}()
+	})
 	return done
 }
 

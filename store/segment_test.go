@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -294,4 +295,55 @@ func TestSealFsync(t *testing.T) {
 	if n := sealedSyncs.Load(); n == 0 {
 		t.Error("no fsync of the segments sealed in the middle of a turn")
 	}
+}
+
+// TestCloseJoinsSealFsync: a segment sealed in the middle of a turn is
+// fsynced on a goroutine of its own, which the turn's end waits for; when
+// that never comes (the session deleted meanwhile) Close waits for it, so
+// that nothing of the store runs once Close returned.
+func TestCloseJoinsSealFsync(t *testing.T) {
+	var sealed atomic.Int64
+	st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: time.Hour, CommitBytes: 500,
+		sealFsync: func() {
+			sealed.Add(1)
+			time.Sleep(200 * time.Millisecond) // a slow disk
+		}}, nil)
+	must(t, err)
+	must(t, st.Create(Meta{ID: "x"}))
+	must(t, st.TurnStart("x"))
+	for i := 0; sealed.Load() == 0; i++ {
+		if i == 1000 {
+			t.Fatal("no segment sealed in the middle of a turn")
+		}
+		must(t, st.Append("x", mkLine("x", 0, i, 200)))
+		for i%3 == 2 && st.Stats().Queued > 0 { // 600 B: committed (CommitBytes), not fsynced
+			time.Sleep(time.Millisecond)
+		}
+	}
+	must(t, st.Delete(t.Context(), "x"))
+	must(t, st.Close())
+	if n := countGoroutines("(*Store).fsyncSealed"); n != 0 {
+		t.Errorf("%d fsyncs of sealed segments still run after Close returned", n)
+	}
+}
+
+// countGoroutines counts the goroutines whose stack (the frame that
+// created it included) names fn.
+func countGoroutines(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
 }

@@ -191,6 +191,9 @@ type Options struct {
 	// noLinks (tests) makes sealing fail as on a file system without
 	// hard links.
 	noLinks bool
+	// sealFsync (tests), when set, runs before each fsync of a sealed
+	// segment, on that fsync's goroutine.
+	sealFsync func()
 }
 
 func (o *Options) setDefaults() {
@@ -301,6 +304,9 @@ type Store struct {
 	// dirUnsynced: a commit changed the directory (a file created,
 	// replaced or removed) and no fsync of it followed yet. The writer's.
 	dirUnsynced bool
+	// fsyncs are the fsyncs of sealed segments in flight (fsyncSealed):
+	// Close waits for them.
+	fsyncs sync.WaitGroup
 }
 
 // session is a session held by this Store. All fields are guarded by
@@ -963,5 +969,17 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.quit)
 	<-s.done
+	// The fsyncs no sync commit waited for (segments sealed in a turn
+	// that had not ended, or sealed and then swept): joined, and their
+	// failures logged, as nobody else will read them.
+	s.fsyncs.Wait()
+	for name, st := range s.files {
+		for _, c := range st.unsynced {
+			if err := <-c; err != nil {
+				s.log.Warn("fsync of a sealed history segment failed", "file", name, "error", err)
+			}
+		}
+		st.unsynced = nil
+	}
 	return w.err
 }

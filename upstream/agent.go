@@ -497,19 +497,19 @@ func (a *Agent) spawn(inst *Instance) error {
 	// soon as the process exits, losing output still buffered in them.
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		wd.abandon(nil)
+		wd.abandon(nil, nil, nil)
 		return err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW)
-		wd.abandon(nil)
+		wd.abandon(nil, nil, nil)
 		return err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW, outR, outW)
-		wd.abandon(nil)
+		wd.abandon(nil, nil, nil)
 		return err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
@@ -529,7 +529,7 @@ func (a *Agent) spawn(inst *Instance) error {
 	}
 	if err != nil {
 		closeAll(inW, outR, errR)
-		wd.abandon(cmd)
+		wd.abandon(cmd, &a.owned, a.log)
 		return fmt.Errorf("start %q: %w", cfg.Command, err)
 	}
 	inst.mu.Lock()

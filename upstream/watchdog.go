@@ -62,6 +62,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/internal/owner"
 )
 
 // watchdogArg, as the first argument, makes the router's executable run as
@@ -154,15 +158,20 @@ func (w *watchdog) closeChildEnds() {
 
 // abandon gives up on a watchdog that did not start the agent: its pipes
 // are closed (the lifeline too, so a watchdog that did start ends the agent)
-// and cmd, if it started, is reaped. A nil watchdog does nothing.
-func (w *watchdog) abandon(cmd *exec.Cmd) {
+// and cmd, if it started, is reaped on a goroutine of owner's (Agent.Stop
+// waits for it): the watchdog takes up to KillGrace to end what it started.
+// A nil watchdog does nothing.
+func (w *watchdog) abandon(cmd *exec.Cmd, owner *owner.Group, log hclog.Logger) {
 	if w == nil {
 		return
 	}
 	w.closeChildEnds()
 	w.close()
 	if cmd != nil && cmd.Process != nil {
-		go cmd.Wait()
+		owner.Go(func() {
+			err := cmd.Wait()
+			log.Debug("abandoned agent watchdog exited", "watchdog", cmd.Process.Pid, "status", err)
+		})
 	}
 }
 

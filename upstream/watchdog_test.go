@@ -3,6 +3,7 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -204,4 +205,54 @@ func zombie(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
+
+// TestWatchdogAbandonedReaped: a watchdog that did not report the agent in
+// time is given up on, and what reaps it belongs to the agent: Stop does
+// not return while it runs (the watchdog ends the agent it started late,
+// which takes up to KillGrace for one that ignores SIGTERM).
+func TestWatchdogAbandonedReaped(t *testing.T) {
+	t.Parallel()
+	if !watchdogHooked.Load() {
+		t.Fatal("TestMain did not call RunWatchdogIfRequested")
+	}
+	a := New(config.Agent{Name: "late", Command: "sh", Args: []string{"-c", `trap "" TERM; sleep 30`},
+		// Past before the watchdog can report: the start is abandoned.
+		StartupTimeout: time.Nanosecond, StallTimeout: waitTimeout,
+		Env: map[string]string{"GORACE": "atexit_sleep_ms=0"}},
+		Options{KillGrace: 500 * time.Millisecond})
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	a.Wait(ctx)
+	if st, err := a.Status(); st != Failed || err == nil || !strings.Contains(err.Error(), "did not report") {
+		t.Fatalf("agent %v (%v), want failed: the watchdog did not report", st, err)
+	}
+	a.Stop()
+	if n := countGoroutines("(*watchdog).abandon"); n != 0 {
+		t.Errorf("%d goroutines reaping an abandoned watchdog still run after Stop returned", n)
+	}
+}
+
+// countGoroutines counts the goroutines whose stack (the frame that
+// created it included) names fn.
+func countGoroutines(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
 }

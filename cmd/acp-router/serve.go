@@ -33,15 +33,16 @@ func loadPolicy(cfg *config.Config) (*guard.LoadedPolicy, error) {
 }
 
 // startPolicy opens the audit log of the policy lp (loadPolicy) and
-// reloads it on SIGHUP and file changes until ctx ends. record: the
-// running router's applied config is recorded for `check`
-// (config.WriteRunning).
-func startPolicy(ctx context.Context, cfg *config.Config, lp *guard.LoadedPolicy, log hclog.Logger, record bool, tel *telemetry.Telemetry) (*guard.Guard, error) {
+// reloads it on SIGHUP and file changes until ctx ends or stop. record:
+// the running router's applied config is recorded for `check`
+// (config.WriteRunning). stop ends the reloads, waits for them and closes
+// the guard.
+func startPolicy(ctx context.Context, cfg *config.Config, lp *guard.LoadedPolicy, log hclog.Logger, record bool, tel *telemetry.Telemetry) (g *guard.Guard, stop func(), err error) {
 	home, _ := os.UserHomeDir()
-	g, err := guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, AuditMaxBytes: cfg.Audit.MaxBytes,
+	g, err = guard.New(lp.Policy, guard.Options{AuditFile: cfg.Audit.File, AuditMaxBytes: cfg.Audit.MaxBytes,
 		Home: home, Logger: log.Named("policy"), Telemetry: tel})
 	if err != nil {
-		return nil, fmt.Errorf("permission policy: %w", err)
+		return nil, nil, fmt.Errorf("permission policy: %w", err)
 	}
 	g.Protect(lp.Watch)
 	hup := make(chan os.Signal, 1)
@@ -67,11 +68,13 @@ func startPolicy(ctx context.Context, cfg *config.Config, lp *guard.LoadedPolicy
 			}
 		}
 	}
-	go func() {
-		defer signal.Stop(hup)
-		g.Watch(ctx, opts)
-	}()
-	return g, nil
+	// The watcher is the guard's: Close stops it and waits for it, so
+	// that no reload runs once the router has returned.
+	g.StartWatch(ctx, opts)
+	return g, func() {
+		g.Close()
+		signal.Stop(hup)
+	}, nil
 }
 
 // serve runs the router for an editor on stdin/stdout.
@@ -95,12 +98,13 @@ func serve(ctx context.Context, g *globals) (int, error) {
 		return 1, err
 	}
 	defer shutdownTelemetry(tel, log)
-	pg, err := startPolicy(ctx, cfg, lp, log, true, tel)
+	pg, stopPolicy, err := startPolicy(ctx, cfg, lp, log, true, tel)
 	if err != nil {
 		return 1, err
 	}
-	defer pg.Close()
+	// Stopped first: a reload after would record the running config again.
 	defer config.RemoveRunning(cfg.StateDir)
+	defer stopPolicy()
 	policyHash := "none"
 	if lp.Policy != nil {
 		policyHash = lp.Policy.Hash()

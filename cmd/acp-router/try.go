@@ -37,11 +37,11 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	guard, err := startPolicy(ctx, cfg, lp, log, false, nil)
+	guard, stopPolicy, err := startPolicy(ctx, cfg, lp, log, false, nil)
 	if err != nil {
 		return 1, err
 	}
-	defer guard.Close()
+	defer stopPolicy()
 	answer := console.Ask
 	switch {
 	case *yes:

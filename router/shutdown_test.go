@@ -1,0 +1,80 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acp-router/acp-router/config"
+)
+
+// TestServeJoinsEditorWriter: when the editor quits without reading what
+// is left for it, Serve gives up on it after a second and returns once
+// the editor stream's writer has ended: nothing of the router runs after
+// Serve.
+func TestServeJoinsEditorWriter(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := fmt.Sprintf("version: 1\nstate_dir: '%s'\nagents:\n  - name: a\n    command: '%s'\n    lazy: true\n    env: {%s: '1'}\nrouting: {default: a}\n", t.TempDir(), bin, envTestAgent)
+	cfg, err := config.Parse("test.yaml", []byte(yaml), os.LookupEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(cfg, Options{})
+	routerIn, editorOut := io.Pipe()
+	editorIn, routerOut := io.Pipe() // never read: the writer blocks
+	defer editorIn.Close()
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(context.Background(), routerIn, routerOut) }()
+	<-r.editorReady
+	s := r.editor.Stream()
+	if err := s.WriteRaw([]byte(`{"jsonrpc":"2.0","method":"session/update","params":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for s.Queued() == 0 {
+		runtime.Gosched()
+	}
+	editorOut.Close() // the editor quits
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	// The stream's methods and the pipe it writes to show their
+	// receivers in the stacks.
+	if n := countGoroutines(fmt.Sprintf("%p", s), fmt.Sprintf("%p", routerOut)); n != 0 {
+		t.Errorf("%d goroutines of the editor's stream still run after Serve returned", n)
+	}
+}
+
+// countGoroutines counts the goroutines whose stack (the frame that
+// created it included) holds one of marks (a function's name, a pointer
+// passed as an argument).
+func countGoroutines(marks ...string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		for _, m := range marks {
+			if strings.Contains(g, m) {
+				count++
+				break
+			}
+		}
+	}
+	return count
+}
