@@ -38,6 +38,10 @@ type parsedArgs struct {
 	// lost: an unknown option may have taken a value, so the operands'
 	// positions, and so their roles, are not known.
 	lost bool
+	// subAt: the indices in args of the subcommand words (git push,
+	// docker compose ps) found with every word before them understood
+	// (an unknown option may have taken the word as its value).
+	subAt []int
 }
 
 func (p *parsedArgs) fail(format string, a ...any) {
@@ -84,6 +88,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				subDone = true
 				if a.opaque == "" {
 					if sub := p.spec.subs[s]; sub != nil {
+						if p.unknown == "" && !p.lost {
+							p.subAt = append(p.subAt, i)
+						}
 						p.spec = sub
 						p.label += " " + s
 						subDone = sub.subs == nil
@@ -240,8 +247,26 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	}
 	p := parseArgs(sp, name, args[1:])
 	it.Unknown = p.unknown
+	it.subArgv = subcommandArgv(it.Argv, p.subAt)
 	x.add(it, KindExecute)
 	x.applyArgs(p, cx)
+}
+
+// subcommandArgv returns argv without the options that come before its
+// subcommands (git --no-pager push -f is git push -f; docker --context x
+// compose -f a.yml ps is docker compose ps), for command patterns that
+// name a subcommand: every option of a program may come before the
+// subcommand it modifies, and the rule's author names the subcommand.
+// subAt indexes argv[1:]; nil when no option precedes a subcommand.
+func subcommandArgv(argv []string, subAt []int) []string {
+	if len(subAt) == 0 || subAt[len(subAt)-1] == len(subAt)-1 {
+		return nil // nothing before the subcommands
+	}
+	out := []string{argv[0]}
+	for _, i := range subAt {
+		out = append(out, argv[i+1])
+	}
+	return append(out, argv[subAt[len(subAt)-1]+2:]...)
 }
 
 // byShape records the arguments of a program the router does not
