@@ -152,7 +152,7 @@ type Item struct {
 	// subArgv is Argv without the options before its subcommands, and
 	// subCanon its canon: a pattern naming a subcommand matches either.
 	subArgv, subCanon []string
-	kinds kindSet
+	kinds             kindSet
 }
 
 // String describes the item in one line.

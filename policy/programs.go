@@ -248,8 +248,30 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	p := parseArgs(sp, name, args[1:])
 	it.Unknown = p.unknown
 	it.subArgv = subcommandArgv(it.Argv, p.subAt)
+	if p.label == "git push" {
+		it.Flags = appendNew(it.Flags, gitPushRefspecFlags(p.ops)...)
+	}
 	x.add(it, KindExecute)
 	x.applyArgs(p, cx)
+}
+
+// gitPushRefspecFlags returns the flags git push's refspecs stand for: a
+// + before one forces that ref's update as --force does, and an empty
+// source (:main) deletes the ref as --delete does. A rule's flags_any
+// written for the flags sees them (git push origin +main is a force
+// push).
+func gitPushRefspecFlags(ops []arg) []string {
+	var out []string
+	for _, a := range ops {
+		switch {
+		case a.opaque != "":
+		case strings.HasPrefix(a.s, "+"):
+			out = append(out, "--force")
+		case strings.HasPrefix(a.s, ":") && len(a.s) > 1:
+			out = append(out, "--delete")
+		}
+	}
+	return out
 }
 
 // subcommandArgv returns argv without the options that come before its
@@ -321,6 +343,10 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		if v.opt.role == roleReadDir || v.opt.role == roleWriteDir {
 			h = hidden
 		}
+		if isPackageRole(v.opt.role) {
+			x.packageArg(p, v.opt.name, v.v, v.opt.role, cwds, cx)
+			continue
+		}
 		x.roleArg(p.label, v.opt.name, v.v, v.opt.role, false, h, cwds, cx) // the full name: an abbreviation counts
 	}
 	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
@@ -391,6 +417,12 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			inner.origin = cx.origin + " (" + p.label + " runs)"
 			x.argv(p.ops[i:], inner)
 			break
+		}
+		if isPackageRole(roles[i]) {
+			if x.packageArg(p, "", a, roles[i], cwds, cx) {
+				paths++
+			}
+			continue
 		}
 		if x.roleArg(p.label, "", a, roles[i], recursive, hidden, cwds, cx) {
 			paths++
