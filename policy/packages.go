@@ -23,7 +23,7 @@ import (
 
 // isPackageRole reports whether r names packages to fetch.
 func isPackageRole(r role) bool {
-	return r == roleNpmPackage || r == rolePipRequirement || r == roleGoModule
+	return r == roleNpmPackage || r == rolePipRequirement || r == roleGoModule || r == roleGitSource
 }
 
 // packageArg records an argument naming a package; it reports whether it
@@ -47,6 +47,15 @@ func (x *extractor) packageArg(p *parsedArgs, opt string, a arg, r role, cwds []
 		return x.pipRequirement(p, origin, a, cwds, cx)
 	case roleGoModule:
 		return x.goModule(p, origin, a, cwds, cx)
+	case roleGitSource:
+		// cargo install --git URL builds the crate there: its build
+		// scripts and procedural macros run.
+		if m := scpLike.FindStringSubmatch(a.s); m != nil && !strings.Contains(a.s, "://") {
+			x.host(m[1], origin)
+		} else {
+			x.url(a.s, origin)
+		}
+		x.opaque(origin, fmt.Sprintf("%s builds the code of the repository %s: its build scripts run", p.label, a.s), KindExecute)
 	}
 	return false
 }

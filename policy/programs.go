@@ -74,6 +74,10 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			}
 			continue
 		}
+		if i == 0 && sp.toolchain && a.opaque == "" && len(s) > 1 && s[0] == '+' {
+			p.vals = append(p.vals, optVal{key: "+", opt: toolchainOpt, v: arg{s: s[1:]}, has: true})
+			continue
+		}
 		if isOpt && p.spec.digits && isDigits(s[1:]) {
 			p.flags = append(p.flags, "-NUM")
 			continue
@@ -199,6 +203,11 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 	}
 	return p
 }
+
+// toolchainOpt is rustup's +TOOLCHAIN: the name of an installed
+// toolchain (a path is a toolchain only when linked with rustup
+// toolchain link, which asks).
+var toolchainOpt = &optSpec{name: "+toolchain", role: roleValue}
 
 // value records the value of option o: the attached one, else (unless
 // the value is optional) the next argument, which it consumes.

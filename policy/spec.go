@@ -67,6 +67,7 @@ const (
 	roleNpmPackage                 // an npm package spec: a registry name, or a repository, URL or path (packages.go)
 	rolePipRequirement             // a pip requirement: a name, NAME @ URL, a VCS URL or a path (packages.go)
 	roleGoModule                   // go get's and go install's operand: a module path and version, or a local package
+	roleGitSource                  // a repository URL whose code the program builds and runs (cargo install --git)
 )
 
 var roleNames = map[string]role{
@@ -79,6 +80,7 @@ var roleNames = map[string]role{
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
 	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX, "type-dest": roleTypeDest, "make-arg": roleMakeArg,
 	"date-arg": roleDateArg, "npm-package": roleNpmPackage, "pip-requirement": rolePipRequirement, "go-module": roleGoModule,
+	"git-source": roleGitSource,
 }
 
 // optSpec is one option of a program.
@@ -152,6 +154,9 @@ type argSpec struct {
 	handler              string // find, tar, dd: read by code
 	subs                 map[string]*argSpec
 	subOptional          bool // the program also runs without a subcommand (operands then follow operands:)
+	// toolchain: a first argument +NAME picks the toolchain that runs
+	// (rustup's proxies: cargo +nightly build).
+	toolchain bool
 	// modules: python -m MODULE runs MODULE as the program named here
 	// (pytest, pip): the operands are read with that program's spec;
 	// "unknown": its arguments are not understood (timeit, http.server).
@@ -197,7 +202,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree"}
+	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree", "toolchain"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -350,6 +355,8 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			err = v.Decode(&sp.endsOpts)
 		case "modules":
 			err = v.Decode(&sp.modules)
+		case "toolchain":
+			err = v.Decode(&sp.toolchain)
 		case "hidden":
 			sp.hideDots = true
 			err = v.Decode(&sp.hidden)
