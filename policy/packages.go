@@ -28,7 +28,7 @@ func isPackageRole(r role) bool {
 
 // packageArg records an argument naming a package; it reports whether it
 // recorded a path.
-func (x *extractor) packageArg(p *parsedArgs, opt string, a arg, r role, cwds []string, cx cmdCtx) bool {
+func (x *extractor) packageArg(p *parsedArgs, opt string, a arg, r role, cwds []string) bool {
 	origin := "argument of " + p.label
 	if opt != "" {
 		origin = p.label + " " + opt
@@ -42,11 +42,11 @@ func (x *extractor) packageArg(p *parsedArgs, opt string, a arg, r role, cwds []
 	}
 	switch r {
 	case roleNpmPackage:
-		return x.npmPackage(p, origin, a, cwds, cx, 0)
+		return x.npmPackage(p, origin, a, cwds, 0)
 	case rolePipRequirement:
-		return x.pipRequirement(p, origin, a, cwds, cx)
+		return x.pipRequirement(p, origin, a, cwds)
 	case roleGoModule:
-		return x.goModule(p, origin, a, cwds, cx)
+		return x.goModule(p, origin, a, cwds)
 	case roleGitSource:
 		// cargo install --git URL builds the crate there: its build
 		// scripts and procedural macros run.
@@ -73,7 +73,8 @@ var npmHosted = map[string][]string{
 // npmName is a package name in the registry, scoped or not: what npm
 // reads as a registry package, with an optional @VERSION, @TAG or @RANGE.
 // (Old packages have capitals: JSONStream.)
-var npmName = regexp.MustCompile(`^(@[A-Za-z0-9~][A-Za-z0-9._~-]*/)?[A-Za-z0-9~._-][A-Za-z0-9._~-]*$`)
+// A name does not start with a dot (. and .. are directories).
+var npmName = regexp.MustCompile(`^(@[A-Za-z0-9~-][A-Za-z0-9._~-]*/)?[A-Za-z0-9~-][A-Za-z0-9._~-]*$`)
 
 // npmTarball is a file name npm reads as a local tarball.
 var npmTarball = regexp.MustCompile(`(?i)\.(tgz|tar\.gz|tar)$`)
@@ -81,7 +82,7 @@ var npmTarball = regexp.MustCompile(`(?i)\.(tgz|tar\.gz|tar)$`)
 // npmPackage reads an npm package spec (npm-package-arg): a registry name
 // is a plain value; NAME@SPEC reads SPEC when it is not a version, tag or
 // range (an alias npm:OTHER, a URL, a repository, a file).
-func (x *extractor) npmPackage(p *parsedArgs, origin string, a arg, cwds []string, cx cmdCtx, depth int) bool {
+func (x *extractor) npmPackage(p *parsedArgs, origin string, a arg, cwds []string, depth int) bool {
 	s := a.s
 	scripts := !p.flags.any("--ignore-scripts")
 	if depth > 4 {
@@ -91,7 +92,7 @@ func (x *extractor) npmPackage(p *parsedArgs, origin string, a arg, cwds []strin
 	// A scoped or plain name, then @SPEC.
 	if _, spec, ok := strings.Cut(strings.TrimPrefix(s, "@"), "@"); ok && npmName.MatchString(s[:len(s)-len(spec)-1]) {
 		if strings.HasPrefix(spec, "npm:") {
-			return x.npmPackage(p, origin, arg{s: spec[len("npm:"):]}, cwds, cx, depth+1)
+			return x.npmPackage(p, origin, arg{s: spec[len("npm:"):]}, cwds, depth+1)
 		}
 		if npmVersionSpec(spec) {
 			return false
@@ -99,7 +100,7 @@ func (x *extractor) npmPackage(p *parsedArgs, origin string, a arg, cwds []strin
 		s = spec
 	}
 	if rest, ok := strings.CutPrefix(s, "npm:"); ok {
-		return x.npmPackage(p, origin, arg{s: rest}, cwds, cx, depth+1)
+		return x.npmPackage(p, origin, arg{s: rest}, cwds, depth+1)
 	}
 	if strings.HasPrefix(s, "jsr:") {
 		// JSR's packages, through its npm compatibility registry.
@@ -126,7 +127,7 @@ func (x *extractor) npmPackage(p *parsedArgs, origin string, a arg, cwds []strin
 			x.gitPackage(p, origin, s)
 			return x.localPackage(p, arg{s: strings.TrimPrefix(s, "git+file://")}, cwds)
 		}
-		x.url(strings.TrimPrefix(strings.TrimPrefix(s, "git+"), "git+"), origin)
+		x.url(s, origin) // git+ssh://git@host/...: the host, whatever the scheme
 		if strings.HasPrefix(scheme, "git") {
 			x.gitPackage(p, origin, s)
 		} else if scripts {
@@ -141,7 +142,7 @@ func (x *extractor) npmPackage(p *parsedArgs, origin string, a arg, cwds []strin
 		return false
 	}
 	if strings.HasPrefix(s, ".") || strings.HasPrefix(s, "/") || strings.HasPrefix(s, "~/") || npmTarball.MatchString(s) {
-		return x.localPackage(p, a, cwds)
+		return x.localPackage(p, arg{s: s, glob: a.glob}, cwds) // s: NAME@../dir is ../dir
 	}
 	if strings.Contains(s, "/") {
 		// user/repo[#ref]: a GitHub repository.
@@ -201,7 +202,7 @@ var pipArchive = regexp.MustCompile(`(?i)\.(whl|tar\.gz|tgz|tar\.bz2|tbz|tar\.xz
 // (git+https://) names its host and builds the package from source; a
 // path or an archive is read, and building a source tree or archive runs
 // its setup.py or build backend. A wheel (.whl) runs nothing at install.
-func (x *extractor) pipRequirement(p *parsedArgs, origin string, a arg, cwds []string, cx cmdCtx) bool {
+func (x *extractor) pipRequirement(p *parsedArgs, origin string, a arg, cwds []string) bool {
 	s := strings.TrimSpace(a.s)
 	// Environment markers (; python_version < "3.9") say when, not where.
 	if i := strings.IndexByte(s, ';'); i >= 0 && !strings.Contains(s[:i], "://") {
@@ -226,14 +227,7 @@ func (x *extractor) pipRequirement(p *parsedArgs, origin string, a arg, cwds []s
 			local, _, _ := strings.Cut(s[strings.Index(s, "://")+3:], "#")
 			return x.localPackage(p, arg{s: local}, cwds)
 		}
-		u := s
-		if isVCS {
-			_, u, _ = strings.Cut(s, "+")
-			if !strings.Contains(scheme, "+") {
-				u = s
-			}
-		}
-		x.url(u, origin)
+		x.url(s, origin) // git+https://host/...: the host, whatever the scheme
 		if isVCS || !strings.HasSuffix(strings.ToLower(strings.SplitN(s, "#", 2)[0]), ".whl") {
 			x.opaque(origin, fmt.Sprintf("%s builds the package from %s: its setup.py or build backend runs", p.label, s), KindExecute)
 		}
@@ -266,7 +260,7 @@ var (
 // module mirror (proxy.golang.org, checked against sum.golang.org): the
 // hosts the command connects to. A GOPROXY, GOPRIVATE, GONOSUMDB or
 // GOFLAGS set on the command line is not understood already (shell.go).
-func (x *extractor) goModule(p *parsedArgs, origin string, a arg, cwds []string, cx cmdCtx) bool {
+func (x *extractor) goModule(p *parsedArgs, origin string, a arg, cwds []string) bool {
 	s := a.s
 	mod, version, versioned := strings.Cut(s, "@")
 	first, _, _ := strings.Cut(mod, "/")

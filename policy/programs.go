@@ -353,7 +353,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			h = hidden
 		}
 		if isPackageRole(v.opt.role) {
-			x.packageArg(p, v.opt.name, v.v, v.opt.role, cwds, cx)
+			x.packageArg(p, v.opt.name, v.v, v.opt.role, cwds)
 			continue
 		}
 		x.roleArg(p.label, v.opt.name, v.v, v.opt.role, false, h, cwds, cx) // the full name: an abbreviation counts
@@ -428,7 +428,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			break
 		}
 		if isPackageRole(roles[i]) {
-			if x.packageArg(p, "", a, roles[i], cwds, cx) {
+			if x.packageArg(p, "", a, roles[i], cwds) {
 				paths++
 			}
 			continue
