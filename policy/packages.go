@@ -183,18 +183,18 @@ func (x *extractor) gitPackage(p *parsedArgs, origin, s string) {
 }
 
 // localPackage records a package installed from a directory or an
-// archive: it is read, a directory with everything below it. Its install
-// scripts (npm) or its setup.py (pip) run from there: code read from
-// those files, as python FILE runs code read from FILE, which the path
-// rules judge.
+// archive: the directory or archive is read (npm links a directory and
+// reads its package.json, pip builds it with its backend). Its install
+// scripts or setup.py run from there: code read from that place, as
+// python FILE runs code read from FILE, which the path rules judge; what
+// that code reads in turn is no more known than what FILE's is.
 func (x *extractor) localPackage(p *parsedArgs, a arg, cwds []string) bool {
-	s := a.s
-	dir := !npmTarball.MatchString(s) && !pipArchive.MatchString(s)
-	return x.argPath(p.label, arg{s: s, glob: a.glob}, KindRead, dir, true, cwds)
+	return x.argPath(p.label, a, KindRead, false, true, cwds)
 }
 
-// pipLocal is a requirement pip reads as a path: it has a path separator
-// or starts with a dot, or names an archive.
+// pipArchive is a file name pip reads as a package archive; a requirement
+// is also a path when it has a path separator, starts with a dot or names
+// an existing file.
 var pipArchive = regexp.MustCompile(`(?i)\.(whl|tar\.gz|tgz|tar\.bz2|tbz|tar\.xz|txz|tar|zip)$`)
 
 // pipRequirement reads a pip requirement (PEP 508, and pip's URLs and
