@@ -16,7 +16,7 @@ import (
 // are code read from there, as python FILE is). A package built from a
 // git repository runs its prepare and install scripts, one from a URL its
 // install scripts (npm, unless --ignore-scripts) or its build backend
-// (pip, but for a wheel): code from the network that no registry served.
+// or its .pth files (pip): code from the network that no registry served.
 // It is opaque: nothing the router can read says what it does, and a
 // rule allowing the package manager, or the host, is not a rule allowing
 // the code of every repository on the host.
@@ -198,10 +198,11 @@ func (x *extractor) localPackage(p *parsedArgs, a arg, cwds []string) bool {
 var pipArchive = regexp.MustCompile(`(?i)\.(whl|tar\.gz|tgz|tar\.bz2|tbz|tar\.xz|txz|tar|zip)$`)
 
 // pipRequirement reads a pip requirement (PEP 508, and pip's URLs and
-// paths): NAME[extras] @ URL is a direct reference to URL; a VCS URL
-// (git+https://) names its host and builds the package from source; a
-// path or an archive is read, and building a source tree or archive runs
-// its setup.py or build backend. A wheel (.whl) runs nothing at install.
+// paths): NAME[extras] @ URL is a direct reference to URL; it and a URL
+// (git+https://, an archive) name their host, and install code no index
+// served (a source tree's setup.py runs at once, a wheel's .pth files at
+// the next start of python): opaque. A path or an archive here is read,
+// as python FILE reads FILE.
 func (x *extractor) pipRequirement(p *parsedArgs, origin string, a arg, cwds []string) bool {
 	s := strings.TrimSpace(a.s)
 	// Environment markers (; python_version < "3.9") say when, not where.
@@ -219,18 +220,12 @@ func (x *extractor) pipRequirement(p *parsedArgs, origin string, a arg, cwds []s
 	}
 	if strings.Contains(s, "://") && schemeURL.MatchString(s) {
 		scheme, _, _ := strings.Cut(strings.ToLower(s), "://")
-		vcs, _, isVCS := strings.Cut(scheme, "+")
-		if !isVCS && (vcs == "git" || vcs == "hg" || vcs == "svn" || vcs == "bzr") {
-			isVCS = true
-		}
 		if scheme == "file" || strings.HasSuffix(scheme, "+file") {
 			local, _, _ := strings.Cut(s[strings.Index(s, "://")+3:], "#")
 			return x.localPackage(p, arg{s: local}, cwds)
 		}
 		x.url(s, origin) // git+https://host/...: the host, whatever the scheme
-		if isVCS || !strings.HasSuffix(strings.ToLower(strings.SplitN(s, "#", 2)[0]), ".whl") {
-			x.opaque(origin, fmt.Sprintf("%s builds the package from %s: its setup.py or build backend runs", p.label, s), KindExecute)
-		}
+		x.opaque(origin, fmt.Sprintf("%s installs the package at %s, which no index served: its build (setup.py) runs, and a wheel's .pth files run at every start of python", p.label, s), KindExecute)
 		return false
 	}
 	if m := scpLike.FindStringSubmatch(strings.TrimPrefix(s, "git+")); m != nil && strings.HasPrefix(s, "git+") {
