@@ -388,5 +388,5 @@ func (c *Cond) mayMatchPathsBelow(it *Item) bool {
 // names every argument) matches the command item: such a rule vouches for
 // arguments the router does not understand.
 func (c *Cond) literalCommand(it *Item) bool {
-	return slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.literal && p.match(it, true) })
+	return slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.literal && p.matchWritten(it) })
 }

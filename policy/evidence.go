@@ -149,7 +149,10 @@ type Item struct {
 	Unshown bool `json:"unshown,omitempty"`
 
 	canon []string // Argv with flag runs normalised, for command patterns
-	kinds kindSet
+	// subArgv is Argv without the options before its subcommands, and
+	// subCanon its canon: a pattern naming a subcommand matches either.
+	subArgv, subCanon []string
+	kinds             kindSet
 }
 
 // String describes the item in one line.
@@ -472,6 +475,9 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	}
 	if it.Type == ItemCommand && it.canon == nil {
 		it.canon = canonArgs(it.Argv, nil)
+		if it.subArgv != nil {
+			it.subCanon = canonArgs(it.subArgv, nil)
+		}
 	}
 	// The same path, command or domain twice is one item.
 	if x.seen == nil {

@@ -115,6 +115,15 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		case s == "-" || s == "/dev/stdin" || strings.HasPrefix(s, "/dev/fd/") || strings.HasPrefix(s, "/proc/self/fd/"):
 			x.opaque(origin, prog+" runs code read from stdin or a pipe", KindExecute)
 			return false
+		case strings.HasPrefix(prog, "deno") && (strings.HasPrefix(s, "npm:") || strings.HasPrefix(s, "jsr:")):
+			// deno run npm:PKG, jsr:@SCOPE/PKG: a package from a registry,
+			// which deno fetches (and runs in its sandbox).
+			host := "jsr.io"
+			if strings.HasPrefix(s, "npm:") {
+				host = "registry.npmjs.org"
+			}
+			x.host(host, origin)
+			return false
 		case strings.Contains(s, "@") && !strings.HasPrefix(s, ".") && !strings.HasPrefix(s, "/"):
 			// go run example.com/tool@v1: code fetched from a module.
 			x.opaque(origin, fmt.Sprintf("%s runs %s, code it downloads", prog, s), KindExecute)

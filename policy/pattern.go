@@ -499,9 +499,22 @@ func compileCommand(s string) (commandPattern, error) {
 	return cp, nil
 }
 
-// match reports whether the command item's argv matches.
+// match reports whether the command item's argv matches, as given or
+// without the options before its subcommands (a pattern naming git's push
+// matches git --no-pager push and git -C dir push: those options' own
+// evidence is extracted all the same).
 func (cp *commandPattern) match(it *Item, strict bool) bool {
-	argv := it.canon
+	return cp.matchArgv(it.canon, it, strict) || it.subCanon != nil && cp.matchArgv(it.subCanon, it, strict)
+}
+
+// matchWritten reports whether the pattern matches the command item's
+// argv as given: only then does it name every word (a literal pattern
+// vouches for the arguments it names, not for options it leaves out).
+func (cp *commandPattern) matchWritten(it *Item) bool {
+	return cp.matchArgv(it.canon, it, true)
+}
+
+func (cp *commandPattern) matchArgv(argv []string, it *Item, strict bool) bool {
 	n, m := len(cp.toks), len(argv)
 	// dp[j]: toks[i:] matches argv[j:], computed for i from n down to 0.
 	var buf [32]bool

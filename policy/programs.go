@@ -38,6 +38,10 @@ type parsedArgs struct {
 	// lost: an unknown option may have taken a value, so the operands'
 	// positions, and so their roles, are not known.
 	lost bool
+	// subAt: the indices in args of the subcommand words (git push,
+	// docker compose ps) found with every word before them understood
+	// (an unknown option may have taken the word as its value).
+	subAt []int
 }
 
 func (p *parsedArgs) fail(format string, a ...any) {
@@ -70,6 +74,10 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			}
 			continue
 		}
+		if i == 0 && sp.toolchain && a.opaque == "" && len(s) > 1 && s[0] == '+' {
+			p.vals = append(p.vals, optVal{key: "+", opt: toolchainOpt, v: arg{s: s[1:]}, has: true})
+			continue
+		}
 		if isOpt && p.spec.digits && isDigits(s[1:]) {
 			p.flags = append(p.flags, "-NUM")
 			continue
@@ -84,6 +92,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				subDone = true
 				if a.opaque == "" {
 					if sub := p.spec.subs[s]; sub != nil {
+						if p.unknown == "" && !p.lost {
+							p.subAt = append(p.subAt, i)
+						}
 						p.spec = sub
 						p.label += " " + s
 						subDone = sub.subs == nil
@@ -193,6 +204,11 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 	return p
 }
 
+// toolchainOpt is rustup's +TOOLCHAIN: the name of an installed
+// toolchain (a path is a toolchain only when linked with rustup
+// toolchain link, which asks).
+var toolchainOpt = &optSpec{name: "+toolchain", role: roleValue}
+
 // value records the value of option o: the attached one, else (unless
 // the value is optional) the next argument, which it consumes.
 func (p *parsedArgs) value(key string, o *optSpec, attached *arg, args []arg, i *int) {
@@ -240,8 +256,48 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	}
 	p := parseArgs(sp, name, args[1:])
 	it.Unknown = p.unknown
+	it.subArgv = subcommandArgv(it.Argv, p.subAt)
+	if p.label == "git push" {
+		it.Flags = appendNew(it.Flags, gitPushRefspecFlags(p.ops)...)
+	}
 	x.add(it, KindExecute)
 	x.applyArgs(p, cx)
+}
+
+// gitPushRefspecFlags returns the flags git push's refspecs stand for: a
+// + before one forces that ref's update as --force does, and an empty
+// source (:main) deletes the ref as --delete does. A rule's flags_any
+// written for the flags sees them (git push origin +main is a force
+// push).
+func gitPushRefspecFlags(ops []arg) []string {
+	var out []string
+	for _, a := range ops {
+		switch {
+		case a.opaque != "":
+		case strings.HasPrefix(a.s, "+"):
+			out = append(out, "--force")
+		case strings.HasPrefix(a.s, ":") && len(a.s) > 1:
+			out = append(out, "--delete")
+		}
+	}
+	return out
+}
+
+// subcommandArgv returns argv without the options that come before its
+// subcommands (git --no-pager push -f is git push -f; docker --context x
+// compose -f a.yml ps is docker compose ps), for command patterns that
+// name a subcommand: every option of a program may come before the
+// subcommand it modifies, and the rule's author names the subcommand.
+// subAt indexes argv[1:]; nil when no option precedes a subcommand.
+func subcommandArgv(argv []string, subAt []int) []string {
+	if len(subAt) == 0 || subAt[len(subAt)-1] == len(subAt)-1 {
+		return nil // nothing before the subcommands
+	}
+	out := []string{argv[0]}
+	for _, i := range subAt {
+		out = append(out, argv[i+1])
+	}
+	return append(out, argv[subAt[len(subAt)-1]+2:]...)
 }
 
 // byShape records the arguments of a program the router does not
@@ -295,6 +351,10 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		h := true
 		if v.opt.role == roleReadDir || v.opt.role == roleWriteDir {
 			h = hidden
+		}
+		if isPackageRole(v.opt.role) {
+			x.packageArg(p, v.opt.name, v.v, v.opt.role, cwds)
+			continue
 		}
 		x.roleArg(p.label, v.opt.name, v.v, v.opt.role, false, h, cwds, cx) // the full name: an abbreviation counts
 	}
@@ -366,6 +426,12 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			inner.origin = cx.origin + " (" + p.label + " runs)"
 			x.argv(p.ops[i:], inner)
 			break
+		}
+		if isPackageRole(roles[i]) {
+			if x.packageArg(p, "", a, roles[i], cwds) {
+				paths++
+			}
+			continue
 		}
 		if x.roleArg(p.label, "", a, roles[i], recursive, hidden, cwds, cx) {
 			paths++

@@ -26,44 +26,48 @@ var specFS embed.FS
 type role uint8
 
 const (
-	roleUnknown    role = iota // not known: by shape, read and written, and the command is Unknown
-	roleFlag                   // an option without a value
-	roleValue                  // a plain value: never a file, host or command
-	roleRead                   // a file the program reads
-	roleWrite                  // a file the program writes (kind edit)
-	roleReadDir                // a file or directory read with everything below it
-	roleWriteDir               // a directory written with everything below it
-	roleChdir                  // a directory the program changes to: later relative paths resolve below it
-	roleCommand                // a command line the program runs (split into words and analysed)
-	roleScript                 // shell code the program runs (parsed)
-	roleCode                   // code in another language (python -c): opaque
-	roleSed                    // a sed script (its w, r, e commands)
-	roleAwk                    // an awk program (system, pipes, redirections)
-	roleGitConfig              // git -c NAME=VALUE
-	roleRevPath                // git REV:PATH object names: the path is read
-	rolePathspec               // git revisions and pathspecs: REV:PATH reads PATH, any other word is a path read
-	roleData                   // curl -d: @FILE reads a file
-	roleForm                   // curl -F: NAME=@FILE or NAME=<FILE reads a file
-	roleURL                    // a URL, or a host name when it has no scheme
-	roleHost                   // [user@]host
-	roleRemote                 // [user@]host:path or a local path (read)
-	roleRemoteDest             // the same, as the destination: written when local
-	roleExec                   // this and every later operand are a command the program runs
-	roleOpaque                 // the program runs something the router cannot see
-	roleArgs                   // arguments of code the program runs: by shape, read and written
-	roleHosts                  // HOST:PORT:HOST2:PORT2 (curl --connect-to, --resolve): every host named
-	roleConfig                 // a file of more options or URLs the router does not read (curl -K, wget -i)
-	roleProgram                // a file of code the program runs (python FILE); - is code from stdin
-	roleLdflags                // go -ldflags: linker flags; -extld and -linkmode name programs
-	rolePlugin                 // pytest -p NAME: loads a plugin (code); -p no:NAME disables one
-	roleJq                     // a jq filter: import and include load files it names
-	roleNameList               // a file (or - for stdin) listing the names of files the program reads
-	roleSocket                 // a local socket the program connects to: the server acts on what it sends (edit)
-	roleSSHOption              // ssh -o KEY=VALUE: a setting of ssh_config(5), some of which run commands
-	rolePythonX                // python -X NAME[=VALUE]: an implementation option, pycache_prefix a directory written
-	roleTypeDest               // TYPE[:DEST] (pytest --cov-report html:DIR): DEST is written, with everything below it
-	roleMakeArg                // a make target or variable definition (NAME=VALUE, NAME:=VALUE, NAME!=COMMAND, ...)
-	roleDateArg                // date's operand: +FORMAT, or the time it sets the system clock to (unknown)
+	roleUnknown        role = iota // not known: by shape, read and written, and the command is Unknown
+	roleFlag                       // an option without a value
+	roleValue                      // a plain value: never a file, host or command
+	roleRead                       // a file the program reads
+	roleWrite                      // a file the program writes (kind edit)
+	roleReadDir                    // a file or directory read with everything below it
+	roleWriteDir                   // a directory written with everything below it
+	roleChdir                      // a directory the program changes to: later relative paths resolve below it
+	roleCommand                    // a command line the program runs (split into words and analysed)
+	roleScript                     // shell code the program runs (parsed)
+	roleCode                       // code in another language (python -c): opaque
+	roleSed                        // a sed script (its w, r, e commands)
+	roleAwk                        // an awk program (system, pipes, redirections)
+	roleGitConfig                  // git -c NAME=VALUE
+	roleRevPath                    // git REV:PATH object names: the path is read
+	rolePathspec                   // git revisions and pathspecs: REV:PATH reads PATH, any other word is a path read
+	roleData                       // curl -d: @FILE reads a file
+	roleForm                       // curl -F: NAME=@FILE or NAME=<FILE reads a file
+	roleURL                        // a URL, or a host name when it has no scheme
+	roleHost                       // [user@]host
+	roleRemote                     // [user@]host:path or a local path (read)
+	roleRemoteDest                 // the same, as the destination: written when local
+	roleExec                       // this and every later operand are a command the program runs
+	roleOpaque                     // the program runs something the router cannot see
+	roleArgs                       // arguments of code the program runs: by shape, read and written
+	roleHosts                      // HOST:PORT:HOST2:PORT2 (curl --connect-to, --resolve): every host named
+	roleConfig                     // a file of more options or URLs the router does not read (curl -K, wget -i)
+	roleProgram                    // a file of code the program runs (python FILE); - is code from stdin
+	roleLdflags                    // go -ldflags: linker flags; -extld and -linkmode name programs
+	rolePlugin                     // pytest -p NAME: loads a plugin (code); -p no:NAME disables one
+	roleJq                         // a jq filter: import and include load files it names
+	roleNameList                   // a file (or - for stdin) listing the names of files the program reads
+	roleSocket                     // a local socket the program connects to: the server acts on what it sends (edit)
+	roleSSHOption                  // ssh -o KEY=VALUE: a setting of ssh_config(5), some of which run commands
+	rolePythonX                    // python -X NAME[=VALUE]: an implementation option, pycache_prefix a directory written
+	roleTypeDest                   // TYPE[:DEST] (pytest --cov-report html:DIR): DEST is written, with everything below it
+	roleMakeArg                    // a make target or variable definition (NAME=VALUE, NAME:=VALUE, NAME!=COMMAND, ...)
+	roleDateArg                    // date's operand: +FORMAT, or the time it sets the system clock to (unknown)
+	roleNpmPackage                 // an npm package spec: a registry name, or a repository, URL or path (packages.go)
+	rolePipRequirement             // a pip requirement: a name, NAME @ URL, a VCS URL or a path (packages.go)
+	roleGoModule                   // go get's and go install's operand: a module path and version, or a local package
+	roleGitSource                  // a repository URL whose code the program builds and runs (cargo install --git)
 )
 
 var roleNames = map[string]role{
@@ -75,7 +79,8 @@ var roleNames = map[string]role{
 	"args": roleArgs, "hosts": roleHosts, "config": roleConfig,
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
 	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX, "type-dest": roleTypeDest, "make-arg": roleMakeArg,
-	"date-arg": roleDateArg,
+	"date-arg": roleDateArg, "npm-package": roleNpmPackage, "pip-requirement": rolePipRequirement, "go-module": roleGoModule,
+	"git-source": roleGitSource,
 }
 
 // optSpec is one option of a program.
@@ -149,6 +154,9 @@ type argSpec struct {
 	handler              string // find, tar, dd: read by code
 	subs                 map[string]*argSpec
 	subOptional          bool // the program also runs without a subcommand (operands then follow operands:)
+	// toolchain: a first argument +NAME picks the toolchain that runs
+	// (rustup's proxies: cargo +nightly build).
+	toolchain bool
 	// modules: python -m MODULE runs MODULE as the program named here
 	// (pytest, pip): the operands are read with that program's spec;
 	// "unknown": its arguments are not understood (timeit, http.server).
@@ -194,7 +202,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree"}
+	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree", "toolchain"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -347,6 +355,8 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			err = v.Decode(&sp.endsOpts)
 		case "modules":
 			err = v.Decode(&sp.modules)
+		case "toolchain":
+			err = v.Decode(&sp.toolchain)
 		case "hidden":
 			sp.hideDots = true
 			err = v.Decode(&sp.hidden)
