@@ -16,6 +16,7 @@ func (x *extractor) argv(args []arg, cx cmdCtx) {
 	if x.full || x.tooDeep(cx) {
 		return
 	}
+	defer x.withWalk(nil)() // a command run by another walks as itself
 	prog := args[0]
 	if prog.opaque != "" || prog.glob {
 		why := "the program " + prog.opaque

@@ -360,15 +360,23 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 				}
 				forms[i] = fs
 			}
-			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: forms[i], Path: forms[i][0]}
+			// A symlink the program does not open is an entry it sees by
+			// its own name: its target is not read (the forms before the
+			// target are the entry's names).
+			follows := !en.Link || it.Walk.Follows(en.Rel, en.TargetDir)
+			ef := forms[i]
+			if !follows {
+				ef = ef[:len(g.forms)]
+			}
+			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: ef, Path: ef[0]}
 			if when.matchItem(ev, e, false) != noMatch && (unless == nil || unless.matchItem(ev, e, true) == noMatch) {
 				found = e.Path
-				if en.Link && en.Target != "" && en.Target != e.Path {
+				if en.Link && follows && en.Target != "" && en.Target != e.Path {
 					found += " -> " + en.Target
 				}
 				return found, "", true
 			}
-			if en.Link && en.TargetDir && cut == "" {
+			if en.Link && en.TargetDir && follows && cut == "" {
 				// A symlink to a directory the walk does not cover: a
 				// command that follows it reads what is there, which is
 				// not known. It matters when the rule could match

@@ -91,7 +91,12 @@
 // apply, so an allow of ${roots}/** allows grep -rn TODO src in a clean
 // project. A walk past its bounds (MaxWalkEntries entries, MaxWalkDepth
 // levels, the router's time bound), through a symlink to a directory
-// outside the tree, or without a Walker asks.
+// outside the tree, or without a Walker asks. What is below is what the
+// program's own walk reaches (Item.Walk, the spec's walk:, issue 27): rg,
+// grep -r, tree, cp -r and tar c open no symlink below their operands
+// (unless -L, -R, -l, -L/-l, -h), so a link there is matched by its own
+// name only; the go command opens a symlink only to a file named like a
+// package file.
 //
 // Closed-world allow (issue 14): ordinary programs are read with their
 // argument spec, data in specs/*.yaml (spec.go loads it, programs.go reads

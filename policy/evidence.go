@@ -109,6 +109,10 @@ type Item struct {
 	// SkipsHidden: the recursive read skips dotfiles (rg and ag by
 	// default), so rules that only match below a hidden name do not apply.
 	SkipsHidden bool `json:"skipsHidden,omitempty"`
+	// Walk: how the program walks the tree below a recursive item (the
+	// names it skips, the symlinks it opens); nil: it reads everything
+	// below, every symlink followed. Shared, never modified.
+	Walk *Walk `json:"walk,omitempty"`
 
 	// Argv is the command as the program receives it, quotes removed;
 	// an argument the router cannot know is shown as written.
@@ -353,6 +357,18 @@ type extractor struct {
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).
 	mcpArgs bool
+	// walk: the walk of the program whose arguments are being recorded
+	// (applyArgs, tar c), given to the recursive reads argPath records;
+	// each command sets its own (argv clears it).
+	walk *Walk
+}
+
+// withWalk makes w the walk of the recursive reads recorded until the
+// returned function restores the previous one.
+func (x *extractor) withWalk(w *Walk) func() {
+	old := x.walk
+	x.walk = w
+	return func() { x.walk = old }
 }
 
 // link is a link a command makes: the absolute, clean path of the link
@@ -490,7 +506,7 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 func sameItem(a, b *Item) bool {
 	return a.Type == b.Type && a.Path == b.Path && len(a.Argv) == len(b.Argv) && a.kinds == b.kinds &&
 		a.Aux == b.Aux && a.Opaque == b.Opaque && a.Unknown == b.Unknown && a.Refused == b.Refused && a.Recursive == b.Recursive &&
-		a.SkipsHidden == b.SkipsHidden && a.Unresolved == b.Unresolved && a.Domain == b.Domain &&
+		a.SkipsHidden == b.SkipsHidden && a.Walk == b.Walk && a.Unresolved == b.Unresolved && a.Domain == b.Domain &&
 		a.DomainInvalid == b.DomainInvalid &&
 		slices.Equal(a.Forms, b.Forms) && slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) &&
 		a.ProgramPath == b.ProgramPath && a.Program == b.Program
@@ -1178,7 +1194,9 @@ func covers(a, b *Item) bool {
 	}
 	switch a.Type {
 	case ItemPath:
+		// A walk that skips or does not follow covers only the same walk.
 		return a.Unresolved == b.Unresolved && (a.Recursive || !b.Recursive) &&
+			(!b.Recursive || a.Walk == nil || a.Walk == b.Walk) &&
 			!slices.ContainsFunc(b.Forms, func(f string) bool { return !slices.Contains(a.Forms, f) })
 	case ItemCommand:
 		return slices.Equal(a.Argv, b.Argv) && a.ProgramPath == b.ProgramPath &&

@@ -337,9 +337,19 @@ func (x *extractor) argPath(prog string, a arg, kind Kind, recursive, hidden boo
 	}
 	before := len(x.ev.Items)
 	x.path(a.s, a.glob, kind, recursive, "argument of "+prog, cwds, more...)
-	if recursive && !hidden {
-		for i := before; i < len(x.ev.Items); i++ {
+	// What the program's walk reaches is what it reads (issue 27); a
+	// write below the directory goes through whatever is there, and a
+	// path find hands to -exec is read by that command as it reads it.
+	walk := x.walk
+	if a.below || kind != KindRead || len(more) > 0 {
+		walk = nil
+	}
+	for i := before; recursive && i < len(x.ev.Items); i++ {
+		if !hidden {
 			x.ev.Items[i].SkipsHidden = true
+		}
+		if x.ev.Items[i].Recursive {
+			x.ev.Items[i].Walk = walk
 		}
 	}
 	return true
@@ -527,6 +537,9 @@ var tarOptions = map[string]role{
 // (the archive names the files), anywhere with -P. Options tar does not
 // have, and -I, --to-command and the like with a program that is not
 // understood, make the arguments unknown.
+// tarWalk is tar c's walk: every name, no symlink opened.
+var tarWalk = &Walk{Links: "none"}
+
 func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 	cwds := x.cwdsFor(cx)
 	mode := byte(0)
@@ -662,9 +675,17 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 		if flags.any("--remove-files") {
 			r = roleWriteDir
 		}
+		// tar stores a symlink below its operands as a link (its target
+		// is a name in the archive, not read) unless -h dereferences it.
+		w := tarWalk
+		if flags.any("-h", "--dereference") {
+			w = nil
+		}
+		restore := x.withWalk(w)
 		for _, a := range ops {
 			x.roleArg(label, "", a, r, false, true, base, cx)
 		}
+		restore()
 	case 'x':
 		if !flags.any("-O", "--to-stdout") {
 			// What the archive holds, symlinks included, is not known.

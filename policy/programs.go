@@ -255,6 +255,9 @@ func (x *extractor) byShape(prog string, args []arg, cwds []string) {
 // applyArgs records the evidence of a parsed command line.
 func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	sp := p.spec
+	if !p.lost {
+		defer x.withWalk(sp.walkFor(p.flags))()
+	}
 	cwds := x.cwdsFor(cx)
 	// Options that change the directory apply to every later path
 	// (git -C a -C b is a/b).
