@@ -119,9 +119,15 @@ type Item struct {
 	Argv []string `json:"argv,omitempty"`
 	// Program is the basename of argv[0] ("" when the program is computed
 	// at run time); ProgramPath is argv[0] as written, cleaned.
-	Program     string   `json:"program,omitempty"`
-	ProgramPath string   `json:"programPath,omitempty"`
-	Flags       []string `json:"flags,omitempty"`
+	Program     string `json:"program,omitempty"`
+	ProgramPath string `json:"programPath,omitempty"`
+	// ProgramForms: for a program written with a /, the file the shell
+	// runs: the path joined to each directory the command may run in,
+	// cleaned, and with its symlinks resolved; empty when the directory
+	// is not known. A command pattern whose program has a / is matched
+	// against them (matchProgram).
+	ProgramForms []string `json:"programForms,omitempty"`
+	Flags        []string `json:"flags,omitempty"`
 	// Env are the names of the variables the command line sets for the
 	// command (VAR=x prefixes, env wrappers, terminal/create env).
 	Env []string `json:"env,omitempty"`
@@ -154,6 +160,12 @@ type Item struct {
 
 	canon []string // Argv with flag runs normalised, for command patterns
 	kinds kindSet
+	// shapeOf, for a path read by shape from the arguments of a program
+	// without a spec: 1 + the index of its command item, whose argv is
+	// shapeKey (checked, so that a copy of the evidence with items left
+	// out never names another command). See vouchedShape.
+	shapeOf  int32
+	shapeKey string
 }
 
 // String describes the item in one line.
@@ -357,6 +369,13 @@ type extractor struct {
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).
 	mcpArgs bool
+	// shape: while the arguments of a program without a spec are read by
+	// shape, 1 + the index of its command item and that item's argv
+	// (Item.shapeOf); lastAdded: the index of the item add last added or
+	// found already there, -1 when none.
+	shapeOf   int32
+	shapeKey  string
+	lastAdded int
 	// walk: the walk of the program whose arguments are being recorded
 	// (applyArgs, tar c), given to the recursive reads argPath records;
 	// each command sets its own (argv clears it).
@@ -454,6 +473,7 @@ func (x *extractor) forms(p string) []string {
 
 // add appends an item with the given kinds.
 func (x *extractor) add(it Item, kinds ...Kind) {
+	x.lastAdded = -1
 	if x.full {
 		return
 	}
@@ -489,6 +509,9 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	if it.Type == ItemCommand && it.canon == nil {
 		it.canon = canonArgs(it.Argv, nil)
 	}
+	if it.Type == ItemPath && x.shapeOf > 0 {
+		it.shapeOf, it.shapeKey = x.shapeOf, x.shapeKey
+	}
 	// The same path, command or domain twice is one item.
 	if x.seen == nil {
 		x.seen = map[itemKey][]int32{}
@@ -496,11 +519,19 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	key := itemKey{it.Type, it.kinds, len(it.Argv), it.Path, it.Domain}
 	for _, i := range x.seen[key] {
 		if sameItem(&x.ev.Items[i], &it) {
+			x.lastAdded = int(i)
 			return
 		}
 	}
 	x.seen[key] = append(x.seen[key], int32(len(x.ev.Items)))
+	x.lastAdded = len(x.ev.Items)
 	x.ev.Items = append(x.ev.Items, it)
+}
+
+// shapeKey identifies a command item for the paths read by shape from its
+// arguments.
+func shapeKey(it *Item) string {
+	return it.ProgramPath + "\x00" + strings.Join(it.Argv, "\x00")
 }
 
 func sameItem(a, b *Item) bool {
@@ -509,7 +540,8 @@ func sameItem(a, b *Item) bool {
 		a.SkipsHidden == b.SkipsHidden && a.Walk == b.Walk && a.Unresolved == b.Unresolved && a.Domain == b.Domain &&
 		a.DomainInvalid == b.DomainInvalid &&
 		slices.Equal(a.Forms, b.Forms) && slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) &&
-		a.ProgramPath == b.ProgramPath && a.Program == b.Program
+		a.ProgramPath == b.ProgramPath && a.Program == b.Program && slices.Equal(a.ProgramForms, b.ProgramForms) &&
+		a.shapeOf == b.shapeOf && a.shapeKey == b.shapeKey
 }
 
 // refuse records a request the router refuses outright.

@@ -266,16 +266,72 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return x.argPath(prog, dirOfPattern(a), KindEdit, true, hidden, cwds)
 	}
 	// roleUnknown: by shape, and it may be read or written. A value after
-	// = (--file=x, make VAR=x) is one too.
+	// = (--file=x, make VAR=x) is one too, and so is each piece of a list
+	// the program may split (docker's --secret id=x,src=PATH, a
+	// HOST:CONTAINER volume, an @FILE): a deny rule sees every path an
+	// argument may name, whoever vouches for the program (issue 27).
 	if opt == "" {
-		if _, v, ok := strings.Cut(s, "="); ok && looksLikePath(v) {
-			x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds, KindEdit)
+		pieces, sides := shapePieces(s)
+		for _, v := range pieces {
+			if looksLikePath(v) || x.exists(v, cwds) {
+				x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds, KindEdit)
+			}
+		}
+		// Each side of a : is a file the program may read when it exists
+		// (HOST:CONTAINER: the other side is not a path here).
+		for _, v := range sides {
+			if path.IsAbs(v) && x.fs != nil {
+				if ok, _ := x.fs.Stat(v); ok {
+					x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds)
+				}
+			} else if x.exists(v, cwds) {
+				x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds)
+			}
 		}
 	}
 	if looksLikePath(s) || a.glob || a.below || x.exists(s, cwds) {
 		return x.argPath(prog, a, KindRead, recursive, hidden, cwds, KindEdit)
 	}
 	return false
+}
+
+// maxShapePieces bounds the pieces one argument is split into.
+const maxShapePieces = 32
+
+// shapePieces returns the parts of an argument a program may read or
+// write as a path of its own, other than the whole: the value after its
+// first =, each item of a comma-separated list and its value after =,
+// without a leading @; and sides, each side of a : in them (not in a URL).
+func shapePieces(s string) (pieces, sides []string) {
+	add := func(out []string, v string) []string {
+		if v != "" && v != s && len(out) < maxShapePieces && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+		return out
+	}
+	var cands []string
+	if _, v, ok := strings.Cut(s, "="); ok {
+		cands = append(cands, v)
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		cands = append(cands, part)
+		if _, v, ok := strings.Cut(part, "="); ok {
+			cands = append(cands, v)
+		}
+		if len(cands) > maxShapePieces {
+			break
+		}
+	}
+	for _, c := range cands {
+		c = strings.TrimPrefix(c, "@")
+		pieces = add(pieces, c)
+		if strings.Contains(c, ":") && !strings.Contains(c, "://") {
+			for side := range strings.SplitSeq(c, ":") {
+				sides = add(sides, strings.TrimPrefix(side, "@"))
+			}
+		}
+	}
+	return pieces, sides
 }
 
 // dirOfPattern turns a Go package pattern with ... (./..., ./cmd/...,

@@ -452,6 +452,27 @@ type cmdToken struct {
 	kind  tokKind
 	p     textPattern
 	slash bool // a program token with a /: matched against the path as written
+	// path: a program token with a /, as the path of the program run
+	// (compileProgramPath): matched against Item.ProgramForms.
+	path *pathPattern
+}
+
+// compileProgramPath compiles a program pattern with a / (./x, tools/x,
+// /abs/x, ~/bin/x, ${roots}/x, **/x) as the path of the program the shell
+// runs (issue 27): one written from the session's directory (./ or a bare
+// dir/) is below ${cwd}, as the README's ./scripts/release.sh means.
+func compileProgramPath(w string) (*pathPattern, error) {
+	s := w
+	switch {
+	case strings.HasPrefix(s, "/"), strings.HasPrefix(s, "~"), strings.HasPrefix(s, "${"), strings.HasPrefix(s, "**"):
+	default:
+		s = "${cwd}/" + strings.TrimPrefix(s, "./")
+	}
+	pp, err := compilePath(s)
+	if err != nil {
+		return nil, fmt.Errorf("program %q: write it from the session's directory (./x, tools/x), absolute, or from ~, ${roots} or ${home}, without . or .. after its start: %w", w, err)
+	}
+	return &pp, nil
 }
 
 // commandPattern is a whitespace-separated list of tokens matched against
@@ -493,14 +514,20 @@ func compileCommand(s string) (commandPattern, error) {
 			if err != nil {
 				return cp, err
 			}
-			cp.toks = append(cp.toks, cmdToken{p: p, slash: i == 0 && strings.Contains(w, "/")})
+			t := cmdToken{p: p, slash: i == 0 && strings.Contains(w, "/")}
+			if t.slash {
+				if t.path, err = compileProgramPath(w); err != nil {
+					return cp, err
+				}
+			}
+			cp.toks = append(cp.toks, t)
 		}
 	}
 	return cp, nil
 }
 
 // match reports whether the command item's argv matches.
-func (cp *commandPattern) match(it *Item, strict bool) bool {
+func (cp *commandPattern) match(it *Item, v *vars, strict bool) bool {
 	argv := it.canon
 	n, m := len(cp.toks), len(argv)
 	// dp[j]: toks[i:] matches argv[j:], computed for i from n down to 0.
@@ -522,7 +549,7 @@ func (cp *commandPattern) match(it *Item, strict bool) bool {
 			case j == m:
 				dp[j] = false
 			default:
-				dp[j] = next[j+1] && tokenMatch(t, argv[j], j == 0, it, strict)
+				dp[j] = next[j+1] && tokenMatch(t, argv[j], j == 0, it, v, strict)
 			}
 		}
 		dp, next = next, dp
@@ -530,28 +557,37 @@ func (cp *commandPattern) match(it *Item, strict bool) bool {
 	return next[0]
 }
 
-func tokenMatch(t *cmdToken, arg string, first bool, it *Item, strict bool) bool {
+func tokenMatch(t *cmdToken, arg string, first bool, it *Item, v *vars, strict bool) bool {
 	if t.kind == tokOne {
 		return !first || it.Program != "" || !strict
 	}
 	if first {
-		return matchProgram(&t.p, t.slash, it, strict)
+		return matchProgram(t, it, v, strict)
 	}
 	return t.p.match(arg)
 }
 
 // matchProgram matches a program pattern against the item's argv[0]. A
-// pattern with a / is compared with the program as written (cleaned). A
-// pattern without one matches the basename, so /tmp/git and \git are git;
-// for an allow (strict) the program must also be written without a path,
-// so that allowing "git" never allows some other file named git.
-func matchProgram(p *textPattern, slash bool, it *Item, strict bool) bool {
+// pattern with a / names the file run (issue 27): it matches the
+// program's path joined to the directory the command runs in, cleaned and
+// with its symlinks resolved (Item.ProgramForms) — every form for an
+// allow (strict), so that ./tools/../scripts/x or a symlink out of tools/
+// is not ./tools/x, and a program the shell finds on PATH (written
+// without a /) is never one; any form, or the path as written, for a deny
+// or ask. A pattern without a / matches the basename, so /tmp/git and
+// \git are git; for an allow the program must also be written without a
+// path, so that allowing "git" never allows some other file named git.
+func matchProgram(t *cmdToken, it *Item, v *vars, strict bool) bool {
 	if it.Program == "" {
 		return false // unknown program
 	}
-	if slash {
-		return p.match(it.ProgramPath)
+	if t.slash {
+		if strict {
+			return len(it.ProgramForms) > 0 && v != nil && !slices.ContainsFunc(it.ProgramForms, func(f string) bool { return !t.path.match(f, v) })
+		}
+		return t.p.match(it.ProgramPath) || v != nil && slices.ContainsFunc(it.ProgramForms, func(f string) bool { return t.path.match(f, v) })
 	}
+	p := &t.p
 	if strict && strings.Contains(it.ProgramPath, "/") {
 		return false
 	}

@@ -220,6 +220,14 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	case sp == nil:
 		it.Unknown = "no argument spec for " + name + ": its arguments are not understood"
 		x.add(it, KindExecute)
+		if x.lastAdded >= 0 {
+			// A rule that vouches for its arguments may allow these
+			// paths as reads (vouchedShape).
+			c := &x.ev.Items[x.lastAdded]
+			oldOf, oldKey := x.shapeOf, x.shapeKey
+			x.shapeOf, x.shapeKey = int32(x.lastAdded+1), shapeKey(c)
+			defer func() { x.shapeOf, x.shapeKey = oldOf, oldKey }()
+		}
 		x.byShape(name, args[1:], x.cwdsFor(cx))
 		return
 	case sp.values:
