@@ -107,6 +107,8 @@ func (x *extractor) programForms(p string, cwds []string) ([]string, error) {
 			}
 		}
 	}
+	// A link an earlier command of the line made (cp -s, ln) leads on.
+	fulls = x.throughLinks(fulls)
 	out := slices.Clone(fulls)
 	for _, f := range fulls {
 		if x.fs == nil {
