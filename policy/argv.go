@@ -16,6 +16,7 @@ func (x *extractor) argv(args []arg, cx cmdCtx) {
 	if x.full || x.tooDeep(cx) {
 		return
 	}
+	defer x.withWalk(nil)() // a command run by another walks as itself
 	prog := args[0]
 	if prog.opaque != "" || prog.glob {
 		why := "the program " + prog.opaque
@@ -81,10 +82,47 @@ func (x *extractor) commandItem(args []arg, cx cmdCtx) Item {
 			it.ProgramPath = "./" + it.ProgramPath
 		}
 	}
+	if strings.Contains(it.ProgramPath, "/") && args[0].opaque == "" && !cx.cwdUnknown {
+		var err error
+		if it.ProgramForms, err = x.programForms(args[0].s, cx.cwds); err != nil && it.Opaque == "" {
+			it.Opaque = "the program's path cannot be resolved: " + err.Error()
+		}
+	}
 	it.Program = programName(args[0].s)
 	it.Flags = flagsOf(known)
 	it.Unknown = cx.envUnknown
 	return it
+}
+
+// programForms returns the files the shell runs for the program word p
+// (with a /) in each of cwds: cleaned, and with its symlinks resolved.
+func (x *extractor) programForms(p string, cwds []string) ([]string, error) {
+	var fulls []string
+	if path.IsAbs(p) {
+		fulls = []string{path.Clean(p)}
+	} else {
+		for _, d := range cwds {
+			if path.IsAbs(d) {
+				fulls = append(fulls, path.Join(d, p))
+			}
+		}
+	}
+	// A link an earlier command of the line made (cp -s, ln) leads on.
+	fulls = x.throughLinks(fulls)
+	out := slices.Clone(fulls)
+	for _, f := range fulls {
+		if x.fs == nil {
+			continue
+		}
+		r, err := x.fs.Resolve(f)
+		if err != nil {
+			return out, err
+		}
+		if r = path.Clean(r); !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // opaqueBuiltins run code the router cannot see at the time it decides.

@@ -90,7 +90,13 @@ func (c *Cond) add(key, s string) error {
 		if err != nil {
 			return err
 		}
-		c.programs = append(c.programs, cmdToken{p: p, slash: strings.Contains(s, "/")})
+		t := cmdToken{p: p, slash: strings.Contains(s, "/")}
+		if t.slash {
+			if t.path, err = compileProgramPath(s); err != nil {
+				return err
+			}
+		}
+		c.programs = append(c.programs, t)
 	case "flags_any":
 		switch {
 		case len(s) == 2 && s[0] == '-' && s[1] != '-':
@@ -311,10 +317,10 @@ func (c *Cond) matchItem(ev *Evidence, it *Item, strict bool) matchResult {
 		if it.Type != ItemCommand {
 			return noMatch
 		}
-		if c.commands != nil && !slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.match(it, strict) }) {
+		if c.commands != nil && !slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.match(it, &ev.vars, strict) }) {
 			return noMatch
 		}
-		if c.programs != nil && !slices.ContainsFunc(c.programs, func(t cmdToken) bool { return matchProgram(&t.p, t.slash, it, strict) }) {
+		if c.programs != nil && !slices.ContainsFunc(c.programs, func(t cmdToken) bool { return matchProgram(&t, it, &ev.vars, strict) }) {
 			return noMatch
 		}
 		if c.flags != nil && !slices.ContainsFunc(it.Flags, func(f string) bool {
@@ -387,6 +393,6 @@ func (c *Cond) mayMatchPathsBelow(it *Item) bool {
 // literalCommand reports whether a literal command pattern of c (one that
 // names every argument) matches the command item: such a rule vouches for
 // arguments the router does not understand.
-func (c *Cond) literalCommand(it *Item) bool {
-	return slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.literal && p.matchWritten(it) })
+func (c *Cond) literalCommand(ev *Evidence, it *Item) bool {
+	return slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.literal && p.matchWritten(it, &ev.vars) })
 }

@@ -45,6 +45,10 @@ type Finding struct {
 	Matches []Match `json:"matches,omitempty"`
 	// Excepted are the rules that matched but whose unless spared the item.
 	Excepted []string `json:"excepted,omitempty"`
+	// vouched: the item is a command an allow rule allowed although its
+	// arguments are not understood, because the rule vouches for them
+	// (arguments: any, or a literal pattern).
+	vouched bool
 	// Walked is, for a recursive item, how many entries below it were
 	// looked at to decide the rules that could match something there
 	// (Walker); 0 when none was walked.
@@ -139,6 +143,11 @@ func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
 	best := -1
 	for i := range ev.Items {
 		f := p.decideItem(ev, &ev.Items[i], sc)
+		if it := &ev.Items[i]; it.shapeOf > 0 && f.Source == SourceDefault && f.Effect != Allow {
+			if g, ok := p.vouchedShape(ev, i, d.Findings[:i], sc); ok {
+				f = g
+			}
+		}
 		if mode.Denied && f.Effect == Allow {
 			f.Effect, f.Rule, f.Layer, f.Source = Ask, mode.Rule, mode.Layer, SourceBuiltin
 			f.Message = "the agent is in mode " + ev.Mode + ", which the policy does not allow: " + mode.Why()
@@ -155,6 +164,37 @@ func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
 	f := &d.Findings[best]
 	d.Effect, d.Rule, d.Layer, d.Source, d.Message = f.Effect, f.Rule, f.Layer, f.Source, f.Message
 	return d
+}
+
+// vouchedShape decides the path ev.Items[i], read by shape from the
+// arguments of a program without a spec (a path-like word: the program may
+// read or write it), when the rule that allowed the program vouches for its
+// arguments (arguments: any, or a literal pattern): for the allow rules it
+// is then a read (issue 27). The rule vouches for what the program does
+// with its arguments, not for where they are: the path must still be one
+// the policy lets the agent read. Only a path that no rule matched as
+// read and written gets here, so every deny and ask rule saw it as both
+// (./tools/x.sh ~/.aws/credentials is denied by a deny on the file, a path
+// outside the roots by a deny on writes there); an edit a redirection or a
+// known writer (tee, cp) makes is an item of its own.
+func (p *Policy) vouchedShape(ev *Evidence, i int, found []Finding, sc *scratch) (Finding, bool) {
+	it := &ev.Items[i]
+	c := int(it.shapeOf) - 1
+	if c < 0 || c >= len(found) {
+		return Finding{}, false
+	}
+	cmd := &ev.Items[c]
+	if cmd.Type != ItemCommand || shapeKey(cmd) != it.shapeKey || !found[c].vouched || found[c].Effect != Allow {
+		return Finding{}, false
+	}
+	read := *it
+	read.Kinds, read.kinds = []Kind{KindRead}, kindBit(KindRead)
+	g := p.decideItem(ev, &read, sc)
+	if g.Effect != Allow {
+		return Finding{}, false
+	}
+	g.Item = it
+	return g, true
 }
 
 // decideItem finds every rule that fires on it and picks the most severe.
@@ -190,7 +230,7 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 		if strict && (it.Opaque != "" || it.Aux) {
 			continue // nothing allows what cannot be seen; aux items need no allow
 		}
-		if strict && it.Unknown != "" && !r.AnyArgs && !r.When.literalCommand(it) {
+		if strict && it.Unknown != "" && !r.AnyArgs && !r.When.literalCommand(ev, it) {
 			continue // closed-world allow: the rule did not vouch for the arguments
 		}
 		if !cachedRequest(r.When, ev, strict, &sc.reqW[ri]) {
@@ -266,6 +306,7 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 	case bestRule >= 0:
 		r := p.rules[bestRule]
 		f.Effect, f.Rule, f.Layer, f.Source, f.Message = bestEff, r.ID, r.Layer, SourceRule, r.Message
+		f.vouched = bestEff == Allow && it.Type == ItemCommand && it.Unknown != "" && (r.AnyArgs || r.When.literalCommand(ev, it))
 	case it.Aux:
 		// An auxiliary item only makes a decision stricter.
 	case it.Opaque != "" && p.dflt <= Ask:
@@ -360,15 +401,23 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 				}
 				forms[i] = fs
 			}
-			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: forms[i], Path: forms[i][0]}
+			// A symlink the program does not open is an entry it sees by
+			// its own name: its target is not read (the forms before the
+			// target are the entry's names).
+			follows := !en.Link || it.Walk.Follows(en.Rel, en.TargetDir)
+			ef := forms[i]
+			if !follows {
+				ef = ef[:len(g.forms)]
+			}
+			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: ef, Path: ef[0]}
 			if when.matchItem(ev, e, false) != noMatch && (unless == nil || unless.matchItem(ev, e, true) == noMatch) {
 				found = e.Path
-				if en.Link && en.Target != "" && en.Target != e.Path {
+				if en.Link && follows && en.Target != "" && en.Target != e.Path {
 					found += " -> " + en.Target
 				}
 				return found, "", true
 			}
-			if en.Link && en.TargetDir && cut == "" {
+			if en.Link && en.TargetDir && follows && cut == "" {
 				// A symlink to a directory the walk does not cover: a
 				// command that follows it reads what is there, which is
 				// not known. It matters when the rule could match

@@ -91,7 +91,12 @@
 // apply, so an allow of ${roots}/** allows grep -rn TODO src in a clean
 // project. A walk past its bounds (MaxWalkEntries entries, MaxWalkDepth
 // levels, the router's time bound), through a symlink to a directory
-// outside the tree, or without a Walker asks.
+// outside the tree, or without a Walker asks. What is below is what the
+// program's own walk reaches (Item.Walk, the spec's walk:, issue 27): rg,
+// grep -r, tree, cp -r and tar c open no symlink below their operands
+// (unless -L, -R, -l, -L/-l, -h), so a link there is matched by its own
+// name only; the go command opens a symlink only to a file named like a
+// package file.
 //
 // Closed-world allow (issue 14): ordinary programs are read with their
 // argument spec, data in specs/*.yaml (spec.go loads it, programs.go reads
@@ -101,7 +106,19 @@
 // or awk script the lexer cannot follow make the arguments not understood
 // (Item.Unknown): an allow rule covers such an item only with arguments:
 // any or a literal command pattern (no wildcard) that matches it; else
-// it asks (RuleUnknownArguments). Commands a program runs on the side
+// it asks (RuleUnknownArguments). A program without a spec that such a
+// rule allows has its path-like arguments (and each piece of one a
+// program may split: KEY=PATH, a comma list, HOST:CONTAINER, @FILE) read
+// by shape: deny and ask rules see each read and written, and for the
+// allow rules each is then a read (vouchedShape, issue 27): the rule
+// vouches for what the program does with them, not for where they are.
+// A command pattern or program: entry whose program has a / (./x,
+// tools/x, /abs/x, ~/bin/x, ${roots}/x) names the file the shell runs
+// (matchProgram): a relative one is below ${cwd}, and it matches the
+// program joined to the command's directory, cleaned and with its
+// symlinks resolved (every form for an allow: not ./tools/../x, not a
+// symlink out of tools/, never a program found on PATH).
+// Commands a program runs on the side
 // (git -c core.pager, --upload-pack, go -toolexec, GIT_SSH_COMMAND,
 // PAGER) are analysed as commands of their own and make the program not
 // understood unless they only pass data through (cat, less); variables

@@ -109,15 +109,25 @@ type Item struct {
 	// SkipsHidden: the recursive read skips dotfiles (rg and ag by
 	// default), so rules that only match below a hidden name do not apply.
 	SkipsHidden bool `json:"skipsHidden,omitempty"`
+	// Walk: how the program walks the tree below a recursive item (the
+	// names it skips, the symlinks it opens); nil: it reads everything
+	// below, every symlink followed. Shared, never modified.
+	Walk *Walk `json:"walk,omitempty"`
 
 	// Argv is the command as the program receives it, quotes removed;
 	// an argument the router cannot know is shown as written.
 	Argv []string `json:"argv,omitempty"`
 	// Program is the basename of argv[0] ("" when the program is computed
 	// at run time); ProgramPath is argv[0] as written, cleaned.
-	Program     string   `json:"program,omitempty"`
-	ProgramPath string   `json:"programPath,omitempty"`
-	Flags       []string `json:"flags,omitempty"`
+	Program     string `json:"program,omitempty"`
+	ProgramPath string `json:"programPath,omitempty"`
+	// ProgramForms: for a program written with a /, the file the shell
+	// runs: the path joined to each directory the command may run in,
+	// cleaned, and with its symlinks resolved; empty when the directory
+	// is not known. A command pattern whose program has a / is matched
+	// against them (matchProgram).
+	ProgramForms []string `json:"programForms,omitempty"`
+	Flags        []string `json:"flags,omitempty"`
 	// Env are the names of the variables the command line sets for the
 	// command (VAR=x prefixes, env wrappers, terminal/create env).
 	Env []string `json:"env,omitempty"`
@@ -153,6 +163,12 @@ type Item struct {
 	// subCanon its canon: a pattern naming a subcommand matches either.
 	subArgv, subCanon []string
 	kinds             kindSet
+	// shapeOf, for a path read by shape from the arguments of a program
+	// without a spec: 1 + the index of its command item, whose argv is
+	// shapeKey (checked, so that a copy of the evidence with items left
+	// out never names another command). See vouchedShape.
+	shapeOf  int32
+	shapeKey string
 }
 
 // String describes the item in one line.
@@ -356,6 +372,25 @@ type extractor struct {
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).
 	mcpArgs bool
+	// shape: while the arguments of a program without a spec are read by
+	// shape, 1 + the index of its command item and that item's argv
+	// (Item.shapeOf); lastAdded: the index of the item add last added or
+	// found already there, -1 when none.
+	shapeOf   int32
+	shapeKey  string
+	lastAdded int
+	// walk: the walk of the program whose arguments are being recorded
+	// (applyArgs, tar c), given to the recursive reads argPath records;
+	// each command sets its own (argv clears it).
+	walk *Walk
+}
+
+// withWalk makes w the walk of the recursive reads recorded until the
+// returned function restores the previous one.
+func (x *extractor) withWalk(w *Walk) func() {
+	old := x.walk
+	x.walk = w
+	return func() { x.walk = old }
 }
 
 // link is a link a command makes: the absolute, clean path of the link
@@ -441,6 +476,7 @@ func (x *extractor) forms(p string) []string {
 
 // add appends an item with the given kinds.
 func (x *extractor) add(it Item, kinds ...Kind) {
+	x.lastAdded = -1
 	if x.full {
 		return
 	}
@@ -479,6 +515,9 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 			it.subCanon = canonArgs(it.subArgv, nil)
 		}
 	}
+	if it.Type == ItemPath && x.shapeOf > 0 {
+		it.shapeOf, it.shapeKey = x.shapeOf, x.shapeKey
+	}
 	// The same path, command or domain twice is one item.
 	if x.seen == nil {
 		x.seen = map[itemKey][]int32{}
@@ -486,20 +525,29 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	key := itemKey{it.Type, it.kinds, len(it.Argv), it.Path, it.Domain}
 	for _, i := range x.seen[key] {
 		if sameItem(&x.ev.Items[i], &it) {
+			x.lastAdded = int(i)
 			return
 		}
 	}
 	x.seen[key] = append(x.seen[key], int32(len(x.ev.Items)))
+	x.lastAdded = len(x.ev.Items)
 	x.ev.Items = append(x.ev.Items, it)
+}
+
+// shapeKey identifies a command item for the paths read by shape from its
+// arguments.
+func shapeKey(it *Item) string {
+	return it.ProgramPath + "\x00" + strings.Join(it.Argv, "\x00")
 }
 
 func sameItem(a, b *Item) bool {
 	return a.Type == b.Type && a.Path == b.Path && len(a.Argv) == len(b.Argv) && a.kinds == b.kinds &&
 		a.Aux == b.Aux && a.Opaque == b.Opaque && a.Unknown == b.Unknown && a.Refused == b.Refused && a.Recursive == b.Recursive &&
-		a.SkipsHidden == b.SkipsHidden && a.Unresolved == b.Unresolved && a.Domain == b.Domain &&
+		a.SkipsHidden == b.SkipsHidden && a.Walk == b.Walk && a.Unresolved == b.Unresolved && a.Domain == b.Domain &&
 		a.DomainInvalid == b.DomainInvalid &&
 		slices.Equal(a.Forms, b.Forms) && slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) &&
-		a.ProgramPath == b.ProgramPath && a.Program == b.Program
+		a.ProgramPath == b.ProgramPath && a.Program == b.Program && slices.Equal(a.ProgramForms, b.ProgramForms) &&
+		a.shapeOf == b.shapeOf && a.shapeKey == b.shapeKey
 }
 
 // refuse records a request the router refuses outright.
@@ -1184,7 +1232,9 @@ func covers(a, b *Item) bool {
 	}
 	switch a.Type {
 	case ItemPath:
+		// A walk that skips or does not follow covers only the same walk.
 		return a.Unresolved == b.Unresolved && (a.Recursive || !b.Recursive) &&
+			(!b.Recursive || a.Walk == nil || a.Walk == b.Walk) &&
 			!slices.ContainsFunc(b.Forms, func(f string) bool { return !slices.Contains(a.Forms, f) })
 	case ItemCommand:
 		return slices.Equal(a.Argv, b.Argv) && a.ProgramPath == b.ProgramPath &&

@@ -51,6 +51,13 @@ func Explain(d *Decision) string {
 		}
 		if it.Recursive {
 			notes = append(notes, "recursive")
+			switch {
+			case it.Walk == nil:
+			case it.Walk.Links == "none":
+				notes = append(notes, "opens no symlink below it")
+			case it.Walk.Links == "files":
+				notes = append(notes, "opens a symlink below it only to a file named "+strings.Join(it.Walk.Open, " "))
+			}
 		}
 		eff := f.Effect.String()
 		if f.Effect == None {

@@ -178,8 +178,11 @@ func FuzzMatch(f *testing.F) {
 			args := strings.Fields(subject)
 			if len(args) > 0 {
 				it := Item{Type: ItemCommand, Argv: args, Program: programName(args[0]), ProgramPath: args[0]}
+				if strings.Contains(args[0], "/") {
+					it.ProgramForms = []string{path.Join(TestCwd, args[0]), path.Join("/", args[0])}
+				}
 				it.canon = canonArgs(args, nil)
-				if cp.match(&it, true) && !cp.match(&it, false) {
+				if cp.match(&it, v, true) && !cp.match(&it, v, false) {
 					t.Fatalf("%q matches %q strictly but not loosely", pattern, subject)
 				}
 			}

@@ -275,16 +275,72 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		return x.argPath(prog, dirOfPattern(a), KindEdit, true, hidden, cwds)
 	}
 	// roleUnknown: by shape, and it may be read or written. A value after
-	// = (--file=x, make VAR=x) is one too.
+	// = (--file=x, make VAR=x) is one too, and so is each piece of a list
+	// the program may split (docker's --secret id=x,src=PATH, a
+	// HOST:CONTAINER volume, an @FILE): a deny rule sees every path an
+	// argument may name, whoever vouches for the program (issue 27).
 	if opt == "" {
-		if _, v, ok := strings.Cut(s, "="); ok && looksLikePath(v) {
-			x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds, KindEdit)
+		pieces, sides := shapePieces(s)
+		for _, v := range pieces {
+			if looksLikePath(v) || x.exists(v, cwds) {
+				x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds, KindEdit)
+			}
+		}
+		// Each side of a : is a file the program may read when it exists
+		// (HOST:CONTAINER: the other side is not a path here).
+		for _, v := range sides {
+			if path.IsAbs(v) && x.fs != nil {
+				if ok, _ := x.fs.Stat(v); ok {
+					x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds)
+				}
+			} else if x.exists(v, cwds) {
+				x.argPath(prog, arg{s: v}, KindRead, false, hidden, cwds)
+			}
 		}
 	}
 	if looksLikePath(s) || a.glob || a.below || x.exists(s, cwds) {
 		return x.argPath(prog, a, KindRead, recursive, hidden, cwds, KindEdit)
 	}
 	return false
+}
+
+// maxShapePieces bounds the pieces one argument is split into.
+const maxShapePieces = 32
+
+// shapePieces returns the parts of an argument a program may read or
+// write as a path of its own, other than the whole: the value after its
+// first =, each item of a comma-separated list and its value after =,
+// without a leading @; and sides, each side of a : in them (not in a URL).
+func shapePieces(s string) (pieces, sides []string) {
+	add := func(out []string, v string) []string {
+		if v != "" && v != s && len(out) < maxShapePieces && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+		return out
+	}
+	var cands []string
+	if _, v, ok := strings.Cut(s, "="); ok {
+		cands = append(cands, v)
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		cands = append(cands, part)
+		if _, v, ok := strings.Cut(part, "="); ok {
+			cands = append(cands, v)
+		}
+		if len(cands) > maxShapePieces {
+			break
+		}
+	}
+	for _, c := range cands {
+		c = strings.TrimPrefix(c, "@")
+		pieces = add(pieces, c)
+		if strings.Contains(c, ":") && !strings.Contains(c, "://") {
+			for side := range strings.SplitSeq(c, ":") {
+				sides = add(sides, strings.TrimPrefix(side, "@"))
+			}
+		}
+	}
+	return pieces, sides
 }
 
 // dirOfPattern turns a Go package pattern with ... (./..., ./cmd/...,
@@ -346,9 +402,19 @@ func (x *extractor) argPath(prog string, a arg, kind Kind, recursive, hidden boo
 	}
 	before := len(x.ev.Items)
 	x.path(a.s, a.glob, kind, recursive, "argument of "+prog, cwds, more...)
-	if recursive && !hidden {
-		for i := before; i < len(x.ev.Items); i++ {
+	// What the program's walk reaches is what it reads (issue 27); a
+	// write below the directory goes through whatever is there, and a
+	// path find hands to -exec is read by that command as it reads it.
+	walk := x.walk
+	if a.below || kind != KindRead || len(more) > 0 {
+		walk = nil
+	}
+	for i := before; recursive && i < len(x.ev.Items); i++ {
+		if !hidden {
 			x.ev.Items[i].SkipsHidden = true
+		}
+		if x.ev.Items[i].Recursive {
+			x.ev.Items[i].Walk = walk
 		}
 	}
 	return true
@@ -536,6 +602,9 @@ var tarOptions = map[string]role{
 // (the archive names the files), anywhere with -P. Options tar does not
 // have, and -I, --to-command and the like with a program that is not
 // understood, make the arguments unknown.
+// tarWalk is tar c's walk: every name, no symlink opened.
+var tarWalk = &Walk{Links: "none"}
+
 func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 	cwds := x.cwdsFor(cx)
 	mode := byte(0)
@@ -671,9 +740,17 @@ func (x *extractor) tarArgs(it Item, args []arg, cx cmdCtx) {
 		if flags.any("--remove-files") {
 			r = roleWriteDir
 		}
+		// tar stores a symlink below its operands as a link (its target
+		// is a name in the archive, not read) unless -h dereferences it.
+		w := tarWalk
+		if flags.any("-h", "--dereference") {
+			w = nil
+		}
+		restore := x.withWalk(w)
 		for _, a := range ops {
 			x.roleArg(label, "", a, r, false, true, base, cx)
 		}
+		restore()
 	case 'x':
 		if !flags.any("-O", "--to-stdout") {
 			// What the archive holds, symlinks included, is not known.

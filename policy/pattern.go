@@ -452,6 +452,27 @@ type cmdToken struct {
 	kind  tokKind
 	p     textPattern
 	slash bool // a program token with a /: matched against the path as written
+	// path: a program token with a /, as the path of the program run
+	// (compileProgramPath): matched against Item.ProgramForms.
+	path *pathPattern
+}
+
+// compileProgramPath compiles a program pattern with a / (./x, tools/x,
+// /abs/x, ~/bin/x, ${roots}/x, **/x) as the path of the program the shell
+// runs (issue 27): one written from the session's directory (./ or a bare
+// dir/) is below ${cwd}, as the README's ./scripts/release.sh means.
+func compileProgramPath(w string) (*pathPattern, error) {
+	s := w
+	switch {
+	case strings.HasPrefix(s, "/"), strings.HasPrefix(s, "~"), strings.HasPrefix(s, "${"), strings.HasPrefix(s, "**"):
+	default:
+		s = "${cwd}/" + strings.TrimPrefix(s, "./")
+	}
+	pp, err := compilePath(s)
+	if err != nil {
+		return nil, fmt.Errorf("program %q: write it from the session's directory (./x, tools/x), absolute, or from ~, ${roots} or ${home}, without . or .. after its start: %w", w, err)
+	}
+	return &pp, nil
 }
 
 // commandPattern is a whitespace-separated list of tokens matched against
@@ -493,7 +514,13 @@ func compileCommand(s string) (commandPattern, error) {
 			if err != nil {
 				return cp, err
 			}
-			cp.toks = append(cp.toks, cmdToken{p: p, slash: i == 0 && strings.Contains(w, "/")})
+			t := cmdToken{p: p, slash: i == 0 && strings.Contains(w, "/")}
+			if t.slash {
+				if t.path, err = compileProgramPath(w); err != nil {
+					return cp, err
+				}
+			}
+			cp.toks = append(cp.toks, t)
 		}
 	}
 	return cp, nil
@@ -503,18 +530,18 @@ func compileCommand(s string) (commandPattern, error) {
 // without the options before its subcommands (a pattern naming git's push
 // matches git --no-pager push and git -C dir push: those options' own
 // evidence is extracted all the same).
-func (cp *commandPattern) match(it *Item, strict bool) bool {
-	return cp.matchArgv(it.canon, it, strict) || it.subCanon != nil && cp.matchArgv(it.subCanon, it, strict)
+func (cp *commandPattern) match(it *Item, v *vars, strict bool) bool {
+	return cp.matchArgv(it.canon, it, v, strict) || it.subCanon != nil && cp.matchArgv(it.subCanon, it, v, strict)
 }
 
 // matchWritten reports whether the pattern matches the command item's
 // argv as given: only then does it name every word (a literal pattern
 // vouches for the arguments it names, not for options it leaves out).
-func (cp *commandPattern) matchWritten(it *Item) bool {
-	return cp.matchArgv(it.canon, it, true)
+func (cp *commandPattern) matchWritten(it *Item, v *vars) bool {
+	return cp.matchArgv(it.canon, it, v, true)
 }
 
-func (cp *commandPattern) matchArgv(argv []string, it *Item, strict bool) bool {
+func (cp *commandPattern) matchArgv(argv []string, it *Item, v *vars, strict bool) bool {
 	n, m := len(cp.toks), len(argv)
 	// dp[j]: toks[i:] matches argv[j:], computed for i from n down to 0.
 	var buf [32]bool
@@ -535,7 +562,7 @@ func (cp *commandPattern) matchArgv(argv []string, it *Item, strict bool) bool {
 			case j == m:
 				dp[j] = false
 			default:
-				dp[j] = next[j+1] && tokenMatch(t, argv[j], j == 0, it, strict)
+				dp[j] = next[j+1] && tokenMatch(t, argv[j], j == 0, it, v, strict)
 			}
 		}
 		dp, next = next, dp
@@ -543,28 +570,37 @@ func (cp *commandPattern) matchArgv(argv []string, it *Item, strict bool) bool {
 	return next[0]
 }
 
-func tokenMatch(t *cmdToken, arg string, first bool, it *Item, strict bool) bool {
+func tokenMatch(t *cmdToken, arg string, first bool, it *Item, v *vars, strict bool) bool {
 	if t.kind == tokOne {
 		return !first || it.Program != "" || !strict
 	}
 	if first {
-		return matchProgram(&t.p, t.slash, it, strict)
+		return matchProgram(t, it, v, strict)
 	}
 	return t.p.match(arg)
 }
 
 // matchProgram matches a program pattern against the item's argv[0]. A
-// pattern with a / is compared with the program as written (cleaned). A
-// pattern without one matches the basename, so /tmp/git and \git are git;
-// for an allow (strict) the program must also be written without a path,
-// so that allowing "git" never allows some other file named git.
-func matchProgram(p *textPattern, slash bool, it *Item, strict bool) bool {
+// pattern with a / names the file run (issue 27): it matches the
+// program's path joined to the directory the command runs in, cleaned and
+// with its symlinks resolved (Item.ProgramForms) — every form for an
+// allow (strict), so that ./tools/../scripts/x or a symlink out of tools/
+// is not ./tools/x, and a program the shell finds on PATH (written
+// without a /) is never one; any form, or the path as written, for a deny
+// or ask. A pattern without a / matches the basename, so /tmp/git and
+// \git are git; for an allow the program must also be written without a
+// path, so that allowing "git" never allows some other file named git.
+func matchProgram(t *cmdToken, it *Item, v *vars, strict bool) bool {
 	if it.Program == "" {
 		return false // unknown program
 	}
-	if slash {
-		return p.match(it.ProgramPath)
+	if t.slash {
+		if strict {
+			return len(it.ProgramForms) > 0 && v != nil && !slices.ContainsFunc(it.ProgramForms, func(f string) bool { return !t.path.match(f, v) })
+		}
+		return t.p.match(it.ProgramPath) || v != nil && slices.ContainsFunc(it.ProgramForms, func(f string) bool { return t.path.match(f, v) })
 	}
+	p := &t.p
 	if strict && strings.Contains(it.ProgramPath, "/") {
 		return false
 	}

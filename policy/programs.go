@@ -236,6 +236,14 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	case sp == nil:
 		it.Unknown = "no argument spec for " + name + ": its arguments are not understood"
 		x.add(it, KindExecute)
+		if x.lastAdded >= 0 {
+			// A rule that vouches for its arguments may allow these
+			// paths as reads (vouchedShape).
+			c := &x.ev.Items[x.lastAdded]
+			oldOf, oldKey := x.shapeOf, x.shapeKey
+			x.shapeOf, x.shapeKey = int32(x.lastAdded+1), shapeKey(c)
+			defer func() { x.shapeOf, x.shapeKey = oldOf, oldKey }()
+		}
 		x.byShape(name, args[1:], x.cwdsFor(cx))
 		return
 	case sp.values:
@@ -311,6 +319,9 @@ func (x *extractor) byShape(prog string, args []arg, cwds []string) {
 // applyArgs records the evidence of a parsed command line.
 func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	sp := p.spec
+	if !p.lost {
+		defer x.withWalk(sp.walkFor(p.flags))()
+	}
 	cwds := x.cwdsFor(cx)
 	// Options that change the directory apply to every later path
 	// (git -C a -C b is a/b).

@@ -161,6 +161,10 @@ type argSpec struct {
 	// (pytest, pip): the operands are read with that program's spec;
 	// "unknown": its arguments are not understood (timeit, http.server).
 	modules map[string]string
+	// walk: how it walks a recursive operand (walkmodel.go); nil: it
+	// reads everything below, every symlink followed. Subcommands inherit
+	// it.
+	walk *walkSpec
 }
 
 // specs are the compiled specs by program name (aliases included).
@@ -202,7 +206,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree", "toolchain"}
+	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree", "toolchain", "walk"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -255,6 +259,7 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 	sp := &argSpec{name: name, abbrev: true, opts: map[string]*optSpec{}}
 	if parent != nil {
 		sp.single, sp.gcc, sp.abbrev, sp.argfiles = parent.single, parent.gcc, parent.abbrev, parent.argfiles
+		sp.walk = parent.walk
 	}
 	if n.Kind == yaml.ScalarNode && n.Value == "" || n.Tag == "!!null" {
 		return sp, nil
@@ -360,6 +365,8 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 		case "hidden":
 			sp.hideDots = true
 			err = v.Decode(&sp.hidden)
+		case "walk":
+			sp.walk, err = parseWalk(v)
 		case "subcommands":
 			subsNode = v
 		default:
@@ -436,6 +443,11 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 	}
 	if err := canon(sp.hidden, "hidden"); err != nil {
 		return nil, err
+	}
+	if sp.walk != nil && sp.subs == nil {
+		if err := canon(sp.walk.follow, "walk: follow"); err != nil {
+			return nil, err
+		}
 	}
 	for _, r := range sp.operands {
 		if err := canon(r.ifAny, "operands if:"); err != nil {

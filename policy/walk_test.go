@@ -98,10 +98,15 @@ func TestWalkDecides(t *testing.T) {
 		t.Errorf("explain lacks the file below:\n%s", text)
 	}
 
-	// A symlink below to a denied file: by its target.
+	// A symlink below to a denied file: by its target, for a program
+	// that opens it (grep -R); grep -r opens none below its operands
+	// (issue 27).
 	linked := NewMapFS([]string{TestCwd + "/src/main.go", TestHome + "/.ssh/id_rsa"},
 		map[string]string{TestCwd + "/docs/key": TestHome + "/.ssh/id_rsa"})
-	d = p.Decide(walkTerminal("grep -r x .", linked))
+	if d = p.Decide(walkTerminal("grep -r x .", linked)); d.Effect != Allow {
+		t.Errorf("a symlink grep -r does not open: %s by %s\n%s", d.Effect, d.Rule, Explain(&d))
+	}
+	d = p.Decide(walkTerminal("grep -R x .", linked))
 	if d.Effect != Ask || d.Rule != "no-ssh" {
 		t.Fatalf("a symlink below: %s by %s\n%s", d.Effect, d.Rule, Explain(&d))
 	}
