@@ -127,8 +127,11 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		// subagent never announced on a session of this agent instance —
 		// does not exist: relaying its request would bypass the policy.
 		r.log.Warn("request for an unknown session refused", "agent", agent, "method", req.Method, "session", ref.SessionID)
-		r.opts.Guard.RecordRefused(agent, req.Method, ref.SessionID, "unknown session")
-		reply(nil, errUnknownSession(ref.SessionID))
+		// Answered once audited, off this read loop (issue 27: the audit
+		// log's lock may be held by another router).
+		r.opts.Guard.RecordRefused(agent, req.Method, ref.SessionID, "unknown session", func() {
+			reply(nil, errUnknownSession(ref.SessionID))
+		})
 		return
 	}
 	r.decideOn(ctx, s, inst, req, p, mcpTarget{}, func(v *guard.Verdict) {
