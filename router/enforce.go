@@ -148,7 +148,7 @@ func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instan
 	// sent it and its turn's answer: the decision may run after the turn
 	// ended, and must not approve the next turn's calls.
 	turn := s.policy.Turn()
-	s.order().async(r, func() {
+	s.order().async(r, len(p), func() {
 		// A subagent session is decided with its top-level session's
 		// context: the agent's mode there, its cwd, roots and grants.
 		// A mode the policy denies, wherever the agent states it
