@@ -51,6 +51,14 @@
 // audit trail, or the router's writes, to another file. Links among the
 // directories above them are followed, as the user configured them.
 //
+// The lock is taken within a deadline (Options.LockTimeout), counted from
+// the call to Write, this process's own writers queued before it included:
+// flock(2) itself would wait for ever, and a router stopped while holding
+// the lock (^Z in its terminal, a debugger) would then freeze every decision
+// of every other router, since a decision is not carried out before its
+// record is written (issue 27). Past the deadline Write fails with
+// ErrLockTimeout, and the caller fails closed as for any other failure.
+//
 // The lock is advisory: a process that renames or removes the files without
 // it (logrotate) is followed at the next Write, but a record written at the
 // same moment may land in the renamed file.
@@ -64,7 +72,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -77,6 +84,10 @@ const (
 	// DefaultGenerations is how many rotated files are kept: FILE.1 (the
 	// newest) to FILE.5.
 	DefaultGenerations = 5
+	// DefaultLockTimeout bounds the wait for the lock. A record takes a
+	// few system calls under it (BenchmarkWrite): a lock held this long is
+	// held by a process that is stopped or stuck.
+	DefaultLockTimeout = 2 * time.Second
 )
 
 var (
@@ -87,6 +98,9 @@ var (
 	ErrSymlink = errors.New("is a symbolic link, refused")
 	// ErrNotRegular: the log or its lock file is not a regular file.
 	ErrNotRegular = errors.New("is not a regular file")
+	// ErrLockTimeout: the lock was not free within Options.LockTimeout
+	// (another process holds it, stopped or stuck).
+	ErrLockTimeout = errors.New("the lock is held by another writer")
 )
 
 // Record is one audited decision. Field names are the log's (DESIGN §6).
@@ -117,6 +131,9 @@ type Options struct {
 	// Generations is how many rotated files are kept (FILE.1 ... FILE.N);
 	// <= 0: DefaultGenerations.
 	Generations int
+	// LockTimeout bounds how long Write and Open wait for the lock;
+	// <= 0: DefaultLockTimeout.
+	LockTimeout time.Duration
 }
 
 // Log appends records to a file shared with other processes. It is safe for
@@ -126,9 +143,13 @@ type Log struct {
 	lockPath string
 	maxBytes int64
 	gens     int
+	timeout  time.Duration
 	seq      atomic.Uint64
 
-	mu     sync.Mutex // serializes this process's writers: the flock is per open file, shared by them
+	// turn serializes this process's writers (the flock is per open file,
+	// shared by them) and guards what follows. A channel rather than a
+	// mutex, so that the wait for it counts against the lock's deadline.
+	turn   chan struct{}
 	closed bool
 	lock   *os.File // FILE.lock; nil until opened, or after it was found replaced
 	lockID fileID
@@ -153,13 +174,17 @@ func Open(path string, o Options) (*Log, error) {
 	if o.Generations <= 0 {
 		o.Generations = DefaultGenerations
 	}
-	l := &Log{path: path, lockPath: path + ".lock", maxBytes: o.MaxBytes, gens: o.Generations}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	l := &Log{path: path, lockPath: path + ".lock", maxBytes: o.MaxBytes, gens: o.Generations, timeout: o.LockTimeout,
+		turn: make(chan struct{}, 1)}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.acquire(); err != nil {
+	l.turn <- struct{}{}
+	defer func() { <-l.turn }()
+	if err := l.acquire(time.Now().Add(l.timeout)); err != nil {
 		l.closeFiles()
 		return nil, err
 	}
@@ -181,18 +206,26 @@ func (l *Log) NewID() string {
 // Write appends r as one line, written to the OS before it returns. It
 // rotates the log first when the line would take it past the cap. An error
 // means r was not written; the next Write tries again (reopening the file).
+// It waits for the lock at most Options.LockTimeout (ErrLockTimeout).
 func (l *Log) Write(r Record) error {
 	line, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
 	line = append(line, '\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	deadline := time.Now().Add(l.timeout)
+	wait := time.NewTimer(l.timeout)
+	select {
+	case l.turn <- struct{}{}:
+		wait.Stop()
+	case <-wait.C:
+		return l.lockTimeout()
+	}
+	defer func() { <-l.turn }()
 	if l.closed {
 		return ErrClosed
 	}
-	if err := l.acquire(); err != nil {
+	if err := l.acquire(deadline); err != nil {
 		return err
 	}
 	defer l.release()
@@ -215,10 +248,11 @@ func (l *Log) Write(r Record) error {
 	return nil
 }
 
-// Close closes the log. Later Writes return ErrClosed.
+// Close closes the log, once the Write under way (if any) is done. Later
+// Writes return ErrClosed.
 func (l *Log) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.turn <- struct{}{}
+	defer func() { <-l.turn }()
 	if l.closed {
 		return nil
 	}
@@ -239,11 +273,16 @@ func (l *Log) closeFiles() error {
 	return errors.Join(errs...)
 }
 
-// acquire takes the exclusive lock on the lock file at lockPath. Holding a
-// lock on a lock file that was unlinked (its directory removed and created
-// again) would exclude no one who opened the new one, so after locking it
-// checks the file is still the one at the path, and reopens it if not.
-func (l *Log) acquire() error {
+func (l *Log) lockTimeout() error {
+	return fmt.Errorf("audit: lock %s: %w (waited %v)", l.lockPath, ErrLockTimeout, l.timeout)
+}
+
+// acquire takes the exclusive lock on the lock file at lockPath by the
+// deadline. Holding a lock on a lock file that was unlinked (its directory
+// removed and created again) would exclude no one who opened the new one,
+// so after locking it checks the file is still the one at the path, and
+// reopens it if not.
+func (l *Log) acquire(deadline time.Time) error {
 	for range 10 {
 		if l.lock == nil {
 			var st syscall.Stat_t
@@ -253,7 +292,10 @@ func (l *Log) acquire() error {
 			}
 			l.lock, l.lockID = f, idOf(&st)
 		}
-		if err := flock(l.lock, syscall.LOCK_EX); err != nil {
+		if err := lockBy(l.lock, deadline); err != nil {
+			if errors.Is(err, ErrLockTimeout) {
+				return l.lockTimeout()
+			}
 			l.lock.Close()
 			l.lock = nil
 			return fmt.Errorf("audit: lock %s: %w", l.lockPath, err)
@@ -355,6 +397,26 @@ func flock(f *os.File, how int) error {
 		if err != syscall.EINTR {
 			return err
 		}
+	}
+}
+
+// lockBy takes the exclusive lock on f by the deadline (ErrLockTimeout).
+// flock(2) has no timeout, so a lock held by another process is polled
+// with LOCK_NB, at growing intervals: the lock is normally held for a few
+// system calls, and polling costs nothing when it is free.
+func lockBy(f *os.File, deadline time.Time) error {
+	pause := time.Millisecond
+	for {
+		err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err != syscall.EWOULDBLOCK {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return ErrLockTimeout
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, 20*time.Millisecond)
 	}
 }
 

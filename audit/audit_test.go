@@ -666,3 +666,56 @@ func BenchmarkWrite(b *testing.B) {
 		})
 	})
 }
+
+// holdLock takes the log's lock through a descriptor of its own, as another
+// router stopped while writing (^Z) holds it, until the test ends or the
+// returned func is called.
+func holdLock(t *testing.T, path string) (release func()) {
+	t.Helper()
+	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { f.Close() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// A lock held elsewhere and never released fails each Write at its
+// deadline, those queued behind another writer of this process included
+// (issue 27: flock waited for ever), and writing resumes once it is free.
+func TestLogLockHeldElsewhere(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path, Options{LockTimeout: timeout})
+	release := holdLock(t, path)
+	const writers = 4
+	errs := make(chan error, writers)
+	start := time.Now()
+	for i := range writers {
+		go func() { errs <- l.Write(testRecord(fmt.Sprintf("w%d", i))) }()
+	}
+	for range writers {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrLockTimeout) {
+				t.Errorf("Write with the lock held elsewhere: %v; want ErrLockTimeout", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Write still waiting for the lock after 5s; its deadline is %v", timeout)
+		}
+	}
+	if d := time.Since(start); d > timeout+time.Second {
+		t.Errorf("%d writers took %v to fail; each has %v", writers, d, timeout)
+	}
+	release()
+	writeT(t, l, "after")
+	lines := readLines(t, path)
+	if len(lines) != 1 || lines[0]["decisionId"] != "after" {
+		t.Errorf("log holds %v; want only the record written once the lock was free", lines)
+	}
+}

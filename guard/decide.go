@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -280,17 +281,122 @@ func (g *Guard) Denies(ctx context.Context, s *Session, agent, method string, p 
 const RuleUnknownSession = "acp-router:unknown-session"
 
 // RecordRefused audits a request the router refused before any decision:
-// it names session id the router does not route. Safe on a nil Guard.
-func (g *Guard) RecordRefused(agent, method, sessionID, reason string) {
+// it names session id the router does not route. It never waits for the
+// audit log (its caller is an agent's read loop, and the request is
+// refused whatever the log does): the record is written by the guard's
+// refusals writer, in order, which then calls then (the refusal's answer:
+// the log is not behind what the agent was told). then is called once, on
+// the caller's goroutine when the record is not written (no policy, or
+// dropped). Safe on a nil Guard.
+func (g *Guard) RecordRefused(agent, method, sessionID, reason string, then func()) {
 	pol := g.Policy()
 	if pol == nil {
+		then()
 		return
 	}
 	rule := RuleUnknownSession
-	now := time.Now()
-	g.write(context.Background(), now, audit.Record{Time: now, Session: sessionID, Agent: agent, Method: method,
+	g.refusals.add(g, then, audit.Record{Time: time.Now(), Session: sessionID, Agent: agent, Method: method,
 		Evidence: []any{map[string]string{"refused": reason}}, Decision: policy.Deny.String(), Rule: &rule,
 		Layer: policy.LayerBuiltin, Source: string(policy.SourceBuiltin), PolicyHash: pol.Hash()})
+}
+
+// maxRefusals bounds the refusal records waiting to be written; past it
+// they are dropped, counted and logged (DESIGN §7). An agent that sends
+// this many requests for sessions that do not exist while the log cannot
+// be written is refused all the same.
+const maxRefusals = 256
+
+// refusals is the writer of RecordRefused's records: one goroutine,
+// started with the first record and stopped by Close, fed by a queue of at
+// most maxRefusals records.
+type refusals struct {
+	mu      sync.Mutex
+	queue   []refusal
+	running bool // the writer goroutine is on (or queue is being drained)
+	closed  bool
+	done    chan struct{} // closed when the writer stops
+	dropped int
+}
+
+type refusal struct {
+	rec  audit.Record
+	then func()
+}
+
+// add queues rec for the writer, starting it if it is not on.
+func (q *refusals) add(g *Guard, then func(), rec audit.Record) {
+	q.mu.Lock()
+	if q.closed || len(q.queue) >= maxRefusals {
+		q.dropped++
+		first := q.dropped == 1
+		q.mu.Unlock()
+		if first {
+			g.log.Warn("refusal records dropped: the audit log is not keeping up", "max", maxRefusals, "agent", rec.Agent, "method", rec.Method)
+		}
+		then()
+		return
+	}
+	q.queue = append(q.queue, refusal{rec, then})
+	start := !q.running
+	if start {
+		q.running = true
+		q.done = make(chan struct{})
+	}
+	q.mu.Unlock()
+	if start {
+		go q.write(g)
+	}
+}
+
+// write writes the queue until it is empty, then stops: a refusal is rare,
+// and a goroutine waiting for one would outlive a Guard nobody closes.
+func (q *refusals) write(g *Guard) {
+	q.mu.Lock()
+	for len(q.queue) > 0 {
+		r := q.queue[0]
+		q.queue[0] = refusal{}
+		q.queue = q.queue[1:]
+		q.mu.Unlock()
+		err := g.write(context.Background(), r.rec.Time, r.rec) // a failure is logged by write
+		r.then()
+		q.mu.Lock()
+		if err != nil && q.closed {
+			// Closing, and the log cannot be written: the rest would each
+			// wait for it too.
+			rest := q.queue
+			q.dropped += len(rest)
+			q.queue = nil
+			q.mu.Unlock()
+			for _, r := range rest {
+				r.then()
+			}
+			q.mu.Lock()
+		}
+	}
+	q.queue, q.running = nil, false
+	close(q.done)
+	q.mu.Unlock()
+}
+
+// stop waits for the records queued to be written, or for the first that
+// cannot be (a write is bounded by the log's lock timeout; the rest are
+// then dropped), and refuses later ones, counting them as dropped; the
+// total dropped is logged.
+func (q *refusals) stop(g *Guard) {
+	q.mu.Lock()
+	q.closed = true
+	done := q.done
+	running := q.running
+	q.mu.Unlock()
+	if running {
+		<-done
+	}
+	q.mu.Lock()
+	dropped := q.dropped
+	q.mu.Unlock()
+	if dropped > 0 {
+		g.log.Warn("refusal records dropped in all", "dropped", dropped)
+	}
 }
 
 // User choices on a permission request: the kind of the option the user

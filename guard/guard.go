@@ -51,7 +51,11 @@ type Options struct {
 	// DecideTimeout bounds one decision, the filesystem it waits on
 	// included; a decision that takes longer is denied [5s].
 	DecideTimeout time.Duration
-	Logger        hclog.Logger
+	// AuditLockTimeout bounds the wait for the audit log's lock, which
+	// other routers share; a record not written by then fails, and the
+	// decision it records is denied [audit.DefaultLockTimeout].
+	AuditLockTimeout time.Duration
+	Logger           hclog.Logger
 	// Telemetry receives every audited decision: a span, the decision
 	// metrics and the record as an OTLP log record [nil: off].
 	Telemetry *telemetry.Telemetry
@@ -65,14 +69,24 @@ type Guard struct {
 	log  hclog.Logger
 	pol  atomic.Pointer[inForce]
 
-	mu    sync.Mutex // guards audit and auditPath
+	// mu guards audit, auditPath and opts.AuditMaxBytes. It is never held
+	// across I/O: a record waits for the audit log's lock (another router
+	// may hold it, stopped) without it, so that other decisions, a reload
+	// and AuditFile never wait behind one (issue 27).
+	mu    sync.Mutex
 	audit *audit.Log
 	// auditPath is the log's file; it changes on a reload that names
 	// another one.
 	auditPath string
+	// openMu serializes opening, moving and closing the log (Set,
+	// SetAuditFile, Close), across that I/O; no decision takes it.
+	openMu sync.Mutex
 	// auditDown: the last write failed. A failure is logged when it
 	// starts and when writing works again, not at every decision.
-	auditDown bool
+	auditDown atomic.Bool
+	// refusals writes the records of requests refused before any decision
+	// (RecordRefused) off its caller, an agent's read loop.
+	refusals refusals
 
 	agentsMu sync.Mutex
 	// infos are the names agents give themselves (SetAgentInfo), by the
@@ -167,10 +181,7 @@ func (g *Guard) Set(p *policy.Policy) error {
 		return nil
 	}
 	if p != nil {
-		g.mu.Lock()
-		err := g.openLocked()
-		g.mu.Unlock()
-		if err != nil {
+		if err := g.openAudit(); err != nil {
 			return err
 		}
 	}
@@ -210,19 +221,35 @@ func (g *Guard) Changed() <-chan struct{} {
 	return g.changed
 }
 
-func (g *Guard) openLocked() error {
-	if g.audit != nil {
+// openAudit opens the audit log if it is not open yet.
+func (g *Guard) openAudit() error {
+	g.openMu.Lock()
+	defer g.openMu.Unlock()
+	g.mu.Lock()
+	open, path, maxBytes := g.audit != nil, g.auditPath, g.opts.AuditMaxBytes
+	g.mu.Unlock()
+	if open {
 		return nil
 	}
-	if g.auditPath == "" {
+	if path == "" {
 		return errors.New("audit log: no file (set audit.file, or HOME or XDG_STATE_HOME)")
 	}
-	l, err := audit.Open(g.auditPath, audit.Options{MaxBytes: g.opts.AuditMaxBytes})
+	l, err := g.openLog(path, maxBytes)
 	if err != nil {
-		return fmt.Errorf("audit log: %w", err)
+		return err
 	}
+	g.mu.Lock()
 	g.audit = l
+	g.mu.Unlock()
 	return nil
+}
+
+func (g *Guard) openLog(path string, maxBytes int64) (*audit.Log, error) {
+	l, err := audit.Open(path, audit.Options{MaxBytes: maxBytes, LockTimeout: g.opts.AuditLockTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return l, nil
 }
 
 // SetAuditFile moves the audit log to path (a reload that names another
@@ -232,21 +259,30 @@ func (g *Guard) SetAuditFile(path string, maxBytes int64) error {
 	if g == nil {
 		return nil
 	}
+	g.openMu.Lock()
+	defer g.openMu.Unlock()
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if path == g.auditPath && maxBytes == g.opts.AuditMaxBytes {
+		g.mu.Unlock()
 		return nil
 	}
 	if g.audit == nil {
 		g.auditPath, g.opts.AuditMaxBytes = path, maxBytes
+		g.mu.Unlock()
 		return nil
 	}
-	l, err := audit.Open(path, audit.Options{MaxBytes: maxBytes})
+	g.mu.Unlock()
+	l, err := g.openLog(path, maxBytes)
 	if err != nil {
-		return fmt.Errorf("audit log: %w", err)
+		return err
 	}
+	g.mu.Lock()
 	old := g.audit
 	g.audit, g.auditPath, g.opts.AuditMaxBytes = l, path, maxBytes
+	g.mu.Unlock()
+	// A record still being written to the old log is finished first
+	// (Close waits for it); one that comes to it after is written to the
+	// new one (writeFile).
 	return old.Close()
 }
 
@@ -277,14 +313,17 @@ func (g *Guard) Close() error {
 	if n := g.decisions.Wait(closeWait); n > 0 {
 		g.log.Warn("decisions still wait for the filesystem as the guard closes", "count", n)
 	}
+	g.openMu.Lock()
+	defer g.openMu.Unlock()
+	g.refusals.stop(g)
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.audit == nil {
+	l := g.audit
+	g.audit = nil
+	g.mu.Unlock()
+	if l == nil {
 		return nil
 	}
-	err := g.audit.Close()
-	g.audit = nil
-	return err
+	return l.Close()
 }
 
 // write appends one record to the audit log and, once it is written,
@@ -300,22 +339,30 @@ func (g *Guard) write(ctx context.Context, start time.Time, rec audit.Record) er
 
 // writeFile appends rec to the audit log, setting its DecisionID.
 func (g *Guard) writeFile(rec *audit.Record) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	var err error
-	if g.audit == nil {
-		err = errors.New("the audit log is not open")
-	} else {
-		rec.DecisionID = g.audit.NewID()
-		err = g.audit.Write(*rec)
+	var path string
+	for range 2 {
+		g.mu.Lock()
+		l := g.audit
+		path = g.auditPath
+		g.mu.Unlock()
+		if l == nil {
+			err = errors.New("the audit log is not open")
+			break
+		}
+		rec.DecisionID = l.NewID()
+		err = l.Write(*rec)
+		// Closed: a reload moved the log while the record waited for the
+		// old one; it goes to the new one.
+		if !errors.Is(err, audit.ErrClosed) {
+			break
+		}
 	}
 	switch {
-	case err != nil && !g.auditDown:
-		g.auditDown = true
-		g.log.Error("cannot write the audit log; decisions that would allow are denied until it works again", "file", g.auditPath, "error", err)
-	case err == nil && g.auditDown:
-		g.auditDown = false
-		g.log.Info("the audit log works again", "file", g.auditPath)
+	case err != nil && g.auditDown.CompareAndSwap(false, true):
+		g.log.Error("cannot write the audit log; decisions that would allow are denied until it works again", "file", path, "error", err)
+	case err == nil && g.auditDown.Load() && g.auditDown.CompareAndSwap(true, false):
+		g.log.Info("the audit log works again", "file", path)
 	}
 	return err
 }

@@ -170,11 +170,15 @@ func TestDecideWalk(t *testing.T) {
 	os.Remove(filepath.Join(cwd, "src", "certs", "server.pem"))
 	s.EndTurn()
 
-	// A symlink in src to the user's key.
+	// A symlink in src to the user's key: grep -R opens it, grep -r does
+	// not (issue 27: a recursive operand is read as its program walks it).
 	os.Symlink(filepath.Join(home, ".ssh", "id_rsa"), filepath.Join(cwd, "src", "key"))
-	v = decide("grep", "-r", "x", "src")
+	if v := decide("grep", "-r", "x", "src"); v.Effect != Allow {
+		t.Errorf("a symlink to a key grep -r does not open: %+v (%s)", outcomeOf(v), v.Message)
+	}
+	v = decide("grep", "-R", "x", "src")
 	if got, want := outcomeOf(v), (outcome{Ask, "rule", "no-keys", "user"}); got != want {
-		t.Fatalf("a symlink to a key: %+v, want %+v", got, want)
+		t.Fatalf("a symlink to a key grep -R opens: %+v, want %+v", got, want)
 	}
 	if text := policy.Explain(&v.dec); !strings.Contains(text, "-> "+filepath.Join(home, ".ssh/id_rsa")) {
 		t.Errorf("explain lacks the link:\n%s", text)

@@ -124,7 +124,7 @@ func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
 	if d != nil && d.inst == inst {
 		if s.order().busy() {
 			later := u
-			s.order().do(r, func() { r.relayUpdate(s, d, m, &later) })
+			s.order().do(r, len(m.Raw), func() { r.relayUpdate(s, d, m, &later) })
 		} else {
 			r.relayUpdate(s, d, m, &u)
 		}
@@ -801,7 +801,7 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 		return
 	}
 	if s := r.agentSession(inst, p); s != nil && s.order().busy() {
-		s.order().do(r, func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
+		s.order().do(r, len(p), func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
 		return
 	}
 	r.relayRequest(ctx, inst, req, p, reply, nil)

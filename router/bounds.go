@@ -25,6 +25,9 @@ import (
 //     maxToolIDs, maxMsgIDs; turn end); Session.objects: maxPlanIDs,
 //     maxCompactionIDs (objects.go).
 //   - Session.queue: maxQueued prompts.
+//   - Session.seq (an agent's traffic behind a session's pending
+//     decision): maxSequenced items and maxSequencedBytes; past them the
+//     agent's read path waits (order.go), counted by seqWaits.
 //   - forwards: one per editor request in flight at an agent: prompts (one
 //     running per session, the rest queued) and at most maxForwards others.
 //   - held: one per editor request the router holds while an agent starts
@@ -88,6 +91,7 @@ type drops struct {
 	level hclog.Level
 	msg   string
 	args  []any
+	key   string // what is counted: "dropped", unless newWaits
 
 	mu      sync.Mutex
 	total   uint64
@@ -96,7 +100,13 @@ type drops struct {
 }
 
 func newDrops(log hclog.Logger, level hclog.Level, msg string, args ...any) *drops {
-	return &drops{log: log, level: level, msg: msg, args: args}
+	return &drops{log: log, level: level, msg: msg, args: args, key: "dropped"}
+}
+
+// newWaits is a drops that counts times a bound made a reader wait (key
+// "waits") rather than drop.
+func newWaits(log hclog.Logger, level hclog.Level, msg string, args ...any) *drops {
+	return &drops{log: log, level: level, msg: msg, args: args, key: "waits"}
 }
 
 // add counts n drops. detail (key/value pairs) goes with the first line.
@@ -117,7 +127,7 @@ func (d *drops) add(n int, detail ...any) {
 	dropped, total := d.pending, d.total
 	d.pending, d.last = 0, now
 	d.mu.Unlock()
-	args := append(append([]any{}, d.args...), "dropped", dropped, "total", total)
+	args := append(append([]any{}, d.args...), d.key, dropped, "total", total)
 	if first {
 		args = append(args, detail...)
 	}
@@ -131,7 +141,7 @@ func (d *drops) flush() {
 	d.pending = 0
 	d.mu.Unlock()
 	if dropped > 0 {
-		d.log.Log(d.level, d.msg, append(append([]any{}, d.args...), "dropped", dropped, "total", total, "final", true)...)
+		d.log.Log(d.level, d.msg, append(append([]any{}, d.args...), d.key, dropped, "total", total, "final", true)...)
 	}
 }
 

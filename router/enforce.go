@@ -126,8 +126,11 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		// subagent never announced on a session of this agent instance —
 		// does not exist: relaying its request would bypass the policy.
 		r.log.Warn("request for an unknown session refused", "agent", agent, "method", req.Method, "session", ref.SessionID)
-		r.opts.Guard.RecordRefused(agent, req.Method, ref.SessionID, "unknown session")
-		reply(nil, errUnknownSession(ref.SessionID))
+		// Answered once audited, off this read loop (issue 27: the audit
+		// log's lock may be held by another router).
+		r.opts.Guard.RecordRefused(agent, req.Method, ref.SessionID, "unknown session", func() {
+			reply(nil, errUnknownSession(ref.SessionID))
+		})
 		return
 	}
 	r.decideOn(ctx, s, inst, req, p, mcpTarget{}, func(v *guard.Verdict) {
@@ -144,7 +147,7 @@ func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instan
 	// sent it and its turn's answer: the decision may run after the turn
 	// ended, and must not approve the next turn's calls.
 	turn := s.policy.Turn()
-	s.order().async(r, func() {
+	s.order().async(r, len(p), func() {
 		// A subagent session is decided with its top-level session's
 		// context: the agent's mode there, its cwd, roots and grants.
 		// A mode the policy denies, wherever the agent states it

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 //
 //	say TEXT   an agent_message_chunk with TEXT
 //	read PATH  an fs/read_text_file request; not waited for
+//	big N SIZE N agent_message_chunks of SIZE bytes of text ("big I xxx...")
 //	wait       waits for the answers to this prompt's reads, and says each
 //	           ("read PATH: ok CONTENT" or "read PATH: error MESSAGE")
 //	mode ID    a current_mode_update to ID
@@ -81,6 +82,13 @@ func fakeAgent() int {
 			switch cmd {
 			case "say":
 				say(arg)
+			case "big":
+				var n, size int
+				fmt.Sscan(arg, &n, &size)
+				for i := range n {
+					text := fmt.Sprintf("big %d ", i)
+					say(text + strings.Repeat("x", max(0, size-len(text))))
+				}
 			case "read":
 				ch := make(chan answer, 1)
 				pmu.Lock()

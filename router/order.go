@@ -10,40 +10,65 @@ import "sync"
 // queued behind it and carried out by the same worker, in order. Other
 // sessions (and other agents' read loops) go on meanwhile.
 
-// maxSequenced bounds the work queued behind one session's decision; past
-// it the agent's read path waits (backpressure on that agent only, for as
-// long as the decision may take: guard.Options.DecideTimeout).
-const maxSequenced = 4096
+// The work queued behind one session's decision is bounded by count and
+// by bytes (bounds.go): past either, the agent's read path waits for room
+// (backpressure on that agent only, as for the editor's lanes: what is
+// queued is the session's traffic in order, which must not be lost), for
+// as long as the decision may take: guard.Options.DecideTimeout, and the
+// audit log's lock timeout for its record. Counted by count alone, a flood
+// of 1 MiB updates behind one decision held 454 MiB (issue 27).
+const (
+	// maxSequenced: items (each a closure) queued behind a decision.
+	maxSequenced = 4096
+	// maxSequencedBytes: the bytes of the messages those items carry, the
+	// bound of a session's lane of the editor's queue, where they go next.
+	// One message larger than it is still taken when nothing is queued.
+	maxSequencedBytes = editorLaneBytes
+)
 
 // sequencer runs one session's agent-side work in arrival order.
 type sequencer struct {
 	mu      sync.Mutex
 	room    *sync.Cond // signalled as the queue drains
-	queue   []func()
+	queue   []sequenced
+	bytes   int  // of the messages queued (sequenced.n)
 	running bool // a worker owns the queue
 }
 
-// do runs f now, in the caller, when no earlier work of the session is
-// queued; else queues it behind that work.
-func (q *sequencer) do(r *Router, f func()) {
+// sequenced is one item of a sequencer's queue: f carries a message of n
+// bytes.
+type sequenced struct {
+	f func()
+	n int
+}
+
+// do runs f, which carries a message of n bytes, now, in the caller, when
+// no earlier work of the session is queued; else queues it behind that
+// work, waiting for room.
+func (q *sequencer) do(r *Router, n int, f func()) {
 	q.mu.Lock()
+	q.waitRoomLocked(r, n)
 	if !q.running {
+		// Nothing queued (the worker may have drained the queue while
+		// this waited for room): nothing to keep f behind.
 		q.mu.Unlock()
 		f()
 		return
 	}
-	q.enqueueLocked(func() {
+	q.enqueueLocked(n, func() {
 		defer r.survive("sequencer", nil)
 		f()
 	})
 	q.mu.Unlock()
 }
 
-// async queues f, which may wait (a decision), to run on the session's
-// worker; later work of the session waits for it.
-func (q *sequencer) async(r *Router, f func()) {
+// async queues f, which may wait (a decision) and carries a message of n
+// bytes, to run on the session's worker; later work of the session waits
+// for it.
+func (q *sequencer) async(r *Router, n int, f func()) {
 	q.mu.Lock()
-	q.enqueueLocked(func() {
+	q.waitRoomLocked(r, n)
+	q.enqueueLocked(n, func() {
 		defer r.survive("sequencer", nil)
 		f()
 	})
@@ -54,31 +79,49 @@ func (q *sequencer) async(r *Router, f func()) {
 	q.mu.Unlock()
 }
 
-func (q *sequencer) enqueueLocked(f func()) {
+// waitRoomLocked waits until the queue has room for a message of n bytes,
+// or the worker has stopped (it drained the queue). A wait is counted
+// (r.seqWaits) when it starts, so that the log says so while the agent is
+// held.
+func (q *sequencer) waitRoomLocked(r *Router, n int) {
+	full := func() bool {
+		return q.running && len(q.queue) > 0 && (len(q.queue) >= maxSequenced || q.bytes+n > maxSequencedBytes)
+	}
+	if !full() {
+		return
+	}
 	if q.room == nil {
 		q.room = sync.NewCond(&q.mu)
 	}
-	for len(q.queue) >= maxSequenced && q.running {
+	q.mu.Unlock() // the count logs
+	r.seqWaits.add(1)
+	q.mu.Lock()
+	for full() {
 		q.room.Wait()
 	}
-	q.queue = append(q.queue, f)
+}
+
+func (q *sequencer) enqueueLocked(n int, f func()) {
+	q.queue = append(q.queue, sequenced{f, n})
+	q.bytes += n
 }
 
 // work runs the queue until it is empty.
 func (q *sequencer) work() {
 	q.mu.Lock()
 	for len(q.queue) > 0 {
-		f := q.queue[0]
-		q.queue[0] = nil
+		it := q.queue[0]
+		q.queue[0] = sequenced{}
 		q.queue = q.queue[1:]
+		q.bytes -= it.n
 		if q.room != nil {
 			q.room.Broadcast()
 		}
 		q.mu.Unlock()
-		f()
+		it.f()
 		q.mu.Lock()
 	}
-	q.queue, q.running = nil, false
+	q.queue, q.bytes, q.running = nil, 0, false
 	if q.room != nil {
 		q.room.Broadcast()
 	}

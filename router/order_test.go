@@ -9,6 +9,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -58,6 +60,7 @@ type edMsg struct {
 // "content of PATH", and matches responses to its calls.
 type orderEditor struct {
 	t   *testing.T
+	r   *Router
 	wmu sync.Mutex
 	w   io.WriteCloser
 
@@ -246,7 +249,7 @@ permissions:
 	r := New(cfg, opts)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	e := &orderEditor{t: t, w: inW, changed: make(chan struct{}), calls: map[string]chan *edMsg{}}
+	e := &orderEditor{t: t, r: r, w: inW, changed: make(chan struct{}), calls: map[string]chan *edMsg{}}
 	// Wired as Serve wires it, but from this goroutine, which then writes
 	// the editor's first message: Serve assigns r.editor after the peer's
 	// read loop started, a race with a handler that answers at once
@@ -371,6 +374,111 @@ func TestDecisionBlocksOnlyItsSession(t *testing.T) {
 			e.mu.Unlock()
 		})
 	}
+}
+
+// TestDecisionBacklogBytes (issue 27): what an agent sends for a session
+// while one of its decisions waits is bounded in bytes, not only in
+// count: a flood of 1 MiB updates behind a decision blocked on the
+// filesystem makes the agent's read path wait once the session's backlog
+// holds maxSequencedBytes, so the heap stays bounded (by count alone, 4096
+// items, the whole flood was held: 454 MiB for 400), the wait is logged,
+// and once the decision is made every update reaches the editor, in order,
+// after the decided request.
+func TestDecisionBacklogBytes(t *testing.T) {
+	const updates, size = 32, 1 << 20
+	fs := &slowFS{prefix: "/a/", release: make(chan struct{}), entered: make(chan string, 16)}
+	var once sync.Once
+	release := func() { once.Do(func() { close(fs.release) }) }
+	t.Cleanup(release)
+	e := newOrderRouter(t, fs, time.Minute)
+	var res struct{ SessionID string }
+	json.Unmarshal(e.mustCall("session/new", map[string]any{"cwd": "/a", "mcpServers": []any{}}), &res)
+	sid := res.SessionID
+	runtime.GC()
+	before := liveHeap()
+	end, done := e.call("session/prompt", map[string]any{"sessionId": sid,
+		"prompt": []map[string]string{{"type": "text", "text": fmt.Sprintf("read /a/x\nbig %d %d\nwait\nsay after", updates, size)}}})
+	select {
+	case <-fs.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the decision never reached the filesystem")
+	}
+	// The agent sends the flood at once: wait until the router either
+	// holds it all (the bound by count) or has its read path waiting for
+	// room (the bound by bytes).
+	e.r.mu.Lock()
+	s := e.r.sessions[sid]
+	e.r.mu.Unlock()
+	if s == nil {
+		t.Fatal("no router session")
+	}
+	q := s.order()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		q.mu.Lock()
+		queued, bytes := len(q.queue), q.bytes
+		q.mu.Unlock()
+		if queued >= updates || e.r.seqWaits.count() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60s %d items (%d bytes) queued behind the decision and no read waits", queued, bytes)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	runtime.GC()
+	grown := float64(liveHeap()-before) / (1 << 20)
+	q.mu.Lock()
+	queued, bytes := len(q.queue), q.bytes
+	q.mu.Unlock()
+	t.Logf("while the decision waits: %d items, %d bytes queued; live heap %.1f MiB above the start", queued, bytes, grown)
+	if bytes > maxSequencedBytes+size {
+		t.Errorf("%d bytes queued behind the decision; want at most %d (and one message)", bytes, maxSequencedBytes)
+	}
+	if limit := float64(maxSequencedBytes)/(1<<20) + 8*size/(1<<20); grown > limit {
+		t.Errorf("the live heap grew by %.1f MiB while %d × 1 MiB updates waited behind a decision; want at most %.0f MiB", grown, updates, limit)
+	}
+	if e.r.seqWaits.count() == 0 {
+		t.Error("the agent's read path never waited, and the wait was not counted")
+	}
+	release()
+	select {
+	case m := <-done:
+		if m.Error != nil {
+			t.Fatalf("prompt: %s", m.Error)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the turn did not end once the decision was made; %d messages of it reached the editor", len(e.transcript(sid, end)))
+	}
+	got := e.transcript(sid, end)
+	var want []string
+	want = append(want, "request /a/x")
+	for i := range updates {
+		want = append(want, fmt.Sprintf("big %d", i))
+	}
+	want = append(want, "read /a/x: ok content of /a/x", "after", "end")
+	for i, g := range got {
+		if strings.HasPrefix(g, "big ") {
+			got[i] = strings.TrimRight(g, "x ")
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("transcript %q, want %q", got, want)
+	}
+}
+
+// count is how many d counted.
+func (d *drops) count() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.total
+}
+
+// liveHeap is the bytes of live heap objects (after a GC, the live heap).
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // matchTranscript compares a transcript with want, where an entry ending

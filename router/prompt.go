@@ -348,7 +348,7 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 		}
 		// After every update the agent sent before it (order.go).
 		if s.order().busy() {
-			s.order().do(r, func() { fw.end(res, err) })
+			s.order().do(r, len(res), func() { fw.end(res, err) })
 		} else {
 			fw.end(res, err)
 		}

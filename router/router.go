@@ -128,6 +128,7 @@ type Router struct {
 	toolDrops   *drops // tool call ids retired before their tool call finished
 	askDrops    *drops // tool call updates dropped while held for a permission request (asking.go)
 	childDrops  *drops // subagent announcements past maxChildren
+	seqWaits    *drops // agent reads held by a session's backlog behind a decision (order.go)
 
 	// children are the subagent sessions, by the id the editor knows
 	// (subagent.go); they are not in sessions: only session/cancel may
@@ -231,6 +232,8 @@ func New(cfg *config.Config, opts Options) *Router {
 	r.closedDrops = newDrops(r.log, hclog.Debug, "updates for closed sessions dropped")
 	r.toolDrops = newDrops(r.log, hclog.Warn, "tool call ids retired before their tool call finished", "limit", maxToolIDs)
 	r.askDrops = newDrops(r.log, hclog.Warn, "tool call updates dropped while the editor decides about the tool call", "maxHeld", maxAskHeld, "maxBytes", maxAskHeldBytes)
+	r.seqWaits = newWaits(r.log, hclog.Info, "an agent's reading waits: a session's messages behind its pending decision are at their bound",
+		"maxItems", maxSequenced, "maxBytes", maxSequencedBytes)
 	r.childDrops = newDrops(r.log, hclog.Warn, "subagent sessions past the bound dropped; their requests fail closed", "limit", maxChildren)
 	r.children = map[string]*Session{}
 	r.mcpServers, r.mcpCalls = map[string]*Session{}, map[string]*mcpCall{}
@@ -349,6 +352,7 @@ func (r *Router) shutdown() {
 	r.closedDrops.flush()
 	r.toolDrops.flush()
 	r.childDrops.flush()
+	r.seqWaits.flush()
 	r.statusUps.drops.flush()
 	r.editor.Close()
 	select {

@@ -161,6 +161,40 @@ func TestCollectorUnreachable(t *testing.T) {
 	}
 }
 
+// A collector that refuses connections holds the exit no longer over gRPC
+// than over HTTP (issue 27): the flush at exit, with everything still
+// queued (spans, the decision's log record, the metrics), fails at once
+// instead of retrying a refused connection until the flush's deadline. The
+// default export timeout (10s) and a 5s flush, as the router exits.
+func TestCollectorRefusingExit(t *testing.T) {
+	for _, protocol := range []string{"grpc", "http/protobuf"} {
+		t.Run(protocol, func(t *testing.T) {
+			logs := newLogCounter()
+			tel, err := Setup(t.Context(), config.Telemetry{Enabled: true, Endpoint: otlptest.Refusing(t), Protocol: protocol},
+				Options{Getenv: func(string) string { return "" }, Logger: logs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 10 {
+				tel.StartTurn(nil, "s").End(nil, nil, nil)
+				tel.Decision(context.Background(), time.Now(), &audit.Record{Time: time.Now(), Decision: "allow"}, Evidence{})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			began := time.Now()
+			tel.Shutdown(ctx)
+			elapsed := time.Since(began)
+			t.Logf("Shutdown took %v", elapsed)
+			if elapsed > time.Second {
+				t.Errorf("Shutdown took %v with the collector refusing connections; want well under the 5s flush", elapsed)
+			}
+			if spans, metrics, records := tel.Dropped(); spans == 0 || metrics == 0 || records == 0 {
+				t.Errorf("dropped spans %d, metric exports %d, log records %d; want each counted", spans, metrics, records)
+			}
+		})
+	}
+}
+
 // A collector that accepts connections and never answers: exports time
 // out, nothing blocks, and Shutdown returns within its deadline.
 func TestCollectorHanging(t *testing.T) {

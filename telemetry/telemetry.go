@@ -45,6 +45,11 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
 	"github.com/acp-router/acp-router/config"
 )
 
@@ -433,9 +438,31 @@ func urlFor(endpoint, sig string) string {
 	return strings.TrimRight(endpoint, "/") + "/v1/" + sig
 }
 
+// refusedNotRetried makes a gRPC export to a collector that refuses
+// connections fail at once, as it does over HTTP (a refused dial is not a
+// temporary error there), instead of being retried until its timeout: the
+// exporters retry every Unavailable, and the last flush at exit then held
+// the router's exit for the whole flush (5s; issue 27). A call that failed
+// because the channel cannot connect leaves it not READY (in
+// TRANSIENT_FAILURE, or already CONNECTING again after its backoff: the
+// state moves on by itself, so READY is the only state that says a
+// connection exists); an Unavailable the collector itself answers (it is
+// overloaded) comes over a READY channel and is still retried. What a
+// failed export loses is counted and logged like any other failure, and
+// the next export dials again.
+var refusedNotRetried = grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+	cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if status.Code(err) == codes.Unavailable && cc.GetState() != connectivity.Ready {
+		// A plain error: its gRPC code is Unknown, which no exporter retries.
+		return fmt.Errorf("telemetry: the collector does not accept connections: %s", status.Convert(err).Message())
+	}
+	return err
+})
+
 func spanExporter(ctx context.Context, set *Settings, timeout time.Duration) (sdktrace.SpanExporter, error) {
 	if set.Protocol["traces"] == "grpc" {
-		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(timeout)}
+		o := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(timeout), otlptracegrpc.WithDialOption(refusedNotRetried)}
 		if u := set.endpoint("traces"); u != "" {
 			o = append(o, otlptracegrpc.WithEndpointURL(u))
 		}
@@ -456,7 +483,7 @@ func spanExporter(ctx context.Context, set *Settings, timeout time.Duration) (sd
 
 func metricExporter(ctx context.Context, set *Settings, timeout time.Duration) (sdkmetric.Exporter, error) {
 	if set.Protocol["metrics"] == "grpc" {
-		o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTimeout(timeout)}
+		o := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTimeout(timeout), otlpmetricgrpc.WithDialOption(refusedNotRetried)}
 		if u := set.endpoint("metrics"); u != "" {
 			o = append(o, otlpmetricgrpc.WithEndpointURL(u))
 		}
@@ -477,7 +504,7 @@ func metricExporter(ctx context.Context, set *Settings, timeout time.Duration) (
 
 func logExporter(ctx context.Context, set *Settings, timeout time.Duration) (sdklog.Exporter, error) {
 	if set.Protocol["logs"] == "grpc" {
-		o := []otlploggrpc.Option{otlploggrpc.WithTimeout(timeout)}
+		o := []otlploggrpc.Option{otlploggrpc.WithTimeout(timeout), otlploggrpc.WithDialOption(refusedNotRetried)}
 		if u := set.endpoint("logs"); u != "" {
 			o = append(o, otlploggrpc.WithEndpointURL(u))
 		}

@@ -431,6 +431,34 @@ func TestTelemetryCollectorDown(t *testing.T) {
 	}
 }
 
+// TestTelemetryCollectorRefusedExit: with the collector refusing
+// connections and the default export timeout, the router exits about as
+// soon as its stdin closes, over gRPC as over HTTP (issue 27: gRPC retried
+// the refused connection until the 5s flush at exit ran out).
+func TestTelemetryCollectorRefusedExit(t *testing.T) {
+	for _, protocol := range []string{"grpc", "http/protobuf"} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			t.Parallel()
+			cfg, _ := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, "")
+			b, _ := os.ReadFile(cfg)
+			os.WriteFile(cfg, append(b, fmt.Sprintf("telemetry:\n  enabled: true\n  endpoint: %s\n  protocol: %s\n", otlptest.Refusing(t), protocol)...), 0o600)
+			e := StartRouter(t, cfg, nil)
+			e.Initialize(t, capsAll)
+			sid := e.NewSession(t, t.TempDir())
+			e.MustPrompt(t, sid, "say hello", "end_turn")
+			e.CloseStdin()
+			code, elapsed, ok := e.Wait(15 * time.Second)
+			if !ok || code != 0 {
+				t.Fatalf("router exit: code %d ok %v", code, ok)
+			}
+			t.Logf("exited %v after its stdin closed", elapsed)
+			if elapsed > 2*time.Second {
+				t.Errorf("the router took %v to exit with the collector refusing connections over %s; want well under the 5s flush", elapsed, protocol)
+			}
+		})
+	}
+}
+
 // TestTelemetryBadEnvironment: an invalid OTEL_* value stops the router at
 // start-up with an error naming the variable; with telemetry off the
 // variables are not read at all.
