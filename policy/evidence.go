@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // Request is one agent → client request to decide.
@@ -349,6 +350,9 @@ type extractor struct {
 	// arithBad: variables the command line assigns something other than
 	// a number (arith.go), at any level of nesting.
 	arithBad map[string]bool
+	// assigned: the assignments analysed, with why their value is not
+	// understood (state.go reads them before the commands they prefix).
+	assigned map[*syntax.Assign]string
 	// mcpArgs: reading an MCP tool's arguments, which are what the tool
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).

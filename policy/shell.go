@@ -91,6 +91,7 @@ func (x *extractor) script(src string, cx cmdCtx) {
 	cx.loopVars = nil // a nested script does not see the outer loop's variables
 	loops := x.loopBindings(f, cx)
 	vars := x.arithVarsOf(f, cx)
+	state := x.shellState(f, vars, cx)
 	piped := map[*syntax.Stmt]bool{}
 	producer := map[*syntax.Stmt]*syntax.Stmt{}
 	calls, seen := 0, 0
@@ -113,17 +114,16 @@ func (x *extractor) script(src string, cx cmdCtx) {
 					ccx.stdinFiles = x.listedFiles(p, cx)
 				}
 				ccx.stdin = literalStdin(n.Redirs)
+				if names, unknown := state.at(c.Pos().Offset()); len(names) > 0 {
+					ccx.env = append(slices.Clone(cx.env), names...)
+					if ccx.envUnknown == "" {
+						ccx.envUnknown = unknown
+					}
+				}
 				x.call(c, ccx)
 			}
 		case *syntax.CallExpr:
 			calls++
-		case *syntax.DeclClause:
-			for _, a := range n.Args {
-				if why := x.assign(a, cx); why != "" {
-					// Every later command may read it.
-					x.add(Item{Type: ItemTool, Origin: "assignment", Unknown: why}, KindExecute)
-				}
-			}
 		case *syntax.ForClause:
 			if it, ok := n.Loop.(*syntax.WordIter); ok && it.Name != nil {
 				if why := dangerousEnv(it.Name.Value); why != "" {
@@ -202,7 +202,7 @@ func (x *extractor) call(c *syntax.CallExpr, cx cmdCtx) {
 		env = slices.Clone(cx.env)
 	}
 	for _, a := range c.Assigns {
-		if why := x.assign(a, cx); why != "" && cx.envUnknown == "" {
+		if why := x.assignOnce(a, cx); why != "" && cx.envUnknown == "" {
 			cx.envUnknown = why
 		}
 		if a.Name != nil {
@@ -334,7 +334,8 @@ var harmlessEnv = map[string]bool{
 // or load other code, or read configuration from elsewhere.
 var dangerousNames = map[string]bool{
 	"PATH": true, "CDPATH": true, "IFS": true, "BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true,
-	"PS4": true, "PROMPT_COMMAND": true, "PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "RUBYOPT": true,
+	"PS4": true, "PS0": true, "PS1": true, "PS2": true, "PROMPT_COMMAND": true, "GLOBIGNORE": true, "EXECIGNORE": true,
+	"POSIXLY_CORRECT": true, "PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "RUBYOPT": true,
 	"RUBYLIB": true, "GIT_SSH": true, "SSH_ASKPASS": true, "VISUAL": true, "BROWSER": true, "MANOPT": true,
 	"LESSOPEN": true, "LESSCLOSE": true, "LESS": true, "LESSKEY": true, "LESSKEYIN": true, "HOME": true,
 	"TMPDIR": true, "CC": true, "CXX": true, "CPP": true, "LD": true, "AR": true, "AS": true, "FC": true, "NM": true,
@@ -353,7 +354,7 @@ var dangerousNames = map[string]bool{
 	"SIMPLE_BACKUP_SUFFIX": true, "VERSION_CONTROL": true, "PATCH_VERSION_CONTROL": true, "PATCH_GET": true,
 }
 
-var dangerousPrefixes = []string{"LD_", "DYLD_", "GIT_", "XDG_", "CGO_", "NODE_", "NPM_CONFIG_", "YARN_", "PNPM_",
+var dangerousPrefixes = []string{"BASH_", "LD_", "DYLD_", "GIT_", "XDG_", "CGO_", "NODE_", "NPM_CONFIG_", "YARN_", "PNPM_",
 	"PIP_", "CARGO_", "RUSTUP_", "GEM_", "BUNDLE_", "PYTHON", "PYTEST_", "JAVA_", "_JAVA_", "JDK_", "MAVEN_",
 	"GRADLE_", "BUN_", "DENO_", "UV_", "POETRY_", "VIRTUAL_ENV", "CONDA", "AWS_", "GOOGLE_", "AZURE_", "ELECTRON_"}
 
