@@ -238,6 +238,7 @@ func extract(req *Request) *extractor {
 	default:
 		x.add(Item{Type: ItemTool, Origin: "method", Opaque: fmt.Sprintf("the policy does not understand %q", req.Method)}, KindOther)
 	}
+	x.writtenOptions()
 	if len(x.ev.Items) == 0 {
 		// Nothing to see (a command line of assignments only): the request
 		// itself is the evidence.
@@ -353,6 +354,8 @@ type extractor struct {
 	// assigned: the assignments analysed, with why their value is not
 	// understood (state.go reads them before the commands they prefix).
 	assigned map[*syntax.Assign]string
+	// globbed: the directories the line's globs list (glob.go).
+	globbed []globAt
 	// mcpArgs: reading an MCP tool's arguments, which are what the tool
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).

@@ -20,6 +20,11 @@ type arg struct {
 	opaque string // why the value cannot be known before the command runs
 	// below: the argument is any file below the path s (find -exec's {}).
 	below bool
+	// pat is s as a glob pattern (path.Match syntax: what was quoted is
+	// escaped) when glob is set; split: the word is an unquoted for-loop
+	// variable over a glob, whose file names bash splits into words.
+	pat   string
+	split bool
 }
 
 // cmdCtx is the context of a command line being analysed.
@@ -220,7 +225,11 @@ func (x *extractor) call(c *syntax.CallExpr, cx cmdCtx) {
 		return
 	}
 	cx.env = env
-	x.argv(args, cx)
+	for _, run := range x.expandGlobs(args, cx) {
+		rcx := cx
+		rcx.cwds = run.cwds
+		x.argv(run.args, rcx)
+	}
 }
 
 // assign records a variable assignment: a variable that changes which code
@@ -960,6 +969,7 @@ func braceSequence(be *syntax.BraceExp, limit int) (seq []string, large bool) {
 func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 	var a arg
 	var b strings.Builder
+	var pb strings.Builder // the word as a glob pattern
 	for i, part := range parts {
 		switch p := part.(type) {
 		case *syntax.Lit:
@@ -978,21 +988,25 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~ without a home directory"}
 					}
 					b.WriteString(x.home)
+					pb.WriteString(globEscape(x.home))
 				case "~+":
 					if len(cx.cwds) != 1 || cx.cwdUnknown {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~+ after a cd"}
 					}
 					b.WriteString(cx.cwds[0])
+					pb.WriteString(globEscape(cx.cwds[0]))
 				default:
 					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: fmt.Sprintf("%s is another user's home directory", user)}
 				}
 				if strings.Contains(v, "/") {
 					b.WriteString("/")
+					pb.WriteString("/")
 				}
 				v = rest
 			}
 			s, glob := unescapeUnquoted(v)
 			b.WriteString(s)
+			pb.WriteString(globPattern(v))
 			a.glob = a.glob || glob
 		case *syntax.SglQuoted:
 			if p.Dollar {
@@ -1001,21 +1015,27 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "an escape sequence the router does not decode"}
 				}
 				b.WriteString(s)
+				pb.WriteString(globEscape(s))
 			} else {
 				b.WriteString(p.Value)
+				pb.WriteString(globEscape(p.Value))
 			}
 		case *syntax.DblQuoted:
 			for _, q := range p.Parts {
 				switch q := q.(type) {
 				case *syntax.Lit:
 					b.WriteString(unescapeDouble(q.Value))
+					pb.WriteString(globEscape(unescapeDouble(q.Value)))
 				case *syntax.ParamExp:
 					v, ok := x.param(q, cx)
 					if !ok {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 					}
-					if q.Param != nil && cx.loopVars[q.Param.Value].glob {
+					if lv := cx.loopVars[q.Param.Value]; q.Param != nil && lv.glob {
 						a.glob = true // a file the loop's glob matched
+						pb.WriteString(lv.pat)
+					} else {
+						pb.WriteString(globEscape(v))
 					}
 					b.WriteString(v)
 				case *syntax.ArithmExp:
@@ -1023,6 +1043,7 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
 					}
 					b.WriteString("0")
+					pb.WriteString("0")
 				default:
 					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
 				}
@@ -1032,8 +1053,12 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 			if !ok {
 				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 			}
-			if p.Param != nil && cx.loopVars[p.Param.Value].glob {
-				a.glob = true
+			if lv := cx.loopVars[p.Param.Value]; p.Param != nil && lv.glob {
+				// Unquoted: each file name is split into words too.
+				a.glob, a.split = true, true
+				pb.WriteString(lv.pat)
+			} else {
+				pb.WriteString(globEscape(v))
 			}
 			b.WriteString(v)
 		case *syntax.ArithmExp:
@@ -1041,12 +1066,14 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
 			}
 			b.WriteString("0")
+			pb.WriteString("0")
 		case *syntax.CmdSubst:
 			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
 		case *syntax.ProcSubst:
 			// <(cmd) passes a pipe (/dev/fd/N); cmd itself is analysed
 			// where the walk reaches it.
 			b.WriteString("/dev/fd/63")
+			pb.WriteString("/dev/fd/63")
 		case *syntax.ExtGlob:
 			// Extended globs (@(a|b), !(x)) need shopt extglob; their
 			// matches are not worth guessing.
@@ -1056,7 +1083,25 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 		}
 	}
 	a.s = b.String()
+	if a.glob {
+		a.pat = pb.String()
+	}
 	return a
+}
+
+// globEscape escapes the glob characters of s for path.Match.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // param returns the value of the few parameter expansions the router can
