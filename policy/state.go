@@ -109,6 +109,10 @@ func (x *extractor) shellState(f *syntax.File, vars *arithVars, cx cmdCtx) lineS
 			x.opaque(cx.origin, fmt.Sprintf("%s assigns a variable %q the router cannot follow", by, name), KindExecute)
 		case dangerousEnv(name) != "":
 			x.opaque(cx.origin, by+": "+dangerousEnv(name), KindExecute)
+		case cwdVars[name]:
+			// cd .. and cd - follow PWD and OLDPWD (cdClosure sees only
+			// their assignments).
+			x.opaque(cx.origin, by+" assigns "+name+": where a later cd goes is known only at run time", KindExecute)
 		}
 		if isName(name) {
 			set(name, "", at)
