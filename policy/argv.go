@@ -601,6 +601,9 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 	if name == "xargs" && cx.stdinFiles != nil && !replace {
 		// The producer lists files below these directories: xargs passes
 		// any of them.
+		if why := x.listedWords(cx.stdinFiles, opts, wcwds); why != "" {
+			x.opaque(inner.origin, why, KindExecute)
+		}
 		for _, d := range cx.stdinFiles {
 			payload = append(payload, arg{s: d, below: true})
 		}
@@ -633,4 +636,53 @@ func (x *extractor) optionPath(prog, opt string, v arg, kind Kind, cwds []string
 	if v.s != "" && v.s != "-" {
 		x.path(v.s, v.glob, kind, false, prog+" "+opt, cwds)
 	}
+}
+
+// listedWords says why the file names a producer lists (find DIR, git
+// ls-files) are not each one argument of xargs' command ("" if they are):
+// xargs splits its input at blanks and quotes unless -0 or -d says
+// otherwise, so a name holding one is several words, and git ls-files
+// prints the names of the top directory as they are, so one starting with
+// - is an option of the command (issue 27: words that become options).
+func (x *extractor) listedWords(dirs []string, opts map[string]arg, cwds []string) string {
+	_, null := opts["-0"]
+	if _, ok := opts["--null"]; ok {
+		null = true
+	}
+	_, delim := opts["-d"]
+	if _, ok := opts["--delimiter"]; ok {
+		delim = true
+	}
+	w, ok := x.fs.(Walker)
+	if !ok || x.fs == nil {
+		return "" // nothing is known to exist: no names to read
+	}
+	for _, d := range dirs {
+		for _, c := range cwds {
+			abs := d
+			if !path.IsAbs(d) {
+				abs = path.Join(c, d)
+			}
+			r, err := x.fs.Resolve(abs)
+			if err != nil {
+				return "xargs reads the names of files below a directory the router cannot resolve"
+			}
+			res := w.Walk(path.Clean(r), false)
+			if res.Cut != "" {
+				return "xargs reads the names of more files than the router lists: " + res.Cut
+			}
+			for _, e := range res.Entries {
+				base := path.Base(e.Rel)
+				switch {
+				case !null && !delim && strings.ContainsAny(e.Rel, " \t\n'\"\\"):
+					return fmt.Sprintf("xargs splits the file name %q into several words", e.Rel)
+				case !null && strings.Contains(e.Rel, "\n"):
+					return fmt.Sprintf("the file name %q holds a newline: xargs reads it as two", e.Rel)
+				case d == "." && e.Rel == base && strings.HasPrefix(base, "-"):
+					return fmt.Sprintf("the file name %q becomes an option of xargs' command", base)
+				}
+			}
+		}
+	}
+	return ""
 }

@@ -162,6 +162,30 @@
 // subscript in it runs its command substitutions (arith.go); printf -v
 // NAME assigns NAME as NAME=VALUE does.
 //
+// Shell state set earlier on a line (state.go, issue 27): a variable that
+// export, declare/typeset/local/readonly, a bare VAR=x, read, mapfile,
+// printf -v, getopts, wait -p, ${VAR:=x}, an arithmetic assignment or a
+// for loop sets is set for every later command of the same shell, as its
+// VAR=x prefix would be (env rules, Item.Env; a value the router does not
+// understand makes those commands Unknown); a subshell, a pipeline's part,
+// a command substitution and a background command keep what they set. A
+// nameref, declare -i over a non-number, mapfile -C, hash -p, set -f, -k,
+// +B or -o posix, shopt of globbing, aliases or lastpipe, and a name known
+// only at run time are opaque; set and shopt with harmless options, hash
+// without -p and unset need no rule. Function bodies are analysed where
+// they are written.
+//
+// Globs (glob.go): a command is judged by its argv after bash's
+// expansion of its unquoted globs against the files that exist (no
+// dotfiles unless the pattern says ., sorted, unmatched left as written,
+// an unquoted loop variable's names split at blanks), so a file named like
+// one of the program's options is that option; a glob the router cannot
+// expand, a name starting with - that the line writes where one of its
+// globs lists, and file names xargs would split or read as options are
+// not understood. terminal/create's command and args that hold shell
+// syntax or blanks are also read as the one line an editor joining them
+// for its shell would run.
+//
 // Working directories: relative paths are resolved against every
 // directory a command may run in. Followed: cd, pushd and popd however
 // spelled (quoted, escaped, after builtin or command -p, with -L -P -e -@

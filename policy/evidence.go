@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // Request is one agent → client request to decide.
@@ -256,6 +257,7 @@ func extract(req *Request) *extractor {
 	default:
 		x.add(Item{Type: ItemTool, Origin: "method", Opaque: fmt.Sprintf("the policy does not understand %q", req.Method)}, KindOther)
 	}
+	x.writtenOptions()
 	if len(x.ev.Items) == 0 {
 		// Nothing to see (a command line of assignments only): the request
 		// itself is the evidence.
@@ -368,6 +370,11 @@ type extractor struct {
 	// arithBad: variables the command line assigns something other than
 	// a number (arith.go), at any level of nesting.
 	arithBad map[string]bool
+	// assigned: the assignments analysed, with why their value is not
+	// understood (state.go reads them before the commands they prefix).
+	assigned map[*syntax.Assign]string
+	// globbed: the directories the line's globs list (glob.go).
+	globbed []globAt
 	// mcpArgs: reading an MCP tool's arguments, which are what the tool
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).
@@ -630,6 +637,68 @@ func (x *extractor) terminal(params json.RawMessage) {
 		argv = append(argv, arg{s: a})
 	}
 	x.argv(argv, cx)
+	if joined, ok := joinedLine(*p.Command, p.Args); ok {
+		// Issue 27: an editor may join command and args into one line for
+		// its shell (the schema does not say it must not), which then
+		// reads what they hold: $(...), `...`, ;, |, &, redirections,
+		// globs, ~, $VAR, quotes, and words an argument's spaces split
+		// into options. Both readings are evidence.
+		jcx := cx
+		jcx.origin = "command and args as one shell line"
+		x.script(joined, jcx)
+	}
+}
+
+// joinedLine returns command and args joined with spaces, as an editor
+// that runs them through its shell without quoting would, when the shell
+// would read that line otherwise than the argv (false when every word is
+// a plain word, or the only difference is a shell's -c script whose first
+// word is plain: the joined line runs that word alone, a part of what
+// the script runs, with the rest of the script read by the outer shell
+// as the script itself is read).
+func joinedLine(command string, args []string) (string, bool) {
+	plain := func(s string, first bool) bool {
+		if s == "" {
+			return false
+		}
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_@%+:,./-", c) >= 0 {
+				continue
+			}
+			if c == '=' && !first {
+				continue
+			}
+			return false
+		}
+		return true
+	}
+	joined := command + " " + strings.Join(args, " ")
+	differs := !plain(command, true)
+	for _, a := range args {
+		differs = differs || !plain(a, false)
+	}
+	if !differs {
+		return "", false
+	}
+	if !plain(command, true) || !shells[programName(command)] {
+		return joined, true
+	}
+	// SHELL [-opts] -c SCRIPT, the script last.
+	for i, a := range args {
+		if !plain(a, false) {
+			if i == 0 || i != len(args)-1 || !strings.HasPrefix(args[i-1], "-") || strings.HasPrefix(args[i-1], "--") ||
+				!strings.Contains(args[i-1], "c") {
+				return joined, true
+			}
+			w := strings.Fields(a)
+			if len(w) == 0 || !plain(w[0], true) {
+				return joined, true
+			}
+			return "", false
+		}
+	}
+	return joined, true
 }
 
 // addCwd records a command's own working directory as a form of ${cwd}

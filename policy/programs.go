@@ -247,6 +247,11 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 		x.byShape(name, args[1:], x.cwdsFor(cx))
 		return
 	case sp.values:
+		// Shell options that change nothing a later command runs or how
+		// the router reads it (set -euo pipefail, shopt -u nullglob,
+		// hash -r, unset NAME) need no rule of their own: the state pass
+		// (state.go) made every other use of them opaque.
+		it.Aux = stateOnly(name, args[1:])
 		x.add(it, KindExecute)
 		if why := builtinVarArgs(name, args[1:]); why != "" {
 			x.opaque(cx.origin, why, KindExecute)

@@ -20,6 +20,11 @@ type arg struct {
 	opaque string // why the value cannot be known before the command runs
 	// below: the argument is any file below the path s (find -exec's {}).
 	below bool
+	// pat is s as a glob pattern (path.Match syntax: what was quoted is
+	// escaped) when glob is set; split: the word is an unquoted for-loop
+	// variable over a glob, whose file names bash splits into words.
+	pat   string
+	split bool
 }
 
 // cmdCtx is the context of a command line being analysed.
@@ -91,6 +96,7 @@ func (x *extractor) script(src string, cx cmdCtx) {
 	cx.loopVars = nil // a nested script does not see the outer loop's variables
 	loops := x.loopBindings(f, cx)
 	vars := x.arithVarsOf(f, cx)
+	state := x.shellState(f, vars, cx)
 	piped := map[*syntax.Stmt]bool{}
 	producer := map[*syntax.Stmt]*syntax.Stmt{}
 	calls, seen := 0, 0
@@ -113,17 +119,16 @@ func (x *extractor) script(src string, cx cmdCtx) {
 					ccx.stdinFiles = x.listedFiles(p, cx)
 				}
 				ccx.stdin = literalStdin(n.Redirs)
+				if names, unknown := state.at(c.Pos().Offset()); len(names) > 0 {
+					ccx.env = append(slices.Clone(cx.env), names...)
+					if ccx.envUnknown == "" {
+						ccx.envUnknown = unknown
+					}
+				}
 				x.call(c, ccx)
 			}
 		case *syntax.CallExpr:
 			calls++
-		case *syntax.DeclClause:
-			for _, a := range n.Args {
-				if why := x.assign(a, cx); why != "" {
-					// Every later command may read it.
-					x.add(Item{Type: ItemTool, Origin: "assignment", Unknown: why}, KindExecute)
-				}
-			}
 		case *syntax.ForClause:
 			if it, ok := n.Loop.(*syntax.WordIter); ok && it.Name != nil {
 				if why := dangerousEnv(it.Name.Value); why != "" {
@@ -202,7 +207,7 @@ func (x *extractor) call(c *syntax.CallExpr, cx cmdCtx) {
 		env = slices.Clone(cx.env)
 	}
 	for _, a := range c.Assigns {
-		if why := x.assign(a, cx); why != "" && cx.envUnknown == "" {
+		if why := x.assignOnce(a, cx); why != "" && cx.envUnknown == "" {
 			cx.envUnknown = why
 		}
 		if a.Name != nil {
@@ -220,7 +225,11 @@ func (x *extractor) call(c *syntax.CallExpr, cx cmdCtx) {
 		return
 	}
 	cx.env = env
-	x.argv(args, cx)
+	for _, run := range x.expandGlobs(args, cx) {
+		rcx := cx
+		rcx.cwds = run.cwds
+		x.argv(run.args, rcx)
+	}
 }
 
 // assign records a variable assignment: a variable that changes which code
@@ -334,7 +343,8 @@ var harmlessEnv = map[string]bool{
 // or load other code, or read configuration from elsewhere.
 var dangerousNames = map[string]bool{
 	"PATH": true, "CDPATH": true, "IFS": true, "BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true,
-	"PS4": true, "PROMPT_COMMAND": true, "PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "RUBYOPT": true,
+	"PS4": true, "PS0": true, "PS1": true, "PS2": true, "PROMPT_COMMAND": true, "GLOBIGNORE": true, "EXECIGNORE": true,
+	"POSIXLY_CORRECT": true, "PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "RUBYOPT": true,
 	"RUBYLIB": true, "GIT_SSH": true, "SSH_ASKPASS": true, "VISUAL": true, "BROWSER": true, "MANOPT": true,
 	"LESSOPEN": true, "LESSCLOSE": true, "LESS": true, "LESSKEY": true, "LESSKEYIN": true, "HOME": true,
 	"TMPDIR": true, "CC": true, "CXX": true, "CPP": true, "LD": true, "AR": true, "AS": true, "FC": true, "NM": true,
@@ -353,7 +363,7 @@ var dangerousNames = map[string]bool{
 	"SIMPLE_BACKUP_SUFFIX": true, "VERSION_CONTROL": true, "PATCH_VERSION_CONTROL": true, "PATCH_GET": true,
 }
 
-var dangerousPrefixes = []string{"LD_", "DYLD_", "GIT_", "XDG_", "CGO_", "NODE_", "NPM_CONFIG_", "YARN_", "PNPM_",
+var dangerousPrefixes = []string{"BASH_", "LD_", "DYLD_", "GIT_", "XDG_", "CGO_", "NODE_", "NPM_CONFIG_", "YARN_", "PNPM_",
 	"PIP_", "CARGO_", "RUSTUP_", "GEM_", "BUNDLE_", "PYTHON", "PYTEST_", "JAVA_", "_JAVA_", "JDK_", "MAVEN_",
 	"GRADLE_", "BUN_", "DENO_", "UV_", "POETRY_", "VIRTUAL_ENV", "CONDA", "AWS_", "GOOGLE_", "AZURE_", "ELECTRON_"}
 
@@ -959,6 +969,7 @@ func braceSequence(be *syntax.BraceExp, limit int) (seq []string, large bool) {
 func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 	var a arg
 	var b strings.Builder
+	var pb strings.Builder // the word as a glob pattern
 	for i, part := range parts {
 		switch p := part.(type) {
 		case *syntax.Lit:
@@ -977,21 +988,25 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~ without a home directory"}
 					}
 					b.WriteString(x.home)
+					pb.WriteString(globEscape(x.home))
 				case "~+":
 					if len(cx.cwds) != 1 || cx.cwdUnknown {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~+ after a cd"}
 					}
 					b.WriteString(cx.cwds[0])
+					pb.WriteString(globEscape(cx.cwds[0]))
 				default:
 					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: fmt.Sprintf("%s is another user's home directory", user)}
 				}
 				if strings.Contains(v, "/") {
 					b.WriteString("/")
+					pb.WriteString("/")
 				}
 				v = rest
 			}
 			s, glob := unescapeUnquoted(v)
 			b.WriteString(s)
+			pb.WriteString(globPattern(v))
 			a.glob = a.glob || glob
 		case *syntax.SglQuoted:
 			if p.Dollar {
@@ -1000,21 +1015,27 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "an escape sequence the router does not decode"}
 				}
 				b.WriteString(s)
+				pb.WriteString(globEscape(s))
 			} else {
 				b.WriteString(p.Value)
+				pb.WriteString(globEscape(p.Value))
 			}
 		case *syntax.DblQuoted:
 			for _, q := range p.Parts {
 				switch q := q.(type) {
 				case *syntax.Lit:
 					b.WriteString(unescapeDouble(q.Value))
+					pb.WriteString(globEscape(unescapeDouble(q.Value)))
 				case *syntax.ParamExp:
 					v, ok := x.param(q, cx)
 					if !ok {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 					}
-					if q.Param != nil && cx.loopVars[q.Param.Value].glob {
+					if lv := cx.loopVars[q.Param.Value]; q.Param != nil && lv.glob {
 						a.glob = true // a file the loop's glob matched
+						pb.WriteString(lv.pat)
+					} else {
+						pb.WriteString(globEscape(v))
 					}
 					b.WriteString(v)
 				case *syntax.ArithmExp:
@@ -1022,6 +1043,7 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
 					}
 					b.WriteString("0")
+					pb.WriteString("0")
 				default:
 					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
 				}
@@ -1031,8 +1053,12 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 			if !ok {
 				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 			}
-			if p.Param != nil && cx.loopVars[p.Param.Value].glob {
-				a.glob = true
+			if lv := cx.loopVars[p.Param.Value]; p.Param != nil && lv.glob {
+				// Unquoted: each file name is split into words too.
+				a.glob, a.split = true, true
+				pb.WriteString(lv.pat)
+			} else {
+				pb.WriteString(globEscape(v))
 			}
 			b.WriteString(v)
 		case *syntax.ArithmExp:
@@ -1040,12 +1066,14 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
 			}
 			b.WriteString("0")
+			pb.WriteString("0")
 		case *syntax.CmdSubst:
 			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
 		case *syntax.ProcSubst:
 			// <(cmd) passes a pipe (/dev/fd/N); cmd itself is analysed
 			// where the walk reaches it.
 			b.WriteString("/dev/fd/63")
+			pb.WriteString("/dev/fd/63")
 		case *syntax.ExtGlob:
 			// Extended globs (@(a|b), !(x)) need shopt extglob; their
 			// matches are not worth guessing.
@@ -1055,7 +1083,25 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 		}
 	}
 	a.s = b.String()
+	if a.glob {
+		a.pat = pb.String()
+	}
 	return a
+}
+
+// globEscape escapes the glob characters of s for path.Match.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // param returns the value of the few parameter expansions the router can
