@@ -150,7 +150,7 @@ func Derive(pol *policy.Policy, agent config.Agent, env Env) (*Profile, []Proble
 			p.Hidden = append(p.Hidden, Hidden{Rule: k.Rule, Layer: k.Layer, Paths: k.Paths, Except: k.Except})
 			for _, d := range p.StateDirs {
 				if k.Hides(agent.Name, d, home, p.Roots) || namesBelow(k, d, home, p.Roots) {
-					probs = append(probs, Problem{Error: true, Msg: fmt.Sprintf("%s: deny rule %q hides %s, the state of agent %q: the agent cannot run under the sandbox; narrow the rule, or declare the agent's state_dirs",
+					probs = append(probs, Problem{Error: true, Msg: fmt.Sprintf("%s: deny rule %q hides %s or files in it, the state of agent %q: the agent cannot run under the sandbox; narrow the rule, or declare the agent's state_dirs",
 						k.Pos, k.Rule, d, agent.Name)})
 				}
 			}

@@ -25,6 +25,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/internal/owner"
+	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/telemetry"
 )
 
@@ -61,6 +62,10 @@ type Options struct {
 	OnExit func(*Instance, error)
 	// Telemetry records process starts, exits and restarts; nil: off.
 	Telemetry *telemetry.Telemetry
+	// Confine returns the sandbox plan an agent's process starts under
+	// (sandbox.Confiner.Confine): nil to start it unconfined, an error to
+	// refuse the start. nil: every agent starts unconfined.
+	Confine func(config.Agent) (*sandbox.Plan, error)
 
 	// Shutdown timings (DESIGN §7): after stdin is closed the group gets
 	// ShutdownGrace to go away, then SIGTERM and KillGrace, then SIGKILL.
@@ -483,6 +488,19 @@ func (a *Agent) spawn(inst *Instance) error {
 	cmd.Dir = cfg.Cwd
 	cmd.Env = Environ(cfg, os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Confined before its first instruction (issue 29): the sandbox helper
+	// runs in its place and execs it; under the watchdog too.
+	if a.opts.Confine != nil {
+		plan, err := a.opts.Confine(cfg)
+		if err != nil {
+			return fmt.Errorf("start %q: %w", cfg.Command, err)
+		}
+		if plan != nil {
+			if err := plan.Wrap(cmd); err != nil {
+				return fmt.Errorf("start %q: %w", cfg.Command, err)
+			}
+		}
+	}
 	// Under a watchdog, so that the agent and its children do not outlive
 	// the router however it ends (watchdog.go).
 	var wd *watchdog

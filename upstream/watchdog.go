@@ -62,6 +62,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/acp-router/acp-router/sandbox"
 )
 
 // watchdogArg, as the first argument, makes the router's executable run as
@@ -266,6 +268,9 @@ func runWatchdog(args []string) int {
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: agentSysProcAttr(),
 	}
+	// A confined agent is started through the sandbox helper, which needs
+	// its namespaces from the clone that starts it (sandbox.Namespaces).
+	sandbox.Namespaces(agent.Env, agent)
 	if err := agent.Start(); err != nil {
 		fmt.Fprintf(report, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 127
