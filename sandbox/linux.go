@@ -180,34 +180,73 @@ func runHelper(args []string) error {
 	if len(args) < 2 {
 		return errors.New("the helper runs only when the router starts it")
 	}
-	var pl Plan
-	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &pl); err != nil {
-		return fmt.Errorf("the helper runs only when the router starts it: %v", err)
-	}
-	os.Unsetenv(planEnv)
-	if err := pl.mountMasks(); err != nil {
+	entered, err := Enter()
+	if err != nil {
 		return err
 	}
-	if err := pl.landlock(); err != nil {
-		return err
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
-	if os.Geteuid() == 0 {
-		for _, c := range rootDrops {
-			if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("drop capability %d: %w", c, err)
-			}
-		}
+	if !entered {
+		return errors.New("the helper runs only when the router starts it")
 	}
 	if err := syscall.Exec(args[0], args[1:], os.Environ()); err != nil {
 		return fmt.Errorf("exec %s: %w", args[0], err)
 	}
 	return nil
+}
+
+// Handoff makes cmd, a process of this executable that calls Enter before
+// it starts the agent (the agent watchdog, upstream/watchdog.go), confine
+// itself by the plan: it starts in the namespaces the plan needs, with the
+// plan in its environment. The agent it then starts inherits all of it,
+// without a second start of this executable (the helper's cost).
+func (pl *Plan) Handoff(cmd *exec.Cmd) error {
+	b, err := json.Marshal(pl)
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, planEnv+"=") })
+	cmd.Env = append(env, planEnv+"="+string(b))
+	Namespaces(cmd.Env, cmd)
+	return nil
+}
+
+// Enter applies the plan handed to this process (Wrap, Handoff), if any,
+// to itself and to every process it starts from then on: masks, Landlock,
+// no_new_privs, capabilities. It reports whether there was a plan; the
+// plan's variable is removed from the environment.
+func Enter() (bool, error) {
+	raw, ok := os.LookupEnv(planEnv)
+	if !ok {
+		return false, nil
+	}
+	os.Unsetenv(planEnv)
+	var pl Plan
+	if err := json.Unmarshal([]byte(raw), &pl); err != nil {
+		return true, fmt.Errorf("sandbox plan: %v", err)
+	}
+	if err := pl.mountMasks(); err != nil {
+		return true, err
+	}
+	if err := pl.landlock(); err != nil {
+		return true, err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return true, fmt.Errorf("no_new_privs: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return true, fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		for _, c := range rootDrops {
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				return true, fmt.Errorf("drop capability %d: %w", c, err)
+			}
+		}
+	}
+	return true, nil
 }
 
 // mountMasks makes the mounts private and masks every hidden path: files

@@ -19,7 +19,27 @@ import (
 
 func TestMain(m *testing.M) {
 	RunIfRequested()
+	if os.Getenv(envMiniWatchdog) != "" {
+		os.Exit(miniWatchdog())
+	}
 	os.Exit(m.Run())
+}
+
+// envMiniWatchdog makes the test binary act as the agent watchdog does
+// (upstream/watchdog.go): confine itself if handed a plan, then start the
+// agent (/bin/true) and wait for it.
+const envMiniWatchdog = "ACP_SANDBOX_MINI_WATCHDOG"
+
+func miniWatchdog() int {
+	if _, err := Enter(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 126
+	}
+	if err := exec.Command("/bin/true").Run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // The secrets the fixture holds; no confined process may print one.
@@ -29,13 +49,6 @@ const (
 	secretKey  = "SECRET-KEY-77c1"
 	secretDeep = "SECRET-DEEP-42"
 )
-
-const fixturePolicy = `rules:
-  - id: no-secrets
-    decision: deny
-    when: {paths: ["**/.env", "~/.ssh/**", "~/keys/**"]}
-    unless: {paths: ["**/.env.example"]}
-`
 
 // fixture is a home with secrets and a project, outside /tmp (which every
 // profile may write). It returns home, the project and a directory the
@@ -67,13 +80,6 @@ func fixture(t *testing.T, base string) (home, proj, outside string) {
 	must(t, os.Symlink(home+"/.ssh/id_ed25519", proj+"/link"))
 	must(t, os.Link(home+"/keys/k1", proj+"/copy"))
 	return home, proj, outside
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // confine derives and resolves the fixture's profile for home and proj.

@@ -21,3 +21,9 @@ func (pl *Plan) Wrap(cmd *exec.Cmd) error { return Available() }
 
 // Namespaces does nothing here.
 func Namespaces(env []string, cmd *exec.Cmd) {}
+
+// Handoff fails: see Available.
+func (pl *Plan) Handoff(cmd *exec.Cmd) error { return Available() }
+
+// Enter does nothing here: no plan is ever handed over.
+func Enter() (bool, error) { return false, nil }

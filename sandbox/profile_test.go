@@ -143,3 +143,18 @@ func TestHashFollowsProfile(t *testing.T) {
 		t.Errorf("summary %q does not name the rule", a.Summary())
 	}
 }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fixturePolicy hides the secrets of the kernel tests' fixture.
+const fixturePolicy = `rules:
+  - id: no-secrets
+    decision: deny
+    when: {paths: ["**/.env", "~/.ssh/**", "~/keys/**"]}
+    unless: {paths: ["**/.env.example"]}
+`

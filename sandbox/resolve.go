@@ -58,7 +58,7 @@ func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
 	if o.WalkLimit <= 0 {
 		o.WalkLimit = DefaultWalkLimit
 	}
-	r := &resolver{p: p, limit: o.WalkLimit, hidden: map[string]bool{}, links: map[fileKey][]string{}}
+	r := &resolver{p: p, limit: o.WalkLimit, hidden: map[string]bool{}}
 	type walk struct {
 		base  string
 		depth int // -1: no limit
@@ -84,18 +84,36 @@ func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
 			}
 		}
 	}
-	done := map[walk]bool{}
-	for _, w := range walks {
-		key := walk{w.base, w.depth, ""}
-		if done[key] {
-			continue
+	walkAll := func() error {
+		done := map[walk]bool{}
+		for _, w := range walks {
+			key := walk{w.base, w.depth, ""}
+			if done[key] {
+				continue
+			}
+			done[key] = true
+			if err := r.walk(w.base, w.depth); err != nil {
+				return fmt.Errorf("sandbox: rule %q: %w", w.rule, err)
+			}
 		}
-		done[key] = true
-		if err := r.walk(w.base, w.depth); err != nil {
-			return nil, fmt.Errorf("sandbox: rule %q: %w", w.rule, err)
+		return nil
+	}
+	if err := walkAll(); err != nil {
+		return nil, err
+	}
+	// A hidden file with other names: search again, this time for them
+	// (a stat of every file, which the first search spares).
+	ids := r.hiddenIDs()
+	if len(ids) > 0 && len(walks) > 0 {
+		r.links = map[fileKey][]string{}
+		for k := range ids {
+			r.links[k] = nil
+		}
+		if err := walkAll(); err != nil {
+			return nil, err
 		}
 	}
-	plan := &Plan{Visited: r.visited, Warnings: r.linkWarnings()}
+	plan := &Plan{Visited: r.visited, Warnings: r.linkWarnings(ids)}
 	for path := range r.hidden {
 		if r.coveredAbove(path) {
 			continue
@@ -181,11 +199,11 @@ func (r *resolver) walk(base string, depth int) error {
 			}
 			return nil
 		}
-		if d.Type().IsRegular() {
+		if r.links != nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
 					k := fileKey{uint64(st.Dev), uint64(st.Ino)}
-					if !slices.Contains(r.links[k], path) {
+					if _, want := r.links[k]; want && !slices.Contains(r.links[k], path) {
 						r.links[k] = append(r.links[k], path)
 					}
 				}
@@ -198,15 +216,14 @@ func (r *resolver) walk(base string, depth int) error {
 	})
 }
 
-// linkWarnings hides the other names of hidden files with several, found by
-// the walks, and returns a warning for each hidden file whose other names
-// were not all found (they stay readable: a mount masks a name, not a
-// file). The files of a hidden directory count as hidden files.
-func (r *resolver) linkWarnings() []string {
-	type hiddenFile struct {
-		path  string
-		nlink uint64
-	}
+type hiddenFile struct {
+	path  string
+	nlink uint64
+}
+
+// hiddenIDs are the hidden files with more than one name, by identity;
+// the files of a hidden directory count as hidden files.
+func (r *resolver) hiddenIDs() map[fileKey]hiddenFile {
 	ids := map[fileKey]hiddenFile{}
 	note := func(path string, fi fs.FileInfo) {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
@@ -235,6 +252,14 @@ func (r *resolver) linkWarnings() []string {
 			return nil
 		})
 	}
+	return ids
+}
+
+// linkWarnings hides the other names of the hidden files ids, found by
+// the second search, and returns a warning for each hidden file whose
+// other names were not all found: they stay readable (a mount masks a
+// name, not a file).
+func (r *resolver) linkWarnings(ids map[fileKey]hiddenFile) []string {
 	var warns []string
 	for k, h := range ids {
 		names := uint64(1)

@@ -488,17 +488,12 @@ func (a *Agent) spawn(inst *Instance) error {
 	cmd.Dir = cfg.Cwd
 	cmd.Env = Environ(cfg, os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// Confined before its first instruction (issue 29): the sandbox helper
-	// runs in its place and execs it; under the watchdog too.
+	// Confined before its first instruction (issue 29).
+	var plan *sandbox.Plan
 	if a.opts.Confine != nil {
-		plan, err := a.opts.Confine(cfg)
-		if err != nil {
+		var err error
+		if plan, err = a.opts.Confine(cfg); err != nil {
 			return fmt.Errorf("start %q: %w", cfg.Command, err)
-		}
-		if plan != nil {
-			if err := plan.Wrap(cmd); err != nil {
-				return fmt.Errorf("start %q: %w", cfg.Command, err)
-			}
 		}
 	}
 	// Under a watchdog, so that the agent and its children do not outlive
@@ -507,6 +502,18 @@ func (a *Agent) spawn(inst *Instance) error {
 	if exe := watchdogExecutable(); exe != "" {
 		var err error
 		if wd, cmd, err = newWatchdog(exe, cmd, a.opts.KillGrace); err != nil {
+			return fmt.Errorf("start %q: %w", cfg.Command, err)
+		}
+	}
+	if plan != nil {
+		// The watchdog confines itself before it starts the agent; without
+		// one, the sandbox helper runs in the agent's place and execs it.
+		confine := plan.Wrap
+		if wd != nil {
+			confine = plan.Handoff
+		}
+		if err := confine(cmd); err != nil {
+			wd.abandon(nil)
 			return fmt.Errorf("start %q: %w", cfg.Command, err)
 		}
 	}

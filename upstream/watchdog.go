@@ -257,6 +257,12 @@ func runWatchdog(args []string) int {
 	syscall.CloseOnExec(reportFD)
 	lifeline := os.NewFile(lifelineFD, "lifeline")
 	report := os.NewFile(reportFD, "report")
+	// A confined agent's watchdog confines itself first (sandbox.Handoff):
+	// the agent inherits it from its first instruction on.
+	if _, err := sandbox.Enter(); err != nil {
+		fmt.Fprintf(report, "error sandbox: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		return 126
+	}
 	ppid := os.Getppid()
 	setSubreaper()
 
@@ -268,9 +274,6 @@ func runWatchdog(args []string) int {
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: agentSysProcAttr(),
 	}
-	// A confined agent is started through the sandbox helper, which needs
-	// its namespaces from the clone that starts it (sandbox.Namespaces).
-	sandbox.Namespaces(agent.Env, agent)
 	if err := agent.Start(); err != nil {
 		fmt.Fprintf(report, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 127
