@@ -15,7 +15,7 @@ import (
 // BenchmarkStart measures what the sandbox adds to an agent's start (issue
 // 29: +50 ms at most): starting /bin/true and waiting for it, unconfined,
 // and confined by the fixture's profile (derive, resolve: search the
-// project and 4 levels of home, start the helper in new namespaces, mask,
+// project and 3 levels of home, start the helper in new namespaces, mask,
 // Landlock, exec). Compare with benchstat:
 //
 //	go test -run '^$' -bench BenchmarkStart -count 10 ./sandbox/
@@ -68,7 +68,7 @@ func BenchmarkStart(b *testing.B) {
 }
 
 // BenchmarkResolveHome measures the search of this machine's real home
-// directory for a ** glob (4 levels deep), the part of a start that grows
+// directory for a ** glob (HomeDepth levels deep), the part of a start that grows
 // with the machine.
 func BenchmarkResolveHome(b *testing.B) {
 	home, err := os.UserHomeDir()

@@ -19,9 +19,10 @@ const (
 	DefaultWalkLimit = 100_000
 	// HomeDepth: a glob that may match anywhere (**/.env) is searched in
 	// the roots, whole, and in the home directory this many levels deep
-	// (~/a/b/c/.env): the rest of home is mostly caches, and walking it
+	// (~/work/proj/.env): below that, home is mostly caches (~/.cache,
+	// ~/go/pkg/mod, ~/.pyenv ...), and walking it
 	// would cost seconds at every agent start.
-	HomeDepth = 4
+	HomeDepth = 3
 )
 
 // ErrWalkLimit: a glob needs more of the file system read than the limit.

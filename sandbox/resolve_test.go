@@ -45,6 +45,19 @@ func TestResolve(t *testing.T) {
 		t.Errorf("writable = %q", plan.WritableDirs)
 	}
 
+	// The exact limit of a ** glob in home: HomeDepth levels (the roots
+	// are searched whole).
+	must(t, os.MkdirAll(home+"/w/p/deep", 0o755))
+	must(t, os.WriteFile(home+"/w/p/.env", []byte("x"), 0o600))
+	must(t, os.WriteFile(home+"/w/p/deep/.env", []byte("x"), 0o600))
+	plan, err = Resolve(prof, ResolveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(plan.HideFiles, home+"/w/p/.env") || slices.Contains(plan.HideFiles, home+"/w/p/deep/.env") {
+		t.Errorf("home depth %d: hidden files = %q", HomeDepth, plan.HideFiles)
+	}
+
 	_, err = Resolve(prof, ResolveOptions{WalkLimit: 5})
 	if !errors.Is(err, ErrWalkLimit) || !strings.Contains(err.Error(), `rule "no-secrets"`) {
 		t.Errorf("past the bound: %v", err)
