@@ -23,10 +23,20 @@ const (
 	// ~/go/pkg/mod, ~/.pyenv ...), and walking it
 	// would cost seconds at every agent start.
 	HomeDepth = 3
+	// MaxMasks bounds the mounts of one profile (a glob such as
+	// **/*.json can match thousands of files; each is a mount): past it,
+	// the profile cannot be applied (ErrTooManyMasks).
+	MaxMasks = 1000
 )
 
-// ErrWalkLimit: a glob needs more of the file system read than the limit.
-var ErrWalkLimit = errors.New("too many files to search")
+// Errors of Resolve.
+var (
+	// ErrWalkLimit: a glob needs more of the file system read than the
+	// limit.
+	ErrWalkLimit = errors.New("too many files to search")
+	// ErrTooManyMasks: the globs match more than MaxMasks paths.
+	ErrTooManyMasks = errors.New("too many paths to hide")
+)
 
 // Plan is a profile resolved on this machine: the existing paths to mask
 // and to leave writable. It is what the helper applies.
@@ -131,6 +141,9 @@ func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
 	}
 	slices.Sort(plan.HideDirs)
 	slices.Sort(plan.HideFiles)
+	if n := len(plan.HideDirs) + len(plan.HideFiles); n > MaxMasks {
+		return nil, fmt.Errorf("sandbox: %w: the deny rules match %d paths (at most %d): deny their directory instead (e.g. DIR/**)", ErrTooManyMasks, n, MaxMasks)
+	}
 	for _, w := range p.Writable {
 		fi, err := os.Stat(w)
 		if errors.Is(err, fs.ErrNotExist) && o.CreateStateDirs && slices.Contains(p.StateDirs, w) && filepath.Ext(w) == "" {

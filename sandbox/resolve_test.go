@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,5 +62,19 @@ func TestResolve(t *testing.T) {
 	_, err = Resolve(prof, ResolveOptions{WalkLimit: 5})
 	if !errors.Is(err, ErrWalkLimit) || !strings.Contains(err.Error(), `rule "no-secrets"`) {
 		t.Errorf("past the bound: %v", err)
+	}
+}
+
+// TestResolveTooManyMasks: a glob matching more paths than MaxMasks is an
+// error, not thousands of mounts nor a partial mask.
+func TestResolveTooManyMasks(t *testing.T) {
+	proj := t.TempDir()
+	for i := range MaxMasks + 1 {
+		must(t, os.WriteFile(filepath.Join(proj, fmt.Sprintf("f%d.json", i)), nil, 0o600))
+	}
+	pol := compile(t, "rules:\n  - {id: no-json, decision: deny, when: {paths: [\"**/*.json\"]}}\n")
+	prof, _ := Derive(pol, config.Agent{Name: "x"}, Env{Home: t.TempDir(), TempDir: "/tmp", Roots: []string{proj}})
+	if _, err := Resolve(prof, ResolveOptions{}); !errors.Is(err, ErrTooManyMasks) {
+		t.Errorf("got %v, want ErrTooManyMasks", err)
 	}
 }

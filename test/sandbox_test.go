@@ -115,3 +115,47 @@ func TestSandboxEnforceRefuses(t *testing.T) {
 		t.Errorf("best-effort: the agent should run unconfined:\n%s", status)
 	}
 }
+
+// TestSandboxCheck: check prints the sandbox mode, whether this kernel can
+// enforce it and each agent's profile (hidden by which rule, writable,
+// the rules held on the wire only), and fails on a deny rule that names
+// an agent's own state.
+func TestSandboxCheck(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	extra := []string{"state_dirs: [" + yamlQuote(state) + "]"}
+	cfg, _ := sandboxYAML(t, "best-effort", fakeOpts{}, extra, "~/.ssh/**")
+	data, _ := os.ReadFile(cfg)
+	data = []byte(strings.Replace(string(data), "rules:\n", "rules:\n    - {id: ask-git, decision: deny, when: {title: ['git *'], paths: ['~/.aws/**']}}\n", 1))
+	must(t, os.WriteFile(cfg, data, 0o644))
+	code, out, errOut := runRouterCmd(t, nil, "check", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("check exit %d: %s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"sandbox: best-effort   (config " + cfg + ":",
+		"this kernel can enforce it",
+		"  agent claude: profile sha256:",
+		"    hidden: ~/.ssh/**   (rule no-secrets, user layer)",
+		"    writable: ",
+		state,
+		"    wire only: rule ask-git: its when: also has title, which the kernel cannot see",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+
+	cfg, _ = sandboxYAML(t, "enforce", fakeOpts{}, extra, state+"/**")
+	code, _, errOut = runRouterCmd(t, nil, "check", "--config", cfg)
+	if code != 1 || !strings.Contains(errOut, `deny rule "no-secrets" hides `+state+` or files in it, the state of agent "claude"`) {
+		t.Errorf("check with a rule on the agent's state: exit %d, %s", code, errOut)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
