@@ -33,7 +33,7 @@ func BenchmarkStart(b *testing.B) {
 	// executable (upstream/watchdog.go), which confines itself when handed
 	// a plan (Handoff); without a watchdog the helper is re-run (Wrap).
 	start := func(b *testing.B, confine func(*Plan, *exec.Cmd) error) {
-		cmd := exec.Command(os.Args[0])
+		cmd := exec.Command(os.Args[0], "/bin/true")
 		cmd.Env = append(os.Environ(), envMiniWatchdog+"=1")
 		cmd.Dir = proj
 		if confine != nil {

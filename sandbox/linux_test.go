@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 // envMiniWatchdog makes the test binary act as the agent watchdog does
 // (upstream/watchdog.go): confine itself if handed a plan, then start the
-// agent (/bin/true) and wait for it.
+// agent (its arguments) and wait for it.
 const envMiniWatchdog = "ACP_SANDBOX_MINI_WATCHDOG"
 
 func miniWatchdog() int {
@@ -35,7 +35,9 @@ func miniWatchdog() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 126
 	}
-	if err := exec.Command("/bin/true").Run(); err != nil {
+	agent := exec.Command(os.Args[1], os.Args[2:]...)
+	agent.Stdin, agent.Stdout, agent.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := agent.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -104,9 +106,17 @@ func confine(t *testing.T, home, proj string) *Plan {
 func run(t *testing.T, plan *Plan, dir, script string) string {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
-	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "ROUTER_PID="+strconv.Itoa(os.Getpid()))
-	must(t, plan.Wrap(cmd))
+	if viaWatchdog[plan] {
+		// As the router starts agents: its watchdog confines itself.
+		cmd = exec.Command(os.Args[0], "/bin/sh", "-c", script)
+		cmd.Env = append(os.Environ(), "ROUTER_PID="+strconv.Itoa(os.Getpid()), envMiniWatchdog+"=1")
+		cmd.Dir = dir
+		must(t, plan.Handoff(cmd))
+	} else {
+		cmd.Dir = dir
+		must(t, plan.Wrap(cmd))
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -142,7 +152,24 @@ func TestConfinedTree(t *testing.T) {
 // checkConfined is TestConfinedTree's body, also run as an unprivileged
 // user (TestConfinedTreeUnprivileged).
 func checkConfined(t *testing.T, home, proj, outside string) {
-	plan := confine(t, home, proj)
+	for _, watchdog := range []bool{false, true} {
+		name := "helper"
+		if watchdog {
+			name = "watchdog"
+		}
+		t.Run(name, func(t *testing.T) {
+			plan := confine(t, home, proj)
+			viaWatchdog[plan] = watchdog
+			checkPlan(t, plan, home, proj, outside)
+		})
+	}
+}
+
+// viaWatchdog: the plans run as the router starts agents (Handoff to a
+// watchdog) rather than through the helper (Wrap).
+var viaWatchdog = map[*Plan]bool{}
+
+func checkPlan(t *testing.T, plan *Plan, home, proj, outside string) {
 	if plan.Warnings != nil {
 		t.Errorf("warnings: %q", plan.Warnings)
 	}
