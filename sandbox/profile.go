@@ -4,16 +4,28 @@
 // Linux implementation (linux.go): the agent's process tree runs in a mount
 // namespace where every path a deny rule hides is masked, under Landlock
 // rules that allow writes only to the profile's writable set, with
-// no_new_privs. Both are applied by a small helper, the router's own
-// executable re-run (RunIfRequested), before the agent runs a line of its
-// own code; every process the agent starts inherits them and cannot drop
-// them.
+// no_new_privs. The agent's watchdog (upstream/watchdog.go), a re-run of
+// the router's executable, applies them to itself before it starts the
+// agent (Handoff, Enter); a process without a watchdog is started through
+// the helper, the same executable re-run (Wrap, RunIfRequested). Either way
+// the agent's first instruction already runs confined, and every process it
+// starts inherits the confinement and cannot drop it.
 //
 // What the wire decides (ask, allow rules, commands, domains) stays with
 // guard; the kernel holds only what needs no question: hidden paths and
-// where writes may go. Not built yet (issue 29): the network egress proxy,
-// terminal/create under the profile, one agent process per set of roots,
-// the ACP sandbox capability on the wire.
+// where writes may go.
+//
+// Limits, each pinned by a test: a glob that may match anywhere (**/.env)
+// is resolved when the agent starts, in its roots (whole) and HomeDepth
+// levels of home; a matching file created later, or elsewhere, is not
+// masked. A mask hides a name, not a file: another hard link to a hidden
+// file is masked only when the search finds it (Plan.Warnings names the
+// others). The roots are the agent process's working directory: sessions
+// whose cwd lies elsewhere cannot write there.
+//
+// Not built yet (issue 29): the network egress proxy, terminal/create under
+// the profile, one agent process per set of roots, the ACP sandbox
+// capability on the wire.
 package sandbox
 
 import (
