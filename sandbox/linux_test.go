@@ -147,6 +147,15 @@ func TestConfinedTree(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(base) })
 	home, proj, outside := fixture(t, base)
 	checkConfined(t, home, proj, outside)
+
+	// The limit the package comment states: a file matching a deny glob
+	// that appears after the agent started is not masked.
+	plan := confine(t, home, proj)
+	must(t, os.MkdirAll(proj+"/late", 0o755))
+	must(t, os.WriteFile(proj+"/late/.env", []byte("LATE-SECRET"), 0o644))
+	if out := run(t, plan, proj, "cat late/.env"); !strings.Contains(out, "LATE-SECRET") {
+		t.Errorf("a .env created after the start is masked now (%q): update the limits in the docs", out)
+	}
 }
 
 // checkConfined is TestConfinedTree's body, also run as an unprivileged
