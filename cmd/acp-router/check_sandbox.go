@@ -56,8 +56,10 @@ func describeSandbox(w io.Writer, cfg *config.Config, lp *guard.LoadedPolicy) (w
 			fmt.Fprintf(w, "    wire only: rule %s: %s   (%s)\n", s.Rule, s.Reason, s.Pos)
 		}
 		if eff.Mode != config.SandboxOff && sandbox.Available() == nil {
-			if plan, err := sandbox.Resolve(prof, sandbox.ResolveOptions{}); err != nil {
-				errs = append(errs, fmt.Sprintf("agent %s: %v", a.Name, err))
+			if plan, err := sandbox.Resolve(prof, sandbox.ResolveOptions{}); err != nil && eff.Mode == config.SandboxEnforce {
+				errs = append(errs, fmt.Sprintf("agent %s: %v: it would not start", a.Name, err))
+			} else if err != nil {
+				warnings = append(warnings, fmt.Sprintf("agent %s: %v: it would start unconfined (best-effort)", a.Name, err))
 			} else {
 				fmt.Fprintf(w, "    on this machine: %d files and %d directories masked, %d entries searched\n",
 					len(plan.HideFiles), len(plan.HideDirs), plan.Visited)
