@@ -53,6 +53,10 @@ type Config struct {
 	// OrgTelemetry are the telemetry: blocks of the org policy files, in
 	// file name order; set by guard.LoadPolicy, which reads them.
 	OrgTelemetry []Telemetry
+	// Sandbox is the user's sandbox: block; OrgSandbox the org files'
+	// (set by guard.LoadPolicy). EffectiveSandbox merges them.
+	Sandbox    Sandbox
+	OrgSandbox []Sandbox
 }
 
 // EnvInherit selects which of the router's environment variables an agent
@@ -112,6 +116,12 @@ type Agent struct {
 	// 0, the default, keeps it running.
 	IdleTimeout time.Duration
 	Auth        AuthMode // default AuthAdvertise
+	// StateDirs are where the agent keeps its own state, writable under
+	// the sandbox (issue 29). nil: the built-in defaults for known agents
+	// (sandbox.DefaultStateDirs); an empty list declares none.
+	StateDirs []string
+	// StateDirsPos is where state_dirs: is written.
+	StateDirsPos Pos
 
 	// Pos is where the agent's entry starts in the config file, for
 	// messages ("config.yaml:12:5").

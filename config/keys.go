@@ -38,6 +38,7 @@ func (c *Config) Keys() map[string]string {
 		put(p+"cancel_timeout", a.CancelTimeout)
 		put(p+"idle_timeout", a.IdleTimeout)
 		put(p+"auth", a.Auth)
+		put(p+"state_dirs", a.StateDirs)
 	}
 	put("agents", names) // which agents, in which order
 	put("routing.default", c.Routing.Default)
@@ -63,6 +64,13 @@ func (c *Config) Keys() map[string]string {
 	// The org's telemetry: too (guard.LoadPolicy reads it): a change
 	// there needs a restart like the user's.
 	put("telemetry", c.EffectiveTelemetry().fingerprint())
+	// The mode a running agent was started under: a change needs its
+	// restart, like its command.
+	sb := []any{c.Sandbox.Mode}
+	for _, o := range c.OrgSandbox {
+		sb = append(sb, o.Mode, o.Lock)
+	}
+	put("sandbox", sb)
 	return out
 }
 

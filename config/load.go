@@ -90,13 +90,13 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 }
 
 var (
-	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history", "telemetry"}
+	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history", "telemetry", "sandbox"}
 	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
 	// this build does not implement yet. They are rejected rather than
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
 	unsupportedKeys = []string{}
 	agentKeys       = []string{"name", "title", "command", "args", "env", "env_inherit", "cwd", "lazy",
-		"startup_timeout", "stall_timeout", "cancel_timeout", "idle_timeout", "auth"}
+		"startup_timeout", "stall_timeout", "cancel_timeout", "idle_timeout", "auth", "state_dirs"}
 	routingKeys = []string{"default", "fallback", "rules"}
 	ruleKeys    = []string{"when", "agent", "enforce"}
 	whenKeys    = []string{"cwd"}
@@ -165,6 +165,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if v := f["telemetry"]; v != nil {
 		cfg.Telemetry = p.telemetry(v)
 	}
+	if v := f["sandbox"]; v != nil {
+		cfg.Sandbox = p.sandbox(v)
+	}
 	return cfg
 }
 
@@ -220,7 +223,7 @@ func (p *parser) agent(path string, n *yaml.Node, seen map[string]*yaml.Node) Ag
 		if a.Name != SuccessorName {
 			p.require(path, n, f, "command")
 		}
-		for _, key := range []string{"args", "env", "env_inherit", "cwd"} {
+		for _, key := range []string{"args", "env", "env_inherit", "cwd", "state_dirs"} {
 			if v := f[key]; v != nil && a.Name == SuccessorName {
 				p.errorf(v, path+"."+key, "%q without a command is reached through the conductor (proxy chains): it has no process to configure", SuccessorName)
 			}
@@ -260,6 +263,9 @@ func (p *parser) agent(path string, n *yaml.Node, seen map[string]*yaml.Node) Ag
 	}
 	if v := f["auth"]; v != nil {
 		a.Auth = AuthMode(p.enum(path+".auth", v, string(AuthAdvertise), string(AuthHide)))
+	}
+	if v := f["state_dirs"]; v != nil {
+		a.StateDirs, a.StateDirsPos = p.stateDirs(path+".state_dirs", v), p.pos(v)
 	}
 	return a
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/sandbox"
 )
 
 // Answer picks a permission option: the index into options, or -1 to
@@ -83,11 +84,13 @@ type Options struct {
 	Prompt string
 	Agent  string // "" = routed as usual
 	// Guard enforces the permission policy, as for an editor.
-	Guard  *guard.Guard
-	Answer Answer
-	Logger hclog.Logger
-	Out    io.Writer
-	In     io.Reader
+	Guard *guard.Guard
+	// Confine is the agents' sandbox, as for an editor (router.Options).
+	Confine func(config.Agent) (*sandbox.Plan, error)
+	Answer  Answer
+	Logger  hclog.Logger
+	Out     io.Writer
+	In      io.Reader
 }
 
 // Client is the editor side of a try run.
@@ -107,7 +110,7 @@ func Try(ctx context.Context, cfg *config.Config, opts Options) (int, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	r := router.New(cfg, router.Options{Logger: opts.Logger, Version: router.Version(), ForceAgent: opts.Agent, Guard: opts.Guard})
+	r := router.New(cfg, router.Options{Logger: opts.Logger, Version: router.Version(), ForceAgent: opts.Agent, Guard: opts.Guard, Confine: opts.Confine})
 	toRouterR, toRouterW := io.Pipe()
 	fromRouterR, fromRouterW := io.Pipe()
 	served := make(chan error, 1)

@@ -112,13 +112,18 @@ func LoadPolicy(orgDir string, cfg *config.Config) (*LoadedPolicy, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.OrgTelemetry = nil
+	cfg.OrgTelemetry, cfg.OrgSandbox = nil, nil
 	if org != nil {
 		var errs []error
 		for _, b := range org.Telemetry {
 			t, err := config.ParseOrgTelemetry(b.File, b.Node)
 			errs = append(errs, err)
 			cfg.OrgTelemetry = append(cfg.OrgTelemetry, t)
+		}
+		for _, b := range org.Sandbox {
+			s, err := config.ParseOrgSandbox(b.File, b.Node)
+			errs = append(errs, err)
+			cfg.OrgSandbox = append(cfg.OrgSandbox, s)
 		}
 		if err := errors.Join(errs...); err != nil {
 			return nil, err

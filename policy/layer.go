@@ -57,8 +57,12 @@ type Layer struct {
 	// the org may set and lock the router's telemetry (issue 17). They
 	// are not part of the policy or its hash.
 	Telemetry []Block
-	Rules     []*Rule
-	Tests     []*TestCase
+	// Sandbox (org layer only) are the files' sandbox: blocks, parsed by
+	// config.ParseOrgSandbox: the org may set and lock kernel enforcement
+	// (issue 29). Not part of the policy or its hash.
+	Sandbox []Block
+	Rules   []*Rule
+	Tests   []*TestCase
 }
 
 // Block is a mapping of a policy file that another package reads.
@@ -108,7 +112,7 @@ type Rule struct {
 
 // Keys of a permissions mapping, a rule and a matcher.
 var (
-	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests", "telemetry"}
+	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests", "telemetry", "sandbox"}
 	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments"}
@@ -201,6 +205,7 @@ func (l *Layer) Merge(o *Layer) error {
 	l.Tests = append(l.Tests, o.Tests...)
 	l.Includes = append(l.Includes, o.Includes...)
 	l.Telemetry = append(l.Telemetry, o.Telemetry...)
+	l.Sandbox = append(l.Sandbox, o.Sandbox...)
 	l.Files = append(l.Files, o.Files...)
 	return p.err()
 }
@@ -305,6 +310,9 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 	}
 	if v := f["telemetry"]; v != nil {
 		l.Telemetry = append(l.Telemetry, Block{File: p.file, Node: v})
+	}
+	if v := f["sandbox"]; v != nil {
+		l.Sandbox = append(l.Sandbox, Block{File: p.file, Node: v})
 	}
 	if v := f["include"]; v != nil {
 		for i, item := range p.list("include", v, true) {

@@ -34,6 +34,7 @@ import (
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/internal/owner"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/telemetry"
 	"github.com/acp-router/acp-router/upstream"
@@ -82,6 +83,9 @@ type Options struct {
 	// prompts refused until the agent answers or reports an allowed mode
 	// (modes.go) [10s].
 	ModeResetTimeout time.Duration
+	// Confine is upstream.Options.Confine: the sandbox of each agent
+	// process (issue 29); nil: unconfined.
+	Confine func(config.Agent) (*sandbox.Plan, error)
 }
 
 // Router serves one editor connection.
@@ -248,6 +252,7 @@ func New(cfg *config.Config, opts Options) *Router {
 		InitParams:    r.agentInitParams,
 		OnExit:        r.agentExited,
 		Telemetry:     opts.Telemetry,
+		Confine:       opts.Confine,
 		ShutdownGrace: opts.ShutdownGrace,
 		KillGrace:     opts.KillGrace,
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/internal/owner"
+	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/telemetry"
 )
 
@@ -61,6 +62,10 @@ type Options struct {
 	OnExit func(*Instance, error)
 	// Telemetry records process starts, exits and restarts; nil: off.
 	Telemetry *telemetry.Telemetry
+	// Confine returns the sandbox plan an agent's process starts under
+	// (sandbox.Confiner.Confine): nil to start it unconfined, an error to
+	// refuse the start. nil: every agent starts unconfined.
+	Confine func(config.Agent) (*sandbox.Plan, error)
 
 	// Shutdown timings (DESIGN §7): after stdin is closed the group gets
 	// ShutdownGrace to go away, then SIGTERM and KillGrace, then SIGKILL.
@@ -483,12 +488,32 @@ func (a *Agent) spawn(inst *Instance) error {
 	cmd.Dir = cfg.Cwd
 	cmd.Env = Environ(cfg, os.Environ())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Confined before its first instruction (issue 29).
+	var plan *sandbox.Plan
+	if a.opts.Confine != nil {
+		var err error
+		if plan, err = a.opts.Confine(cfg); err != nil {
+			return fmt.Errorf("start %q: %w", cfg.Command, err)
+		}
+	}
 	// Under a watchdog, so that the agent and its children do not outlive
 	// the router however it ends (watchdog.go).
 	var wd *watchdog
 	if exe := watchdogExecutable(); exe != "" {
 		var err error
 		if wd, cmd, err = newWatchdog(exe, cmd, a.opts.KillGrace); err != nil {
+			return fmt.Errorf("start %q: %w", cfg.Command, err)
+		}
+	}
+	if plan != nil {
+		// The watchdog confines itself before it starts the agent; without
+		// one, the sandbox helper runs in the agent's place and execs it.
+		confine := plan.Wrap
+		if wd != nil {
+			confine = plan.Handoff
+		}
+		if err := confine(cmd); err != nil {
+			wd.abandon(nil, nil, nil)
 			return fmt.Errorf("start %q: %w", cfg.Command, err)
 		}
 	}

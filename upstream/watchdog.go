@@ -66,6 +66,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/acp-router/acp-router/internal/owner"
+	"github.com/acp-router/acp-router/sandbox"
 )
 
 // watchdogArg, as the first argument, makes the router's executable run as
@@ -264,6 +265,12 @@ func runWatchdog(args []string) int {
 	syscall.CloseOnExec(reportFD)
 	lifeline := os.NewFile(lifelineFD, "lifeline")
 	report := os.NewFile(reportFD, "report")
+	// A confined agent's watchdog confines itself first (sandbox.Handoff):
+	// the agent inherits it from its first instruction on.
+	if _, err := sandbox.Enter(); err != nil {
+		fmt.Fprintf(report, "error sandbox: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+		return 126
+	}
 	ppid := os.Getppid()
 	setSubreaper()
 

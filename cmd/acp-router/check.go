@@ -48,10 +48,15 @@ func check(g *globals, args []string) (int, error) {
 	warnings := config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
 	warnings = append(warnings, describePolicy(os.Stdout, lp, orgPolicyDir, agents)...)
 	warnings = append(warnings, describeTelemetry(os.Stdout, cfg.EffectiveTelemetry(), os.Getenv)...)
+	sbWarnings, sbErrs := describeSandbox(os.Stdout, cfg, lp)
+	warnings = append(warnings, sbWarnings...)
 	warnings = append(warnings, pendingRestarts(cfg)...)
 	config.Warn(os.Stdout, warnings)
 	if lp.TestsError() != nil {
 		return 1, errors.New("the permission policy's tests fail (acp-router policy test)")
+	}
+	if len(sbErrs) > 0 {
+		return 1, fmt.Errorf("sandbox: %s", strings.Join(sbErrs, "\n  "))
 	}
 	return 0, nil
 }

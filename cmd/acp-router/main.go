@@ -16,6 +16,7 @@ import (
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -65,6 +66,8 @@ func orDefault(v, d string) string {
 func main() {
 	// Re-run as an agent's watchdog, before anything else (upstream).
 	upstream.RunWatchdogIfRequested()
+	// Or as the sandbox helper that confines an agent and execs it.
+	sandbox.RunIfRequested()
 	// A write to a closed stdout must be an error we handle, not SIGPIPE.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	code, err := run(os.Args[1:])

@@ -14,6 +14,7 @@ import (
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/router"
+	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/store"
 	"github.com/acp-router/acp-router/telemetry"
 )
@@ -119,13 +120,32 @@ func serve(ctx context.Context, g *globals) (int, error) {
 	} else {
 		defer st.Close()
 	}
-	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel})
+	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
+		Confine: confiner(cfg, lp, pg, log).Confine})
 	in, out, restore := editorStdio()
 	defer restore()
 	if err := r.Serve(ctx, in, out); err != nil {
 		return 1, err
 	}
 	return 0, nil
+}
+
+// confiner is the sandbox of the agents (issue 29) in the mode in force.
+func confiner(cfg *config.Config, lp *guard.LoadedPolicy, pg *guard.Guard, log hclog.Logger) *sandbox.Confiner {
+	eff := cfg.EffectiveSandbox(lp.Policy != nil)
+	if eff.Ignored != "" {
+		log.Warn("sandbox mode locked by the org", "ignored", eff.Ignored)
+	}
+	log.Info("sandbox", "mode", eff.Mode, "from", eff.From)
+	return &sandbox.Confiner{Mode: eff.Mode, Policy: pg.Policy, Logger: log.Named("sandbox"),
+		Record: func(s sandbox.Start) {
+			rec := guard.AgentStart{Agent: s.Agent, Mode: string(s.Mode), Confined: s.Confined, Reason: s.Reason,
+				Refused: !s.Confined && s.Mode == config.SandboxEnforce}
+			if s.Profile != nil {
+				rec.Hash, rec.Summary = s.Profile.Hash(), s.Profile.Summary()
+			}
+			pg.RecordAgentStart(rec)
+		}}
 }
 
 // telemetryFlush bounds the flush at exit: a collector that is down or

@@ -50,12 +50,13 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 		answer = console.Reject
 	}
 	return console.Try(ctx, cfg, console.Options{
-		Prompt: strings.Join(fs.Args(), " "),
-		Agent:  *agent,
-		Guard:  guard,
-		Answer: answer,
-		Logger: log,
-		Out:    os.Stdout,
-		In:     os.Stdin,
+		Prompt:  strings.Join(fs.Args(), " "),
+		Agent:   *agent,
+		Guard:   guard,
+		Confine: confiner(cfg, lp, guard, log).Confine,
+		Answer:  answer,
+		Logger:  log,
+		Out:     os.Stdout,
+		In:      os.Stdin,
 	})
 }

@@ -1,0 +1,137 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/policy"
+)
+
+// Start is what happened to the sandbox at one agent start, for the audit
+// log (issue 29 req. 6).
+type Start struct {
+	Agent string
+	Mode  config.SandboxMode
+	// Confined: the agent runs under Profile. Otherwise Reason says why
+	// not (and, in enforce mode, the agent was not started).
+	Confined bool
+	Profile  *Profile // nil when none could be derived
+	Plan     *Plan    // nil unless Confined
+	Reason   string
+}
+
+// Confiner decides how each agent process starts: under its profile,
+// unconfined (best-effort when the kernel cannot), or not at all (enforce
+// when it cannot).
+type Confiner struct {
+	Mode config.SandboxMode
+	// Policy returns the policy in force (nil: none).
+	Policy func() *policy.Policy
+	Logger hclog.Logger
+	// Record is called at every start the sandbox is on for; nil: none.
+	Record func(Start)
+	// Env returns the environment of the derivation for an agent; nil:
+	// AgentEnv.
+	Env func(config.Agent) Env
+
+	once sync.Map // best-effort warnings already logged, by agent and reason
+}
+
+// AgentEnv is the machine's environment for agent's profile: the home
+// directory, the temp dir, the agent's working directory as its root, its
+// environment and resolved command.
+func AgentEnv(a config.Agent) Env {
+	home, _ := os.UserHomeDir()
+	root := a.Cwd
+	if root == "" {
+		root, _ = os.Getwd()
+	}
+	getenv := func(k string) string {
+		if v, ok := a.Env[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+	exe, _ := exec.LookPath(a.Command)
+	if exe != "" {
+		if abs, err := filepath.Abs(exe); err == nil {
+			exe = abs
+		}
+	}
+	return Env{Home: home, TempDir: os.TempDir(), Roots: []string{root}, Getenv: getenv, Executable: exe}
+}
+
+// Profile derives agent's profile and the problems check reports.
+func (c *Confiner) Profile(a config.Agent) (*Profile, []Problem) {
+	var pol *policy.Policy
+	if c.Policy != nil {
+		pol = c.Policy()
+	}
+	envFn := c.Env
+	if envFn == nil {
+		envFn = AgentEnv
+	}
+	return Derive(pol, a, envFn(a))
+}
+
+// Confine returns the plan agent a starts under: nil to start it
+// unconfined (mode off, or best-effort on a kernel that cannot), or an
+// error to refuse the start (enforce on a kernel that cannot), saying what
+// is missing and how to fix it.
+func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
+	if c == nil || c.Mode == config.SandboxOff || c.Mode == "" {
+		return nil, nil
+	}
+	st := Start{Agent: a.Name, Mode: c.Mode}
+	prof, probs := c.Profile(a)
+	st.Profile = prof
+	var err error
+	for _, p := range probs {
+		if p.Error {
+			err = errors.New(p.Msg)
+			break
+		}
+	}
+	if err == nil {
+		err = Available()
+	}
+	if err == nil {
+		st.Plan, err = Resolve(prof, ResolveOptions{CreateStateDirs: true})
+	}
+	log := c.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if err != nil {
+		st.Reason = err.Error()
+		c.record(st)
+		if c.Mode == config.SandboxEnforce {
+			return nil, fmt.Errorf("sandbox.mode is enforce and the agent cannot be confined: %w; fix that, or set sandbox.mode: best-effort to start it unconfined (acp-router check shows the profile)", err)
+		}
+		if _, seen := c.once.LoadOrStore(a.Name+"\x00"+st.Reason, true); !seen {
+			log.Warn("agent starts unconfined: the kernel cannot hold its sandbox profile (sandbox.mode: best-effort)", "agent", a.Name, "reason", st.Reason)
+		}
+		return nil, nil
+	}
+	st.Confined = true
+	c.record(st)
+	for _, w := range st.Plan.Warnings {
+		log.Warn("sandbox limit", "agent", a.Name, "warning", w)
+	}
+	log.Info("agent confined", "agent", a.Name, "profile", prof.Hash(), "hiddenFiles", len(st.Plan.HideFiles),
+		"hiddenDirs", len(st.Plan.HideDirs), "writable", len(st.Plan.WritableDirs)+len(st.Plan.WritableFiles), "searched", st.Plan.Visited)
+	return st.Plan, nil
+}
+
+func (c *Confiner) record(st Start) {
+	if c.Record != nil {
+		c.Record(st)
+	}
+}

@@ -1,0 +1,292 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// Limits of Resolve.
+const (
+	// DefaultWalkLimit bounds the directory entries Resolve reads to find
+	// the paths a glob matches: past it, the profile cannot be applied
+	// (ErrWalkLimit), rather than silently leave files open.
+	DefaultWalkLimit = 100_000
+	// HomeDepth: a glob that may match anywhere (**/.env) is searched in
+	// the roots, whole, and in the home directory this many levels deep
+	// (~/work/proj/.env): below that, home is mostly caches (~/.cache,
+	// ~/go/pkg/mod, ~/.pyenv ...), and walking it
+	// would cost seconds at every agent start.
+	HomeDepth = 3
+	// MaxMasks bounds the mounts of one profile (a glob such as
+	// **/*.json can match thousands of files; each is a mount): past it,
+	// the profile cannot be applied (ErrTooManyMasks).
+	MaxMasks = 1000
+)
+
+// Errors of Resolve.
+var (
+	// ErrWalkLimit: a glob needs more of the file system read than the
+	// limit.
+	ErrWalkLimit = errors.New("too many files to search")
+	// ErrTooManyMasks: the globs match more than MaxMasks paths.
+	ErrTooManyMasks = errors.New("too many paths to hide")
+)
+
+// Plan is a profile resolved on this machine: the existing paths to mask
+// and to leave writable. It is what the helper applies.
+type Plan struct {
+	// HideFiles are masked with an empty read-only file, HideDirs with an
+	// empty read-only directory.
+	HideFiles []string `json:"hideFiles,omitempty"`
+	HideDirs  []string `json:"hideDirs,omitempty"`
+	// WritableDirs and WritableFiles exist; everything else is read-only.
+	WritableDirs  []string `json:"writableDirs"`
+	WritableFiles []string `json:"writableFiles,omitempty"`
+	// Warnings are limits that apply to this plan (a hard link the walk
+	// could not find), for the log and check.
+	Warnings []string `json:"-"`
+	// Visited is how many directory entries were read.
+	Visited int `json:"-"`
+}
+
+// ResolveOptions tune Resolve; the zero value is the defaults.
+type ResolveOptions struct {
+	WalkLimit int // DefaultWalkLimit when 0
+	// CreateStateDirs creates the agent's missing state directories, so
+	// that an agent's first run under the sandbox can write its state.
+	CreateStateDirs bool
+}
+
+// Resolve finds the existing paths the profile hides and the writable
+// paths that exist. It reads the file system, bounded by the walk limit.
+func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
+	if o.WalkLimit <= 0 {
+		o.WalkLimit = DefaultWalkLimit
+	}
+	r := &resolver{p: p, limit: o.WalkLimit, hidden: map[string]bool{}}
+	type walk struct {
+		base  string
+		depth int // -1: no limit
+		rule  string
+	}
+	var walks []walk
+	for _, k := range p.rules {
+		for _, b := range k.Bases(p.Home, p.Roots) {
+			switch {
+			case b.AnyDir:
+				for _, root := range p.Roots {
+					walks = append(walks, walk{root, -1, k.Rule})
+				}
+				if p.Home != "" && p.Home != "/" {
+					walks = append(walks, walk{p.Home, HomeDepth, k.Rule})
+				}
+			case b.Literal || b.Subtree && len(k.Except) == 0:
+				if _, err := os.Lstat(b.Base); err == nil && p.Hides(b.Base) {
+					r.hide(b.Base)
+				}
+			default:
+				walks = append(walks, walk{b.Base, -1, k.Rule})
+			}
+		}
+	}
+	walkAll := func() error {
+		done := map[walk]bool{}
+		for _, w := range walks {
+			key := walk{w.base, w.depth, ""}
+			if done[key] {
+				continue
+			}
+			done[key] = true
+			if err := r.walk(w.base, w.depth); err != nil {
+				return fmt.Errorf("sandbox: rule %q: %w", w.rule, err)
+			}
+		}
+		return nil
+	}
+	if err := walkAll(); err != nil {
+		return nil, err
+	}
+	// A hidden file with other names: search again, this time for them
+	// (a stat of every file, which the first search spares).
+	ids := r.hiddenIDs()
+	if len(ids) > 0 && len(walks) > 0 {
+		r.links = map[fileKey][]string{}
+		for k := range ids {
+			r.links[k] = nil
+		}
+		if err := walkAll(); err != nil {
+			return nil, err
+		}
+	}
+	plan := &Plan{Visited: r.visited, Warnings: r.linkWarnings(ids)}
+	for path := range r.hidden {
+		if r.coveredAbove(path) {
+			continue
+		}
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			// A dangling symlink: nothing to read through it.
+		case fi.IsDir():
+			plan.HideDirs = append(plan.HideDirs, path)
+		default:
+			plan.HideFiles = append(plan.HideFiles, path)
+		}
+	}
+	slices.Sort(plan.HideDirs)
+	slices.Sort(plan.HideFiles)
+	if n := len(plan.HideDirs) + len(plan.HideFiles); n > MaxMasks {
+		return nil, fmt.Errorf("sandbox: %w: the deny rules match %d paths (at most %d): deny their directory instead (e.g. DIR/**)", ErrTooManyMasks, n, MaxMasks)
+	}
+	for _, w := range p.Writable {
+		fi, err := os.Stat(w)
+		if errors.Is(err, fs.ErrNotExist) && o.CreateStateDirs && slices.Contains(p.StateDirs, w) && filepath.Ext(w) == "" {
+			if os.MkdirAll(w, 0o700) == nil {
+				fi, err = os.Stat(w)
+			}
+		}
+		switch {
+		case err != nil:
+		case fi.IsDir():
+			plan.WritableDirs = append(plan.WritableDirs, w)
+		default:
+			plan.WritableFiles = append(plan.WritableFiles, w)
+		}
+	}
+	return plan, nil
+}
+
+type fileKey struct{ dev, ino uint64 }
+
+type resolver struct {
+	p       *Profile
+	limit   int
+	visited int
+	hidden  map[string]bool
+	// links are the files with more than one name seen by the walks, by
+	// identity: a hard link to a hidden file is hidden too.
+	links map[fileKey][]string
+}
+
+func (r *resolver) hide(path string) { r.hidden[path] = true }
+
+// coveredAbove: an ancestor of path is hidden already.
+func (r *resolver) coveredAbove(path string) bool {
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		if r.hidden[d] {
+			return true
+		}
+		if d == "/" || d == "." {
+			return false
+		}
+	}
+}
+
+// walk searches base, at most depth levels below it (-1: no limit).
+func (r *resolver) walk(base string, depth int) error {
+	if _, err := os.Lstat(base); err != nil {
+		return nil
+	}
+	baseDepth := strings.Count(base, "/")
+	return filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// Unreadable here is unreadable for the agent too.
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		r.visited++
+		if r.visited > r.limit {
+			return fmt.Errorf("%w: more than %d files under %s; narrow the glob (e.g. ${roots}/**/.env) or the agent's cwd", ErrWalkLimit, r.limit, base)
+		}
+		if r.hidden[path] || r.p.Hides(path) {
+			r.hide(path)
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if r.links != nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+					k := fileKey{uint64(st.Dev), uint64(st.Ino)}
+					if _, want := r.links[k]; want && !slices.Contains(r.links[k], path) {
+						r.links[k] = append(r.links[k], path)
+					}
+				}
+			}
+		}
+		if d.IsDir() && depth >= 0 && strings.Count(path, "/")-baseDepth >= depth {
+			return fs.SkipDir
+		}
+		return nil
+	})
+}
+
+type hiddenFile struct {
+	path  string
+	nlink uint64
+}
+
+// hiddenIDs are the hidden files with more than one name, by identity;
+// the files of a hidden directory count as hidden files.
+func (r *resolver) hiddenIDs() map[fileKey]hiddenFile {
+	ids := map[fileKey]hiddenFile{}
+	note := func(path string, fi fs.FileInfo) {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+			ids[fileKey{uint64(st.Dev), uint64(st.Ino)}] = hiddenFile{path, uint64(st.Nlink)}
+		}
+	}
+	for path := range r.hidden {
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue
+		}
+		if !fi.IsDir() {
+			note(path, fi)
+			continue
+		}
+		filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+			r.visited++
+			if err != nil || r.visited > r.limit {
+				return fs.SkipDir
+			}
+			if d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					note(p, fi)
+				}
+			}
+			return nil
+		})
+	}
+	return ids
+}
+
+// linkWarnings hides the other names of the hidden files ids, found by
+// the second search, and returns a warning for each hidden file whose
+// other names were not all found: they stay readable (a mount masks a
+// name, not a file).
+func (r *resolver) linkWarnings(ids map[fileKey]hiddenFile) []string {
+	var warns []string
+	for k, h := range ids {
+		names := uint64(1)
+		for _, other := range r.links[k] {
+			if other != h.path {
+				r.hide(other)
+				names++
+			}
+		}
+		if names < h.nlink {
+			warns = append(warns, fmt.Sprintf("%s has %d hard links and only %d were found in the searched directories: the others stay readable", h.path, h.nlink, names))
+		}
+	}
+	slices.Sort(warns)
+	return warns
+}

@@ -1,0 +1,161 @@
+//go:build linux
+
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// End-to-end tests of kernel enforcement (issue 29, DESIGN §6 "Kernel
+// enforcement"): the real router starts a fake agent under its profile.
+
+// sandboxYAML is a policy config with one fake agent, sandbox.mode and a
+// deny rule on paths; it returns the config and audit file.
+func sandboxYAML(t *testing.T, mode string, opts fakeOpts, agentExtra []string, denyPaths ...string) (string, string) {
+	t.Helper()
+	q := make([]string, len(denyPaths))
+	for i, p := range denyPaths {
+		q[i] = yamlQuote(p)
+	}
+	perm := fmt.Sprintf("rules:\n  - id: no-secrets\n    decision: deny\n    when: {paths: [%s]}\n", strings.Join(q, ", "))
+	cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("claude", opts, agentExtra...)}, perm)
+	data, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, append(data, "sandbox: {mode: "+mode+"}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, auditFile
+}
+
+// TestSandboxConfinesAgent: with sandbox.mode enforce, the agent process
+// runs in its own mount namespace with the denied file masked (empty), with
+// no_new_privs and under Landlock, while the router still reads the file;
+// the start is audited with the profile's hash.
+func TestSandboxConfinesAgent(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	secret := filepath.Join(cwd, ".env")
+	if err := os.WriteFile(secret, []byte("SECRET=1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cfg, auditFile := sandboxYAML(t, "enforce", fakeOpts{PidFile: pidFile}, nil, secret)
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	e.NewSession(t, cwd)
+	pid := readPidFile(t, pidFile)
+
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil || !strings.Contains(string(status), "NoNewPrivs:\t1") {
+		t.Errorf("the agent runs without no_new_privs: %v\n%s", err, status)
+	}
+	mounts, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+	if !strings.Contains(string(mounts), " "+secret+" ") {
+		t.Errorf("the agent's mounts do not mask %s:\n%s", secret, mounts)
+	}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/root" + secret); err != nil || len(b) != 0 {
+		t.Errorf("the agent's view of %s: %q, %v; want it empty", secret, b, err)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "SECRET=1" {
+		t.Errorf("the router's view of %s: %q", secret, b)
+	}
+	var start *auditRecord
+	for _, r := range readAudit(t, auditFile) {
+		if r.Method == "acp-router/agent_start" {
+			start = &r
+		}
+	}
+	if start == nil || start.Agent != "claude" || start.Decision != "allow" || !strings.Contains(string(start.Evidence), `"confined":true`) ||
+		!strings.Contains(string(start.Evidence), `"profile":"sha256:`) || !strings.Contains(string(start.Evidence), "hidden by no-secrets") {
+		t.Errorf("agent start record: %+v", start)
+	}
+}
+
+// TestSandboxEnforceRefuses: in enforce mode, an agent whose profile
+// cannot hold (here a deny rule on its own state) is not started, the
+// editor gets -32603 saying why and how to fix it, and the refusal is
+// audited; in best-effort mode the same agent starts unconfined.
+func TestSandboxEnforceRefuses(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	extra := []string{"state_dirs: [" + yamlQuote(state) + "]"}
+	cfg, auditFile := sandboxYAML(t, "enforce", fakeOpts{}, extra, state+"/**")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, rpcErr := e.Call(ctx, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}})
+	if rpcErr == nil || rpcErr.Code != -32603 || !strings.Contains(rpcErr.Message, "sandbox.mode is enforce") ||
+		!strings.Contains(rpcErr.Message, "sandbox.mode: best-effort") {
+		t.Fatalf("session/new: %+v, want -32603 naming the sandbox and the fix", rpcErr)
+	}
+	refused := false
+	for _, r := range readAudit(t, auditFile) {
+		if r.Method == "acp-router/agent_start" && r.Decision == "deny" && r.rule() == "acp-router:sandbox" {
+			refused = true
+		}
+	}
+	if !refused {
+		t.Errorf("the refused start is not audited: %+v", readAudit(t, auditFile))
+	}
+
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cfg, _ = sandboxYAML(t, "best-effort", fakeOpts{PidFile: pidFile}, extra, state+"/**")
+	e = StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	e.NewSession(t, t.TempDir())
+	status, _ := os.ReadFile("/proc/" + strconv.Itoa(readPidFile(t, pidFile)) + "/status")
+	if !strings.Contains(string(status), "NoNewPrivs:\t0") {
+		t.Errorf("best-effort: the agent should run unconfined:\n%s", status)
+	}
+}
+
+// TestSandboxCheck: check prints the sandbox mode, whether this kernel can
+// enforce it and each agent's profile (hidden by which rule, writable,
+// the rules held on the wire only), and fails on a deny rule that names
+// an agent's own state.
+func TestSandboxCheck(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	extra := []string{"state_dirs: [" + yamlQuote(state) + "]"}
+	cfg, _ := sandboxYAML(t, "best-effort", fakeOpts{}, extra, "~/.ssh/**")
+	data, _ := os.ReadFile(cfg)
+	data = []byte(strings.Replace(string(data), "rules:\n", "rules:\n    - {id: ask-git, decision: deny, when: {title: ['git *'], paths: ['~/.aws/**']}}\n", 1))
+	must(t, os.WriteFile(cfg, data, 0o644))
+	code, out, errOut := runRouterCmd(t, nil, "check", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("check exit %d: %s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"sandbox: best-effort   (config " + cfg + ":",
+		"this kernel can enforce it",
+		"  agent claude: profile sha256:",
+		"    hidden: ~/.ssh/**   (rule no-secrets, user layer)",
+		"    writable: ",
+		state,
+		"    wire only: rule ask-git: its when: also has title, which the kernel cannot see",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+
+	cfg, _ = sandboxYAML(t, "enforce", fakeOpts{}, extra, state+"/**")
+	code, _, errOut = runRouterCmd(t, nil, "check", "--config", cfg)
+	if code != 1 || !strings.Contains(errOut, `deny rule "no-secrets" hides `+state+` or files in it, the state of agent "claude"`) {
+		t.Errorf("check with a rule on the agent's state: exit %d, %s", code, errOut)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
