@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -272,27 +273,31 @@ func TestStreamCork(t *testing.T) {
 		head := fmt.Sprintf(`{"w":%d,"n":%d,"pad":"`, w, n)
 		return []byte(head + strings.Repeat("x", max(size-len(head)-3, 0)) + `"}`)
 	}
+	// In a bubble (synctest): once every goroutine is blocked, a writer
+	// goroutine that was woken has written, the pipe having room.
 	t.Run("held", func(t *testing.T) {
-		s, out := pipeStream(t, StreamOptions{LaneBytes: 1 << 20, QueueBytes: 4 << 20})
-		time.Sleep(20 * time.Millisecond) // the writer goroutine waits (an awake one takes what is queued)
-		s.Cork()
-		s.Cork() // two agents' read loops at once
-		for n := range 3 {
-			if err := s.WriteRawLane("a", line(0, n, 100)); err != nil {
-				t.Fatal(err)
+		synctest.Test(t, func(t *testing.T) {
+			s, out := pipeStream(t, StreamOptions{LaneBytes: 1 << 20, QueueBytes: 4 << 20})
+			synctest.Wait() // the writer goroutine waits (an awake one takes what is queued)
+			s.Cork()
+			s.Cork() // two agents' read loops at once
+			for n := range 3 {
+				if err := s.WriteRawLane("a", line(0, n, 100)); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		s.Uncork()
-		time.Sleep(20 * time.Millisecond) // a woken writer would write now
-		if s.Written() != 0 {
-			t.Fatalf("%d bytes written while corked", s.Written())
-		}
-		s.Uncork()
-		if want := int64(3 * 100); s.Written() != want { // by the Uncork itself
-			t.Fatalf("after the last Uncork %d bytes written, want %d", s.Written(), want)
-		}
-		s.Close()
-		checkSequences(t, recvAll(t, collect(t, out)), 1, 3)
+			s.Uncork()
+			synctest.Wait() // a woken writer has written by now
+			if s.Written() != 0 {
+				t.Fatalf("%d bytes written while corked", s.Written())
+			}
+			s.Uncork()
+			if want := int64(3 * 100); s.Written() != want { // by the Uncork itself
+				t.Fatalf("after the last Uncork %d bytes written, want %d", s.Written(), want)
+			}
+			s.Close()
+			checkSequences(t, recvAll(t, collect(t, out)), 1, 3)
+		})
 	})
 	t.Run("partial", func(t *testing.T) {
 		s, out := pipeStream(t, StreamOptions{LaneBytes: 1 << 20, QueueBytes: 4 << 20})
