@@ -24,6 +24,10 @@ type drain struct {
 
 	// ended: reading has ended; nothing more will be read.
 	ended atomic.Bool
+	// empties counts the reads that found the descriptor empty, each one
+	// decided on (at a boundary or not) once counted: a test's positive
+	// sign that the reader has handled what it was given.
+	empties atomic.Uint64
 
 	mu      sync.Mutex
 	waiters []chan struct{}
@@ -40,6 +44,7 @@ func (d *drain) woke() {
 // empty is the reader's, when a read found the descriptor empty: parked,
 // at a boundary, every waiter is answered.
 func (d *drain) empty() {
+	defer d.empties.Add(1)
 	if !d.boundary {
 		return // a line is half read: its rest is still to come
 	}

@@ -31,40 +31,51 @@ func TestStreamDrained(t *testing.T) {
 		var v json.RawMessage
 		done <- s.ReadObject(&v)
 	}()
-	drained := func(what string, want bool) {
+	wait := func(what string, ch <-chan struct{}) {
 		t.Helper()
-		ch := s.Drained()
 		if ch == nil {
 			t.Fatalf("%s: a non-blocking pipe's stream cannot tell it is drained", what)
 		}
 		select {
 		case <-ch:
-			if !want {
-				t.Fatalf("%s: drained with a line half read", what)
-			}
-		case <-time.After(100 * time.Millisecond):
-			if want {
-				t.Fatalf("%s: not drained", what)
-			}
+		case <-time.After(waitTimeout):
+			t.Fatalf("%s: not drained within %v", what, waitTimeout)
 		}
 	}
+	drained := func(what string) { t.Helper(); wait(what, s.Drained()) }
 	line := []byte(`{"jsonrpc":"2.0","method":"x"}` + "\n")
 
-	drained("idle", true)
+	drained("idle")
 	for range 20 {
 		pw.Write(line)
 	}
-	drained("20 lines", true)
+	drained("20 lines")
 	if n := handled.Load(); n != 20 {
 		t.Fatalf("drained with %d of 20 lines handled", n)
 	}
 
 	// A line half written: not drained until its rest came and was read.
+	// The reader has decided on the half once it took it from the pipe
+	// and then found the pipe empty; from then on only the rest, or the
+	// end, can make it drained.
+	empties := s.drain.empties.Load()
 	pw.Write(line[:10])
-	time.Sleep(10 * time.Millisecond) // the reader has the half and waits
-	drained("half a line", false)
+	for deadline := time.Now().Add(waitTimeout); ; time.Sleep(time.Millisecond) {
+		if n, _ := s.drain.readable(); n == 0 && s.drain.empties.Load() > empties {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader did not take the half line")
+		}
+	}
+	half := s.Drained()
+	select {
+	case <-half:
+		t.Fatal("drained with a line half read")
+	default:
+	}
 	pw.Write(line[10:])
-	drained("the line's rest", true)
+	wait("the line's rest", half)
 	if n := handled.Load(); n != 21 {
 		t.Fatalf("drained with %d of 21 lines handled", n)
 	}
@@ -75,9 +86,11 @@ func TestStreamDrained(t *testing.T) {
 		big[i] = 'a'
 	}
 	big = append(big, "\"}}\n"...)
-	go pw.Write(big) // more than the pipe holds: the write waits for the reader
-	time.Sleep(5 * time.Millisecond)
-	drained("a long line", true)
+	// Its start is in the pipe before Drained is asked; the rest is more
+	// than the pipe holds: that write waits for the reader.
+	pw.Write(big[:4<<10])
+	go pw.Write(big[4<<10:])
+	drained("a long line")
 	if n := handled.Load(); n != 22 {
 		t.Fatalf("drained with %d of 22 lines handled", n)
 	}
@@ -86,7 +99,7 @@ func TestStreamDrained(t *testing.T) {
 	if err := <-done; !errors.Is(err, io.EOF) {
 		t.Fatalf("ReadObject: %v", err)
 	}
-	drained("after the end", true)
+	drained("after the end")
 
 	r, w := io.Pipe()
 	defer w.Close()

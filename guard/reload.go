@@ -170,9 +170,13 @@ func (g *Guard) watch(ctx context.Context, opts WatchOptions) {
 		case <-opts.Hup:
 			reload("SIGHUP")
 		case ev := <-events:
-			if relevant(watch, ev.Name) {
-				timer.Reset(reloadDebounce)
+			if !relevant(watch, ev.Name) {
+				// Logged so that a change that was expected to reload
+				// can be told from one that never reached the watcher.
+				log.Trace("a change that cannot change the policy; ignored", "file", ev.Name, "op", ev.Op.String())
+				continue
 			}
+			timer.Reset(reloadDebounce)
 		case err := <-errs:
 			log.Warn("watching the config and policy files", "error", err)
 		case <-timer.C:

@@ -74,6 +74,11 @@ type Options struct {
 	// At most RestartLimit restarts per RestartWindow.
 	RestartLimit  int
 	RestartWindow time.Duration
+
+	// idleTicks, set by tests, replaces the idle watch's ticker: it is
+	// called, with the tick, before the instance is reported ready, and
+	// each value received on the channel is one check, with its time.
+	idleTicks func(tick time.Duration) (ticks <-chan time.Time, stop func())
 }
 
 func (o *Options) defaults() {
@@ -91,6 +96,12 @@ func (o *Options) defaults() {
 	}
 	if o.RestartWindow == 0 {
 		o.RestartWindow = time.Minute
+	}
+	if o.idleTicks == nil {
+		o.idleTicks = func(tick time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(tick)
+			return t.C, t.Stop
+		}
 	}
 }
 
@@ -399,10 +410,17 @@ func (a *Agent) run(inst, prev *Instance, delay time.Duration) {
 		a.state = Running
 	}
 	a.mu.Unlock()
-	close(inst.ready)
 	if running && a.Config.IdleTimeout > 0 {
-		a.owned.Go(func() { a.watchIdle(inst, a.Config.IdleTimeout) })
+		// The stop comes between timeout and timeout+tick after the last
+		// activity, never earlier.
+		timeout := a.Config.IdleTimeout
+		ticks, stop := a.opts.idleTicks(min(max(timeout/8, 10*time.Millisecond), 5*time.Second))
+		a.owned.Go(func() {
+			defer stop()
+			a.watchIdle(inst, timeout, ticks)
+		})
 	}
+	close(inst.ready)
 }
 
 // watchIdle stops inst once nothing has passed on its connection, in either
@@ -410,12 +428,8 @@ func (a *Agent) run(inst, prev *Instance, delay time.Duration) {
 // req. 7: idle_timeout). A running turn is a session/prompt awaiting its
 // answer, so it keeps the agent. The next use starts the agent again and
 // the router re-attaches its sessions. It ends with the instance.
-func (a *Agent) watchIdle(inst *Instance, timeout time.Duration) {
-	// The stop comes between timeout and timeout+tick after the last
-	// activity, never earlier.
-	tick := min(max(timeout/8, 10*time.Millisecond), 5*time.Second)
-	t := time.NewTicker(tick)
-	defer t.Stop()
+// Each value on ticks is one check.
+func (a *Agent) watchIdle(inst *Instance, timeout time.Duration, ticks <-chan time.Time) {
 	peer := inst.peer
 	last, written, quiet := peer.Activity(), peer.Stream().Written(), time.Now()
 	for {
@@ -425,7 +439,7 @@ func (a *Agent) watchIdle(inst *Instance, timeout time.Duration) {
 			return
 		case <-peer.Done():
 			return // stopping or failed
-		case now = <-t.C:
+		case now = <-ticks:
 		}
 		act, w := peer.Activity(), peer.Stream().Written()
 		if act != last || w != written || act.Busy() {

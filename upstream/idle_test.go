@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -120,15 +121,26 @@ type idleAgent struct {
 	// questions receives the agent's _test/question requests; the test
 	// answers them.
 	questions chan *jsonrpc2.Request
+	// watches counts the idle watches started; ticks, when not nil, is
+	// their clock (the test sends each check's time) instead of a ticker.
+	watches atomic.Int32
+	ticks   chan time.Time
 }
 
 func newIdleAgent(t *testing.T, idle time.Duration, restartLimit int, ignoreEOF bool) *idleAgent {
+	t.Helper()
+	return newIdleAgentTicks(t, idle, restartLimit, ignoreEOF, nil)
+}
+
+// newIdleAgentTicks is newIdleAgent whose idle checks run when the test
+// sends their time on ticks (unbuffered), when ticks is not nil.
+func newIdleAgentTicks(t *testing.T, idle time.Duration, restartLimit int, ignoreEOF bool, ticks chan time.Time) *idleAgent {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ia := &idleAgent{log: &logBuffer{}, questions: make(chan *jsonrpc2.Request, 1)}
+	ia := &idleAgent{log: &logBuffer{}, questions: make(chan *jsonrpc2.Request, 1), ticks: ticks}
 	cfg := config.Agent{
 		Name:    "idler",
 		Command: exe,
@@ -160,9 +172,49 @@ func newIdleAgent(t *testing.T, idle time.Duration, restartLimit int, ignoreEOF 
 		ShutdownGrace: 2 * time.Second,
 		KillGrace:     time.Second,
 		RestartLimit:  restartLimit,
+		idleTicks: func(tick time.Duration) (<-chan time.Time, func()) {
+			ia.watches.Add(1)
+			if ia.ticks != nil {
+				return ia.ticks, func() {}
+			}
+			tk := time.NewTicker(tick)
+			return tk.C, tk.Stop
+		},
 	})
 	t.Cleanup(ia.Stop)
 	return ia
+}
+
+// check runs an idle check of inst at the time at and returns once it was
+// decided: the watch takes the next tick only after deciding on this one.
+// It fails the test if the check stopped the agent.
+func (ia *idleAgent) check(t *testing.T, inst *Instance, at time.Time) {
+	t.Helper()
+	for range 2 {
+		select {
+		case ia.ticks <- at:
+		case <-inst.Exited():
+			t.Fatalf("the idle check at +%v stopped the agent; log:\n%s", time.Until(at).Round(time.Millisecond), ia.log)
+		case <-time.After(waitTimeout):
+			t.Fatalf("the idle watch took no check within %v (status %s)", waitTimeout, ia.stateString())
+		}
+	}
+}
+
+// tickUntilStopped runs idle checks, from the time from on and one idle
+// timeout apart, until inst has exited.
+func (ia *idleAgent) tickUntilStopped(t *testing.T, inst *Instance, from time.Time, idle time.Duration) {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for at := from; ; at = at.Add(idle) {
+		select {
+		case ia.ticks <- at:
+		case <-inst.Exited():
+			return
+		case <-deadline:
+			t.Fatalf("not stopped when idle within %v (%s); log:\n%s", waitTimeout, ia.stateString(), ia.log)
+		}
+	}
 }
 
 type handlerFunc func(context.Context, *jsonrpc2.Conn, *jsonrpc2.Request)
@@ -325,7 +377,7 @@ func TestIdleTimeout(t *testing.T) {
 
 	t.Run("a request of the agent awaiting an answer keeps it", func(t *testing.T) {
 		t.Parallel()
-		ia := newIdleAgent(t, idle, 5, false)
+		ia := newIdleAgentTicks(t, idle, 5, false, make(chan time.Time))
 		inst, pid := ia.ready(t)
 		if err := inst.Peer().Notify(t.Context(), "_test/ask", nil); err != nil {
 			t.Fatal(err)
@@ -336,13 +388,21 @@ func TestIdleTimeout(t *testing.T) {
 		case <-time.After(waitTimeout):
 			t.Fatal("the agent did not ask")
 		}
-		time.Sleep(5 * idle)
+		// The first check sees the question's traffic; the second, 5 idle
+		// timeouts later, sees nothing new but the request outstanding.
+		now := time.Now()
+		ia.check(t, inst, now)
+		ia.check(t, inst, now.Add(5*idle))
 		ia.requireRunning(t, inst, "while its request waited")
 		if err := inst.Peer().Reply(t.Context(), q.ID, json.RawMessage(`"yes"`), nil); err != nil {
 			t.Fatal(err)
 		}
+		ia.tickUntilStopped(t, inst, now.Add(6*idle), idle)
 		ia.waitIdleStop(t, inst, pid)
 		ia.checkLog(t)
+		if n := ia.watches.Load(); n != 1 {
+			t.Errorf("%d idle watches started, want 1", n)
+		}
 	})
 
 	t.Run("traffic keeps it", func(t *testing.T) {
@@ -397,9 +457,13 @@ func TestIdleTimeout(t *testing.T) {
 
 	t.Run("no idle_timeout", func(t *testing.T) {
 		t.Parallel()
-		ia := newIdleAgent(t, 0, 5, false)
+		// An idle watch is started before the instance is ready: none
+		// was, none will be.
+		ia := newIdleAgentTicks(t, 0, 5, false, make(chan time.Time))
 		inst, _ := ia.ready(t)
-		time.Sleep(5 * idle)
+		if n := ia.watches.Load(); n != 0 {
+			t.Errorf("%d idle watches started without idle_timeout, want 0", n)
+		}
 		ia.requireRunning(t, inst, "without idle_timeout")
 	})
 }
@@ -415,10 +479,15 @@ func TestIdleStopCallError(t *testing.T) {
 	inst, _ := ia.ready(t)
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
+	// The agent was quiet at most from when the last call that went
+	// through was sent: measured, not the gap asked for, since the test
+	// may sleep longer than asked on a loaded machine.
+	prev := time.Now()
 	for gap := time.Millisecond; ; gap += gap / 4 {
 		if gap > waitTimeout {
 			t.Fatalf("no call failed; log:\n%s", ia.log)
 		}
+		sent := time.Now()
 		c, err := inst.Peer().Call(ctx, "_test/sleep", map[string]int{"ms": 0}, nil, nil)
 		if err == nil {
 			_, err = c.Wait(ctx)
@@ -430,11 +499,12 @@ func TestIdleStopCallError(t *testing.T) {
 			if e := ia.Error(inst, err); !strings.Contains(e.Message, ErrIdle.Error()) {
 				t.Fatalf("a call to the stopping agent failed with %q, want the idle stop named", e.Message)
 			}
-			if gap < idle/2 {
-				t.Errorf("the agent was stopped after a gap of %v, shorter than the idle timeout %v", gap, idle)
+			if quiet := time.Since(prev); quiet < idle*3/4 {
+				t.Errorf("the agent was stopped at most %v after the last call was sent (gap %v), short of the idle timeout %v", quiet, gap, idle)
 			}
 			break
 		}
+		prev = sent
 		time.Sleep(gap)
 	}
 	<-inst.Exited()

@@ -29,7 +29,8 @@ package upstream
 // way (SIGTERM, KillGrace, SIGKILL) before it exits itself: once the watchdog
 // is gone nothing could clean up after it. A SIGTERM sent to the watchdog
 // alone is forwarded to the agent's group; SIGINT and SIGHUP are ignored
-// while the router lives.
+// while the router lives. Each signal it handled is reported on stderr, once
+// handled, with what it did.
 //
 // What holds where:
 //   - every Unix: the lifeline and the agent's process group. Processes that
@@ -340,6 +341,12 @@ func runWatchdog(args []string) int {
 			return 1
 		}
 	}
+	// handled says, once it is done, what a signal to the watchdog did: on
+	// stderr, which the router re-logs under the agent's name, so that a
+	// signal that ended an agent, or did not, is in the router's log.
+	handled := func(sig os.Signal, what string) {
+		fmt.Fprintf(os.Stderr, "acp-router: agent watchdog: %s: %s\n", sig, what)
+	}
 	for {
 		select {
 		case ws := <-status:
@@ -349,10 +356,14 @@ func runWatchdog(args []string) int {
 			return endAll()
 		case sig := <-sigs:
 			if os.Getppid() != ppid { // the router is gone (its Pdeathsig, SIGHUP)
+				handled(sig, "the router is gone; ending the agent")
 				return endAll()
 			}
 			if sig == syscall.SIGTERM {
 				syscall.Kill(-pgid, syscall.SIGTERM)
+				handled(sig, "forwarded to the agent's process group")
+			} else {
+				handled(sig, "ignored while the router lives")
 			}
 		}
 	}

@@ -155,21 +155,31 @@ func TestWatchdogRouterGone(t *testing.T) {
 
 // TestWatchdogForwardsSIGTERM pins that a SIGTERM sent to the watchdog alone
 // reaches the agent's group, and that SIGHUP and SIGINT do not end it while
-// the router lives.
+// the router lives. The watchdog reports each signal once it handled it: the
+// test waits for that report, not for time to pass.
 func TestWatchdogForwardsSIGTERM(t *testing.T) {
 	t.Parallel()
-	_, inst, exits := startShell(t, "while :; do sleep 1; done")
-	spawned(t, inst)
+	a, inst, exits := startShell(t, "while :; do sleep 1; done")
+	pid := spawned(t, inst)
 	wd := inst.cmd.Process.Pid
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
 		syscall.Kill(wd, sig)
-	}
-	select {
-	case err := <-exits:
-		t.Fatalf("SIGHUP and SIGINT ended the agent: %v", err)
-	case <-time.After(300 * time.Millisecond):
+		if got, want := watchdogReport(t, a, sig), "ignored while the router lives"; got != want {
+			t.Fatalf("the watchdog on %v: %q, want %q", sig, got, want)
+		}
+		if err := syscall.Kill(pid, 0); err != nil || zombie(pid) {
+			t.Fatalf("the agent is gone after %v to the watchdog (kill 0: %v)", sig, err)
+		}
+		select {
+		case err := <-exits:
+			t.Fatalf("%v ended the agent: %v", sig, err)
+		default:
+		}
 	}
 	syscall.Kill(wd, syscall.SIGTERM)
+	if got, want := watchdogReport(t, a, syscall.SIGTERM), "forwarded to the agent's process group"; got != want {
+		t.Errorf("the watchdog on SIGTERM: %q, want %q", got, want)
+	}
 	select {
 	case err := <-exits:
 		if want := "exited: signal: terminated"; err.Error() != want {
@@ -177,6 +187,25 @@ func TestWatchdogForwardsSIGTERM(t *testing.T) {
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("SIGTERM to the watchdog did not end the agent")
+	}
+}
+
+// watchdogReport waits for the watchdog's report of sig in a's stderr and
+// returns what it says it did.
+func watchdogReport(t *testing.T, a *Agent, sig syscall.Signal) string {
+	t.Helper()
+	prefix := "acp-router: agent watchdog: " + sig.String() + ": "
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		for line := range strings.SplitSeq(a.StderrTail(), "\n") {
+			if what, ok := strings.CutPrefix(line, prefix); ok {
+				return what
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watchdog did not report %v; stderr:\n%s", sig, a.StderrTail())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
