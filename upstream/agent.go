@@ -71,6 +71,10 @@ type Options struct {
 	// ShutdownGrace to go away, then SIGTERM and KillGrace, then SIGKILL.
 	ShutdownGrace time.Duration
 	KillGrace     time.Duration
+	// StopWait bounds how long Stop waits, once the process is gone, for
+	// the agent's goroutines (an abandoned watchdog's reaper among them)
+	// [2s].
+	StopWait time.Duration
 	// At most RestartLimit restarts per RestartWindow.
 	RestartLimit  int
 	RestartWindow time.Duration
@@ -90,6 +94,9 @@ func (o *Options) defaults() {
 	}
 	if o.KillGrace == 0 {
 		o.KillGrace = 2 * time.Second
+	}
+	if o.StopWait == 0 {
+		o.StopWait = 2 * time.Second
 	}
 	if o.RestartLimit == 0 {
 		o.RestartLimit = 5
@@ -855,14 +862,10 @@ func (a *Agent) Stop() {
 	a.mu.Unlock()
 	a.stopInstance(inst)
 	// The process is gone: what still runs for it ends now.
-	if n := a.owned.Wait(stopWait); n > 0 {
+	if n := a.owned.Wait(a.opts.StopWait); n > 0 {
 		a.log.Warn("goroutines still running after the agent stopped", "count", n)
 	}
 }
-
-// stopWait bounds how long Stop waits for the agent's goroutines once its
-// process is gone.
-const stopWait = 2 * time.Second
 
 // Restart ends the current instance as failed (reason); the next Ready
 // starts a new one.

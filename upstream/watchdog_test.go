@@ -249,7 +249,10 @@ func TestWatchdogAbandonedReaped(t *testing.T) {
 		// Past before the watchdog can report: the start is abandoned.
 		StartupTimeout: time.Nanosecond, StallTimeout: waitTimeout,
 		Env: map[string]string{"GORACE": "atexit_sleep_ms=0"}},
-		Options{KillGrace: 500 * time.Millisecond})
+		// StopWait: the watchdog, a -race binary started on a loaded
+		// machine, may take seconds to see its lifeline closed; Stop must
+		// wait for its reaper, whatever that takes.
+		Options{KillGrace: 500 * time.Millisecond, StopWait: waitTimeout})
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
