@@ -59,9 +59,6 @@ var specialBuiltins = map[string]bool{":": true, ".": true, "source": true, "eva
 	"export": true, "readonly": true, "return": true, "set": true, "shift": true, "trap": true, "unset": true,
 	"break": true, "continue": true, "times": true}
 
-// declBuiltins declare variables: NAME=VALUE operands are assignments.
-var declBuiltins = map[string]bool{"export": true, "declare": true, "typeset": true, "local": true, "readonly": true}
-
 // assignOnce analyses an assignment once (the state pass and the command
 // it prefixes both see it) and returns why its value is not understood.
 func (x *extractor) assignOnce(a *syntax.Assign, cx cmdCtx) string {
@@ -183,10 +180,10 @@ func (x *extractor) shellState(f *syntax.File, vars *arithVars, cx cmdCtx) lineS
 }
 
 // declArg is one operand of a declaration builtin: an assignment as
-// parsed, or a word (an option, a name, NAME=VALUE given as a word).
+// parsed, or a word (an option, a name, NAME=VALUE given as a word), held
+// as a naked assignment of its value.
 type declArg struct {
-	assign *syntax.Assign // NAME or NAME=VALUE as parsed
-	word   arg            // otherwise
+	assign *syntax.Assign
 	isWord bool
 }
 

@@ -91,7 +91,7 @@ func available() error {
 	abi, err := llsys.LandlockGetABIVersion()
 	switch {
 	case err != nil:
-		return fmt.Errorf("Landlock is not available (%v): it needs Linux 6.2 or later with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y and \"landlock\" in the lsm= boot parameter)", err)
+		return fmt.Errorf("no Landlock (%v): the sandbox needs Linux 6.2 or later with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y and \"landlock\" in the lsm= boot parameter)", err)
 	case abi < MinLandlockABI:
 		return fmt.Errorf("this kernel's Landlock ABI is %d; the sandbox needs %d or later (Linux 6.2+): upgrade the kernel", abi, MinLandlockABI)
 	}
