@@ -209,7 +209,7 @@ func TestStreamDirectStall(t *testing.T) {
 		t.Errorf("declared stalled after %s, before the %s timeout", elapsed, stall)
 	}
 	waitClosed(t, s.Done(), "the writer to stop after the stall")
-	f.once(t)
+	f.onceReal(t)
 }
 
 // TestStreamDirectWriteError: a direct write to a pipe nobody reads any
@@ -229,7 +229,7 @@ func TestStreamDirectWriteError(t *testing.T) {
 		t.Error("a write after the failure succeeded")
 	}
 	waitClosed(t, s.Done(), "the writer to stop")
-	f.once(t)
+	f.onceReal(t)
 }
 
 // TestStreamLaneDirectPartial: the rest of a message a direct write began

@@ -52,6 +52,17 @@ func (f *failRecorder) once(t *testing.T) {
 	}
 }
 
+// onceReal is once for a test on real pipes, which cannot run in a bubble
+// (synctest.Wait panics outside one, after once's minute of real sleep):
+// a second call that was coming gets 100 ms to come.
+func (f *failRecorder) onceReal(t *testing.T) {
+	t.Helper()
+	time.Sleep(100 * time.Millisecond)
+	if n := f.n.Load(); n != 1 {
+		t.Errorf("OnFail called %d times, want exactly once", n)
+	}
+}
+
 // writeStream is a Stream whose input is empty and whose output goes to a
 // pipe the test reads (or does not read) from Out.
 func writeStream(t *testing.T, opts StreamOptions) (*Stream, *io.PipeReader) {
