@@ -31,7 +31,7 @@ usage:
       run one prompt through the router and print the stream
   acp-router check [--config FILE] [--org-dir DIR]
       validate the config and policy; print agents, routes, commands and policy layers
-  acp-router policy explain [--config FILE] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS...
+  acp-router policy explain [--config FILE] [--org-dir DIR] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS...
       show the decision for one request and every rule that matched
   acp-router policy test [--config FILE] [--org-dir DIR]
       run the tests: of every policy layer; exit 1 on any failure
