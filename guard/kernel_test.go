@@ -256,6 +256,9 @@ const (
 )
 
 func TestEvidenceAgainstKernel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every allowed corpus command under strace, minutes (over 10 on a loaded 2-core machine); not in -short (scripts/test.sh runs it)")
+	}
 	if runtime.GOOS != "linux" {
 		t.Skip("needs Linux namespaces and strace")
 	}

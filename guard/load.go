@@ -23,45 +23,61 @@ var ErrOrgPolicyUnsafe = errors.New("not owned by root or writable by group or o
 // error: the router refuses to start rather than enforce a policy a user
 // could have edited (DESIGN §6).
 func LoadOrgLayer(dir string) (*policy.Layer, error) {
+	l, _, err := loadOrgLayer(dir, false)
+	return l, err
+}
+
+// loadOrgLayer is LoadOrgLayer; with unowned, the ownership problems are
+// returned as warnings instead of errors (LoadOptions.OrgUnowned).
+func loadOrgLayer(dir string, unowned bool) (*policy.Layer, []string, error) {
+	var warnings []string
+	owned := func(path string, fi fs.FileInfo) error {
+		err := rootOwned(path, fi)
+		if err != nil && unowned {
+			warnings = append(warnings, err.Error())
+			return nil
+		}
+		return err
+	}
 	fi, err := os.Stat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("org policy: %w", err)
+		return nil, nil, fmt.Errorf("org policy: %w", err)
 	}
-	if err := rootOwned(dir, fi); err != nil {
-		return nil, err
+	if err := owned(dir, fi); err != nil {
+		return nil, nil, err
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
-		return nil, fmt.Errorf("org policy: %w", err)
+		return nil, nil, fmt.Errorf("org policy: %w", err)
 	}
 	sort.Strings(files)
 	var layer *policy.Layer
 	for _, f := range files {
 		fi, err := os.Stat(f)
 		if err != nil {
-			return nil, fmt.Errorf("org policy: %w", err)
+			return nil, nil, fmt.Errorf("org policy: %w", err)
 		}
-		if err := rootOwned(f, fi); err != nil {
-			return nil, err
+		if err := owned(f, fi); err != nil {
+			return nil, nil, err
 		}
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("org policy: %w", err)
+			return nil, nil, fmt.Errorf("org policy: %w", err)
 		}
 		l, err := policy.ParseFile(f, data)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if layer == nil {
 			layer = l
 		} else if err := layer.Merge(l); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return layer, nil
+	return layer, warnings, nil
 }
 
 func rootOwned(path string, fi fs.FileInfo) error {
@@ -83,6 +99,19 @@ type LoadedPolicy struct {
 	// directory), and Files the files in them that matter ("" = any
 	// *.yaml, for the org directory).
 	Watch map[string][]string
+	// Warnings are the org files' ownership problems LoadOptions.OrgUnowned
+	// let through.
+	Warnings []string
+}
+
+// LoadOptions change how LoadPolicyWith reads the org layer.
+type LoadOptions struct {
+	// OrgUnowned reads org files that are not root-owned, or are writable
+	// by group or others, and reports each as a warning instead of
+	// refusing it: for `acp-router check --org-dir`, a non-root user
+	// checking files before they are installed. The router itself never
+	// sets it: it enforces only a policy no user could have edited.
+	OrgUnowned bool
 }
 
 // Failed are the test results that did not pass.
@@ -106,9 +135,15 @@ func (l *LoadedPolicy) Failed() []policy.TestResult {
 // error in one is an error of its file, as for the policy); an org layer
 // with nothing else is no policy layer.
 func LoadPolicy(orgDir string, cfg *config.Config) (*LoadedPolicy, error) {
+	return LoadPolicyWith(orgDir, cfg, LoadOptions{})
+}
+
+// LoadPolicyWith is LoadPolicy with options.
+func LoadPolicyWith(orgDir string, cfg *config.Config, opt LoadOptions) (*LoadedPolicy, error) {
 	out := &LoadedPolicy{Watch: map[string][]string{}}
 	out.Watch[orgDir] = []string{""}
-	org, err := LoadOrgLayer(orgDir)
+	org, warnings, err := loadOrgLayer(orgDir, opt.OrgUnowned)
+	out.Warnings = warnings
 	if err != nil {
 		return nil, err
 	}

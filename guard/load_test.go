@@ -324,3 +324,27 @@ func sameSet(a, b []string) bool {
 	slices.Sort(b)
 	return slices.Equal(a, b)
 }
+
+// TestLoadPolicyOrgUnowned: with OrgUnowned (check --org-dir), org files a
+// user could change are read, and each ownership problem is a warning;
+// without it they are still refused (issue 28, point 5).
+func TestLoadPolicyOrgUnowned(t *testing.T) {
+	org := t.TempDir()
+	file := filepath.Join(org, "10-org.yaml")
+	os.WriteFile(file, []byte("default: ask\nrules:\n  - {id: org-rule, decision: deny, when: {program: dd}}\n"), 0o644)
+	os.Chmod(org, 0o777)
+	os.Chmod(file, 0o666)
+	if _, err := LoadPolicy(org, parseConfig(t, configYAML(""))); !errors.Is(err, ErrOrgPolicyUnsafe) {
+		t.Errorf("LoadPolicy of a world-writable org directory: %v, want ErrOrgPolicyUnsafe", err)
+	}
+	lp, err := LoadPolicyWith(org, parseConfig(t, configYAML("")), LoadOptions{OrgUnowned: true})
+	if err != nil || lp.Policy == nil {
+		t.Fatalf("LoadPolicyWith OrgUnowned: %v", err)
+	}
+	if len(lp.Policy.Layers()) != 1 || lp.Policy.Layers()[0].Name != "org" {
+		t.Errorf("layers %v, want the org layer", lp.Policy.Layers())
+	}
+	if len(lp.Warnings) != 2 || !strings.Contains(lp.Warnings[0], org+": "+ErrOrgPolicyUnsafe.Error()) || !strings.Contains(lp.Warnings[1], file+": "+ErrOrgPolicyUnsafe.Error()) {
+		t.Errorf("warnings %q, want the directory's and the file's ownership problems", lp.Warnings)
+	}
+}

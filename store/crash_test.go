@@ -20,6 +20,9 @@ import (
 // store opens, returns exactly the updates stored whole, and the next write
 // cuts the torn tail and continues the history.
 func TestTruncatedAtEveryOffset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens the store once per byte of a log, about 5 s on a loaded 2-core machine; not in -short (scripts/test.sh runs it)")
+	}
 	src := t.TempDir()
 	st := openT(t, src, Options{})
 	must(t, st.Create(Meta{ID: "x", Title: "t"}))

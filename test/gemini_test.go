@@ -43,6 +43,7 @@ const geminiSettings = `{"security":{"auth":{"selectedType":"gemini-api-key"}},"
 // ACP_E2E_NO_GEMINI=1 asks to skip.
 func needGemini(t testing.TB) string {
 	t.Helper()
+	skipShort(t, "runs Gemini CLI from npm")
 	if os.Getenv(envNoGemini) == "1" {
 		t.Skipf("%s=1: Gemini CLI tests skipped on request (CI never sets it)", envNoGemini)
 	}

@@ -103,6 +103,16 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
+// skipShort skips a test under -short: running a real agent from npm,
+// building Jaeger or measuring memory takes minutes on a 2-core machine.
+// scripts/test.sh (CI) does not pass -short and runs them all.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: %s; scripts/test.sh runs it", what)
+	}
+}
+
 // binDir is the temporary directory of binaries built for this run.
 var binDir string
 

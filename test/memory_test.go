@@ -121,6 +121,7 @@ func memoryRouter(t *testing.T) *Editor {
 // exited: its RSS grew by 115 MiB. Closed sessions' updates are now dropped
 // at once: 3 MiB.
 func TestMemoryClosedSessions(t *testing.T) {
+	skipShort(t, "measures the router's memory over thousands of sessions")
 	e := memoryRouter(t)
 	cwd := t.TempDir()
 	const script = "nocancel\nsleep 5ms\nupdates 8 2000"
@@ -189,6 +190,7 @@ func TestMemoryClosedSessions(t *testing.T) {
 // all: its RSS grew by 170 MiB. Now at most 64 ids and 8 MiB are parked per
 // agent instance, the rest dropped, counted and logged once: 3 MiB.
 func TestMemoryUnknownSessions(t *testing.T) {
+	skipShort(t, "measures the router's memory over thousands of sessions")
 	e := memoryRouter(t)
 	sid := e.NewSession(t, t.TempDir())
 	e.MustPrompt(t, sid, "unknown-flood 1000 1000\nsay warm", "end_turn")

@@ -104,6 +104,7 @@ func (p npmPeer) module(pkg string) string {
 // ACP_E2E_NO_<NAME>=1 asks to skip.
 func (p npmPeer) need(t testing.TB) string {
 	t.Helper()
+	skipShort(t, "runs "+p.pkg+" from npm")
 	if os.Getenv(p.envNo()) == "1" {
 		t.Skipf("%s=1: %s tests skipped on request (CI never sets it)", p.envNo(), p.pkg)
 	}

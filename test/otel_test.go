@@ -36,6 +36,7 @@ var (
 // buildJaeger builds the pinned Jaeger (tools/jaeger/go.mod) once.
 func buildJaeger(t *testing.T) string {
 	t.Helper()
+	skipShort(t, "builds and runs Jaeger (minutes cold)")
 	jaegerOnce.Do(func() {
 		jaegerBin = filepath.Join(binDir, "jaeger")
 		start := time.Now()

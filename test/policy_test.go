@@ -523,6 +523,7 @@ var (
 // dir, as a packager would (-ldflags).
 func routerWithOrgDir(t *testing.T, dir string) string {
 	t.Helper()
+	skipShort(t, "links a router of its own with another org directory, 10-30 s on a loaded 2-core machine")
 	orgBuildMu.Lock()
 	defer orgBuildMu.Unlock()
 	if bin, ok := orgBuilds[dir]; ok {

@@ -37,6 +37,7 @@ type sdk24Peers struct {
 // needSDK24 checks the install against test/peers/sdk24/package.json.
 func needSDK24(t testing.TB) sdk24Peers {
 	t.Helper()
+	skipShort(t, "runs the TypeScript SDK peers from npm")
 	p := sdk24Peers{dir: filepath.Join(moduleRoot, "test", "peers", "sdk24"), prefix: os.Getenv("ACP_E2E_SDK24")}
 	if p.prefix == "" {
 		p.prefix = filepath.Join(moduleRoot, ".peers", "sdk24")

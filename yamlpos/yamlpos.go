@@ -45,13 +45,13 @@ func Document(file string, data []byte, what string) (*yaml.Node, error) {
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 		return nil, &Error{Pos{file, 1, 1}, what + " is empty"}
 	} else if err != nil {
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return nil, &Error{At(file, &extra), "only one YAML document is allowed"}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, data, err)
 	}
 	root := doc.Content[0]
 	if root.ShortTag() == "!!null" && root.Value == "" { // "---" alone
@@ -80,18 +80,57 @@ var parserProblems = []string{
 }
 
 // syntaxError turns a yaml.v3 syntax error ("yaml: line N: msg") into an
-// *Error. yaml.v3 does not expose the column, so it is always 1.
-func syntaxError(file string, err error) *Error {
+// *Error. yaml.v3 does not expose the column, so it is 1 unless the line is
+// one offendingLine found.
+func syntaxError(file string, data []byte, err error) *Error {
 	m := syntaxLine.FindStringSubmatch(err.Error())
 	if m == nil {
 		// yaml.v3 leaves out the line when the problem is on the first one.
 		return &Error{Pos{file, 1, 1}, strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
 	line, _ := strconv.Atoi(m[1])
-	if slices.Contains(parserProblems, m[2]) {
-		line++
+	if !slices.Contains(parserProblems, m[2]) {
+		return &Error{Pos{file, line, 1}, m[2]}
+	}
+	line++
+	switch bad, col := offendingLine(data, m[0]); {
+	case bad > line:
+		return &Error{Pos{file, bad, col}, fmt.Sprintf("%s (in the block that starts at line %d: check this line's indentation)", m[2], line)}
+	case bad == line:
+		return &Error{Pos{file, bad, col}, m[2]}
 	}
 	return &Error{Pos{file, line, 1}, m[2]}
+}
+
+// offendingLine finds the line a parser error is about, and the column of
+// its first character. yaml.v3 reports a parser error at the start of the
+// enclosing block (its context mark), which for an indentation mistake
+// can be many lines above it; the problem mark, the line itself, is not
+// exposed. The shortest prefix of whole lines that fails with the same
+// problem in the same block (the same message) ends on that line: the
+// lines before it parse. 0 when no prefix fails that way (the problem only
+// shows at the end, say).
+func offendingLine(data []byte, msg string) (line, col int) {
+	end := 0
+	for n := 1; end < len(data); n++ {
+		next := bytes.IndexByte(data[end:], '\n')
+		if next < 0 {
+			next = len(data)
+		} else {
+			next += end + 1
+		}
+		text := data[end:next]
+		end = next
+		var node yaml.Node
+		err := yaml.Unmarshal(data[:end], &node)
+		if err == nil {
+			continue
+		}
+		if err.Error() == msg {
+			return n, len(text) - len(bytes.TrimLeft(text, " \t")) + 1
+		}
+	}
+	return 0, 0
 }
 
 // Deref resolves a YAML alias (*name) to the node it names, and a document

@@ -4,10 +4,11 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -21,32 +22,64 @@ import (
 )
 
 // loadWithPolicy loads the config and the permission policy of every
-// layer (its tests run, their failures in the result, not an error).
-func loadWithPolicy(g *globals) (*config.Config, *guard.LoadedPolicy, error) {
+// layer (its tests run, their failures in the result, not an error). A
+// non-empty orgDir (--org-dir) is read instead of orgPolicyDir, its files'
+// ownership problems as warnings (lp.Warnings): a user checks org files
+// before they are installed, without root or a rebuild.
+func loadWithPolicy(g *globals, orgDir string) (*config.Config, *guard.LoadedPolicy, error) {
 	cfg, err := loadConfig(g)
 	if err != nil {
 		return nil, nil, err
 	}
-	lp, err := guard.LoadPolicy(orgPolicyDir, cfg)
+	if orgDir != "" {
+		// A directory named on the command line that is not there is a
+		// mistake, not "no org layer" as for the built-in one.
+		if fi, err := os.Stat(orgDir); err != nil || !fi.IsDir() {
+			return nil, nil, fmt.Errorf("--org-dir %s: not a directory", orgDir)
+		}
+	}
+	opt := guard.LoadOptions{OrgUnowned: orgDir != ""}
+	lp, err := guard.LoadPolicyWith(cmp.Or(orgDir, orgPolicyDir), cfg, opt)
 	if err != nil {
 		return nil, nil, fmt.Errorf("permission policy: %w", err)
 	}
 	return cfg, lp, nil
 }
 
+const checkSynopsis = "acp-router check [--config FILE] [--org-dir DIR]"
+
+var checkHelp = help{
+	synopsis: checkSynopsis,
+	about: `Loads the config and the permission policy as the router would, without starting any agent, and
+prints what is in force: agents, routing, commands, history, each policy layer with its files and
+rules (file:line), the org directory read, the audit log, the modes each agent is kept out of, the
+policy's tests and telemetry; then the warnings. Exit 1 when the config or the policy does not load
+or a policy test fails.`,
+	example: `  acp-router check --config ~/.config/acp-router/config.yaml
+  acp-router check --org-dir ./policy.d     # org files not installed yet, no root needed
+`,
+}
+
 func check(g *globals, args []string) (int, error) {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	g.register(fs, "warn")
-	if err := fs.Parse(args); err != nil {
-		return 2, nil
+	fs := newFlags("check", g, "warn", checkHelp)
+	orgDir := orgDirFlag(fs)
+	if done, code := parseFlags(fs, args); done {
+		return code, nil
 	}
-	cfg, lp, err := loadWithPolicy(g)
+	if fs.NArg() > 0 {
+		return 2, errors.New("usage: " + checkSynopsis)
+	}
+	if *orgDir != "" {
+		*orgDir, _ = filepath.Abs(*orgDir)
+	}
+	cfg, lp, err := loadWithPolicy(g, *orgDir)
 	if err != nil {
 		return 1, err
 	}
 	agents := agentIDs(cfg)
 	warnings := config.Describe(os.Stdout, cfg, router.Warnings(cfg)...)
-	warnings = append(warnings, describePolicy(os.Stdout, lp, orgPolicyDir, agents)...)
+	dir := orgDirLine{dir: cmp.Or(*orgDir, orgPolicyDir), flag: *orgDir != ""}
+	warnings = append(warnings, describePolicy(os.Stdout, lp, dir, cfg.Audit, agents)...)
 	warnings = append(warnings, describeTelemetry(os.Stdout, cfg.EffectiveTelemetry(), os.Getenv)...)
 	sbWarnings, sbErrs := describeSandbox(os.Stdout, cfg, lp)
 	warnings = append(warnings, sbWarnings...)
@@ -84,14 +117,19 @@ func agentIDs(cfg *config.Config) []policy.AgentID {
 // file and line of every rule in force (and of those lower_layers_may
 // dropped), then the modes of each agent the policy denies and why. It
 // returns the policy's warnings for check.
-func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents []policy.AgentID) []string {
+func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir orgDirLine, audit config.Audit, agents []policy.AgentID) []string {
 	pol := lp.Policy
+	warnings := slices.Clone(lp.Warnings)
 	if pol == nil {
-		fmt.Fprintf(w, "permission policy: none (no org layer in %s, no permissions: in the config)\n", orgDir)
-		return nil
+		fmt.Fprintf(w, "permission policy: none (no org layer in %s, no permissions: in the config)\n", orgDir.dir)
+		fmt.Fprintf(w, "  org directory: %s\n", orgDir)
+		fmt.Fprintln(w, "  audit log: none while no policy is in force")
+		return warnings
 	}
 	def, layer := pol.Default()
 	fmt.Fprintf(w, "permission policy: %s (default %s, from the %s layer)\n", pol.Hash(), def, layer)
+	fmt.Fprintf(w, "  org directory: %s\n", orgDir)
+	fmt.Fprintf(w, "  audit log: %s\n", auditLine(audit))
 	for _, l := range pol.Layers() {
 		files := strings.Join(l.Files, ", ")
 		fmt.Fprintf(w, "  %s layer %s  %s\n", l.Name, l.Hash(), files)
@@ -140,11 +178,53 @@ func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir string, agents [
 	for _, n := range testNotes(lp.Results) {
 		fmt.Fprintf(w, "    note: %s\n", n)
 	}
-	warnings := pol.Warnings(agents...)
+	warnings = append(warnings, pol.Warnings(agents...)...)
 	if len(lp.Failed()) > 0 {
 		warnings = append(warnings, fmt.Sprintf("%d policy tests fail: the router refuses to start with this policy", len(lp.Failed())))
 	}
 	return warnings
+}
+
+// orgDirLine is the org policy directory `check` read, and why that one.
+type orgDirLine struct {
+	dir  string
+	flag bool // --org-dir, else the one built in
+}
+
+func (o orgDirLine) String() string {
+	how := "built in"
+	if o.flag {
+		how = "--org-dir; ownership problems are warnings"
+	}
+	files, _ := filepath.Glob(filepath.Join(o.dir, "*.yaml"))
+	switch fi, err := os.Stat(o.dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("%s (%s): missing, no org layer", o.dir, how)
+	case err == nil && !fi.IsDir():
+		return fmt.Sprintf("%s (%s): not a directory", o.dir, how)
+	}
+	n := fmt.Sprintf("%d .yaml files", len(files))
+	if len(files) == 1 {
+		n = "1 .yaml file"
+	}
+	return fmt.Sprintf("%s (%s): %s", o.dir, how, n)
+}
+
+// auditLine is where the audit log is written, rotated at what size, and
+// where the setting comes from.
+func auditLine(a config.Audit) string {
+	if a.File == "" {
+		return "none: no absolute $XDG_STATE_HOME or home directory, the router refuses to start with a policy (set audit.file)"
+	}
+	size := "at the default size"
+	if a.MaxBytes > 0 {
+		size = fmt.Sprintf("at %d bytes", a.MaxBytes)
+	}
+	from := "default"
+	if a.Pos.Line > 0 {
+		from = a.Pos.String()
+	}
+	return fmt.Sprintf("%s, rotated %s   (%s)", a.File, size, from)
 }
 
 // pendingRestarts names, for each router running this config file, the

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 
@@ -13,11 +12,19 @@ import (
 // login runs an agent's login. The editor's terminal auth re-launches the
 // router as `acp-router [flags] login AGENT -- ARGS...` (see
 // upstream.TerminalAuthArgs); a user types `acp-router login AGENT`.
+var loginHelp = help{
+	synopsis: "acp-router login AGENT [-- ARGS...]",
+	about: `Runs the login of the config's agent AGENT in this terminal, as the agent's own terminal sign-in
+method would (ARGS: what that method passes; editors add them). The router restarts the agent on
+its next use. Exit: the login's own exit code.`,
+	example: `  acp-router login claude
+`,
+}
+
 func login(ctx context.Context, g *globals, args []string) (int, error) {
-	fs := flag.NewFlagSet("login", flag.ContinueOnError)
-	g.register(fs, "warn")
-	if err := fs.Parse(args); err != nil {
-		return 2, nil
+	fs := newFlags("login", g, "warn", loginHelp)
+	if done, code := parseFlags(fs, args); done {
+		return code, nil
 	}
 	if fs.NArg() == 0 {
 		return 2, errors.New("usage: acp-router login AGENT")

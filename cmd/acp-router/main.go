@@ -5,11 +5,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,16 +30,60 @@ usage:
       run as an ACP agent on stdin/stdout (what the editor launches)
   acp-router try [--config FILE] [--agent NAME] [--yes|--no] "PROMPT"
       run one prompt through the router and print the stream
-  acp-router check [--config FILE]
+  acp-router check [--config FILE] [--org-dir DIR]
       validate the config and policy; print agents, routes, commands and policy layers
-  acp-router policy explain [--config FILE] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS...
+  acp-router policy explain [--config FILE] [--org-dir DIR] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS...
       show the decision for one request and every rule that matched
-  acp-router policy test [--config FILE]
+  acp-router policy test [--config FILE] [--org-dir DIR]
       run the tests: of every policy layer; exit 1 on any failure
   acp-router login AGENT [-- ARGS...]
       run an agent's own login in this terminal (ARGS: its terminal sign-in method's)
-  acp-router version
+  acp-router version, acp-router --version
+  acp-router help [COMMAND], acp-router COMMAND --help
+      this text, or one command's flags and an example
+
+example:
+  acp-router check --config ~/.config/acp-router/config.yaml
 `
+
+// help is one command's --help: its synopsis, what it does, and an
+// example; the flags are listed between them.
+type help struct {
+	synopsis, about, example string
+}
+
+// newFlags is the flag set of command name, with the globals registered
+// (logging at defaultLevel) and help as its usage.
+func newFlags(name string, g *globals, defaultLevel string, h help) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	g.register(fs, defaultLevel)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: %s\n\n%s\n\nflags:\n", h.synopsis, h.about)
+		fs.PrintDefaults()
+		fmt.Fprintf(w, "\nexample:\n%s", h.example)
+	}
+	return fs
+}
+
+// parseFlags parses args with fs. done says the command stops there with
+// code: the help was asked for (-h, --help: on stdout, 0), or a flag is
+// wrong (the problem and the help on stderr, 2).
+func parseFlags(fs *flag.FlagSet, args []string) (done bool, code int) {
+	var out strings.Builder
+	fs.SetOutput(&out)
+	err := fs.Parse(args)
+	fs.SetOutput(os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(os.Stdout, out.String())
+		return true, 0
+	case err != nil:
+		fmt.Fprint(os.Stderr, out.String())
+		return true, 2
+	}
+	return false, 0
+}
 
 // orgPolicyDir is the org layer of the permission policy (DESIGN §6). It
 // can be changed only at build time:
@@ -80,10 +127,15 @@ func main() {
 func run(args []string) (int, error) {
 	var g globals
 	fs := flag.NewFlagSet("acp-router", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage) }
 	g.register(fs, "")
-	if err := fs.Parse(args); err != nil {
-		return 2, nil
+	version := fs.Bool("version", false, "print the version and exit")
+	if done, code := parseFlags(fs, args); done {
+		return code, nil
+	}
+	if *version {
+		fmt.Println("acp-router", router.Version())
+		return 0, nil
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -105,6 +157,9 @@ func run(args []string) (int, error) {
 		fmt.Println("acp-router", router.Version())
 		return 0, nil
 	case "help":
+		if len(rest) > 0 {
+			return run(append(slices.Clone(rest), "--help"))
+		}
 		fmt.Print(usage)
 		return 0, nil
 	}

@@ -13,76 +13,152 @@ import (
 	"github.com/acp-router/acp-router/policy"
 )
 
+const (
+	explainSynopsis = "acp-router policy explain [--config FILE] [--org-dir DIR] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS..."
+	testSynopsis    = "acp-router policy test [--config FILE] [--org-dir DIR]"
+	policyUsage     = "usage:\n  " + explainSynopsis + "\n  " + testSynopsis + "\n\nacp-router policy explain --help and acp-router policy test --help say more.\n"
+)
+
+var explainHelp = help{
+	synopsis: explainSynopsis,
+	about: `Decides one request as the router would, against this machine's files, and shows the decision,
+every piece of evidence with the rule that decided it, and the answer the agent would get.
+METHOD and its ARGS (one shell word or several, as in a policy test's call:):
+  fs/read_text_file PATH
+  fs/write_text_file PATH
+  terminal/create COMMAND LINE...       the command line as the agent would run it
+  session/request_permission KIND [ARG...]
+      KIND: read, edit, delete, move, search, execute, think, fetch, switch_mode, other;
+      ARG: title=, command=, path= (repeatable), url=, cwd=, or a bare word: the command
+      line for execute, the URL for fetch, the path for read, edit, delete, move, search
+  mcp/message SERVER TOOL [ARGUMENTS]   a tools/call, ARGUMENTS a JSON object
+  mcp/message SERVER resources/read URI
+${cwd}, ${roots} and ${home} are the session's; relative paths are relative to --cwd.`,
+	example: `  acp-router policy explain terminal/create "git push -f origin main"
+  acp-router policy explain --cwd ~/src/app fs/read_text_file .env
+  acp-router policy explain session/request_permission execute "curl -fsSL https://x.sh | sh"
+  acp-router policy explain mcp/message github create_issue '{"repo": "acme/app"}'
+`,
+}
+
+var testHelp = help{
+	synopsis: testSynopsis,
+	about: `Runs the tests: of every policy layer (the org directory's files, then the config's permissions:
+and its include: files), then lists the rules that can never take effect and the rules no test
+exercises. Exit 1 when a test fails: the router refuses to start with such a policy.`,
+	example: `  acp-router policy test --config ~/.config/acp-router/config.yaml
+  acp-router policy test --org-dir ./policy.d     # org files not installed yet, no root needed
+`,
+}
+
+// orgDirFlag registers --org-dir: the org policy directory to read
+// instead of the built-in one, its ownership problems as warnings.
+func orgDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("org-dir", "", "read the org policy from this directory instead of "+orgPolicyDir+
+		" (files need not be root-owned: the ownership problems are warnings)")
+}
+
 // policyCmd is `acp-router policy explain|test`.
 func policyCmd(g *globals, args []string) (int, error) {
-	const use = "usage: acp-router policy explain [--config FILE] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS... | policy test [--config FILE]"
 	if len(args) == 0 {
-		return 2, errors.New(use)
+		return 2, errors.New(policyUsage)
 	}
-	fs := flag.NewFlagSet("policy "+args[0], flag.ContinueOnError)
-	g.register(fs, "warn")
+	switch args[0] {
+	case "test":
+		return policyTest(g, args[1:])
+	case "explain":
+		return policyExplain(g, args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Print(policyUsage)
+		return 0, nil
+	}
+	return 2, fmt.Errorf("unknown policy command %q\n%s", args[0], policyUsage)
+}
+
+func policyTest(g *globals, args []string) (int, error) {
+	fs := newFlags("policy test", g, "warn", testHelp)
+	orgDir := orgDirFlag(fs)
+	if done, code := parseFlags(fs, args); done {
+		return code, nil
+	}
+	if fs.NArg() > 0 {
+		return 2, errors.New("usage: " + testSynopsis)
+	}
+	if *orgDir != "" {
+		*orgDir, _ = filepath.Abs(*orgDir)
+	}
+	_, lp, err := loadWithPolicy(g, *orgDir)
+	if err != nil {
+		return 1, err
+	}
+	for _, w := range lp.Warnings {
+		fmt.Fprintf(os.Stdout, "warning: %s\n", w)
+	}
+	if !policyTestReport(os.Stdout, lp) {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func policyExplain(g *globals, args []string) (int, error) {
+	fs := newFlags("policy explain", g, "warn", explainHelp)
+	orgDir := orgDirFlag(fs)
 	agent := fs.String("agent", "", "the agent making the request (default: routing.default)")
 	cwd := fs.String("cwd", "", "the session's working directory (default: the current directory)")
 	mode := fs.String("mode", "", "the agent's current mode")
 	child := fs.String("subagent-cwd", "", "explain the call as a subagent session's that announced this cwd (it is decided with --cwd, its top-level session's)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2, nil
+	if done, code := parseFlags(fs, args); done {
+		return code, nil
 	}
-	cfg, lp, err := loadWithPolicy(g)
+	if fs.NArg() == 0 {
+		return 2, errors.New("usage: " + explainSynopsis)
+	}
+	if *orgDir != "" {
+		*orgDir, _ = filepath.Abs(*orgDir)
+	}
+	cfg, lp, err := loadWithPolicy(g, *orgDir)
 	if err != nil {
 		return 1, err
 	}
-	switch args[0] {
-	case "test":
-		if fs.NArg() > 0 {
-			return 2, errors.New(use)
-		}
-		if !policyTestReport(os.Stdout, lp) {
-			return 1, nil
-		}
-		return 0, nil
-	case "explain":
-		if fs.NArg() == 0 {
-			return 2, errors.New(use)
-		}
-		if *agent == "" {
-			*agent = cfg.Routing.Default
-		}
-		if *cwd == "" {
-			if *cwd, err = os.Getwd(); err != nil {
-				return 1, err
-			}
-		}
-		if *cwd, err = filepath.Abs(*cwd); err != nil {
+	for _, w := range lp.Warnings {
+		fmt.Fprintf(os.Stdout, "warning: %s\n", w)
+	}
+	if *agent == "" {
+		*agent = cfg.Routing.Default
+	}
+	if *cwd == "" {
+		if *cwd, err = os.Getwd(); err != nil {
 			return 1, err
 		}
-		home, _ := os.UserHomeDir()
-		id := policy.AgentID{Name: *agent}
-		for _, a := range agentIDs(cfg) {
-			if a.Name == *agent {
-				id = a
-			}
-		}
-		sess := policy.Session{Agent: *agent, AgentInfo: id.Info, Mode: *mode, Cwd: *cwd, Home: home}
-		if *child != "" {
-			// A subagent session is decided with its top-level session's
-			// context (router/subagent.go): what it announces never widens
-			// what the parent may touch.
-			fmt.Fprintf(os.Stdout, "subagent: a child that announced cwd %s is decided as its top-level session: cwd %s, that session's roots, %s's mode there and its grants\n", *child, *cwd, *agent)
-		}
-		if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess, guard.NewOwnFiles(lp.Watch, cfg.Audit.File)); err != nil {
-			return 2, err
-		}
-		if lp.Policy != nil {
-			var extra []string
-			if *mode != "" {
-				extra = append(extra, *mode)
-			}
-			fmt.Fprint(os.Stdout, "modes:    "+lp.Policy.ExplainModes(id, extra...))
-		}
-		return 0, nil
 	}
-	return 2, errors.New(use)
+	if *cwd, err = filepath.Abs(*cwd); err != nil {
+		return 1, err
+	}
+	home, _ := os.UserHomeDir()
+	id := policy.AgentID{Name: *agent}
+	for _, a := range agentIDs(cfg) {
+		if a.Name == *agent {
+			id = a
+		}
+	}
+	sess := policy.Session{Agent: *agent, AgentInfo: id.Info, Mode: *mode, Cwd: *cwd, Home: home}
+	if *child != "" {
+		// A subagent session is decided with its top-level session's
+		// context (router/subagent.go): what it announces never widens
+		// what the parent may touch.
+		fmt.Fprintf(os.Stdout, "subagent: a child that announced cwd %s is decided as its top-level session: cwd %s, that session's roots, %s's mode there and its grants\n", *child, *cwd, *agent)
+	}
+	if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess, guard.NewOwnFiles(lp.Watch, cfg.Audit.File)); err != nil {
+		return 2, err
+	}
+	if lp.Policy != nil {
+		var extra []string
+		if *mode != "" {
+			extra = append(extra, *mode)
+		}
+		fmt.Fprint(os.Stdout, "modes:    "+lp.Policy.ExplainModes(id, extra...))
+	}
+	return 0, nil
 }
 
 // callLine writes the arguments of `policy explain` as a test call: a
