@@ -38,6 +38,16 @@ type parsedArgs struct {
 	// lost: an unknown option may have taken a value, so the operands'
 	// positions, and so their roles, are not known.
 	lost bool
+	// strays: what an unknown option may have taken as its value (after
+	// = or the rest of a bundle of letters): read by shape, so a deny rule
+	// sees a path there (terraform init -backend-config=FILE) as it does
+	// in the next word, which becomes an operand.
+	strays []arg
+	// cmdItem: the index of the command item in the evidence, -1 when
+	// none was added; the paths of arguments read by shape are tied to it
+	// (Item.shapeOf), so that a rule vouching for its arguments allows
+	// them as reads, as for a program without a spec (vouchedShape).
+	cmdItem int
 	// subAt: the indices in args of the subcommand words (git push,
 	// docker compose ps) found with every word before them understood
 	// (an unknown option may have taken the word as its value).
@@ -52,7 +62,7 @@ func (p *parsedArgs) fail(format string, a ...any) {
 
 // parseArgs reads args (without the program) with spec sp.
 func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
-	p := &parsedArgs{spec: sp, label: name, argsFrom: -1, dashdash: -1}
+	p := &parsedArgs{spec: sp, label: name, argsFrom: -1, dashdash: -1, cmdItem: -1}
 	subDone := sp.subs == nil
 	optsDone := false
 	for i := 0; i < len(args); i++ {
@@ -132,6 +142,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			if o == nil {
 				p.fail("%s: unknown option %s", p.label, key)
 				p.lost = true
+				if has {
+					p.strays = append(p.strays, arg{s: val, glob: a.glob})
+				}
 				continue
 			}
 			if o.role == roleFlag && has && p.spec.single && !p.spec.gcc {
@@ -176,6 +189,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			if o == nil {
 				p.fail("%s: unknown option %s", p.label, key)
 				p.lost = true
+				if j+1 < len(s) {
+					p.strays = append(p.strays, arg{s: s[j+1:], glob: a.glob})
+				}
 				break
 			}
 			p.flags = append(p.flags, o.name)
@@ -274,7 +290,21 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 		it.Flags = appendNew(it.Flags, gitPushRefspecFlags(p.ops)...)
 	}
 	x.add(it, KindExecute)
+	if x.lastAdded >= 0 && x.ev.Items[x.lastAdded].Type == ItemCommand {
+		p.cmdItem = x.lastAdded
+	}
 	x.applyArgs(p, cx)
+}
+
+// byShapeOf ties the paths recorded until the returned function is called
+// to p's command item: arguments read by shape (vouchedShape).
+func (x *extractor) byShapeOf(p *parsedArgs) func() {
+	if p.cmdItem < 0 || p.cmdItem >= len(x.ev.Items) {
+		return func() {}
+	}
+	oldOf, oldKey := x.shapeOf, x.shapeKey
+	x.shapeOf, x.shapeKey = int32(p.cmdItem+1), shapeKey(&x.ev.Items[p.cmdItem])
+	return func() { x.shapeOf, x.shapeKey = oldOf, oldKey }
 }
 
 // gitPushRefspecFlags returns the flags git push's refspecs stand for: a
@@ -374,6 +404,11 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 		}
 		x.roleArg(p.label, v.opt.name, v.v, v.opt.role, false, h, cwds, cx) // the full name: an abbreviation counts
 	}
+	for _, a := range p.strays {
+		done := x.byShapeOf(p)
+		x.roleArg(p.label, "", a, roleUnknown, false, true, cwds, cx)
+		done()
+	}
 	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
 		x.gitRepository(p, cwds)
 	}
@@ -449,9 +484,14 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			}
 			continue
 		}
+		done := func() {}
+		if roles[i] == roleUnknown {
+			done = x.byShapeOf(p)
+		}
 		if x.roleArg(p.label, "", a, roles[i], recursive, hidden, cwds, cx) {
 			paths++
 		}
+		done()
 	}
 	if !p.lost {
 		outs, ok := compressedOutputs(p)
