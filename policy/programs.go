@@ -48,6 +48,11 @@ type parsedArgs struct {
 	// (Item.shapeOf), so that a rule vouching for its arguments allows
 	// them as reads, as for a program without a spec (vouchedShape).
 	cmdItem int
+	// subFlags: the index in flags of the first flag given after the
+	// last subcommand word. The subcommand's own conditions (content:,
+	// recursive:, walk:, if:) read only those: git's global -c (a setting)
+	// is not log's -c (combined diffs), nor git -C (a directory) log's -C.
+	subFlags int
 	// subAt: the indices in args of the subcommand words (git push,
 	// docker compose ps) found with every word before them understood
 	// (an unknown option may have taken the word as its value).
@@ -107,6 +112,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 						}
 						p.spec = sub
 						p.label += " " + s
+						p.subFlags = len(p.flags)
 						subDone = sub.subs == nil
 						optsDone = optsDone || sub.passthrough
 						continue
@@ -355,7 +361,7 @@ func (x *extractor) byShape(prog string, args []arg, cwds []string) {
 func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	sp := p.spec
 	if !p.lost {
-		defer x.withWalk(sp.walkFor(p.flags))()
+		defer x.withWalk(sp.walkFor(p.flags[p.subFlags:]))()
 	}
 	cwds := x.cwdsFor(cx)
 	// Options that change the directory apply to every later path
@@ -385,9 +391,10 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	}
 	// git log -p, show, diff: every pathspec is read with what is below
 	// it, and without one, the tree the revisions show (gitContent).
-	content := sp.showsContent(p.flags)
-	recursive := sp.isRecursive(p.flags) || recursesByValue(p) || content
-	hidden := sp.readsHidden(p.flags)
+	own := p.flags[p.subFlags:]
+	content := sp.showsContent(own)
+	recursive := sp.isRecursive(own) || recursesByValue(p) || content
+	hidden := sp.readsHidden(own)
 	for _, v := range p.vals {
 		if !v.has || v.opt.role == roleChdir {
 			continue
@@ -437,7 +444,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			n = p.argsFrom
 		}
 		var extra bool
-		roles, extra = sp.operandRoles(n, p.flags)
+		roles, extra = sp.operandRoles(n, p.flags[p.subFlags:])
 		if extra {
 			p.fail("%s: more operands than it takes", p.label)
 			x.markUnknown(p.unknown)
