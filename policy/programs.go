@@ -485,6 +485,9 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.argv(p.ops[i:], inner)
 			break
 		}
+		if roles[i] == roleReadDir && p.label == "docker build" && a.opaque == "" && x.dockerRemoteContext(p, a, cwds) {
+			continue
+		}
 		if isPackageRole(roles[i]) {
 			if x.packageArg(p, "", a, roles[i], cwds) {
 				paths++
@@ -790,4 +793,35 @@ var sshSafeOptions = map[string]bool{
 	"streamlocalbindunlink": true, "stricthostkeychecking": true, "tcpkeepalive": true, "tunnel": true,
 	"tunneldevice": true, "updatehostkeys": true, "user": true, "verifyhostkeydns": true, "visualhostkey": true,
 	"warnweakcrypto": true,
+}
+
+// dockerRemoteContext records docker build's context when the docker CLI
+// reads it as a remote one rather than a directory (cli/command/image
+// build.go: a directory that exists first, then urlutil.IsGitURL:
+// git://, git@, github.com/ or a URL ending in .git, then http(s)://): the
+// host it is fetched from, and the Dockerfile there, whose RUN steps no
+// one here read: opaque, as a package built from a repository is.
+func (x *extractor) dockerRemoteContext(p *parsedArgs, a arg, cwds []string) bool {
+	s := a.s
+	lower := strings.ToLower(s)
+	remote := strings.HasPrefix(lower, "git://") || strings.HasPrefix(lower, "git@") ||
+		strings.HasPrefix(lower, "github.com/") || strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")
+	if !remote || x.exists(s, cwds) {
+		return false
+	}
+	origin := "argument of " + p.label
+	switch {
+	case strings.HasPrefix(lower, "github.com/"):
+		x.host("github.com", origin)
+	case strings.HasPrefix(lower, "git@"):
+		if m := scpLike.FindStringSubmatch(s); m != nil {
+			x.host(m[1], origin)
+		} else {
+			x.markUnknown(fmt.Sprintf("%s: %q is not a remote the router can read", p.label, s))
+		}
+	default:
+		x.url(s, origin)
+	}
+	x.opaque(origin, fmt.Sprintf("%s builds the context at %s: its Dockerfile, which the router does not read, says what runs", p.label, s), KindExecute)
+	return true
 }
