@@ -294,6 +294,7 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	it.subArgv = subcommandArgv(it.Argv, p.subAt)
 	if p.label == "git push" {
 		it.Flags = appendNew(it.Flags, gitPushRefspecFlags(p.ops)...)
+		it.Flags = appendNew(it.Flags, gitPushLongFlags(it.Flags)...)
 	}
 	x.add(it, KindExecute)
 	if x.lastAdded >= 0 && x.ev.Items[x.lastAdded].Type == ItemCommand {
@@ -327,6 +328,32 @@ func gitPushRefspecFlags(ops []arg) []string {
 			out = append(out, "--force")
 		case strings.HasPrefix(a.s, ":") && len(a.s) > 1:
 			out = append(out, "--delete")
+		}
+	}
+	return out
+}
+
+// gitPushLong are the long spellings of git push's one-letter options
+// (git push -h): a rule's flags_any that names one (--delete) is written
+// for the option, not for one spelling of it, so git push -d origin main
+// is a --delete.
+var gitPushLong = [][2]string{
+	{"-f", "--force"}, {"-d", "--delete"}, {"-u", "--set-upstream"}, {"-n", "--dry-run"},
+	{"-q", "--quiet"}, {"-v", "--verbose"}, {"-o", "--push-option"}, {"-4", "--ipv4"}, {"-6", "--ipv6"},
+}
+
+// gitPushLongFlags returns the long spellings of the one-letter flags in
+// flags, and the one-letter spelling of the long ones.
+func gitPushLongFlags(flags []string) []string {
+	var out []string
+	for _, f := range flags {
+		for _, sl := range gitPushLong {
+			switch f {
+			case sl[0]:
+				out = append(out, sl[1])
+			case sl[1]:
+				out = append(out, sl[0])
+			}
 		}
 	}
 	return out
