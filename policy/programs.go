@@ -301,6 +301,15 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 		p.cmdItem = x.lastAdded
 	}
 	x.applyArgs(p, cx)
+	if p.label == "yarn workspace" && !p.lost && len(p.ops) >= 2 {
+		// yarn workspace NAME COMMAND...: yarn runs COMMAND in that
+		// workspace, read as yarn's own (add evil-org/x is a package
+		// from a repository), not only as a script's arguments.
+		inner := cx
+		inner.depth++
+		inner.origin = cx.origin + " (yarn workspace runs)"
+		x.argv(append([]arg{{s: "yarn"}}, p.ops[1:]...), inner)
+	}
 }
 
 // byShapeOf ties the paths recorded until the returned function is called
