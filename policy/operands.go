@@ -309,8 +309,9 @@ const maxShapePieces = 32
 
 // shapePieces returns the parts of an argument a program may read or
 // write as a path of its own, other than the whole: the value after its
-// first =, each item of a comma-separated list and its value after =,
-// without a leading @; and sides, each side of a : in them (not in a URL).
+// first =, what follows a one-letter option (-fFILE), each item of a
+// comma-separated list and its value after =, without a leading @; and
+// sides, each side of a : in them (not in a URL).
 func shapePieces(s string) (pieces, sides []string) {
 	add := func(out []string, v string) []string {
 		if v != "" && v != s && len(out) < maxShapePieces && !slices.Contains(out, v) {
@@ -321,6 +322,11 @@ func shapePieces(s string) (pieces, sides []string) {
 	var cands []string
 	if _, v, ok := strings.Cut(s, "="); ok {
 		cands = append(cands, v)
+	}
+	// -fFILE, -I/dir, -o~/x: a one-letter option with its value attached,
+	// as getopt, Go's flag package and most scripts' parsers take it.
+	if len(s) > 2 && s[0] == '-' && s[1] != '-' {
+		cands = append(cands, s[2:])
 	}
 	for part := range strings.SplitSeq(s, ",") {
 		cands = append(cands, part)

@@ -38,6 +38,21 @@ type parsedArgs struct {
 	// lost: an unknown option may have taken a value, so the operands'
 	// positions, and so their roles, are not known.
 	lost bool
+	// strays: what an unknown option may have taken as its value (after
+	// = or the rest of a bundle of letters): read by shape, so a deny rule
+	// sees a path there (terraform init -backend-config=FILE) as it does
+	// in the next word, which becomes an operand.
+	strays []arg
+	// cmdItem: the index of the command item in the evidence, -1 when
+	// none was added; the paths of arguments read by shape are tied to it
+	// (Item.shapeOf), so that a rule vouching for its arguments allows
+	// them as reads, as for a program without a spec (vouchedShape).
+	cmdItem int
+	// subFlags: the index in flags of the first flag given after the
+	// last subcommand word. The subcommand's own conditions (content:,
+	// recursive:, walk:, if:) read only those: git's global -c (a setting)
+	// is not log's -c (combined diffs), nor git -C (a directory) log's -C.
+	subFlags int
 	// subAt: the indices in args of the subcommand words (git push,
 	// docker compose ps) found with every word before them understood
 	// (an unknown option may have taken the word as its value).
@@ -52,7 +67,7 @@ func (p *parsedArgs) fail(format string, a ...any) {
 
 // parseArgs reads args (without the program) with spec sp.
 func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
-	p := &parsedArgs{spec: sp, label: name, argsFrom: -1, dashdash: -1}
+	p := &parsedArgs{spec: sp, label: name, argsFrom: -1, dashdash: -1, cmdItem: -1}
 	subDone := sp.subs == nil
 	optsDone := false
 	for i := 0; i < len(args); i++ {
@@ -97,6 +112,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 						}
 						p.spec = sub
 						p.label += " " + s
+						p.subFlags = len(p.flags)
 						subDone = sub.subs == nil
 						optsDone = optsDone || sub.passthrough
 						continue
@@ -132,6 +148,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			if o == nil {
 				p.fail("%s: unknown option %s", p.label, key)
 				p.lost = true
+				if has {
+					p.strays = append(p.strays, arg{s: val, glob: a.glob})
+				}
 				continue
 			}
 			if o.role == roleFlag && has && p.spec.single && !p.spec.gcc {
@@ -176,6 +195,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			if o == nil {
 				p.fail("%s: unknown option %s", p.label, key)
 				p.lost = true
+				if j+1 < len(s) {
+					p.strays = append(p.strays, arg{s: s[j+1:], glob: a.glob})
+				}
 				break
 			}
 			p.flags = append(p.flags, o.name)
@@ -272,9 +294,33 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	it.subArgv = subcommandArgv(it.Argv, p.subAt)
 	if p.label == "git push" {
 		it.Flags = appendNew(it.Flags, gitPushRefspecFlags(p.ops)...)
+		it.Flags = appendNew(it.Flags, gitPushLongFlags(it.Flags)...)
 	}
 	x.add(it, KindExecute)
+	if x.lastAdded >= 0 && x.ev.Items[x.lastAdded].Type == ItemCommand {
+		p.cmdItem = x.lastAdded
+	}
 	x.applyArgs(p, cx)
+	if p.label == "yarn workspace" && !p.lost && len(p.ops) >= 2 {
+		// yarn workspace NAME COMMAND...: yarn runs COMMAND in that
+		// workspace, read as yarn's own (add evil-org/x is a package
+		// from a repository), not only as a script's arguments.
+		inner := cx
+		inner.depth++
+		inner.origin = cx.origin + " (yarn workspace runs)"
+		x.argv(append([]arg{{s: "yarn"}}, p.ops[1:]...), inner)
+	}
+}
+
+// byShapeOf ties the paths recorded until the returned function is called
+// to p's command item: arguments read by shape (vouchedShape).
+func (x *extractor) byShapeOf(p *parsedArgs) func() {
+	if p.cmdItem < 0 || p.cmdItem >= len(x.ev.Items) {
+		return func() {}
+	}
+	oldOf, oldKey := x.shapeOf, x.shapeKey
+	x.shapeOf, x.shapeKey = int32(p.cmdItem+1), shapeKey(&x.ev.Items[p.cmdItem])
+	return func() { x.shapeOf, x.shapeKey = oldOf, oldKey }
 }
 
 // gitPushRefspecFlags returns the flags git push's refspecs stand for: a
@@ -291,6 +337,32 @@ func gitPushRefspecFlags(ops []arg) []string {
 			out = append(out, "--force")
 		case strings.HasPrefix(a.s, ":") && len(a.s) > 1:
 			out = append(out, "--delete")
+		}
+	}
+	return out
+}
+
+// gitPushLong are the long spellings of git push's one-letter options
+// (git push -h): a rule's flags_any that names one (--delete) is written
+// for the option, not for one spelling of it, so git push -d origin main
+// is a --delete.
+var gitPushLong = [][2]string{
+	{"-f", "--force"}, {"-d", "--delete"}, {"-u", "--set-upstream"}, {"-n", "--dry-run"},
+	{"-q", "--quiet"}, {"-v", "--verbose"}, {"-o", "--push-option"}, {"-4", "--ipv4"}, {"-6", "--ipv6"},
+}
+
+// gitPushLongFlags returns the long spellings of the one-letter flags in
+// flags, and the one-letter spelling of the long ones.
+func gitPushLongFlags(flags []string) []string {
+	var out []string
+	for _, f := range flags {
+		for _, sl := range gitPushLong {
+			switch f {
+			case sl[0]:
+				out = append(out, sl[1])
+			case sl[1]:
+				out = append(out, sl[0])
+			}
 		}
 	}
 	return out
@@ -325,7 +397,7 @@ func (x *extractor) byShape(prog string, args []arg, cwds []string) {
 func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	sp := p.spec
 	if !p.lost {
-		defer x.withWalk(sp.walkFor(p.flags))()
+		defer x.withWalk(sp.walkFor(p.flags[p.subFlags:]))()
 	}
 	cwds := x.cwdsFor(cx)
 	// Options that change the directory apply to every later path
@@ -355,9 +427,10 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 	}
 	// git log -p, show, diff: every pathspec is read with what is below
 	// it, and without one, the tree the revisions show (gitContent).
-	content := sp.showsContent(p.flags)
-	recursive := sp.isRecursive(p.flags) || recursesByValue(p) || content
-	hidden := sp.readsHidden(p.flags)
+	own := p.flags[p.subFlags:]
+	content := sp.showsContent(own)
+	recursive := sp.isRecursive(own) || recursesByValue(p) || content
+	hidden := sp.readsHidden(own)
 	for _, v := range p.vals {
 		if !v.has || v.opt.role == roleChdir {
 			continue
@@ -373,6 +446,11 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			continue
 		}
 		x.roleArg(p.label, v.opt.name, v.v, v.opt.role, false, h, cwds, cx) // the full name: an abbreviation counts
+	}
+	for _, a := range p.strays {
+		done := x.byShapeOf(p)
+		x.roleArg(p.label, "", a, roleUnknown, false, true, cwds, cx)
+		done()
 	}
 	if strings.HasPrefix(p.label, "git") && path.Base(strings.Fields(p.label)[0]) == "git" {
 		x.gitRepository(p, cwds)
@@ -402,7 +480,7 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			n = p.argsFrom
 		}
 		var extra bool
-		roles, extra = sp.operandRoles(n, p.flags)
+		roles, extra = sp.operandRoles(n, p.flags[p.subFlags:])
 		if extra {
 			p.fail("%s: more operands than it takes", p.label)
 			x.markUnknown(p.unknown)
@@ -443,15 +521,23 @@ func (x *extractor) applyArgs(p *parsedArgs, cx cmdCtx) {
 			x.argv(p.ops[i:], inner)
 			break
 		}
+		if roles[i] == roleReadDir && p.label == "docker build" && a.opaque == "" && x.dockerRemoteContext(p, a, cwds) {
+			continue
+		}
 		if isPackageRole(roles[i]) {
 			if x.packageArg(p, "", a, roles[i], cwds) {
 				paths++
 			}
 			continue
 		}
+		done := func() {}
+		if roles[i] == roleUnknown {
+			done = x.byShapeOf(p)
+		}
 		if x.roleArg(p.label, "", a, roles[i], recursive, hidden, cwds, cx) {
 			paths++
 		}
+		done()
 	}
 	if !p.lost {
 		outs, ok := compressedOutputs(p)
@@ -743,4 +829,35 @@ var sshSafeOptions = map[string]bool{
 	"streamlocalbindunlink": true, "stricthostkeychecking": true, "tcpkeepalive": true, "tunnel": true,
 	"tunneldevice": true, "updatehostkeys": true, "user": true, "verifyhostkeydns": true, "visualhostkey": true,
 	"warnweakcrypto": true,
+}
+
+// dockerRemoteContext records docker build's context when the docker CLI
+// reads it as a remote one rather than a directory (cli/command/image
+// build.go: a directory that exists first, then urlutil.IsGitURL:
+// git://, git@, github.com/ or a URL ending in .git, then http(s)://): the
+// host it is fetched from, and the Dockerfile there, whose RUN steps no
+// one here read: opaque, as a package built from a repository is.
+func (x *extractor) dockerRemoteContext(p *parsedArgs, a arg, cwds []string) bool {
+	s := a.s
+	lower := strings.ToLower(s)
+	remote := strings.HasPrefix(lower, "git://") || strings.HasPrefix(lower, "git@") ||
+		strings.HasPrefix(lower, "github.com/") || strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")
+	if !remote || x.exists(s, cwds) {
+		return false
+	}
+	origin := "argument of " + p.label
+	switch {
+	case strings.HasPrefix(lower, "github.com/"):
+		x.host("github.com", origin)
+	case strings.HasPrefix(lower, "git@"):
+		if m := scpLike.FindStringSubmatch(s); m != nil {
+			x.host(m[1], origin)
+		} else {
+			x.markUnknown(fmt.Sprintf("%s: %q is not a remote the router can read", p.label, s))
+		}
+	default:
+		x.url(s, origin)
+	}
+	x.opaque(origin, fmt.Sprintf("%s builds the context at %s: its Dockerfile, which the router does not read, says what runs", p.label, s), KindExecute)
+	return true
 }
