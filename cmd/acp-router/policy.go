@@ -61,7 +61,7 @@ func orgDirFlag(fs *flag.FlagSet) *string {
 // policyCmd is `acp-router policy explain|test`.
 func policyCmd(g *globals, args []string) (int, error) {
 	if len(args) == 0 {
-		return 2, errors.New(policyUsage)
+		return 2, errors.New(strings.TrimRight(policyUsage, "\n"))
 	}
 	switch args[0] {
 	case "test":
@@ -111,7 +111,7 @@ func policyExplain(g *globals, args []string) (int, error) {
 		return code, nil
 	}
 	if fs.NArg() == 0 {
-		return 2, errors.New("usage: " + explainSynopsis)
+		return 2, errors.New(strings.TrimRight("usage: "+explainSynopsis, "\n"))
 	}
 	if *orgDir != "" {
 		*orgDir, _ = filepath.Abs(*orgDir)
