@@ -259,7 +259,7 @@ func (x *extractor) globWords(pat, cwd string) (words []string, why string) {
 				return nil, "a glob below a directory the router cannot resolve"
 			}
 			if i == firstMeta(comps) {
-				x.globbed = append(x.globbed, globAt{dir: path.Clean(dir), comp: comp})
+				x.globbed = append(x.globbed, globAt{dir: path.Clean(dir), comp: comp, at: len(x.ev.Items), lead: i == 0})
 			}
 			matches, err := x.fs.Glob(globEscape(path.Clean(dir)) + "/" + goPat)
 			if err != nil {
@@ -306,9 +306,15 @@ func firstMeta(comps []string) int {
 	return slices.IndexFunc(comps, hasMeta)
 }
 
-// globAt is a directory a glob of the line lists, and the pattern its
-// names are matched against.
-type globAt struct{ dir, comp string }
+// globAt is a directory a glob of the line lists, the pattern its names
+// are matched against, and how many items the line had recorded when the
+// glob was expanded (the writes of earlier commands); lead: the pattern
+// is the word's first component, so a name it lists begins the word.
+type globAt struct {
+	dir, comp string
+	at        int
+	lead      bool
+}
 
 // writtenOptions makes the request opaque when the line writes a file
 // whose name starts with - (and does not exist yet) into a directory a glob of the same line lists
@@ -325,6 +331,10 @@ func (x *extractor) writtenOptions() {
 			continue
 		}
 		for _, f := range it.Forms {
+			if g, ok := x.unlistedNames(i, it, f); ok {
+				x.opaque("glob", fmt.Sprintf("%s gets names the router cannot list (%s) before a glob (%s) lists it: its command may read one as an option", g.dir, it.Origin, g.comp), KindExecute)
+				return
+			}
 			base := path.Base(f)
 			if !strings.HasPrefix(base, "-") {
 				continue
@@ -340,4 +350,28 @@ func (x *extractor) writtenOptions() {
 			}
 		}
 	}
+}
+
+// unlistedNames returns the glob of the line that lists a directory the
+// write it (form f) puts names into the router cannot know: an archive
+// extracted or a tree copied into it (recursive), a revision checked out
+// or a program's output written into the directory itself (git checkout
+// REV -- ., unzip, cp -r, go build). A new name there may be
+// --checkpoint-action=exec=... when the glob runs. A glob whose names
+// start with a literal other than - (test_*.py) or stand after a
+// directory (dist/*, cmd/*/main.go) cannot list an option, and a write of the glob's own command comes after it (tar xzf
+// *.tgz).
+func (x *extractor) unlistedNames(i int, it *Item, f string) (globAt, bool) {
+	if ok, isDir := x.fs.Stat(f); !ok || !isDir {
+		return globAt{}, false
+	}
+	for _, g := range x.globbed {
+		if i >= g.at || !g.lead || g.comp != "" && !strings.ContainsRune("*?[-\\", rune(g.comp[0])) {
+			continue
+		}
+		if g.dir == f || it.Recursive && strings.HasPrefix(g.dir, strings.TrimSuffix(f, "/")+"/") {
+			return g, true
+		}
+	}
+	return globAt{}, false
 }
