@@ -209,6 +209,7 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 							mode = "-u"
 						}
 						why = shoptWhy([]arg{{s: mode}, args[i]})
+						x.nullglob = x.nullglob || shoptSets([]arg{{s: mode}, args[i]}, "nullglob")
 					}
 				default:
 					// -f, -k, +B, -i (aliases from ~/.bashrc) and the

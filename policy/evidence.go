@@ -375,6 +375,9 @@ type extractor struct {
 	assigned map[*syntax.Assign]string
 	// globbed: the directories the line's globs list (glob.go).
 	globbed []globAt
+	// nullglob: the line runs shopt -s nullglob somewhere; unmatchedGlob:
+	// a glob of the line matched nothing (glob.go).
+	nullglob, unmatchedGlob bool
 	// mcpArgs: reading an MCP tool's arguments, which are what the tool
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).

@@ -134,6 +134,7 @@ func (x *extractor) expandGlobs(args []arg, cx cmdCtx) []globRun {
 				continue
 			case len(words) == 0:
 				expanded = append(expanded, a) // unmatched: bash leaves it as written
+				x.unmatchedGlob = true
 				continue
 			}
 			if dictOrder(words) {
@@ -322,6 +323,13 @@ type globAt struct {
 // expanded against the files that exist before the line runs, but runs
 // after the write, and the new name becomes an option of its command.
 func (x *extractor) writtenOptions() {
+	if x.nullglob && x.unmatchedGlob {
+		// Under nullglob an unmatched glob is no word at all: its command
+		// runs on its default (find -delete, rm -rf, ls: the directory;
+		// cat: stdin). A line that turns it on anywhere, in a subshell or
+		// a loop's later iteration, is read as bash would: not at all.
+		x.opaque("glob", "a glob matches no file on a line that turns nullglob on: its command gets no word there", KindExecute)
+	}
 	if len(x.globbed) == 0 || x.fs == nil {
 		return
 	}
