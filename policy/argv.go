@@ -252,6 +252,14 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 			x.add(it, KindExecute)
 			return true
 		}
+		if operands[0].glob {
+			// The script holds file names (sh -c "gofmt -l $f" in a loop
+			// over *.go): a name holding ; or $( is shell code there.
+			it := x.commandItem(args, cx)
+			it.Opaque = "the shell script holds file names a glob expands to at run time"
+			x.add(it, KindExecute)
+			return true
+		}
 		wrapperItem()
 		x.script(operands[0].s, inner)
 		return true
