@@ -1032,6 +1032,11 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 					}
 					if lv := cx.loopVars[q.Param.Value]; q.Param != nil && lv.glob {
+						if len(parts) > 1 || len(p.Parts) > 1 {
+							if why := x.loopNamesInWord(lv, cx); why != "" {
+								return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: why}
+							}
+						}
 						a.glob = true // a file the loop's glob matched
 						pb.WriteString(lv.pat)
 					} else {
@@ -1054,6 +1059,11 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 			}
 			if lv := cx.loopVars[p.Param.Value]; p.Param != nil && lv.glob {
+				if len(parts) > 1 {
+					if why := x.loopNamesInWord(lv, cx); why != "" {
+						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: why}
+					}
+				}
 				// Unquoted: each file name is split into words too.
 				a.glob, a.split = true, true
 				pb.WriteString(lv.pat)
@@ -1444,4 +1454,32 @@ func (x *extractor) loopBindings(f *syntax.File, cx cmdCtx) map[*syntax.CallExpr
 		return true
 	})
 	return out
+}
+
+// loopNamesInWord says why a loop variable over a glob cannot stand for
+// its pattern inside a larger word ("" if it can). The walk reads such a
+// word as one glob, which is right for a path ("src/$f", "$f.bak") but
+// not for text a program parses (awk "BEGIN { print \"$f\" }", sed
+// "s|x|$f|"): there a name holding a quote, | or ; is code. Names of
+// letters, digits and ._+-@%,:/ change no such text.
+func (x *extractor) loopNamesInWord(lv arg, cx cmdCtx) string {
+	if x.fs == nil || cx.cwdUnknown || len(cx.cwds) == 0 {
+		return "a file name of a loop's glob inside a larger word"
+	}
+	for _, cwd := range cx.cwds {
+		words, why := x.globWords(lv.pat, cwd)
+		if why != "" {
+			return why
+		}
+		for _, w := range words {
+			for i := 0; i < len(w); i++ {
+				c := w[i]
+				if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._+-@%,:/", c) >= 0 {
+					continue
+				}
+				return fmt.Sprintf("the file name %q of a loop's glob is inside a larger word, where a program may read it as code", w)
+			}
+		}
+	}
+	return ""
 }
