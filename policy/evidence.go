@@ -378,6 +378,9 @@ type extractor struct {
 	// nullglob: the line runs shopt -s nullglob somewhere; unmatchedGlob:
 	// a glob of the line matched nothing (glob.go).
 	nullglob, unmatchedGlob bool
+	// loopDepth: the command being read is inside a loop's body or a
+	// function (glob.go's globAt.again).
+	loopDepth int
 	// mcpArgs: reading an MCP tool's arguments, which are what the tool
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).

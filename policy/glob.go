@@ -260,7 +260,7 @@ func (x *extractor) globWords(pat, cwd string) (words []string, why string) {
 				return nil, "a glob below a directory the router cannot resolve"
 			}
 			if i == firstMeta(comps) {
-				x.globbed = append(x.globbed, globAt{dir: path.Clean(dir), comp: comp, at: len(x.ev.Items), lead: i == 0})
+				x.globbed = append(x.globbed, globAt{dir: path.Clean(dir), comp: comp, at: len(x.ev.Items), lead: i == 0, again: x.loopDepth > 0})
 			}
 			matches, err := x.fs.Glob(globEscape(path.Clean(dir)) + "/" + goPat)
 			if err != nil {
@@ -311,10 +311,15 @@ func firstMeta(comps []string) int {
 // are matched against, and how many items the line had recorded when the
 // glob was expanded (the writes of earlier commands); lead: the pattern
 // is the word's first component, so a name it lists begins the word.
+// again: its command runs more than once (a loop's body), so every write
+// of the line but its command's own [start, end) comes before one of its
+// passes.
 type globAt struct {
-	dir, comp string
-	at        int
-	lead      bool
+	dir, comp  string
+	at         int
+	lead       bool
+	again      bool
+	start, end int
 }
 
 // writtenOptions makes the request opaque when the line writes a file
@@ -374,7 +379,8 @@ func (x *extractor) unlistedNames(i int, it *Item, f string) (globAt, bool) {
 		return globAt{}, false
 	}
 	for _, g := range x.globbed {
-		if i >= g.at || !g.lead || g.comp != "" && !strings.ContainsRune("*?[-\\", rune(g.comp[0])) {
+		own := i >= g.start && i < g.end
+		if own || i >= g.at && !g.again || !g.lead || g.comp != "" && !strings.ContainsRune("*?[-\\", rune(g.comp[0])) {
 			continue
 		}
 		if g.dir == f || it.Recursive && strings.HasPrefix(g.dir, strings.TrimSuffix(f, "/")+"/") {

@@ -100,6 +100,7 @@ func (x *extractor) script(src string, cx cmdCtx) {
 	piped := map[*syntax.Stmt]bool{}
 	producer := map[*syntax.Stmt]*syntax.Stmt{}
 	calls, seen := 0, 0
+	repeated := repeatedCalls(f)
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.BinaryCmd:
@@ -125,7 +126,19 @@ func (x *extractor) script(src string, cx cmdCtx) {
 						ccx.envUnknown = unknown
 					}
 				}
+				k, start := len(x.globbed), len(x.ev.Items)
+				if repeated[c] {
+					x.loopDepth++
+				}
 				x.call(c, ccx)
+				if repeated[c] {
+					x.loopDepth--
+				}
+				for j := k; j < len(x.globbed); j++ {
+					if g := &x.globbed[j]; g.end == 0 {
+						g.start, g.end = start, len(x.ev.Items)
+					}
+				}
 			}
 		case *syntax.CallExpr:
 			calls++
@@ -1482,4 +1495,25 @@ func (x *extractor) loopNamesInWord(lv arg, cx cmdCtx) string {
 		}
 	}
 	return ""
+}
+
+// repeatedCalls returns the commands of f that a loop or a function may
+// run more than once: what a later command writes, a repeated one may
+// list on its next pass.
+func repeatedCalls(f *syntax.File) map[*syntax.CallExpr]bool {
+	repeats := map[*syntax.CallExpr]bool{}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n.(type) {
+		case *syntax.ForClause, *syntax.WhileClause, *syntax.FuncDecl:
+			syntax.Walk(n, func(m syntax.Node) bool {
+				if c, ok := m.(*syntax.CallExpr); ok {
+					repeats[c] = true
+				}
+				return true
+			})
+			return false
+		}
+		return true
+	})
+	return repeats
 }
