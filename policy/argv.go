@@ -148,11 +148,17 @@ var shells = map[string]bool{"sh": true, "bash": true, "zsh": true, "dash": true
 var foreignShells = map[string]bool{"fish": true, "csh": true, "tcsh": true, "nu": true, "elvish": true,
 	"xonsh": true, "pwsh": true, "powershell": true, "rc": true}
 
+// quietShellLongOptions are a shell's long options that do not change how
+// it reads a -c script or stdin (--posix, --debugger and unknown ones do).
+var quietShellLongOptions = map[string]bool{"--norc": true, "--noprofile": true, "--login": true, "--noediting": true,
+	"--verbose": true, "--restricted": true}
+
 // shell handles sh/bash/zsh/... : -c SCRIPT and a script on stdin are
 // parsed (the shell itself is a transparent wrapper); a script file is an
 // ordinary program run. It returns false for an ordinary run.
 func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 	hasC, stdinFlag, autocd := false, false, false
+	why := "" // why the shell's own options change how its script is read
 	i := 1
 	for i < len(args) {
 		a := args[i]
@@ -167,6 +173,8 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 		if strings.HasPrefix(s, "--") {
 			if s == "--rcfile" || s == "--init-file" {
 				i++
+			} else if !quietShellLongOptions[s] && why == "" {
+				why = fmt.Sprintf("%s %s changes how the shell reads its script", programName(args[0].s), s)
 			}
 			i++
 			continue
@@ -178,10 +186,38 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 					hasC = true
 				case 's':
 					stdinFlag = true
+				case 'l', 'r', 'D':
 				case 'o', 'O':
 					i++ // -o OPTION
 					if i < len(args) && (args[i].opaque != "" || autocdOption(args[i].s)) {
 						autocd = true
+						continue
+					}
+					// The shell starts with these options on, as if its
+					// script began with set -o or shopt -s (bash -O dotglob
+					// -c 'cat *' reads .env).
+					if why != "" {
+						continue
+					}
+					if i >= len(args) {
+						why = fmt.Sprintf("%s %c without its option", programName(args[0].s), c)
+					} else if c == 'o' {
+						why = setOptionsWhy([]arg{{s: string(s[0]) + "o"}, args[i]})
+					} else {
+						mode := "-s"
+						if s[0] == '+' {
+							mode = "-u"
+						}
+						why = shoptWhy([]arg{{s: mode}, args[i]})
+						x.nullglob = x.nullglob || shoptSets([]arg{{s: mode}, args[i]}, "nullglob")
+					}
+				default:
+					// -f, -k, +B, -i (aliases from ~/.bashrc) and the
+					// rest: read as set reads them, fail closed.
+					if why == "" && c != 'i' {
+						why = setOptionsWhy([]arg{{s: string(s[0]) + string(c)}})
+					} else if why == "" {
+						why = fmt.Sprintf("%s -i expands the aliases its startup files define", programName(args[0].s))
 					}
 				}
 			}
@@ -194,6 +230,9 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 		break
 	}
 	operands := args[min(i, len(args)):]
+	if why != "" {
+		x.opaque(cx.origin, why, KindExecute)
+	}
 	wrapperItem := func() {
 		it := x.commandItem(args, cx)
 		it.Aux = true
@@ -210,6 +249,14 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 		if len(operands) == 0 || operands[0].opaque != "" {
 			it := x.commandItem(args, cx)
 			it.Opaque = "the shell script is computed at run time"
+			x.add(it, KindExecute)
+			return true
+		}
+		if operands[0].glob {
+			// The script holds file names (sh -c "gofmt -l $f" in a loop
+			// over *.go): a name holding ; or $( is shell code there.
+			it := x.commandItem(args, cx)
+			it.Opaque = "the shell script holds file names a glob expands to at run time"
 			x.add(it, KindExecute)
 			return true
 		}

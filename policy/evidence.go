@@ -375,6 +375,12 @@ type extractor struct {
 	assigned map[*syntax.Assign]string
 	// globbed: the directories the line's globs list (glob.go).
 	globbed []globAt
+	// nullglob: the line runs shopt -s nullglob somewhere; unmatchedGlob:
+	// a glob of the line matched nothing (glob.go).
+	nullglob, unmatchedGlob bool
+	// loopDepth: the command being read is inside a loop's body or a
+	// function (glob.go's globAt.again).
+	loopDepth int
 	// mcpArgs: reading an MCP tool's arguments, which are what the tool
 	// acts on, not a description of it: a value shaped like a path is a
 	// path at any depth (rawValue).
@@ -684,11 +690,13 @@ func joinedLine(command string, args []string) (string, bool) {
 	if !plain(command, true) || !shells[programName(command)] {
 		return joined, true
 	}
-	// SHELL [-opts] -c SCRIPT, the script last.
+	// SHELL [-opts] -c SCRIPT, the script last, and every word before it
+	// an option as the shell reads them: after --, or as the value of
+	// --rcfile or -o, -c is a word like any other (bash -- -c 'x; y' runs
+	// a file named -c, and the joined line runs y itself).
 	for i, a := range args {
 		if !plain(a, false) {
-			if i == 0 || i != len(args)-1 || !strings.HasPrefix(args[i-1], "-") || strings.HasPrefix(args[i-1], "--") ||
-				!strings.Contains(args[i-1], "c") {
+			if i == 0 || i != len(args)-1 || !shellOptionsThenC(args[:i]) {
 				return joined, true
 			}
 			w := strings.Fields(a)
@@ -699,6 +707,31 @@ func joinedLine(command string, args []string) (string, bool) {
 		}
 	}
 	return joined, true
+}
+
+// shellOptionsThenC reports whether opts are a shell's options, read as
+// the shell reads them, the last of them holding c.
+func shellOptionsThenC(opts []string) bool {
+	for j := 0; j < len(opts); {
+		o := opts[j]
+		switch {
+		case o == "--" || o == "-" || len(o) < 2 || o[0] != '-' && o[0] != '+':
+			return false
+		case strings.HasPrefix(o, "--"):
+			if o == "--rcfile" || o == "--init-file" {
+				j++
+			}
+			j++
+		default:
+			// -o and -O take the next word as their option.
+			j += 1 + strings.Count(o, "o") + strings.Count(o, "O")
+		}
+		if j > len(opts) || j == len(opts) && (o[0] != '-' || strings.HasPrefix(o, "--") ||
+			!strings.Contains(o, "c") || strings.ContainsAny(o, "oO")) {
+			return false
+		}
+	}
+	return len(opts) > 0
 }
 
 // addCwd records a command's own working directory as a form of ${cwd}

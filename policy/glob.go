@@ -134,6 +134,7 @@ func (x *extractor) expandGlobs(args []arg, cx cmdCtx) []globRun {
 				continue
 			case len(words) == 0:
 				expanded = append(expanded, a) // unmatched: bash leaves it as written
+				x.unmatchedGlob = true
 				continue
 			}
 			if dictOrder(words) {
@@ -259,7 +260,7 @@ func (x *extractor) globWords(pat, cwd string) (words []string, why string) {
 				return nil, "a glob below a directory the router cannot resolve"
 			}
 			if i == firstMeta(comps) {
-				x.globbed = append(x.globbed, globAt{dir: path.Clean(dir), comp: comp})
+				x.globbed = append(x.globbed, globAt{dir: path.Clean(dir), comp: comp, at: len(x.ev.Items), lead: i == 0, again: x.loopDepth > 0})
 			}
 			matches, err := x.fs.Glob(globEscape(path.Clean(dir)) + "/" + goPat)
 			if err != nil {
@@ -306,9 +307,20 @@ func firstMeta(comps []string) int {
 	return slices.IndexFunc(comps, hasMeta)
 }
 
-// globAt is a directory a glob of the line lists, and the pattern its
-// names are matched against.
-type globAt struct{ dir, comp string }
+// globAt is a directory a glob of the line lists, the pattern its names
+// are matched against, and how many items the line had recorded when the
+// glob was expanded (the writes of earlier commands); lead: the pattern
+// is the word's first component, so a name it lists begins the word.
+// again: its command runs more than once (a loop's body), so every write
+// of the line but its command's own [start, end) comes before one of its
+// passes.
+type globAt struct {
+	dir, comp  string
+	at         int
+	lead       bool
+	again      bool
+	start, end int
+}
 
 // writtenOptions makes the request opaque when the line writes a file
 // whose name starts with - (and does not exist yet) into a directory a glob of the same line lists
@@ -316,6 +328,13 @@ type globAt struct{ dir, comp string }
 // expanded against the files that exist before the line runs, but runs
 // after the write, and the new name becomes an option of its command.
 func (x *extractor) writtenOptions() {
+	if x.nullglob && x.unmatchedGlob {
+		// Under nullglob an unmatched glob is no word at all: its command
+		// runs on its default (find -delete, rm -rf, ls: the directory;
+		// cat: stdin). A line that turns it on anywhere, in a subshell or
+		// a loop's later iteration, is read as bash would: not at all.
+		x.opaque("glob", "a glob matches no file on a line that turns nullglob on: its command gets no word there", KindExecute)
+	}
 	if len(x.globbed) == 0 || x.fs == nil {
 		return
 	}
@@ -325,6 +344,10 @@ func (x *extractor) writtenOptions() {
 			continue
 		}
 		for _, f := range it.Forms {
+			if g, ok := x.unlistedNames(i, it, f); ok {
+				x.opaque("glob", fmt.Sprintf("%s gets names the router cannot list (%s) before a glob (%s) lists it: its command may read one as an option", g.dir, it.Origin, g.comp), KindExecute)
+				return
+			}
 			base := path.Base(f)
 			if !strings.HasPrefix(base, "-") {
 				continue
@@ -340,4 +363,29 @@ func (x *extractor) writtenOptions() {
 			}
 		}
 	}
+}
+
+// unlistedNames returns the glob of the line that lists a directory the
+// write it (form f) puts names into the router cannot know: an archive
+// extracted or a tree copied into it (recursive), a revision checked out
+// or a program's output written into the directory itself (git checkout
+// REV -- ., unzip, cp -r, go build). A new name there may be
+// --checkpoint-action=exec=... when the glob runs. A glob whose names
+// start with a literal other than - (test_*.py) or stand after a
+// directory (dist/*, cmd/*/main.go) cannot list an option, and a write of the glob's own command comes after it (tar xzf
+// *.tgz).
+func (x *extractor) unlistedNames(i int, it *Item, f string) (globAt, bool) {
+	if ok, isDir := x.fs.Stat(f); !ok || !isDir {
+		return globAt{}, false
+	}
+	for _, g := range x.globbed {
+		own := i >= g.start && i < g.end
+		if own || i >= g.at && !g.again || !g.lead || g.comp != "" && !strings.ContainsRune("*?[-\\", rune(g.comp[0])) {
+			continue
+		}
+		if g.dir == f || it.Recursive && strings.HasPrefix(g.dir, strings.TrimSuffix(f, "/")+"/") {
+			return g, true
+		}
+	}
+	return globAt{}, false
 }

@@ -100,6 +100,7 @@ func (x *extractor) script(src string, cx cmdCtx) {
 	piped := map[*syntax.Stmt]bool{}
 	producer := map[*syntax.Stmt]*syntax.Stmt{}
 	calls, seen := 0, 0
+	repeated := repeatedCalls(f)
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.BinaryCmd:
@@ -125,7 +126,19 @@ func (x *extractor) script(src string, cx cmdCtx) {
 						ccx.envUnknown = unknown
 					}
 				}
+				k, start := len(x.globbed), len(x.ev.Items)
+				if repeated[c] {
+					x.loopDepth++
+				}
 				x.call(c, ccx)
+				if repeated[c] {
+					x.loopDepth--
+				}
+				for j := k; j < len(x.globbed); j++ {
+					if g := &x.globbed[j]; g.end == 0 {
+						g.start, g.end = start, len(x.ev.Items)
+					}
+				}
 			}
 		case *syntax.CallExpr:
 			calls++
@@ -1032,6 +1045,11 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 					}
 					if lv := cx.loopVars[q.Param.Value]; q.Param != nil && lv.glob {
+						if len(parts) > 1 || len(p.Parts) > 1 {
+							if why := x.loopNamesInWord(lv, cx); why != "" {
+								return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: why}
+							}
+						}
 						a.glob = true // a file the loop's glob matched
 						pb.WriteString(lv.pat)
 					} else {
@@ -1054,6 +1072,11 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 			}
 			if lv := cx.loopVars[p.Param.Value]; p.Param != nil && lv.glob {
+				if len(parts) > 1 {
+					if why := x.loopNamesInWord(lv, cx); why != "" {
+						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: why}
+					}
+				}
 				// Unquoted: each file name is split into words too.
 				a.glob, a.split = true, true
 				pb.WriteString(lv.pat)
@@ -1444,4 +1467,53 @@ func (x *extractor) loopBindings(f *syntax.File, cx cmdCtx) map[*syntax.CallExpr
 		return true
 	})
 	return out
+}
+
+// loopNamesInWord says why a loop variable over a glob cannot stand for
+// its pattern inside a larger word ("" if it can). The walk reads such a
+// word as one glob, which is right for a path ("src/$f", "$f.bak") but
+// not for text a program parses (awk "BEGIN { print \"$f\" }", sed
+// "s|x|$f|"): there a name holding a quote, | or ; is code. Names of
+// letters, digits and ._+-@%,:/ change no such text.
+func (x *extractor) loopNamesInWord(lv arg, cx cmdCtx) string {
+	if x.fs == nil || cx.cwdUnknown || len(cx.cwds) == 0 {
+		return "a file name of a loop's glob inside a larger word"
+	}
+	for _, cwd := range cx.cwds {
+		words, why := x.globWords(lv.pat, cwd)
+		if why != "" {
+			return why
+		}
+		for _, w := range words {
+			for i := 0; i < len(w); i++ {
+				c := w[i]
+				if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._+-@%,:/", c) >= 0 {
+					continue
+				}
+				return fmt.Sprintf("the file name %q of a loop's glob is inside a larger word, where a program may read it as code", w)
+			}
+		}
+	}
+	return ""
+}
+
+// repeatedCalls returns the commands of f that a loop or a function may
+// run more than once: what a later command writes, a repeated one may
+// list on its next pass.
+func repeatedCalls(f *syntax.File) map[*syntax.CallExpr]bool {
+	repeats := map[*syntax.CallExpr]bool{}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n.(type) {
+		case *syntax.ForClause, *syntax.WhileClause, *syntax.FuncDecl:
+			syntax.Walk(n, func(m syntax.Node) bool {
+				if c, ok := m.(*syntax.CallExpr); ok {
+					repeats[c] = true
+				}
+				return true
+			})
+			return false
+		}
+		return true
+	})
+	return repeats
 }

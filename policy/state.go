@@ -374,6 +374,9 @@ func (x *extractor) stateCall(c *syntax.CallExpr, vars *arithVars, cx cmdCtx,
 		if why := shoptWhy(ops); why != "" {
 			x.opaque(cx.origin, why, KindExecute)
 		}
+		if shoptSets(ops, "nullglob") {
+			x.nullglob = true
+		}
 	}
 }
 
@@ -559,11 +562,30 @@ func shoptWhy(ops []arg) string {
 		case mode == 0:
 		case harmlessShopt[s]:
 		case mode == 'u' && offByDefault[s]:
+		// failglob only stops a command whose glob matches nothing (the
+		// router reads it as run); nullglob is followed (glob.go).
+		case mode == 's' && (s == "failglob" || s == "nullglob"):
 		default:
 			return fmt.Sprintf("shopt -%c %s changes how later commands are read", mode, s)
 		}
 	}
 	return ""
+}
+
+// shoptSets reports whether the shopt operands ops (-s) turns the option name on.
+func shoptSets(ops []arg, name string) bool {
+	on := false
+	for _, a := range ops {
+		switch {
+		case a.opaque != "":
+			return true
+		case strings.HasPrefix(a.s, "-"):
+			on = strings.Contains(a.s, "s")
+		case on && a.s == name:
+			return true
+		}
+	}
+	return false
 }
 
 // stateOnly reports whether a builtin only sets shell state the router
