@@ -161,6 +161,8 @@ var knownGaps = []knownGap{
 		"wget, and git's http transport, read the credentials of ~/.netrc on their own: no read item"},
 	{[]string{"make"}, "", []string{inProject, "/usr/bin/*", "/bin/*"},
 		"make runs the Makefile's recipes: the programs they run and their writes have no evidence (no item for the Makefile either)"},
+	{[]string{"bash", "sh"}, "-l", []string{"/etc/profile", "/etc/profile.d", "/etc/profile.d/**", "/etc/bash.bashrc", "~/.profile", "~/.bash_profile", "~/.bash_login", "/usr/bin/*", "/bin/*"},
+		"a login shell (bash -l, -lc) reads and runs the startup files (/etc/profile and what it sources, ~/.profile): no evidence (docs/policy.md, Limits)"},
 	{[]string{"mkdir"}, "-p", []string{inProject},
 		"mkdir -p A/B/C creates A and A/B too: only A/B/C is an item"},
 	{[]string{"install"}, "-D", []string{inProject},

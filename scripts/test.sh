@@ -100,6 +100,9 @@ gofmt_check
 go vet ./...
 go tool staticcheck ./...
 go test -race ./...
+# The allocation and copy guards at their bounds without the race
+# detector's own allocations (router/allocs_test.go, memory_test.go).
+go test -count=1 -run 'TestAllocs|TestCopies' ./router/
 # Ordering under load (issue: router core): every update before its
 # response, per-session order kept, none lost.
 go test -race -count="${ORDERING_COUNT:-200}" -run 'TestOrdering' ./test/

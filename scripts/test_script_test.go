@@ -70,7 +70,10 @@ func TestSkipSwitches(t *testing.T) {
 	if !strings.Contains(log, "go test -race ./... NO_GEMINI=1") {
 		t.Errorf("scripts/test.sh dropped ACP_E2E_NO_GEMINI=1:\n%s", log)
 	}
-	if strings.Contains(log, "gemini-cli") || !strings.Contains(log, "claude-agent-acp") {
+	// Codex stands for the others: Claude's install is checked with the
+	// Node 22 of .peers/node22 first on PATH, which in a checkout where it
+	// is installed is a real node, not the fake that logs.
+	if strings.Contains(log, "gemini-cli") || !strings.Contains(log, "codex-acp") {
 		t.Errorf("scripts/test.sh with ACP_E2E_NO_GEMINI=1: want Gemini not installed, the others installed:\n%s", log)
 	}
 	log, err = runScript(t, env, ".ci/run")
