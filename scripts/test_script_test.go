@@ -67,7 +67,7 @@ func TestSkipSwitches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log, "go test -race ./... NO_GEMINI=1") {
+	if !hasLine(log, "go test -race ./...", "NO_GEMINI=1") {
 		t.Errorf("scripts/test.sh dropped ACP_E2E_NO_GEMINI=1:\n%s", log)
 	}
 	// Codex stands for the others: Claude's install is checked with the
@@ -80,7 +80,18 @@ func TestSkipSwitches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(log, "go test -race ./... NO_GEMINI=unset") || !strings.Contains(log, "gemini-cli") {
+	if !hasLine(log, "go test -race ./...", "NO_GEMINI=unset") || !strings.Contains(log, "gemini-cli") {
 		t.Errorf(".ci/run let ACP_E2E_NO_GEMINI=1 through:\n%s", log)
 	}
+}
+
+// hasLine reports whether a line of log starts with prefix and ends with
+// suffix.
+func hasLine(log, prefix, suffix string) bool {
+	for line := range strings.SplitSeq(log, "\n") {
+		if strings.HasPrefix(line, prefix) && strings.HasSuffix(line, suffix) {
+			return true
+		}
+	}
+	return false
 }
