@@ -347,6 +347,10 @@ func runWatchdog(args []string) int {
 	handled := func(sig os.Signal, what string) {
 		fmt.Fprintf(os.Stderr, "acp-router: agent watchdog: %s: %s\n", sig, what)
 	}
+	// The agent runs already (it does not inherit this): a write to the
+	// stderr of a router that died meanwhile must fail with EPIPE, not end
+	// the watchdog with SIGPIPE before it ends the agent's tree.
+	signal.Ignore(syscall.SIGPIPE)
 	for {
 		select {
 		case ws := <-status:
@@ -356,7 +360,7 @@ func runWatchdog(args []string) int {
 			return endAll()
 		case sig := <-sigs:
 			if os.Getppid() != ppid { // the router is gone (its Pdeathsig, SIGHUP)
-				handled(sig, "the router is gone; ending the agent")
+				// Nobody reads stderr any more: nothing to report.
 				return endAll()
 			}
 			if sig == syscall.SIGTERM {
