@@ -121,7 +121,7 @@ func TestCapabilitiesNewestAgents(t *testing.T) {
 }
 
 // TestCapabilitiesUnstableRouted pins the unstable rows the router routes
-// (router/unstable.go): title and status always; archive with the store;
+// (router/lifecycle.go, mcp.go, authstatus.go): title and status always; archive with the store;
 // fork, MCP over ACP and auth.status when some agent has them.
 func TestCapabilitiesUnstableRouted(t *testing.T) {
 	var all acp.AgentCapabilities

@@ -21,7 +21,7 @@ import (
 func TestEditorDispatchFollowsTable(t *testing.T) {
 	consts := acpConstants(t)
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "router.go", nil, 0)
+	f, err := parser.ParseFile(fset, "dispatch.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 //     as those, but a refusal is the inner MCP error of a result
 //     (schema MessageMcpResponse: outer errors are for binding and
 //     runtime failures), so that the agent's MCP client reports it as the
-//     tool's answer (unstable.go, agentMcpMessage).
+//     tool's answer (mcp.go, agentMcpMessage).
 //
 // Every decision is written to the audit log once its outcome is known.
 

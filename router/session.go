@@ -57,7 +57,7 @@ type Session struct {
 	closed  bool
 	title   string // the first title an agent sent: the session's
 	// titled: the editor set the title (session/set_title); agents'
-	// titles no longer replace it (unstable.go).
+	// titles no longer replace it (lifecycle.go).
 	titled    bool
 	toolIDs   *merge.IDTable     // tool call ids forwarded to the editor, by agent
 	msgIDs    *merge.IDTable     // message ids, by agent

@@ -155,7 +155,7 @@ func TestSessionInfoUpdates(t *testing.T) {
 // for every agent a session may be switched to (merge.capabilityTable):
 // not systemPrompt, providers, nor the agents' _meta (steering,
 // promptQueueing, authStatus); the unstable methods it routes itself
-// (title, status, archive, fork, auth.status, MCP over ACP: unstable.go)
+// (title, status, archive, fork: lifecycle.go; auth.status: authstatus.go; MCP over ACP: mcp.go)
 // it does. The other way,
 // the agents get the editor's capabilities less those whose traffic the
 // router does not route: plan (subagents are routed, so they pass).
