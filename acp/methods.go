@@ -7,11 +7,11 @@ import "strings"
 // schema.unstable.json, methods.derived.json: copies of shared/acp/), both
 // directions, and the few it meets that are in no schema file (legacy,
 // removed, announced), each with what the router does with it. The
-// editor-side dispatch (router.editorHandler) takes the treatment of every
-// method it has no case for from here; TestMethodTableCoversSchema fails
-// when a schema update brings a method without a row, so the next update
-// shows its own work list, and test/TestMethodTable checks the routing
-// rows through the router binary.
+// router's dispatch (router/dispatch.go) is built from it: the treatment,
+// the fast path bit and, for a Handled row, the router's code for it.
+// TestMethodTableCoversSchema fails when a schema update brings a method
+// without a row, so the next update shows its own work list, and
+// test/TestMethodTable checks the routing rows through the router binary.
 
 // Side is who handles a method, as the schema's x-side says.
 type Side string
@@ -93,6 +93,11 @@ type Method struct {
 	// Request, Notification: how it is sent (both for proxy/successor).
 	Request, Notification bool
 	Treatment             Treatment
+	// Fast: taken in the stream's read path (issue 16), before the
+	// jsonrpc2.Conn would decode its params into a map and encode them
+	// again: the messages of a turn. The router's dispatch reads it for
+	// both paths (router/dispatch.go).
+	Fast bool
 	// Handler names the code of a Handled method.
 	Handler string
 	// Code answers a Refused request.
@@ -122,7 +127,7 @@ var Methods = []Method{
 		Why: "the router's record, and each agent's session where the agent supports it"},
 	{Name: MethodSessionClose, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.closeSession",
 		Why: "the router ends its session and closes the agents' sessions that support it"},
-	{Name: MethodSessionPrompt, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Handler: "router.prompt",
+	{Name: MethodSessionPrompt, Side: SideAgent, Status: Stable, Request: true, Treatment: Handled, Fast: true, Handler: "router.prompt",
 		Why: "queued per session, routed to the turn's agent with the handoff brief and adaptPrompt; slash commands are the router's"},
 	{Name: MethodSessionCancel, Side: SideAgent, Status: Stable, Notification: true, Treatment: Handled, Handler: "router.cancel",
 		Why: "ends the session's running turn on its agent (and a child's, for subagents that permit it)"},
@@ -154,21 +159,21 @@ var Methods = []Method{
 		Why: "unstable by 1.32 (acp-currency row 15), not in the schema files here: a new method naming a session goes to its agent by sessionId"},
 
 	// Agents call them (x-side client).
-	{Name: MethodSessionUpdate, Side: SideClient, Status: Stable, Notification: true, Treatment: Handled, Handler: "router.relayUpdate",
+	{Name: MethodSessionUpdate, Side: SideClient, Status: Stable, Notification: true, Treatment: Handled, Fast: true, Handler: "router.relayUpdate",
 		Why: "ids translated (session, tool call, message; subagent children), recorded for the brief and the store, policy evidence; ids inside updates (compactionId, planId, session_message) kept apart across agents"},
-	{Name: MethodRequestPermission, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
+	{Name: MethodRequestPermission, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true,
 		Why: "the permission policy decides first (guard; enforce.go); the editor is asked only for ask"},
-	{Name: MethodReadTextFile, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
+	{Name: MethodReadTextFile, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true,
 		Why: "fs.readTextFile checked, absolute paths only, the policy decides"},
-	{Name: MethodWriteTextFile, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
+	{Name: MethodWriteTextFile, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true,
 		Why: "as fs/read_text_file"},
-	{Name: MethodTerminalCreate, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
+	{Name: MethodTerminalCreate, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true,
 		Why: "terminal checked, bounded per agent, the policy decides on the command"},
-	{Name: MethodTerminalOutput, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
+	{Name: MethodTerminalOutput, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true,
 		Why: "only for a terminal the calling agent owns"},
-	{Name: MethodTerminalWaitForExit, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Why: "as terminal/output"},
-	{Name: MethodTerminalKill, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Why: "as terminal/output"},
-	{Name: MethodTerminalRelease, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Why: "as terminal/output"},
+	{Name: MethodTerminalWaitForExit, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true, Why: "as terminal/output"},
+	{Name: MethodTerminalKill, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true, Why: "as terminal/output"},
+	{Name: MethodTerminalRelease, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true, Why: "as terminal/output"},
 	{Name: MethodElicitationCreate, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed,
 		Why: "elicitation checked by mode; request-scoped ones mapped onto the editor's request id, URL elicitation ids kept apart per agent"},
 	{Name: MethodElicitationComplete, Side: SideClient, Status: Stable, Notification: true, Treatment: Handled, Handler: "router.agentNotification",

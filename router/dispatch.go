@@ -17,15 +17,206 @@ import (
 // editor (editorHandler) and from each agent (agentHandler), on the
 // stream's fast path (Intercept, interceptAgent) and the jsonrpc2 path.
 
+// route is one row of the protocol table (acp.Methods) with the router's
+// code for it: the dispatch of both paths, from the editor and from the
+// agents, on the stream's fast path and the jsonrpc2.Conn's, reads it. A
+// Handled row without its code, or code without its row, stops the
+// program at its start (buildRoutes): the table cannot say one thing and
+// the dispatch do another.
+type route struct {
+	acp.Method
+	// editor is the router's code for a Handled method from the editor,
+	// on either path.
+	editor func(*Router, context.Context, *jsonrpc2.Request)
+	// agent is the router's code for a Handled method from an agent, on
+	// the Conn's path.
+	agent func(*Router, context.Context, *upstream.Instance, *jsonrpc2.Request)
+	// fast takes an agent's Fast method in the agent's read path; true
+	// when it did.
+	fast func(*Router, *upstream.Instance, *acp.Message) bool
+}
+
+// editorRoutes and agentRoutes are the protocol table as each side's
+// dispatch reads it, by method name (buildRoutes).
+var editorRoutes, agentRoutes map[string]*route
+
+func init() {
+	// Built in init, not in the variables' initializers: some handlers
+	// reach the dispatch again (the successor's messages), which Go
+	// would report as an initialization cycle.
+	editorRoutes = buildRoutes(false, editorMethods, nil, nil)
+	agentRoutes = buildRoutes(true, nil, agentMethods, agentFast)
+}
+
+// editorMethods is the router's code for the editor's methods the table
+// says it handles itself.
+var editorMethods = map[string]func(*Router, context.Context, *jsonrpc2.Request){
+	acp.MethodInitialize:      (*Router).initializeRequest,
+	acp.MethodProxyInitialize: (*Router).proxyInitialize,
+	acp.MethodProxySuccessor:  func(r *Router, _ context.Context, req *jsonrpc2.Request) { r.fromSuccessor(req) },
+	acp.MethodAuthenticate:    answered((*Router).authenticate),
+	acp.MethodLogout:          answered((*Router).logout),
+	acp.MethodAuthStatus:      answered((*Router).authStatus),
+	acp.MethodSessionNew:      (*Router).newSession,
+	acp.MethodSessionPrompt:   (*Router).prompt,
+	acp.MethodSessionCancel:   (*Router).cancel,
+	acp.MethodCancelRequest:   (*Router).cancelRequest,
+	acp.MethodSessionClose:    (*Router).closeSession,
+	acp.MethodSetMode:         (*Router).sessionRequest,
+	acp.MethodSetConfigOption: (*Router).sessionRequest,
+	acp.MethodSessionLoad: stored(func(r *Router, ctx context.Context, req *jsonrpc2.Request) {
+		r.loadSession(ctx, req, true)
+	}),
+	acp.MethodSessionResume: stored(func(r *Router, ctx context.Context, req *jsonrpc2.Request) {
+		r.loadSession(ctx, req, false)
+	}),
+	acp.MethodSessionList:     stored((*Router).listSessions),
+	acp.MethodSessionDelete:   stored((*Router).deleteSession),
+	acp.MethodSessionFork:     (*Router).forkSession,
+	acp.MethodSessionSetTitle: (*Router).setTitle,
+	acp.MethodSessionStatus:   (*Router).sessionStatus,
+	acp.MethodSessionArchive: stored(func(r *Router, ctx context.Context, req *jsonrpc2.Request) {
+		r.archiveSession(ctx, req, true)
+	}),
+	acp.MethodSessionUnarchive: stored(func(r *Router, ctx context.Context, req *jsonrpc2.Request) {
+		r.archiveSession(ctx, req, false)
+	}),
+	acp.MethodMcpMessage: (*Router).editorMcpMessage,
+}
+
+// agentMethods is the router's code for the agents' methods the table says
+// it handles itself; the Relayed ones go to agentRequest and
+// agentNotification.
+var agentMethods = map[string]func(*Router, context.Context, *upstream.Instance, *jsonrpc2.Request){
+	// Taken on the fast path (agentFast); here only should the stream
+	// not have classified it.
+	acp.MethodSessionUpdate:       (*Router).agentNotification,
+	acp.MethodElicitationComplete: (*Router).agentNotification,
+	acp.MethodCancelRequest:       (*Router).agentCancelRequest,
+}
+
+// agentFast is the fast path's code for the agents' Fast notifications;
+// their Fast requests are agentCallback's.
+var agentFast = map[string]func(*Router, *upstream.Instance, *acp.Message) bool{
+	acp.MethodSessionUpdate: (*Router).interceptUpdate,
+}
+
+// buildRoutes joins the table's rows for one side (the editor's methods,
+// or the agents' when fromAgent) with the router's code for them. It
+// panics where they disagree: a Handled row with no code, code for a row
+// that is not Handled or not there, a Fast row with no fast path.
+func buildRoutes(fromAgent bool,
+	editor map[string]func(*Router, context.Context, *jsonrpc2.Request),
+	agent map[string]func(*Router, context.Context, *upstream.Instance, *jsonrpc2.Request),
+	fast map[string]func(*Router, *upstream.Instance, *acp.Message) bool) map[string]*route {
+	out := map[string]*route{}
+	for _, m := range acp.Methods {
+		if row, ok := acp.LookupMethod(m.Name, fromAgent); !ok || row.Side != m.Side {
+			continue // the other side's row
+		}
+		rt := &route{Method: m, editor: editor[m.Name], agent: agent[m.Name], fast: fast[m.Name]}
+		handled := rt.editor != nil || rt.agent != nil
+		// The proxy chain's methods come from the conductor, on the
+		// editor's connection: an agent's are passed on as any call.
+		wantCode := m.Treatment == acp.Handled && !(fromAgent && m.Side == acp.SideProxy)
+		switch {
+		case wantCode && !handled:
+			panic("router: the protocol table says the router handles " + m.Name + " (" + m.Handler + "), but it has no code for it")
+		case !wantCode && handled:
+			panic("router: code for " + m.Name + ", which the protocol table says is " + m.Treatment.String())
+		case m.Fast && fromAgent && m.Request && rt.fast == nil:
+			rt.fast = (*Router).agentCallback
+		case m.Fast && (fromAgent && rt.fast == nil || !fromAgent && (!m.Request || rt.editor == nil)):
+			panic("router: the protocol table has " + m.Name + " on the fast path, but the router has no fast path for it")
+		}
+		out[m.Name] = rt
+	}
+	for name := range editor {
+		if out[name] == nil {
+			panic("router: code for " + name + ", which the protocol table has no row for")
+		}
+	}
+	for name := range agent {
+		if out[name] == nil {
+			panic("router: code for " + name + ", which the protocol table has no row for")
+		}
+	}
+	for name := range fast {
+		if out[name] == nil || !out[name].Fast {
+			panic("router: a fast path for " + name + ", which the protocol table does not mark fast")
+		}
+	}
+	return out
+}
+
+// lookupRoute is the route of a method received from the editor (from an
+// agent when fromAgent); false for a method the table does not name. The
+// method families the table names by prefix (acp.LookupMethod) have no
+// code of the router's.
+func lookupRoute(name string, fromAgent bool) (*route, bool) {
+	table := editorRoutes
+	if fromAgent {
+		table = agentRoutes
+	}
+	if rt := table[name]; rt != nil {
+		return rt, true
+	}
+	m, ok := acp.LookupMethod(name, fromAgent)
+	if !ok {
+		return nil, false
+	}
+	return &route{Method: m}, true
+}
+
+// notificationOnly: the protocol sends the method only as a notification
+// (acp.NotificationOnly); requestOnly: only as a request (acp.RequestOnly).
+func (rt *route) notificationOnly() bool { return rt.Notification && !rt.Request }
+func (rt *route) requestOnly() bool      { return rt.Request && !rt.Notification }
+
+// answered runs a handler whose answer may wait (on agents starting) off
+// the editor's read loop, and answers the editor with what it returns.
+func answered(f func(*Router, context.Context, *jsonrpc2.Request) (json.RawMessage, error)) func(*Router, context.Context, *jsonrpc2.Request) {
+	return func(r *Router, ctx context.Context, req *jsonrpc2.Request) {
+		r.spawn(func() { r.replyTo(req)(f(r, ctx, req)) })
+	}
+}
+
+// stored runs a handler of a method that needs the session store; without
+// one, the method is not advertised and is answered -32601.
+func stored(f func(*Router, context.Context, *jsonrpc2.Request)) func(*Router, context.Context, *jsonrpc2.Request) {
+	return func(r *Router, ctx context.Context, req *jsonrpc2.Request) {
+		if r.opts.Store == nil {
+			r.replyTo(req)(nil, errNeedsStore(req.Method))
+			return
+		}
+		f(r, ctx, req)
+	}
+}
+
+// initializeRequest handles initialize: refused once the router is a
+// proxy, answered off the read loop (the agents start).
+func (r *Router) initializeRequest(ctx context.Context, req *jsonrpc2.Request) {
+	if !r.role.CompareAndSwap(roleNone, roleAgent) && r.isProxy() {
+		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidRequest, "acp-router: already initialized as a proxy (proxy/initialize)", nil))
+		return
+	}
+	r.spawn(func() { r.replyTo(req)(r.initialize(ctx, req)) })
+}
+
 // editorHandler handles the editor's requests and notifications, in the
 // editor's read loop.
 type editorHandler struct{ r *Router }
 
+// Handle dispatches an editor message by its row: the router's code for a
+// Handled method, the session's agent for one RoutedBySession, an error
+// for a Refused one, and what the table does not name (extensions,
+// anything newer) is forwarded as unknown.
 func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	r := h.r
 	<-r.editorReady // Serve has set r.editor
 	defer r.survive("editor", req)
-	if !req.Notif && acp.NotificationOnly(req.Method, false) {
+	rt, known := lookupRoute(req.Method, false)
+	if !req.Notif && known && rt.notificationOnly() {
 		r.log.Warn("a notification method sent as a request refused", "method", req.Method)
 		r.replyTo(req)(nil, errNotificationAsRequest(req.Method))
 		return
@@ -34,76 +225,34 @@ func (h editorHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrp
 	if req.Method != acp.MethodSessionPrompt { // the turn reads its own
 		ctx = r.traceEditorRequest(ctx, req)
 	}
-	switch req.Method {
-	case acp.MethodInitialize:
-		if !r.role.CompareAndSwap(roleNone, roleAgent) && r.isProxy() {
-			r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidRequest, "acp-router: already initialized as a proxy (proxy/initialize)", nil))
-			return
-		}
-		r.spawn(func() { r.replyTo(req)(r.initialize(ctx, req)) })
-	case acp.MethodProxyInitialize:
-		// Never passed to an agent (notes/acp-currency.md row 11).
-		r.proxyInitialize(ctx, req)
-	case acp.MethodProxySuccessor:
-		r.fromSuccessor(req)
-	case acp.MethodAuthenticate:
-		r.spawn(func() { r.replyTo(req)(r.authenticate(ctx, req)) })
-	case acp.MethodLogout:
-		r.spawn(func() { r.replyTo(req)(r.logout(ctx, req)) })
-	case acp.MethodSessionNew:
-		r.newSession(ctx, req)
-	case acp.MethodSessionPrompt:
-		r.prompt(ctx, req)
-	case acp.MethodSessionCancel:
-		r.cancel(ctx, req)
-	case acp.MethodCancelRequest:
-		r.cancelRequest(ctx, req)
-	case acp.MethodSessionClose:
-		r.closeSession(ctx, req)
-	case acp.MethodSetMode, acp.MethodSetConfigOption:
+	if !known {
+		r.forwardUnknown(ctx, req)
+		return
+	}
+	switch rt.Treatment {
+	case acp.Handled:
+		rt.editor(r, ctx, req)
+	case acp.RoutedBySession:
 		r.sessionRequest(ctx, req)
-	case acp.MethodSessionLoad, acp.MethodSessionResume, acp.MethodSessionList, acp.MethodSessionDelete:
-		if r.opts.Store == nil {
-			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router: "+req.Method+" needs the session store (state_dir)", map[string]string{"method": req.Method}))
-			return
-		}
-		switch req.Method {
-		case acp.MethodSessionLoad, acp.MethodSessionResume:
-			r.loadSession(ctx, req, req.Method == acp.MethodSessionLoad)
-		case acp.MethodSessionList:
-			r.listSessions(ctx, req)
-		default:
-			r.deleteSession(ctx, req)
-		}
-	case acp.MethodSessionFork:
-		r.forkSession(ctx, req)
-	case acp.MethodSessionSetTitle:
-		r.setTitle(ctx, req)
-	case acp.MethodSessionStatus:
-		r.sessionStatus(ctx, req)
-	case acp.MethodSessionArchive, acp.MethodSessionUnarchive:
-		if r.opts.Store == nil {
-			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, "acp-router: "+req.Method+" needs the session store (state_dir)", map[string]string{"method": req.Method}))
-			return
-		}
-		r.archiveSession(ctx, req, req.Method == acp.MethodSessionArchive)
-	case acp.MethodAuthStatus:
-		r.spawn(func() { r.replyTo(req)(r.authStatus(ctx, req)) })
-	case acp.MethodMcpMessage:
-		r.editorMcpMessage(ctx, req)
+	case acp.Refused:
+		r.replyTo(req)(nil, errRefused(rt.Code, req.Method))
 	default:
-		r.byTable(ctx, req)
+		r.forwardUnknown(ctx, req)
 	}
 }
 
-// Intercept is the editor's fast path (issue 16): session/prompt is taken
-// in the stream's read path, before the jsonrpc2.Conn would decode its
-// params into a map and encode them again, and handled as Handle would
-// handle it, at the same point in the editor's message order (the Conn
-// reads the next message only once Handle has returned). Its answer is
-// written as raw bytes (replyRaw).
+// Intercept is the editor's fast path (issue 16): the table's Fast
+// requests (session/prompt) are taken in the stream's read path, before
+// the jsonrpc2.Conn would decode their params into a map and encode them
+// again, and handled as Handle would handle them, at the same point in the
+// editor's message order (the Conn reads the next message only once
+// Handle has returned). Their answers are written as raw bytes (replyRaw).
 func (h editorHandler) Intercept(m *acp.Message) bool {
-	if m.Kind != acp.KindRequest || m.Method != acp.MethodSessionPrompt {
+	if m.Kind != acp.KindRequest {
+		return false
+	}
+	rt := editorRoutes[m.Method]
+	if rt == nil || !rt.Fast {
 		return false
 	}
 	req, ok := jsonrpcRequest(m)
@@ -113,7 +262,7 @@ func (h editorHandler) Intercept(m *acp.Message) bool {
 	r := h.r
 	<-r.editorReady
 	defer r.survive("editor", req)
-	r.prompt(context.Background(), req)
+	rt.editor(r, context.Background(), req)
 	return true
 }
 
@@ -127,32 +276,6 @@ func (r *Router) replyRaw(req *jsonrpc2.Request, res json.RawMessage, err error)
 	}
 	if err := r.editor.ReplyRaw(acp.RawID(req.ID), res); err != nil {
 		r.log.Debug("cannot answer the editor", "method", req.Method, "error", err)
-	}
-}
-
-// byTable dispatches an editor method Handle has no case for by its
-// treatment in the protocol table (acp.Methods: session/fork and proxy/*
-// refused, session/set_model routed by its sessionId, ...). A method the
-// table does not name (extensions, anything newer) is forwarded as
-// unknown.
-func (r *Router) byTable(ctx context.Context, req *jsonrpc2.Request) {
-	m, ok := acp.LookupMethod(req.Method, false)
-	if !ok {
-		r.forwardUnknown(ctx, req)
-		return
-	}
-	switch m.Treatment {
-	case acp.RoutedBySession:
-		r.sessionRequest(ctx, req)
-	case acp.Unknown:
-		r.forwardUnknown(ctx, req)
-	case acp.Refused:
-		r.replyTo(req)(nil, acp.NewError(m.Code, "acp-router does not support "+req.Method, map[string]string{"method": req.Method}))
-	default:
-		// A row says the router handles it, but Handle has no case: the
-		// table and the code disagree (TestEditorDispatchFollowsTable).
-		r.log.Error("no handler for a method the protocol table says the router handles", "method", req.Method)
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, "acp-router: no handler for "+req.Method, map[string]string{"method": req.Method}))
 	}
 }
 
@@ -225,14 +348,15 @@ type agentHandler struct {
 func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
 	defer h.r.survive(h.inst.Agent.Name(), nil)
 	ctx = context.WithoutCancel(ctx)
-	if !req.Notif && acp.NotificationOnly(req.Method, true) {
+	rt, known := lookupRoute(req.Method, true)
+	if !req.Notif && known && rt.notificationOnly() {
 		h.r.log.Warn("a notification method sent as a request refused", "agent", h.inst.Agent.Name(), "method", req.Method)
 		if err := h.inst.Peer().Reply(ctx, req.ID, nil, errNotificationAsRequest(req.Method)); err != nil {
 			h.r.log.Debug("cannot answer the agent", "agent", h.inst.Agent.Name(), "method", req.Method, "error", err)
 		}
 		return
 	}
-	if req.Notif && acp.RequestOnly(req.Method, true) && req.Method != acp.MethodMcpMessage {
+	if req.Notif && known && rt.requestOnly() && req.Method != acp.MethodMcpMessage {
 		// fs/*, terminal/*, session/request_permission, elicitation/create
 		// without an id: nothing to decide, audit or answer, and an editor
 		// must never get it undecided (agentNotification decides which
@@ -247,8 +371,8 @@ func (h agentHandler) Handle(ctx context.Context, _ *jsonrpc2.Conn, req *jsonrpc
 		return
 	}
 	switch {
-	case req.Method == acp.MethodCancelRequest:
-		h.r.agentCancelRequest(ctx, h.inst, req)
+	case known && rt.agent != nil:
+		rt.agent(h.r, ctx, h.inst, req)
 	case req.Notif:
 		h.r.agentNotification(ctx, h.inst, req)
 	default:
@@ -277,73 +401,29 @@ func (r *Router) editorLane(inst *upstream.Instance, req *jsonrpc2.Request) stri
 	return id
 }
 
-// interceptAgent is the relay's hot path: session/update notifications go
-// from the agent's read path straight to the editor's write queue, as the
-// agent's own bytes unless an id must be translated.
+// interceptAgent is the agents' fast path (issue 16): the table's Fast
+// methods are taken in the agent's read path. session/update goes
+// straight to the editor's write queue, as the agent's own bytes unless an
+// id must be translated (interceptUpdate); the callbacks of a turn are
+// handled as Handle would handle them (agentCallback).
 func (r *Router) interceptAgent(inst *upstream.Instance, m *acp.Message) bool {
-	if m.Kind == acp.KindRequest && fastCallback(m.Method) {
-		return r.agentCallback(inst, m)
-	}
-	if m.Kind != acp.KindNotification || m.Method != acp.MethodSessionUpdate {
+	rt := agentRoutes[m.Method]
+	if rt == nil || !rt.Fast {
 		return false
 	}
-	defer r.survive(inst.Agent.Name(), nil)
-	var u updateParams // on the stack unless the update waits (below)
-	if err := u.decodeMessage(m); err != nil || u.SessionID == "" {
-		r.log.Warn("malformed session/update dropped", "agent", inst.Agent.Name(), "error", err)
-		return true
-	}
-	r.mu.Lock()
-	s := r.downLocked(inst, u.SessionID)
-	if s == nil {
-		if r.tombs.has(downKey(inst, u.SessionID)) { // closed or evicted: the rest of its turn
-			r.mu.Unlock()
-			r.closedDrops.add(1, "agent", inst.Agent.Name(), "session", u.SessionID)
-			return true
+	switch m.Kind {
+	case acp.KindRequest:
+		if !rt.Request {
+			return false
 		}
-		// Maybe a session the agent announces before answering
-		// session/new (STYLE.md): parked until bind, within bounds.
-		p := r.parkingLocked(inst)
-		dropped := p.park(u.SessionID, m)
-		r.mu.Unlock()
-		p.drops.add(dropped, "session", u.SessionID)
-		return true
-	}
-	r.mu.Unlock()
-	s.mu.Lock()
-	d := s.down[inst.Agent.Name()]
-	s.mu.Unlock()
-	if d != nil && d.inst == inst {
-		if s.order().busy() {
-			later := u
-			s.order().do(r, len(m.Raw), func() { r.relayUpdate(s, d, m, &later) })
-		} else {
-			r.relayUpdate(s, d, m, &u)
+	case acp.KindNotification:
+		if !rt.Notification {
+			return false
 		}
-		// Backpressure from a slow editor, only from this session's
-		// backlog, and holding no lock: the editor's read loop
-		// (session/cancel) takes s.mu. Then from a disk slower than the
-		// agents: the store's queue holds the updates not yet written.
-		r.waitEditor(s.ID)
-		if st := r.opts.Store; st != nil && st.Full() {
-			// What the editor is owed (Cork) must not wait for the disk.
-			r.editor.Stream().Flush()
-			st.WaitRoom()
-		}
+	default:
+		return false
 	}
-	return true
-}
-
-// fastCallback: the agent's requests taken on the fast path (issue 16):
-// the callbacks of a turn.
-func fastCallback(method string) bool {
-	switch method {
-	case acp.MethodRequestPermission, acp.MethodReadTextFile, acp.MethodWriteTextFile,
-		acp.MethodTerminalCreate, acp.MethodTerminalOutput, acp.MethodTerminalWaitForExit,
-		acp.MethodTerminalKill, acp.MethodTerminalRelease:
-		return true
-	}
-	return false
+	return rt.fast(r, inst, m)
 }
 
 // agentCallback handles an agent's request in the agent's read path, before

@@ -1,125 +1,104 @@
 package router
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
+	"context"
+	"maps"
 	"slices"
-	"sort"
-	"strconv"
 	"testing"
+
+	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
 )
 
-// TestEditorDispatchFollowsTable ties editorHandler.Handle to the protocol
-// table (acp.Methods): every method it has a case for is one the table
-// says the router handles, and every method the table says the router
-// handles (at this commit: Current) has a case there; the rest go through
-// byTable. Read from the source: the cases name acp.Method* constants.
-func TestEditorDispatchFollowsTable(t *testing.T) {
-	consts := acpConstants(t)
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "dispatch.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []string
-	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Name.Name != "Handle" || fn.Recv == nil || recvName(fn) != "editorHandler" {
+// TestDispatchFollowsTable ties the dispatch to the protocol table
+// (acp.Methods): every method the table says the router handles has the
+// router's code in its route, every other method has none (it goes by its
+// treatment), on each side. The proxy chain's methods are the editor's
+// side's: an agent's are passed on as any call.
+func TestDispatchFollowsTable(t *testing.T) {
+	for _, m := range acp.Methods {
+		fromAgent := m.Side == acp.SideClient
+		rt, ok := lookupRoute(m.Name, fromAgent)
+		if !ok {
+			t.Errorf("%s (%s): no route", m.Name, m.Side)
 			continue
 		}
-		ast.Inspect(fn.Body, func(n ast.Node) bool {
-			cc, ok := n.(*ast.CaseClause)
-			if !ok {
-				return true
-			}
-			for _, e := range cc.List {
-				sel, ok := e.(*ast.SelectorExpr)
-				if !ok || sel.X.(*ast.Ident).Name != "acp" {
-					continue
-				}
-				v, ok := consts[sel.Sel.Name]
-				if !ok {
-					t.Fatalf("editorHandler.Handle: case acp.%s is no acp constant", sel.Sel.Name)
-				}
-				cases = append(cases, v)
-			}
-			return true
-		})
-	}
-	if len(cases) == 0 {
-		t.Fatal("no case in editorHandler.Handle")
-	}
-	for _, name := range cases {
-		m, ok := acp.LookupMethod(name, false)
-		if !ok || m.Treatment != acp.Handled {
-			t.Errorf("editorHandler.Handle has a case for %s, which the table says is %v", name, m.Treatment)
+		code := rt.editor != nil || rt.agent != nil
+		if (m.Treatment == acp.Handled) != code && m.Side != acp.SideProxy || m.Side == acp.SideProxy && agentRoutes[m.Name].agent != nil {
+			t.Errorf("%s (%s): %v, the router's code for it: %v", m.Name, m.Side, m.Treatment, code)
 		}
-	}
-	var want []string
-	for _, m := range acp.Methods {
-		if m.Side != acp.SideClient && m.Treatment == acp.Handled && !slices.Contains(want, m.Name) {
-			want = append(want, m.Name)
-		}
-	}
-	sort.Strings(want)
-	for _, name := range want {
-		if !slices.Contains(cases, name) {
-			t.Errorf("the table says the router handles %s (%s), but editorHandler.Handle has no case for it", name, rowOf(name).Handler)
+		if m.Side == acp.SideProtocol && (rt.editor == nil || agentRoutes[m.Name].agent == nil) {
+			t.Errorf("%s: a method of either side has no code for one of them", m.Name)
 		}
 	}
 }
 
-func rowOf(name string) acp.Method {
-	m, _ := acp.LookupMethod(name, false)
-	return m
-}
-
-func recvName(fn *ast.FuncDecl) string {
-	switch x := fn.Recv.List[0].Type.(type) {
-	case *ast.Ident:
-		return x.Name
-	case *ast.StarExpr:
-		if id, ok := x.X.(*ast.Ident); ok {
-			return id.Name
-		}
-	}
-	return ""
-}
-
-// acpConstants are the string constants of package acp, by name.
-func acpConstants(t *testing.T) map[string]string {
-	t.Helper()
-	fset := token.NewFileSet()
-	files, err := filepath.Glob(filepath.Join("..", "acp", "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, path := range files {
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range f.Decls {
-			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.CONST {
+// TestFastPathFollowsTable pins the fast path's methods, read from the
+// table's Fast bit: session/prompt from the editor; session/update and the
+// callbacks of a turn from an agent.
+func TestFastPathFollowsTable(t *testing.T) {
+	fast := func(table map[string]*route, request bool) []string {
+		var out []string
+		for name, rt := range table {
+			if !rt.Fast || !(request && rt.Request || !request && rt.Notification) {
 				continue
 			}
-			for _, s := range g.Specs {
-				vs := s.(*ast.ValueSpec)
-				for i, name := range vs.Names {
-					if i < len(vs.Values) {
-						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-							out[name.Name], _ = strconv.Unquote(lit.Value)
-						}
-					}
-				}
+			if table[name] == agentRoutes[name] && rt.fast == nil {
+				t.Errorf("%s: on the agents' fast path, with no code there", name)
 			}
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, tc := range []struct {
+		what  string
+		table map[string]*route
+		req   bool
+		want  []string
+	}{
+		{"the editor's requests", editorRoutes, true, []string{acp.MethodSessionPrompt}},
+		{"the editor's notifications", editorRoutes, false, nil},
+		{"the agents' requests", agentRoutes, true, []string{acp.MethodReadTextFile, acp.MethodWriteTextFile, acp.MethodRequestPermission,
+			acp.MethodTerminalCreate, acp.MethodTerminalKill, acp.MethodTerminalOutput, acp.MethodTerminalRelease, acp.MethodTerminalWaitForExit}},
+		{"the agents' notifications", agentRoutes, false, []string{acp.MethodSessionUpdate}},
+	} {
+		slices.Sort(tc.want)
+		if got := fast(tc.table, tc.req); !slices.Equal(got, tc.want) {
+			t.Errorf("%s on the fast path: %v, want %v", tc.what, got, tc.want)
 		}
 	}
-	return out
+}
+
+// TestBuildRoutesRefusesDisagreement: code for a method the table does not
+// say the router handles, a Handled row without code, and code for a method
+// the table does not name each stop the program at its start.
+func TestBuildRoutesRefusesDisagreement(t *testing.T) {
+	noop := func(*Router, context.Context, *jsonrpc2.Request) {}
+	for _, tc := range []struct {
+		what   string
+		change func(map[string]func(*Router, context.Context, *jsonrpc2.Request))
+	}{
+		{"no code for a Handled row", func(m map[string]func(*Router, context.Context, *jsonrpc2.Request)) {
+			delete(m, acp.MethodSessionFork)
+		}},
+		{"code for a RoutedBySession row", func(m map[string]func(*Router, context.Context, *jsonrpc2.Request)) {
+			m[acp.MethodSetModel] = noop
+		}},
+		{"code for a method the table does not name", func(m map[string]func(*Router, context.Context, *jsonrpc2.Request)) {
+			m["_example/method"] = noop
+		}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			methods := maps.Clone(editorMethods)
+			tc.change(methods)
+			defer func() {
+				if recover() == nil {
+					t.Error("buildRoutes accepted it")
+				}
+			}()
+			buildRoutes(false, methods, nil, nil)
+		})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
+	"github.com/acp-router/acp-router/upstream"
 )
 
 // updateParams is what the relay reads of a session/update, decoded once.
@@ -594,6 +595,57 @@ func replayed(kind string) bool {
 	switch kind {
 	case "available_commands_update", "current_mode_update", "config_option_update", "session_info_update", "usage_update":
 		return false
+	}
+	return true
+}
+
+// interceptUpdate relays a session/update in the agent's read path (the
+// relay's hot path): straight to the editor's write queue, as the agent's
+// own bytes unless an id must be translated.
+func (r *Router) interceptUpdate(inst *upstream.Instance, m *acp.Message) bool {
+	defer r.survive(inst.Agent.Name(), nil)
+	var u updateParams // on the stack unless the update waits (below)
+	if err := u.decodeMessage(m); err != nil || u.SessionID == "" {
+		r.log.Warn("malformed session/update dropped", "agent", inst.Agent.Name(), "error", err)
+		return true
+	}
+	r.mu.Lock()
+	s := r.downLocked(inst, u.SessionID)
+	if s == nil {
+		if r.tombs.has(downKey(inst, u.SessionID)) { // closed or evicted: the rest of its turn
+			r.mu.Unlock()
+			r.closedDrops.add(1, "agent", inst.Agent.Name(), "session", u.SessionID)
+			return true
+		}
+		// Maybe a session the agent announces before answering
+		// session/new (STYLE.md): parked until bind, within bounds.
+		p := r.parkingLocked(inst)
+		dropped := p.park(u.SessionID, m)
+		r.mu.Unlock()
+		p.drops.add(dropped, "session", u.SessionID)
+		return true
+	}
+	r.mu.Unlock()
+	s.mu.Lock()
+	d := s.down[inst.Agent.Name()]
+	s.mu.Unlock()
+	if d != nil && d.inst == inst {
+		if s.order().busy() {
+			later := u
+			s.order().do(r, len(m.Raw), func() { r.relayUpdate(s, d, m, &later) })
+		} else {
+			r.relayUpdate(s, d, m, &u)
+		}
+		// Backpressure from a slow editor, only from this session's
+		// backlog, and holding no lock: the editor's read loop
+		// (session/cancel) takes s.mu. Then from a disk slower than the
+		// agents: the store's queue holds the updates not yet written.
+		r.waitEditor(s.ID)
+		if st := r.opts.Store; st != nil && st.Full() {
+			// What the editor is owed (Cork) must not wait for the disk.
+			r.editor.Stream().Flush()
+			st.WaitRoom()
+		}
 	}
 	return true
 }
