@@ -153,7 +153,7 @@ func adaptSystemPrompt(p json.RawMessage, caps acp.AgentCapabilities, agent stri
 		return p, "", nil
 	}
 	if sp.Mode != "append" {
-		return nil, "", acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: agent %q does not support a systemPrompt in %q mode, and the router cannot carry one for it; start a session without it, or use append", agent, sp.Mode),
+		return nil, "", fail(errParams, fmt.Sprintf("acp-router: agent %q does not support a systemPrompt in %q mode, and the router cannot carry one for it; start a session without it, or use append", agent, sp.Mode),
 			map[string]string{"agent": agent})
 	}
 	var texts []string

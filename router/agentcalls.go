@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -143,7 +144,7 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 		res, err := c.Wait(ctx)
 		done()
 		if err == jsonrpc2.ErrClosed {
-			err = acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
+			err = errEditorClosed
 		}
 		if err == nil {
 			r.trackTerminal(inst, req.Method, sid, p, res)
@@ -167,7 +168,7 @@ func (r *Router) callEditor(ctx context.Context, inst *upstream.Instance, agentI
 	}
 	r.mu.Unlock()
 	if full {
-		return nil, nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d requests waiting for the editor already", inst.Agent.Name(), maxPending), nil)
+		return nil, nil, errTooManyPending(inst.Agent.Name())
 	}
 	c, err := r.editor.Call(ctx, method, paramsAny(p), agentID, nil)
 	if err != nil {
@@ -176,7 +177,7 @@ func (r *Router) callEditor(ctx context.Context, inst *upstream.Instance, agentI
 			delete(r.pending, inst)
 		}
 		r.mu.Unlock()
-		return nil, nil, acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
+		return nil, nil, errEditorClosed
 	}
 	o := &outgoing{inst: inst, agentID: agentID, editorID: c.ID, session: sid}
 	r.mu.Lock()
@@ -193,10 +194,6 @@ func (r *Router) callEditor(ctx context.Context, inst *upstream.Instance, agentI
 	return c, done, nil
 }
 
-// errEditorClosed answers an agent's request the editor can no longer
-// answer.
-var errEditorClosed = acp.NewError(acp.CodeInternalError, "acp-router: the editor connection is closed", nil)
-
 // callEditorRaw is callEditor on the fast path: p (one line of valid JSON)
 // is sent as it is (Peer.CallRaw), and end gets the editor's answer in the
 // editor's read path, or errEditorClosed when the connection closes first.
@@ -209,7 +206,7 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 	}
 	r.mu.Unlock()
 	if full {
-		return acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d requests waiting for the editor already", inst.Agent.Name(), maxPending), nil)
+		return errTooManyPending(inst.Agent.Name())
 	}
 	r.watchCalls.Do(func() { r.spawn(r.watchEditorCalls) })
 	o := &outgoing{inst: inst, agentID: agentID, session: sid, end: end}
@@ -219,7 +216,7 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 		if m.Error != nil {
 			rpcErr := new(jsonrpc2.Error)
 			if json.Unmarshal(m.Error, rpcErr) != nil {
-				rpcErr = acp.NewError(acp.CodeInternalError, "acp-router: the editor answered with a malformed error", nil)
+				rpcErr = fail(errInternal, "acp-router: the editor answered with a malformed error", nil)
 			}
 			err = rpcErr
 		} else {
@@ -304,7 +301,7 @@ func exactString(params json.RawMessage, name string) (string, bool) {
 func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.RawMessage) error {
 	caps := r.caps()
 	missing := func(cap string) error {
-		return acp.NewError(acp.CodeMethodNotFound, fmt.Sprintf("acp-router: the editor does not support %s (clientCapabilities.%s)", method, cap), map[string]string{"method": method})
+		return fail(errNoMethod, fmt.Sprintf("acp-router: the editor does not support %s (clientCapabilities.%s)", method, cap), map[string]string{"method": method})
 	}
 	switch method {
 	case acp.MethodReadTextFile, acp.MethodWriteTextFile:
@@ -316,14 +313,14 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		}
 		path, ok := exactString(p, "path")
 		if !ok || !filepath.IsAbs(path) {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute path, got %q", method, path), nil)
+			return fail(errParams, fmt.Sprintf("acp-router: %s needs an absolute path, got %q", method, path), nil)
 		}
 	case acp.MethodTerminalCreate:
 		if !caps.Terminal {
 			return missing("terminal")
 		}
 		if cwd, ok := exactString(p, "cwd"); ok && cwd != "" && !filepath.IsAbs(cwd) {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s needs an absolute cwd, got %q", method, cwd), nil)
+			return fail(errParams, fmt.Sprintf("acp-router: %s needs an absolute cwd, got %q", method, cwd), nil)
 		}
 		r.mu.Lock()
 		open := 0
@@ -334,7 +331,7 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		}
 		r.mu.Unlock()
 		if open >= maxTerminals {
-			return acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q has %d terminals open already; release some first", inst.Agent.Name(), open), nil)
+			return fail(errInternal, fmt.Sprintf("acp-router: agent %q has %d terminals open already; release some first", inst.Agent.Name(), open), nil)
 		}
 	case acp.MethodTerminalOutput, acp.MethodTerminalWaitForExit, acp.MethodTerminalKill, acp.MethodTerminalRelease:
 		if !caps.Terminal {
@@ -348,7 +345,7 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		t, ok := r.terminals[id]
 		r.mu.Unlock()
 		if !ok || t.agent != inst.Agent.Name() {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown terminal %q", id), nil)
+			return fail(errParams, fmt.Sprintf("acp-router: unknown terminal %q", id), nil)
 		}
 	case acp.MethodElicitationCreate:
 		if caps.Elicitation == nil {
@@ -360,9 +357,11 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		var ep struct {
 			Mode string `json:"mode"`
 		}
-		json.Unmarshal(p, &ep)
+		if err := decodeParams(p, &ep); err != nil {
+			return errMalformed(method, err)
+		}
 		if (ep.Mode == "url" && !acp.Supported(caps.Elicitation.URL)) || (ep.Mode != "url" && !acp.Supported(caps.Elicitation.Form)) {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: the editor does not support %q elicitation", ep.Mode), nil)
+			return fail(errParams, fmt.Sprintf("acp-router: the editor does not support %q elicitation", ep.Mode), nil)
 		}
 	}
 	return nil
@@ -378,7 +377,7 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 // would not be the one the editor uses.
 func ambiguousParams(method string, p json.RawMessage) error {
 	if a, b, ok := acp.AmbiguousMember(p); ok {
-		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s params with members %q and %q, which name one field to some readers", method, a, b), nil)
+		return fail(errParams, fmt.Sprintf("acp-router: %s params with members %q and %q, which name one field to some readers", method, a, b), nil)
 	}
 	return nil
 }
@@ -450,14 +449,14 @@ func (r *Router) translateElicitation(inst *upstream.Instance, p json.RawMessage
 		RequestID     json.RawMessage `json:"requestId"`
 		ElicitationID *string         `json:"elicitationId"`
 	}
-	if json.Unmarshal(p, &ep) != nil {
-		return p, nil
+	if err := decodeParams(p, &ep); err != nil {
+		return nil, errMalformed(acp.MethodElicitationCreate, err)
 	}
 	var err error
 	if ep.RequestID != nil {
 		editorID := r.editorRequestFor(inst, ep.RequestID)
 		if editorID == nil {
-			return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: elicitation for an unknown request", nil)
+			return nil, fail(errParams, "acp-router: elicitation for an unknown request", nil)
 		}
 		if p, err = acp.SetField(p, "requestId", editorID); err != nil {
 			return nil, err
@@ -525,7 +524,10 @@ func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance,
 		var ep struct {
 			ElicitationID string `json:"elicitationId"`
 		}
-		json.Unmarshal(p, &ep)
+		if err := decodeParams(p, &ep); err != nil {
+			r.dropMalformed(inst.Agent.Name(), req.Method, err)
+			return
+		}
 		r.mu.Lock()
 		id, ok := r.elicits.Lookup(inst.Agent.Name(), ep.ElicitationID)
 		if ok {
@@ -535,7 +537,11 @@ func (r *Router) agentNotification(ctx context.Context, inst *upstream.Instance,
 		if !ok {
 			return
 		}
-		p, _ = acp.SetField(p, "elicitationId", id)
+		var err error
+		if p, err = acp.SetField(p, "elicitationId", id); err != nil {
+			r.dropMalformed(inst.Agent.Name(), req.Method, err)
+			return
+		}
 	} else {
 		sid, translated, err := r.toEditorSession(inst, req.Method, p)
 		if err != nil {
@@ -609,7 +615,8 @@ func (r *Router) agentCancelRequest(ctx context.Context, inst *upstream.Instance
 	var cp struct {
 		RequestID json.RawMessage `json:"requestId"`
 	}
-	if req.Params == nil || json.Unmarshal(*req.Params, &cp) != nil {
+	if err := decodeParams(params(req), &cp); err != nil || cp.RequestID == nil {
+		r.dropMalformed(inst.Agent.Name(), req.Method, cmp.Or(err, errNoRequestID))
 		return
 	}
 	want := acp.IDKey(cp.RequestID)

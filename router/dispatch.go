@@ -197,7 +197,7 @@ func stored(f func(*Router, context.Context, *jsonrpc2.Request)) func(*Router, c
 // proxy, answered off the read loop (the agents start).
 func (r *Router) initializeRequest(ctx context.Context, req *jsonrpc2.Request) {
 	if !r.role.CompareAndSwap(roleNone, roleAgent) && r.isProxy() {
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidRequest, "acp-router: already initialized as a proxy (proxy/initialize)", nil))
+		r.replyTo(req)(nil, fail(errNotNow, "acp-router: already initialized as a proxy (proxy/initialize)", nil))
 		return
 	}
 	r.spawn(func() { r.replyTo(req)(r.initialize(ctx, req)) })
@@ -318,7 +318,7 @@ func (r *Router) survive(from string, req *jsonrpc2.Request) {
 	}
 	r.log.Error("internal error handling a message", "from", from, "panic", p, "stack", string(debug.Stack()))
 	if req != nil && !req.Notif && from == "editor" {
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: internal error: %v", p), nil))
+		r.replyTo(req)(nil, fail(errInternal, fmt.Sprintf("acp-router: internal error: %v", p), nil))
 	}
 }
 

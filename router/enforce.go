@@ -456,7 +456,7 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 		if v.AuditFailed() {
 			msg = v.ErrorMessage()
 		}
-		reply(nil, acp.NewError(acp.CodeInternalError, msg, map[string]any{"decision": guard.Deny.String(), "source": v.Source, "userChoice": choice}))
+		reply(nil, fail(errInternal, msg, map[string]any{"decision": guard.Deny.String(), "source": v.Source, "userChoice": choice}))
 		return
 	}
 	relay()

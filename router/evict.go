@@ -202,7 +202,7 @@ func (r *Router) revive(ctx context.Context, s *Session) {
 	case errors.Is(err, store.ErrNotFound):
 		err = errUnknownSession(s.ID)
 	case err != nil:
-		err = acp.NewError(acp.CodeInternalError, "acp-router: cannot load the session: "+err.Error(), map[string]string{"sessionId": s.ID})
+		err = errCannotLoad(err, map[string]string{"sessionId": s.ID})
 	default:
 		r.fillFromStore(s, h, h.Meta.Cwd, nil)()
 		r.declareMcp(s)

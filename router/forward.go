@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -40,7 +41,7 @@ func (r *Router) forwardCall(ctx context.Context, req *jsonrpc2.Request, inst *u
 	}
 	r.mu.Unlock()
 	if full {
-		reply(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: %d requests are waiting for agents already; try again later", maxForwards), map[string]string{"method": req.Method}))
+		reply(nil, fail(errInternal, fmt.Sprintf("acp-router: %d requests are waiting for agents already; try again later", maxForwards), map[string]string{"method": req.Method}))
 		return
 	}
 	uncount := func() {
@@ -102,8 +103,6 @@ func (r *Router) unholdKey(key string) {
 	r.mu.Unlock()
 }
 
-var errCancelled = acp.NewError(acp.CodeRequestCancelled, "request cancelled", nil)
-
 // cancelRequest handles the editor's $/cancel_request: forwarded to the
 // agent working on it (its answer is relayed), answered -32800 when the
 // router holds the request itself (STYLE.md).
@@ -111,7 +110,8 @@ func (r *Router) cancelRequest(ctx context.Context, req *jsonrpc2.Request) {
 	var p struct {
 		RequestID json.RawMessage `json:"requestId"`
 	}
-	if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil || p.RequestID == nil {
+	if err := decodeParams(params(req), &p); err != nil || p.RequestID == nil {
+		r.dropMalformed("editor", req.Method, cmp.Or(err, errNoRequestID))
 		return
 	}
 	if r.cancelSuccessorRequest(p.RequestID) {
@@ -124,7 +124,11 @@ func (r *Router) cancelRequest(ctx context.Context, req *jsonrpc2.Request) {
 	r.mu.Unlock()
 	switch {
 	case f != nil:
-		msg, _ := acp.SetField(params(req), "requestId", f.agentID)
+		msg, err := acp.SetField(params(req), "requestId", f.agentID)
+		if err != nil {
+			r.dropMalformed("editor", req.Method, err)
+			return
+		}
 		if err := f.inst.Peer().Notify(ctx, acp.MethodCancelRequest, msg); err != nil {
 			r.log.Debug("cannot forward $/cancel_request", "error", err)
 		}
@@ -171,7 +175,7 @@ func (r *Router) forwardToDefault(ctx context.Context, req *jsonrpc2.Request, p 
 			r.log.Warn("no agent for method", "method", req.Method, "agent", r.defaultAgent(), "error", err)
 			cause := r.startError(r.byName[r.defaultAgent()], err)
 			msg := fmt.Sprintf("method not found: no agent can take %s: %s", req.Method, errorText(cause))
-			r.replyTo(req)(nil, acp.NewError(acp.CodeMethodNotFound, msg, map[string]string{"method": req.Method, "agent": r.defaultAgent()}))
+			r.replyTo(req)(nil, fail(errNoMethod, msg, map[string]string{"method": req.Method, "agent": r.defaultAgent()}))
 			return
 		}
 		r.forwardOrNotify(ctx, req, inst, p, "")
@@ -270,15 +274,3 @@ func rewriteSessionID(p json.RawMessage, from, to string) json.RawMessage {
 	}
 	return out
 }
-
-// errUnknownSession answers requests naming a session the router does not
-// have, or none (no sessionId, or one that is not a string).
-func errUnknownSession(id string) error {
-	if id == "" {
-		return errNoSessionID
-	}
-	return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown session %q", id), map[string]string{"sessionId": id})
-}
-
-// errNoSessionID answers a request for one session whose params name none.
-var errNoSessionID = acp.NewError(acp.CodeInvalidParams, "acp-router: params need a sessionId (a string)", nil)

@@ -275,9 +275,14 @@ func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 		Cursor   string `json:"cursor"`
 		Archived string `json:"archived"` // unstable
 	}
-	json.Unmarshal(params(req), &p)
+	if req.Params != nil { // all of them optional
+		if err := json.Unmarshal(*req.Params, &p); err != nil {
+			r.replyTo(req)(nil, errMalformed(req.Method, err))
+			return
+		}
+	}
 	if p.Cwd != "" && !filepath.IsAbs(p.Cwd) {
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", p.Cwd), nil))
+		r.replyTo(req)(nil, errRelativeCwd(p.Cwd))
 		return
 	}
 	// SessionArchiveFilter: omitted and null mean exclude; a value the
@@ -290,7 +295,7 @@ func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 	case "only":
 		archived = store.ArchivedOnly
 	default:
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unsupported archived filter %q (exclude, include or only)", p.Archived), map[string]string{"archived": p.Archived}))
+		r.replyTo(req)(nil, fail(errParams, fmt.Sprintf("acp-router: unsupported archived filter %q (exclude, include or only)", p.Archived), map[string]string{"archived": p.Archived}))
 		return
 	}
 	if p.Cwd != "" {
@@ -299,11 +304,11 @@ func (r *Router) listSessions(ctx context.Context, req *jsonrpc2.Request) {
 	r.spawn(func() {
 		page, err := r.opts.Store.List(ctx, store.ListOptions{Cwd: p.Cwd, Cursor: p.Cursor, Limit: 50, Archived: archived})
 		if errors.Is(err, store.ErrBadCursor) {
-			r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: invalid cursor", nil))
+			r.replyTo(req)(nil, fail(errParams, "acp-router: invalid cursor", nil))
 			return
 		}
 		if err != nil {
-			r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot list sessions: "+err.Error(), nil))
+			r.replyTo(req)(nil, fail(errInternal, "acp-router: cannot list sessions: "+err.Error(), nil))
 			return
 		}
 		type info struct {
@@ -338,11 +343,11 @@ func (r *Router) loadSession(ctx context.Context, req *jsonrpc2.Request, replay 
 		Directories []string        `json:"additionalDirectories"`
 	}
 	if json.Unmarshal(params(req), &p) != nil || p.SessionID == "" {
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: "+req.Method+" needs a sessionId", nil))
+		r.replyTo(req)(nil, errNeedsSessionID(req.Method))
 		return
 	}
 	if !filepath.IsAbs(p.Cwd) {
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", p.Cwd), nil))
+		r.replyTo(req)(nil, errRelativeCwd(p.Cwd))
 		return
 	}
 	if e := errRelativeDir(req.Method, p.Directories); e != nil {
@@ -395,7 +400,7 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 		r.mu.Unlock()
 		finish()
 		if !other.waitReady(ctx) {
-			return nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: session %q could not be reopened; try again", id), map[string]string{"sessionId": id})
+			return nil, fail(errInternal, fmt.Sprintf("acp-router: session %q could not be reopened; try again", id), map[string]string{"sessionId": id})
 		}
 		return other.stateResult(), nil
 	}
@@ -425,10 +430,10 @@ func (r *Router) reopen(ctx context.Context, id, cwd string, editorParams json.R
 func (r *Router) loadStored(ctx context.Context, id string) (*store.History, error) {
 	h, err := r.opts.Store.Load(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, acp.NewError(acp.CodeResourceNotFound, fmt.Sprintf("acp-router: no session %q is kept (session/list shows those that are)", id), map[string]string{"sessionId": id})
+		return nil, fail(errNoResource, fmt.Sprintf("acp-router: no session %q is kept (session/list shows those that are)", id), map[string]string{"sessionId": id})
 	}
 	if err != nil {
-		return nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot load the session: "+err.Error(), nil)
+		return nil, errCannotLoad(err, nil)
 	}
 	return h, nil
 }

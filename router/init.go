@@ -35,30 +35,32 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 	var in acp.InitializeParams
 	var version struct{ ProtocolVersion *uint16 }
 	if p == nil || json.Unmarshal(p, &in) != nil || json.Unmarshal(p, &version) != nil || version.ProtocolVersion == nil {
-		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: initialize needs params with protocolVersion (an integer, 0 to 65535)", nil)
+		return nil, fail(errParams, "acp-router: initialize needs params with protocolVersion (an integer, 0 to 65535)", nil)
 	}
 	// Agents speak v1 with the editor's own capabilities and clientInfo, so
 	// they only ever use what the editor has (notes/acp-protocol.md §14),
 	// less what the router does not route (routedClientCaps).
 	agentParams, err := acp.SetField(p, "protocolVersion", acp.ProtocolVersion)
 	if err != nil {
-		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: malformed initialize params", nil)
+		return nil, errMalformedInit
 	}
 	var raw struct {
 		ClientCapabilities json.RawMessage `json:"clientCapabilities"`
 	}
-	json.Unmarshal(p, &raw)
+	if json.Unmarshal(p, &raw) != nil {
+		return nil, errMalformedInit
+	}
 	if string(raw.ClientCapabilities) == "null" {
 		// The schema wants an object: an agent that checks (the TS SDK's)
 		// would refuse initialize. None advertised is {}.
 		if agentParams, err = acp.SetField(agentParams, "clientCapabilities", json.RawMessage("{}")); err != nil {
-			return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: malformed initialize params", nil)
+			return nil, errMalformedInit
 		}
 	}
 	if caps, masked := routedCaps(raw.ClientCapabilities); masked != nil {
 		r.log.Info("client capabilities not passed to agents: the router does not route their traffic", "capabilities", masked)
 		if agentParams, err = acp.SetField(agentParams, "clientCapabilities", caps); err != nil {
-			return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: malformed initialize params", nil)
+			return nil, errMalformedInit
 		}
 	}
 	r.mu.Lock()
@@ -259,17 +261,17 @@ func (r *Router) authenticate(ctx context.Context, req *jsonrpc2.Request) (json.
 		MethodID string `json:"methodId"`
 	}
 	if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil {
-		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: authenticate needs a methodId", nil)
+		return nil, fail(errParams, "acp-router: authenticate needs a methodId", nil)
 	}
 	r.mu.Lock()
 	m, ok := r.auth[p.MethodID]
 	r.mu.Unlock()
 	if !ok {
-		return nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown auth method %q", p.MethodID), nil)
+		return nil, fail(errParams, fmt.Sprintf("acp-router: unknown auth method %q", p.MethodID), nil)
 	}
 	if m.Terminal {
 		// ACP: authenticate MUST NOT be called with a terminal method.
-		return nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %q is a terminal login; run `acp-router login %s` instead of calling authenticate", p.MethodID, m.Agent), nil)
+		return nil, fail(errParams, fmt.Sprintf("acp-router: %q is a terminal login; run `acp-router login %s` instead of calling authenticate", p.MethodID, m.Agent), nil)
 	}
 	a := r.byName[m.Agent]
 	inst, err := a.Ready(ctx)
@@ -331,11 +333,11 @@ func (r *Router) startError(a *upstream.Agent, err error) error {
 		file = "the config file"
 	}
 	if a.Config.Command == "" || r.isProxy() && a.Name() == config.SuccessorName {
-		return acp.NewError(acp.CodeInternalError,
+		return fail(errInternal,
 			fmt.Sprintf("acp-router: agent %q is not available: %v. It is the next component of the ACP proxy chain, reached through the conductor; use another agent (/agent).", a.Name(), trimAgentPrefix(err, a.Name())),
 			map[string]string{"agent": a.Name()})
 	}
-	return acp.NewError(acp.CodeInternalError,
+	return fail(errInternal,
 		fmt.Sprintf("acp-router: agent %q is not available: %v. Check its entry in %s (run `%s` by hand to see its output), or use another agent.", a.Name(), trimAgentPrefix(err, a.Name()), file, a.Config.Command),
 		map[string]string{"agent": a.Name(), "stderrTail": a.StderrTail()})
 }

@@ -25,18 +25,11 @@ import (
 // session/archive and unarchive, and session/fork. MCP over ACP is in
 // mcp.go, auth/status in authstatus.go.
 
-// errNoSession answers a request naming a session the router neither runs
-// nor keeps: -32002 with the id in data, as the schema asks of
-// session/status, set_title, archive and unarchive.
-func errNoSession(method, id string) error {
-	return acp.NewError(acp.CodeResourceNotFound, fmt.Sprintf("acp-router: %s: unknown session %q", method, id), map[string]string{"sessionId": id})
-}
-
 // sessionIDParam reads params.sessionId, or answers -32602 (false).
 func (r *Router) sessionIDParam(req *jsonrpc2.Request) (string, bool) {
 	var ref acp.SessionRef
 	if json.Unmarshal(params(req), &ref) != nil || ref.SessionID == "" {
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: "+req.Method+" needs a sessionId", nil))
+		r.replyTo(req)(nil, errNeedsSessionID(req.Method))
 		return "", false
 	}
 	return ref.SessionID, true
@@ -56,11 +49,11 @@ func (r *Router) setTitle(ctx context.Context, req *jsonrpc2.Request) {
 		Title     *string `json:"title"`
 	}
 	if json.Unmarshal(params(req), &p) != nil || p.SessionID == "" {
-		reply(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: session/set_title needs a sessionId", nil))
+		reply(nil, fail(errParams, "acp-router: session/set_title needs a sessionId", nil))
 		return
 	}
 	if p.Title == nil || strings.TrimSpace(*p.Title) == "" {
-		reply(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: session/set_title needs a title that is not empty", map[string]string{"sessionId": p.SessionID}))
+		reply(nil, fail(errParams, "acp-router: session/set_title needs a title that is not empty", map[string]string{"sessionId": p.SessionID}))
 		return
 	}
 	title := strings.TrimSpace(*p.Title)
@@ -111,7 +104,7 @@ func (r *Router) retitleStored(ctx context.Context, id, title string) (json.RawM
 	case errors.Is(err, store.ErrNotFound):
 		return nil, errNoSession(acp.MethodSessionSetTitle, id)
 	case err != nil:
-		return nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot store the title: "+err.Error(), map[string]string{"sessionId": id})
+		return nil, fail(errInternal, "acp-router: cannot store the title: "+err.Error(), map[string]string{"sessionId": id})
 	}
 	return mustJSON(map[string]string{"title": title}), nil
 }
@@ -200,7 +193,7 @@ func (r *Router) archiveSession(ctx context.Context, req *jsonrpc2.Request, arch
 			r.replyTo(req)(nil, errNoSession(req.Method, id))
 			return
 		case err != nil && !errors.Is(err, store.ErrNotFound):
-			r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot store the archive state: "+err.Error(), map[string]string{"sessionId": id}))
+			r.replyTo(req)(nil, fail(errInternal, "acp-router: cannot store the archive state: "+err.Error(), map[string]string{"sessionId": id}))
 			return
 		}
 		r.log.Info("session archive state changed", "session", id, "archived", archive)
@@ -293,9 +286,12 @@ func (r *Router) forkSession(ctx context.Context, req *jsonrpc2.Request) {
 		Cwd  string   `json:"cwd"`
 		Dirs []string `json:"additionalDirectories"`
 	}
-	json.Unmarshal(p, &fp)
+	if err := decodeParams(p, &fp); err != nil {
+		reply(nil, errMalformed(req.Method, err))
+		return
+	}
 	if !filepath.IsAbs(fp.Cwd) {
-		reply(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", fp.Cwd), nil))
+		reply(nil, errRelativeCwd(fp.Cwd))
 		return
 	}
 	if e := errRelativeDir(req.Method, fp.Dirs); e != nil {
@@ -332,7 +328,7 @@ func (r *Router) forkSession(ctx context.Context, req *jsonrpc2.Request) {
 		s.mu.Unlock()
 		sort.Strings(names)
 		if len(names) != 1 || d == nil {
-			reply(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: session/fork: session %q was served by agents %s; a fork needs one agent's session to fork", s.ID, strings.Join(names, ", ")),
+			reply(nil, fail(errParams, fmt.Sprintf("acp-router: session/fork: session %q was served by agents %s; a fork needs one agent's session to fork", s.ID, strings.Join(names, ", ")),
 				map[string]any{"sessionId": s.ID, "agents": names}))
 			return
 		}
@@ -342,7 +338,7 @@ func (r *Router) forkSession(ctx context.Context, req *jsonrpc2.Request) {
 			return
 		}
 		if !acp.Supported(agentCaps(inst).SessionCapabilities.Fork) {
-			reply(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: session/fork: agent %q, which serves session %q, does not support session/fork", inst.Agent.Name(), s.ID),
+			reply(nil, fail(errParams, fmt.Sprintf("acp-router: session/fork: agent %q, which serves session %q, does not support session/fork", inst.Agent.Name(), s.ID),
 				map[string]string{"sessionId": s.ID, "agent": inst.Agent.Name()}))
 			return
 		}
@@ -390,7 +386,7 @@ func (r *Router) fork(ctx context.Context, req *jsonrpc2.Request, s *Session, d 
 		return
 	}
 	if !bound {
-		reply(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q answered session/fork without a sessionId", inst.Agent.Name()), map[string]string{"agent": inst.Agent.Name()}))
+		reply(nil, fail(errInternal, fmt.Sprintf("acp-router: agent %q answered session/fork without a sessionId", inst.Agent.Name()), map[string]string{"agent": inst.Agent.Name()}))
 		return
 	}
 	ns.mu.Lock()

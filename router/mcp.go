@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -96,12 +95,6 @@ func (r *Router) mcpSession(inst *upstream.Instance, serverID string) *Session {
 		return s
 	}
 	return nil
-}
-
-// errMcpServer answers an mcp/message naming a server no session declared
-// (to that agent).
-func errMcpServer(serverID string) error {
-	return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: mcp/message: no session declared the ACP MCP server %q", serverID), map[string]string{"serverId": serverID})
 }
 
 // mcpParams reads serverId and requestId of mcp/message params.

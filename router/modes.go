@@ -172,7 +172,7 @@ func (r *Router) resetDone(s *Session, d *downstream, from, target, optionID str
 		text = fmt.Sprintf("acp-router: %s was in mode %q, which the permission policy does not allow, and could not be set back (%v); it has since left that mode.", d.agent.Title(), from, errorText(err))
 		r.log.Info("the agent left a denied mode by itself after a failed reset", "session", s.ID, "agent", agent, "mode", from, "error", err)
 	} else {
-		d.modeErr = acp.NewError(acp.CodeInternalError,
+		d.modeErr = fail(errInternal,
 			fmt.Sprintf("acp-router: %s is in mode %q, which the permission policy does not allow, and could not be set back (%v); prompts in this session are refused until it leaves that mode", d.agent.Title(), from, errorText(err)),
 			map[string]string{"agent": agent, "mode": from, "rule": guard.RuleDeniedMode})
 		text = errorText(d.modeErr)

@@ -68,7 +68,7 @@ func (r *Router) prompt(ctx context.Context, req *jsonrpc2.Request) {
 	if s.turn != nil || s.reviving {
 		if len(s.queue) >= maxQueued {
 			s.mu.Unlock()
-			r.replyTo(req)(nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: %d prompts are waiting in this session already", maxQueued), map[string]string{"sessionId": s.ID}))
+			r.replyTo(req)(nil, fail(errInternal, fmt.Sprintf("acp-router: %d prompts are waiting in this session already", maxQueued), map[string]string{"sessionId": s.ID}))
 			return
 		}
 		s.queue = append(s.queue, t)
@@ -340,7 +340,7 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 		if m.Error != nil {
 			rpcErr := new(jsonrpc2.Error)
 			if json.Unmarshal(m.Error, rpcErr) != nil {
-				rpcErr = acp.NewError(acp.CodeInternalError, "acp-router: the agent answered with a malformed error", nil)
+				rpcErr = fail(errInternal, "acp-router: the agent answered with a malformed error", nil)
 			}
 			err = rpcErr
 		} else {

@@ -374,9 +374,3 @@ const shutdownWait = 2 * time.Second
 
 // spawn runs f in a goroutine the router owns: shutdown waits for it.
 func (r *Router) spawn(f func()) { r.owned.Go(f) }
-
-// errNotificationAsRequest answers a request for a method the protocol sends
-// only as a notification (acp.NotificationOnly), as an ACP peer answers it.
-func errNotificationAsRequest(method string) error {
-	return acp.NewError(acp.CodeMethodNotFound, "Method not found: "+method+" is a notification (sent without an id)", map[string]string{"method": method})
-}

@@ -185,11 +185,11 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 		Dirs []string `json:"additionalDirectories"`
 	}
 	if p == nil || json.Unmarshal(p, &np) != nil {
-		reply(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: session/new needs params with cwd", nil))
+		reply(nil, fail(errParams, "acp-router: session/new needs params with cwd", nil))
 		return
 	}
 	if !filepath.IsAbs(np.Cwd) {
-		reply(nil, acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: cwd must be an absolute path, got %q", np.Cwd), nil))
+		reply(nil, errRelativeCwd(np.Cwd))
 		return
 	}
 	if e := errRelativeDir(req.Method, np.Dirs); e != nil {
@@ -274,7 +274,7 @@ func (r *Router) openDownstream(ctx context.Context, s *Session, inst *upstream.
 		return nil, r.authError(inst.Agent, inst.Agent.Error(inst, err))
 	}
 	if !bound {
-		return nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q answered session/new without a sessionId", inst.Agent.Name()), map[string]string{"agent": inst.Agent.Name()})
+		return nil, fail(errInternal, fmt.Sprintf("acp-router: agent %q answered session/new without a sessionId", inst.Agent.Name()), map[string]string{"agent": inst.Agent.Name()})
 	}
 	r.learnModes(inst.Agent.Name(), res)
 	s.mu.Lock()
@@ -679,7 +679,7 @@ func (r *Router) forget(s *Session) {
 func errRelativeDir(method string, dirs []string) *jsonrpc2.Error {
 	for _, dir := range dirs {
 		if !filepath.IsAbs(dir) {
-			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: %s: additionalDirectories must be absolute paths, got %q", method, dir), nil)
+			return fail(errParams, fmt.Sprintf("acp-router: %s: additionalDirectories must be absolute paths, got %q", method, dir), nil)
 		}
 	}
 	return nil

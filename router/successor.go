@@ -18,6 +18,7 @@ package router
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,12 +48,6 @@ type successorEnvelope struct {
 	Method string          `json:"method"`
 	Params json.RawMessage `json:"params,omitempty"`
 }
-
-// errNoSuccessor answers proxy/successor requests while no link to the
-// successor is up.
-var errNoSuccessor = acp.NewError(acp.CodeInternalError,
-	"acp-router: the successor is not connected (it was stopped or its link ended); its next use reconnects it",
-	map[string]string{"agent": config.SuccessorName})
 
 // beginProxy makes the router a proxy with a successor (proxy/initialize):
 // the agent named config.SuccessorName (implicit when the config does not
@@ -226,7 +221,7 @@ func (l *successorLink) call(ctx context.Context, m *acp.Message) {
 	id := m.ID
 	c, err := l.c.r.editor.Call(ctx, acp.MethodProxySuccessor, successorEnvelope{Method: m.Method, Params: m.Params}, nil, nil)
 	if err != nil {
-		l.reply(id, nil, acp.NewError(acp.CodeInternalError, "acp-router: cannot reach the conductor: "+err.Error(), nil))
+		l.reply(id, nil, fail(errInternal, "acp-router: cannot reach the conductor: "+err.Error(), nil))
 		return
 	}
 	key := acp.IDKey(id)
@@ -240,7 +235,7 @@ func (l *successorLink) call(ctx context.Context, m *acp.Message) {
 		l.mu.Unlock()
 		var rpcErr *jsonrpc2.Error
 		if err != nil && !errors.As(err, &rpcErr) {
-			rpcErr = acp.NewError(acp.CodeInternalError, "acp-router: the conductor connection ended: "+err.Error(), nil)
+			rpcErr = fail(errInternal, "acp-router: the conductor connection ended: "+err.Error(), nil)
 		}
 		l.reply(id, res, rpcErr)
 	})
@@ -270,7 +265,8 @@ func (l *successorLink) cancelOutbound(ctx context.Context, m *acp.Message) {
 	var p struct {
 		RequestID json.RawMessage `json:"requestId"`
 	}
-	if json.Unmarshal(m.Params, &p) != nil || p.RequestID == nil {
+	if err := decodeParams(m.Params, &p); err != nil || p.RequestID == nil {
+		l.c.r.dropMalformed("successor", acp.MethodCancelRequest, cmp.Or(err, errNoRequestID))
 		return
 	}
 	l.mu.Lock()
@@ -300,7 +296,7 @@ func (l *successorLink) answer(ctx context.Context, m *acp.Message) {
 	if m.Error != nil {
 		e := new(jsonrpc2.Error)
 		if json.Unmarshal(m.Error, e) != nil {
-			e = acp.NewError(acp.CodeInternalError, "acp-router: malformed error", nil)
+			e = fail(errInternal, "acp-router: malformed error", nil)
 		}
 		err = e
 	}
@@ -320,7 +316,7 @@ func (r *Router) fromSuccessor(req *jsonrpc2.Request) {
 			r.log.Warn("proxy/successor notification before proxy/initialize dropped")
 			return
 		}
-		reply(nil, acp.NewError(acp.CodeMethodNotFound,
+		reply(nil, fail(errNoMethod,
 			"acp-router: proxy/successor is valid only when a conductor started the router with proxy/initialize (ACP proxy chains)",
 			map[string]string{"method": req.Method}))
 		return
@@ -331,7 +327,7 @@ func (r *Router) fromSuccessor(req *jsonrpc2.Request) {
 			r.log.Warn("malformed proxy/successor notification dropped")
 			return
 		}
-		reply(nil, acp.NewError(acp.CodeInvalidParams, "acp-router: proxy/successor needs params with the wrapped message's method", nil))
+		reply(nil, fail(errParams, "acp-router: proxy/successor needs params with the wrapped message's method", nil))
 		return
 	}
 	if string(env.Params) == "null" {
@@ -364,7 +360,7 @@ func (r *Router) fromSuccessor(req *jsonrpc2.Request) {
 		}
 		l.mu.Unlock()
 		if dup {
-			reply(nil, acp.NewError(acp.CodeInvalidRequest, "acp-router: a proxy/successor request with this id is already pending", nil))
+			reply(nil, fail(errNotNow, "acp-router: a proxy/successor request with this id is already pending", nil))
 			return
 		}
 		msg["id"] = raw
@@ -413,7 +409,7 @@ func (r *Router) cancelSuccessorRequest(id json.RawMessage) bool {
 // successor before answering). The request is never passed to an agent.
 func (r *Router) proxyInitialize(ctx context.Context, req *jsonrpc2.Request) {
 	if !r.beginProxy() {
-		r.replyTo(req)(nil, acp.NewError(acp.CodeInvalidRequest,
+		r.replyTo(req)(nil, fail(errNotNow,
 			"acp-router: already initialized as an agent (initialize); proxy/initialize must be the first message from a conductor", nil))
 		return
 	}

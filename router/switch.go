@@ -136,7 +136,7 @@ func (s *Session) sayLocked(text string) []byte {
 func (r *Router) switchTo(ctx context.Context, s *Session, name string) error {
 	a := r.byName[name]
 	if a == nil {
-		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: no agent %q (agents: %s)", name, strings.Join(r.agentNames(), ", ")), nil)
+		return fail(errParams, fmt.Sprintf("acp-router: no agent %q (agents: %s)", name, strings.Join(r.agentNames(), ", ")), nil)
 	}
 	s.mu.Lock()
 	same, enforced := s.active == name, s.Enforce
@@ -145,7 +145,7 @@ func (r *Router) switchTo(ctx context.Context, s *Session, name string) error {
 		return nil
 	}
 	if enforced {
-		return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: this session must stay on %q (routing rule with enforce: true in %s)", s.activeName(), r.cfg.File), nil)
+		return fail(errParams, fmt.Sprintf("acp-router: this session must stay on %q (routing rule with enforce: true in %s)", s.activeName(), r.cfg.File), nil)
 	}
 	began, from := time.Now(), s.activeName()
 	if _, err := r.ensureDownstream(r.turnContext(ctx, s), s, a); err != nil {
@@ -193,9 +193,14 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 		ConfigID string          `json:"configId"`
 		Value    json.RawMessage `json:"value"`
 	}
-	json.Unmarshal(params(req), &p)
+	if err := decodeParams(params(req), &p); err != nil {
+		reply(nil, errMalformed(req.Method, err))
+		return
+	}
+	// A value that is no string (a boolean option's) names no agent: it
+	// goes to the active agent as it is.
 	var value string
-	json.Unmarshal(p.Value, &value)
+	_ = json.Unmarshal(p.Value, &value)
 	d := s.activeDown()
 	synthesized := d != nil && d.view.Options == nil
 	r.spawn(func() {
@@ -232,7 +237,10 @@ func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.R
 	var p struct {
 		ModeID string `json:"modeId"`
 	}
-	json.Unmarshal(params(req), &p)
+	if err := decodeParams(params(req), &p); err != nil {
+		r.replyTo(req)(nil, errMalformed(req.Method, err))
+		return
+	}
 	r.spawn(func() {
 		agent, mode, qualified := merge.SplitLegacyModeID(p.ModeID)
 		if !qualified || r.byName[agent] == nil {
