@@ -94,7 +94,7 @@ func TestTurnsFromAsFullRead(t *testing.T) {
 			[]merge.TurnRecord{{Agent: "a", Title: "a", User: "one"}, {Seq: 1, Agent: "a", Title: "a", User: "two", Reply: "done"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := &Router{cfg: &config.Config{Handoff: config.Handoff{MaxBytes: 1 << 10}}, byName: map[string]*upstream.Agent{}}
+			r := &Router{cfg: &config.Config{Handoff: config.Handoff{MaxBytes: 1 << 10}}, upstreams: upstreams{byName: map[string]*upstream.Agent{}}}
 			turns, seen := r.turnsFrom(&Session{r: r}, c.lines)
 			for i := range turns {
 				turns[i].Tools = nil

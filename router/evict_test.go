@@ -301,7 +301,7 @@ func TestMaxSessionsEvicted(t *testing.T) {
 // beside blocks it does not decode.
 func TestSessionForFindsTheID(t *testing.T) {
 	a := &Session{ID: "a"}
-	r := &Router{sessions: map[string]*Session{"a": a}}
+	r := &Router{sessionTable: sessionTable{sessions: map[string]*Session{"a": a}}}
 	big := strings.Repeat(`{"type":"text","text":"x"},`, 10000)
 	for _, tt := range []struct {
 		params string

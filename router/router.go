@@ -86,74 +86,122 @@ type Options struct {
 	Confine func(config.Agent) (*sandbox.Plan, error)
 }
 
-// Router serves one editor connection.
+// Router serves one editor connection. It composes the owners of its
+// concerns, each a type below with the discipline of its fields; their
+// fields are promoted (r.sessions, r.forwards, ...).
 type Router struct {
-	cfg    *config.Config
-	opts   Options
-	log    hclog.Logger
-	agents []*upstream.Agent
-	byName map[string]*upstream.Agent
-	editor *acp.Peer
-	uopts  upstream.Options
+	cfg  *config.Config
+	opts Options
+	log  hclog.Logger
 
-	// role is how the router was initialized (successor.go); chain, set
-	// with roleProxy before it is published, is its link to the successor.
-	role  atomic.Int32
-	chain *chain
+	// mu guards the fields of the concerns below that say so. One lock,
+	// not one per concern: an agent's exit, a session's binding and a
+	// turn's end each change several of them at once; it is never held
+	// across a wait (STYLE.md) nor while a session's own mu is taken.
+	mu sync.Mutex
 
-	mu         sync.Mutex
+	editorConn
+	handshake
+	upstreams
+	sessionTable
+	forwardTable
+	editorCalls
+	mcpRoutes
+	dropCounts
+
+	// owned are the router's goroutines: shutdown waits for them (bounded).
+	owned owner.Group
+}
+
+// editorConn is the editor's connection. editor is set once by Serve,
+// before editorReady is closed; the handlers, already reading, wait for
+// editorReady before they use it.
+type editorConn struct {
+	editor      *acp.Peer
+	editorReady chan struct{}
+	editorSet   func()
+}
+
+// handshake is how the editor initialized the router (init.go,
+// successor.go). role is atomic; chain, set with roleProxy before it is
+// published, is its link to the successor; initParams and clientCaps are
+// under Router.mu.
+type handshake struct {
+	role       atomic.Int32
+	chain      *chain
 	initParams json.RawMessage // the editor's initialize params, for agents
 	clientCaps acp.ClientCapabilities
-	sessions   map[string]*Session // by router session id
-	downs      map[string]*Session // by downKey of each downstream session
-	modeCache  map[string][]merge.Mode
-	cmdCache   map[string][]string         // agents' own command names, as last seen
-	auth       map[string]merge.AuthMethod // advertised auth method id → owner
-	forwards   map[string]*forward         // editor request id → its forward to an agent
-	watched    map[*upstream.Instance]bool // instances whose connection watchInstance waits on
-	held       map[string]func()
+}
+
+// upstreams are the agents and what they report about themselves.
+// agents and byName are written by New and, under Router.mu, by
+// beginProxy (the successor); uopts after New is read only; the caches
+// and watched are under Router.mu; statusUps has its own lock.
+type upstreams struct {
+	agents    []*upstream.Agent
+	byName    map[string]*upstream.Agent
+	uopts     upstream.Options
+	watched   map[*upstream.Instance]bool // instances whose connection watchInstance waits on
+	modeCache map[string][]merge.Mode
+	cmdCache  map[string][]string         // agents' own command names, as last seen
+	auth      map[string]merge.AuthMethod // advertised auth method id → owner
+	// statusUps relays auth status updates, coalesced (authstatus.go).
+	statusUps *statusUpdates
+}
+
+// sessionTable is the router's sessions and the agents' sessions bound to
+// them, under Router.mu; msgNonce is fixed at New and msgSeq atomic.
+type sessionTable struct {
+	sessions map[string]*Session // by router session id
+	downs    map[string]*Session // by downKey of each downstream session
+	// children are the subagent sessions, by the id the editor knows
+	// (subagent.go); they are not in sessions: only session/cancel may
+	// name one.
+	children  map[string]*Session
+	parked    map[*upstream.Instance]*parking // updates for sessions not bound yet (bounds.go)
+	tombs     tombstones                      // downstream sessions closed or evicted
+	closedIDs tombstones                      // router sessions closed (or deleted) recently: never brought back by a prompt
+	sweep     chan struct{}                   // wakes the evictor early (evict.go); capacity 1
+	msgNonce  string                          // in the router's own messageIds
+	msgSeq    atomic.Uint64
+}
+
+// forwardTable is the editor's requests in flight at agents (forward.go),
+// under Router.mu: each forward by the editor's id, the requests the
+// router holds itself (waiting for an agent), and their count.
+type forwardTable struct {
+	forwards map[string]*forward // editor request id → its forward to an agent
+	held     map[string]func()
+	calls    int // forwards other than prompts (maxForwards)
+}
+
+// editorCalls is the agents' requests in flight at the editor
+// (agentcalls.go), under Router.mu; watchCalls starts watchEditorCalls
+// once.
+type editorCalls struct {
 	toEditor   map[string]*outgoing       // router requests to the editor, by editor-side id
 	pending    map[*upstream.Instance]int // toEditor entries per agent instance
-	// watchCalls starts watchEditorCalls once.
 	watchCalls sync.Once
-	terminals  map[string]terminal             // terminal id → owner
-	elicits    *merge.IDTable                  // (agent, elicitationId) ↔ editor-side id
-	parked     map[*upstream.Instance]*parking // updates for sessions not bound yet (bounds.go)
-	tombs      tombstones                      // downstream sessions closed or evicted
-	closedIDs  tombstones                      // router sessions closed (or deleted) recently: never brought back by a prompt
-	calls      int                             // forwards other than prompts (maxForwards)
-	msgNonce   string                          // in the router's own messageIds
-	msgSeq     atomic.Uint64
+	terminals  map[string]terminal // terminal id → owner
+	elicits    *merge.IDTable      // (agent, elicitationId) ↔ editor-side id
+}
 
-	// Drops counted and logged once (bounds.go).
+// mcpRoutes is MCP over ACP (mcp.go), under Router.mu: the ACP-transport
+// MCP servers sessions declared, by serverId, and the agents' mcp/message
+// requests at the editor, by serverId and requestId.
+type mcpRoutes struct {
+	mcpServers map[string]*Session
+	mcpCalls   map[string]*mcpCall
+}
+
+// dropCounts are the drops counted and logged once (bounds.go); each has
+// its own lock.
+type dropCounts struct {
 	closedDrops *drops // updates for closed or evicted sessions
 	toolDrops   *drops // tool call ids retired before their tool call finished
 	askDrops    *drops // tool call updates dropped while held for a permission request (asking.go)
 	childDrops  *drops // subagent announcements past maxChildren
 	seqWaits    *drops // agent reads held by a session's backlog behind a decision (order.go)
-
-	// children are the subagent sessions, by the id the editor knows
-	// (subagent.go); they are not in sessions: only session/cancel may
-	// name one.
-	children map[string]*Session
-
-	// MCP over ACP (mcp.go): the ACP-transport MCP servers sessions
-	// declared, by serverId, and the agents' mcp/message requests at the
-	// editor, by serverId and requestId.
-	mcpServers map[string]*Session
-	mcpCalls   map[string]*mcpCall
-	// statusUps relays auth status updates, coalesced (authstatus.go).
-	statusUps *statusUpdates
-
-	sweep chan struct{} // wakes the evictor early (evict.go); capacity 1
-
-	// editorReady is closed once Serve has set editor: the editor's
-	// handler runs as soon as the peer reads, before NewPeer returns.
-	editorReady chan struct{}
-	editorSet   func()
-
-	// owned are the router's goroutines: shutdown waits for them (bounded).
-	owned owner.Group
 }
 
 // outgoing is an agent request in flight at the editor.
@@ -198,25 +246,32 @@ func New(cfg *config.Config, opts Options) *Router {
 		opts.ModeResetTimeout = 10 * time.Second
 	}
 	r := &Router{
-		cfg:       cfg,
-		opts:      opts,
-		log:       opts.Logger,
-		byName:    map[string]*upstream.Agent{},
-		sessions:  map[string]*Session{},
-		downs:     map[string]*Session{},
-		modeCache: map[string][]merge.Mode{},
-		cmdCache:  map[string][]string{},
-		auth:      map[string]merge.AuthMethod{},
-		forwards:  map[string]*forward{},
-		watched:   map[*upstream.Instance]bool{},
-		held:      map[string]func(){},
-		toEditor:  map[string]*outgoing{},
-		pending:   map[*upstream.Instance]int{},
-		terminals: map[string]terminal{},
-		elicits:   merge.NewIDTable(),
-		parked:    map[*upstream.Instance]*parking{},
-		msgNonce:  strconv.FormatInt(time.Now().UnixNano(), 36),
-		sweep:     make(chan struct{}, 1),
+		cfg:  cfg,
+		opts: opts,
+		log:  opts.Logger,
+		upstreams: upstreams{
+			byName:    map[string]*upstream.Agent{},
+			watched:   map[*upstream.Instance]bool{},
+			modeCache: map[string][]merge.Mode{},
+			cmdCache:  map[string][]string{},
+			auth:      map[string]merge.AuthMethod{},
+		},
+		sessionTable: sessionTable{
+			sessions: map[string]*Session{},
+			downs:    map[string]*Session{},
+			children: map[string]*Session{},
+			parked:   map[*upstream.Instance]*parking{},
+			sweep:    make(chan struct{}, 1),
+			msgNonce: strconv.FormatInt(time.Now().UnixNano(), 36),
+		},
+		forwardTable: forwardTable{forwards: map[string]*forward{}, held: map[string]func(){}},
+		editorCalls: editorCalls{
+			toEditor:  map[string]*outgoing{},
+			pending:   map[*upstream.Instance]int{},
+			terminals: map[string]terminal{},
+			elicits:   merge.NewIDTable(),
+		},
+		mcpRoutes: mcpRoutes{mcpServers: map[string]*Session{}, mcpCalls: map[string]*mcpCall{}},
 	}
 	r.editorReady = make(chan struct{})
 	r.editorSet = sync.OnceFunc(func() { close(r.editorReady) })
@@ -226,8 +281,6 @@ func New(cfg *config.Config, opts Options) *Router {
 	r.seqWaits = newWaits(r.log, hclog.Info, "an agent's reading waits: a session's messages behind its pending decision are at their bound",
 		"maxItems", maxSequenced, "maxBytes", maxSequencedBytes)
 	r.childDrops = newDrops(r.log, hclog.Warn, "subagent sessions past the bound dropped; their requests fail closed", "limit", maxChildren)
-	r.children = map[string]*Session{}
-	r.mcpServers, r.mcpCalls = map[string]*Session{}, map[string]*mcpCall{}
 	r.statusUps = newStatusUpdates(r)
 	uopts := upstream.Options{
 		Logger:        opts.Logger.Named("agent"),
