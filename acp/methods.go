@@ -98,7 +98,8 @@ type Method struct {
 	// again: the messages of a turn. The router's dispatch reads it for
 	// both paths (router/dispatch.go).
 	Fast bool
-	// Handler names the code of a Handled method.
+	// Handler names the code of a Handled method, and of a Relayed one
+	// that has a path of its own.
 	Handler string
 	// Code answers a Refused request.
 	Code int64
@@ -161,7 +162,7 @@ var Methods = []Method{
 	// Agents call them (x-side client).
 	{Name: MethodSessionUpdate, Side: SideClient, Status: Stable, Notification: true, Treatment: Handled, Fast: true, Handler: "router.relayUpdate",
 		Why: "ids translated (session, tool call, message; subagent children), recorded for the brief and the store, policy evidence; ids inside updates (compactionId, planId, session_message) kept apart across agents"},
-	{Name: MethodRequestPermission, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true,
+	{Name: MethodRequestPermission, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true, Handler: "router.permissionRequest (router/permission.go)",
 		Why: "the permission policy decides first (guard; enforce.go); the editor is asked only for ask"},
 	{Name: MethodReadTextFile, Side: SideClient, Status: Stable, Request: true, Treatment: Relayed, Fast: true,
 		Why: "fs.readTextFile checked, absolute paths only, the policy decides"},

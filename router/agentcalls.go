@@ -48,18 +48,7 @@ func (r *Router) parkingLocked(inst *upstream.Instance) *parking {
 // The requests the permission policy decides go through it first
 // (enforce.go). The answer is relayed back with the agent's id.
 func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request) {
-	reply := func(res json.RawMessage, err error) {
-		if err == nil && len(res) > 0 && bytes.IndexByte(res, '\n') < 0 {
-			// The editor's raw result, or one of the router's, one line.
-			err = inst.Peer().ReplyRaw(acp.RawID(req.ID), res)
-		} else {
-			err = inst.Peer().Reply(context.Background(), req.ID, res, err)
-		}
-		if err != nil {
-			r.log.Debug("cannot answer the agent", "agent", inst.Agent.Name(), "method", req.Method, "error", err)
-		}
-	}
-	ctx, reply = r.traceAgentCall(ctx, inst, req, reply)
+	ctx, reply := r.traceAgentCall(ctx, inst, req, r.agentReply(inst, req))
 	p := params(req)
 	if err := r.checkAgentCall(inst, req.Method, p); err != nil {
 		reply(nil, err)
@@ -80,6 +69,21 @@ func (r *Router) agentRequest(ctx context.Context, inst *upstream.Instance, req 
 	r.relayRequest(ctx, inst, req, p, reply, nil)
 }
 
+// agentReply returns the function answering an agent's request req.
+func (r *Router) agentReply(inst *upstream.Instance, req *jsonrpc2.Request) func(json.RawMessage, error) {
+	return func(res json.RawMessage, err error) {
+		if err == nil && len(res) > 0 && bytes.IndexByte(res, '\n') < 0 {
+			// The editor's raw result, or one of the router's, one line.
+			err = inst.Peer().ReplyRaw(acp.RawID(req.ID), res)
+		} else {
+			err = inst.Peer().Reply(context.Background(), req.ID, res, err)
+		}
+		if err != nil {
+			r.log.Debug("cannot answer the agent", "agent", inst.Agent.Name(), "method", req.Method, "error", err)
+		}
+	}
+}
+
 // agentSession is the router session of an agent's message by its
 // params.sessionId, nil if none.
 func (r *Router) agentSession(inst *upstream.Instance, p json.RawMessage) *Session {
@@ -94,24 +98,13 @@ func (r *Router) agentSession(inst *upstream.Instance, p json.RawMessage) *Sessi
 
 // relayRequest sends an agent's request to the editor and answers the agent
 // with the editor's answer, passed through answer when it is not nil.
+// session/request_permission has a path of its own (relayPermission).
 func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage,
 	reply func(json.RawMessage, error), answer func(json.RawMessage, error) (json.RawMessage, error)) {
-	pAgent := p
 	sid, p, err := r.toEditorSession(inst, req.Method, p)
 	if err != nil {
 		reply(nil, err)
 		return
-	}
-	if req.Method == acp.MethodRequestPermission {
-		// What the editor shows of the tool call stays what was decided
-		// until its user has answered (asking.go).
-		if end := r.askingTool(inst, pAgent, p); end != nil {
-			inner := reply
-			reply = func(res json.RawMessage, err error) {
-				end()
-				inner(res, err)
-			}
-		}
 	}
 	if req.Method == acp.MethodElicitationCreate {
 		if p, err = r.translateElicitation(inst, p); err != nil {
@@ -119,6 +112,14 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 			return
 		}
 	}
+	r.sendToEditor(ctx, inst, req, sid, p, reply, answer)
+}
+
+// sendToEditor sends an agent's request, its params p translated for the
+// editor (router session sid), and answers the agent with the editor's
+// answer, passed through answer when it is not nil.
+func (r *Router) sendToEditor(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, sid string, p json.RawMessage,
+	reply func(json.RawMessage, error), answer func(json.RawMessage, error) (json.RawMessage, error)) {
 	agentID := acp.RawID(req.ID)
 	if answer == nil && p != nil && bytes.IndexByte(p, '\n') < 0 {
 		// The fast path: the editor's answer is relayed from the
@@ -401,17 +402,30 @@ func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.
 		}
 		return "", nil, errUnknownSession(ref.SessionID)
 	}
-	p = rewriteSessionID(p, ref.SessionID, s.ID)
-	// A tool call id in the request is translated like the updates'; a
-	// permission request shows (creates) its tool call in the editor, so
-	// later updates for it may be forwarded.
-	var tc struct {
-		ToolCall struct {
-			ToolCallID string `json:"toolCallId"`
-		} `json:"toolCall"`
-		ToolCallID string `json:"toolCallId"` // elicitation scope
+	// A tool call id in the request is translated like the updates'.
+	var tc toolCallRef
+	if err := json.Unmarshal(p, &tc); err != nil {
+		// Relayed as it is: what the editor makes of it is its answer.
+		r.log.Debug("an agent's request whose params do not decode: no tool call id translated", "agent", inst.Agent.Name(), "method", method, "error", err)
 	}
-	json.Unmarshal(p, &tc)
+	return r.toEditorSessionOf(inst, s, method, ref.SessionID, p, tc)
+}
+
+// toolCallRef is the tool call an agent's request names: a permission
+// request's, or (elicitation scope) the one it is about.
+type toolCallRef struct {
+	ToolCall struct {
+		ToolCallID string `json:"toolCallId"`
+	} `json:"toolCall"`
+	ToolCallID string `json:"toolCallId"`
+}
+
+// toEditorSessionOf translates the ids of an agent's request of router
+// session s, read already: its session id (agentSID) and tool call. A
+// permission request shows (creates) its tool call in the editor, so later
+// updates for it may be forwarded.
+func (r *Router) toEditorSessionOf(inst *upstream.Instance, s *Session, method, agentSID string, p json.RawMessage, tc toolCallRef) (string, json.RawMessage, error) {
+	p = rewriteSessionID(p, agentSID, s.ID)
 	agent := inst.Agent.Name()
 	var edit *idEdit
 	retired := 0
@@ -435,6 +449,8 @@ func (r *Router) toEditorSession(inst *upstream.Instance, method string, p json.
 	if edit != nil {
 		if out, err := setPath(p, edit.path, edit.id); err == nil {
 			p = out
+		} else {
+			r.log.Debug("an agent's request whose tool call id cannot be rewritten relayed as it is", "agent", agent, "method", method, "error", err)
 		}
 	}
 	return s.ID, p, nil

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"sync"
-
-	"github.com/acp-router/acp-router/upstream"
 )
 
 // What the editor shows of a tool call while its user decides about it.
@@ -39,24 +37,20 @@ type askHold struct {
 	lines [][]byte
 }
 
-// askingTool registers, for an agent's session/request_permission the
-// router is about to send the editor (p translated, pAgent the agent's
-// params), that the editor has a request about its tool call, and returns
+// askingToolOf registers, for an agent's session/request_permission of
+// router session s that the router is about to send the editor (p
+// translated), that the editor has a request about its tool call, and returns
 // the function that ends that once the request is over (answered, failed
 // or withdrawn), writing what was held; nil when the request names no
 // tool call.
-func (r *Router) askingTool(inst *upstream.Instance, pAgent, p json.RawMessage) func() {
+func askingToolOf(s *Session, p json.RawMessage) func() {
 	var tc struct {
 		ToolCall struct {
 			ToolCallID string `json:"toolCallId"`
 		} `json:"toolCall"`
 	}
 	if json.Unmarshal(p, &tc) != nil || tc.ToolCall.ToolCallID == "" {
-		return nil
-	}
-	s := r.agentSession(inst, pAgent)
-	if s == nil {
-		return nil
+		return nil // no tool call the editor shows: nothing to hold
 	}
 	id := tc.ToolCall.ToolCallID
 	s.mu.Lock()

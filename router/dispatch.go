@@ -93,6 +93,8 @@ var agentMethods = map[string]func(*Router, context.Context, *upstream.Instance,
 	acp.MethodSessionUpdate:       (*Router).agentNotification,
 	acp.MethodElicitationComplete: (*Router).agentNotification,
 	acp.MethodCancelRequest:       (*Router).agentCancelRequest,
+	// Relayed, on a path of its own: decided first (permission.go).
+	acp.MethodRequestPermission: (*Router).permissionRequest,
 }
 
 // agentFast is the fast path's code for the agents' Fast notifications;
@@ -117,8 +119,10 @@ func buildRoutes(fromAgent bool,
 		rt := &route{Method: m, editor: editor[m.Name], agent: agent[m.Name], fast: fast[m.Name]}
 		handled := rt.editor != nil || rt.agent != nil
 		// The proxy chain's methods come from the conductor, on the
-		// editor's connection: an agent's are passed on as any call.
-		wantCode := m.Treatment == acp.Handled && !(fromAgent && m.Side == acp.SideProxy)
+		// editor's connection: an agent's are passed on as any call. A
+		// Relayed row that names its code has a path of its own.
+		wantCode := m.Treatment == acp.Handled && !(fromAgent && m.Side == acp.SideProxy) ||
+			m.Treatment == acp.Relayed && m.Handler != ""
 		switch {
 		case wantCode && !handled:
 			panic("router: the protocol table says the router handles " + m.Name + " (" + m.Handler + "), but it has no code for it")
@@ -438,7 +442,11 @@ func (r *Router) agentCallback(inst *upstream.Instance, m *acp.Message) bool {
 		return false // the Conn's decoder says what is wrong with it
 	}
 	defer r.survive(inst.Agent.Name(), nil)
-	r.agentRequest(context.Background(), inst, req)
+	if rt := agentRoutes[m.Method]; rt.agent != nil {
+		rt.agent(r, context.Background(), inst, req)
+	} else {
+		r.agentRequest(context.Background(), inst, req)
+	}
 	r.waitEditor(r.editorLane(inst, req))
 	return true
 }

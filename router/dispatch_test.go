@@ -14,8 +14,9 @@ import (
 // TestDispatchFollowsTable ties the dispatch to the protocol table
 // (acp.Methods): every method the table says the router handles has the
 // router's code in its route, every other method has none (it goes by its
-// treatment), on each side. The proxy chain's methods are the editor's
-// side's: an agent's are passed on as any call.
+// treatment), on each side; so does a Relayed method the table names code
+// for (session/request_permission's path). The proxy chain's methods are
+// the editor's side's: an agent's are passed on as any call.
 func TestDispatchFollowsTable(t *testing.T) {
 	for _, m := range acp.Methods {
 		fromAgent := m.Side == acp.SideClient
@@ -25,7 +26,8 @@ func TestDispatchFollowsTable(t *testing.T) {
 			continue
 		}
 		code := rt.editor != nil || rt.agent != nil
-		if (m.Treatment == acp.Handled) != code && m.Side != acp.SideProxy || m.Side == acp.SideProxy && agentRoutes[m.Name].agent != nil {
+		want := m.Treatment == acp.Handled || m.Treatment == acp.Relayed && m.Handler != ""
+		if want != code && m.Side != acp.SideProxy || m.Side == acp.SideProxy && agentRoutes[m.Name].agent != nil {
 			t.Errorf("%s (%s): %v, the router's code for it: %v", m.Name, m.Side, m.Treatment, code)
 		}
 		if m.Side == acp.SideProtocol && (rt.editor == nil || agentRoutes[m.Name].agent == nil) {

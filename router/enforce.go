@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -43,65 +42,6 @@ const (
 	rejectAlways = guard.RejectAlways
 )
 
-type permOption struct {
-	OptionID string `json:"optionId"`
-	Name     string `json:"name"`
-	Kind     string `json:"kind"`
-}
-
-// permRequest is what the router reads of session/request_permission.
-type permRequest struct {
-	ToolCall struct {
-		ToolCallID string          `json:"toolCallId"`
-		Title      *string         `json:"title"`
-		Kind       *string         `json:"kind"`
-		Content    json.RawMessage `json:"content"`
-		Locations  json.RawMessage `json:"locations"`
-	} `json:"toolCall"`
-	Options []permOption `json:"options"`
-}
-
-func (p *permRequest) option(kinds ...string) *permOption {
-	for _, k := range kinds {
-		for i := range p.Options {
-			if p.Options[i].Kind == k {
-				return &p.Options[i]
-			}
-		}
-	}
-	return nil
-}
-
-// permOutcome is a RequestPermissionResponse's outcome.
-type permOutcome struct {
-	Outcome  string `json:"outcome"`
-	OptionID string `json:"optionId,omitempty"`
-}
-
-func selected(optionID string) json.RawMessage {
-	return mustJSON(map[string]permOutcome{"outcome": {"selected", optionID}})
-}
-
-var cancelledOutcome = mustJSON(map[string]permOutcome{"outcome": {Outcome: "cancelled"}})
-
-// chosenKind is the kind of the option the editor's answer selected among
-// options: "cancelled" when it selected none (or failed), "unknown option"
-// for an id that was not offered.
-func chosenKind(res json.RawMessage, err error, options []permOption) string {
-	var out struct {
-		Outcome permOutcome `json:"outcome"`
-	}
-	if err != nil || json.Unmarshal(res, &out) != nil || out.Outcome.Outcome != "selected" {
-		return "cancelled"
-	}
-	for _, o := range options {
-		if o.OptionID == out.Outcome.OptionID {
-			return o.Kind
-		}
-	}
-	return "unknown option"
-}
-
 // askOptions are the options of the router's own permission requests: one
 // of each kind, the kind as id.
 var askOptions = []permOption{
@@ -116,7 +56,21 @@ var askOptions = []permOption{
 // sequencer: off the agent's read loop, in order with the session's other
 // traffic (order.go), never delaying another session.
 func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, reply func(json.RawMessage, error)) {
-	ref := acp.SessionRef{SessionID: acp.SessionID(p)} // by its exact name, as toEditorSession and the editor read it
+	// By its exact name, as toEditorSession and the editor read it.
+	s := r.decidedSession(inst, req.Method, acp.SessionID(p), reply)
+	if s == nil {
+		return
+	}
+	r.decideOn(ctx, s, inst, req, p, mcpTarget{}, "", func(v *guard.Verdict) {
+		r.carryOut(ctx, s, inst, req, p, v, reply, "", func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
+	})
+}
+
+// decidedSession is the router session of an agent's request the policy
+// decides, by the agent's session id; nil, and the request refused once
+// audited, when there is none.
+func (r *Router) decidedSession(inst *upstream.Instance, method, sessionID string, reply func(json.RawMessage, error)) *Session {
+	ref := acp.SessionRef{SessionID: sessionID}
 	r.mu.Lock()
 	s := r.downLocked(inst, ref.SessionID)
 	r.mu.Unlock()
@@ -125,23 +79,23 @@ func (r *Router) enforce(ctx context.Context, inst *upstream.Instance, req *json
 		// A session the router never created or learned — such as a
 		// subagent never announced on a session of this agent instance —
 		// does not exist: relaying its request would bypass the policy.
-		r.log.Warn("request for an unknown session refused", "agent", agent, "method", req.Method, "session", ref.SessionID)
+		r.log.Warn("request for an unknown session refused", "agent", agent, "method", method, "session", ref.SessionID)
 		// Answered once audited, off this read loop (issue 27: the audit
 		// log's lock may be held by another router).
-		r.opts.Guard.RecordRefused(agent, req.Method, ref.SessionID, "unknown session", func() {
+		r.opts.Guard.RecordRefused(agent, method, ref.SessionID, "unknown session", func() {
 			reply(nil, errUnknownSession(ref.SessionID))
 		})
-		return
+		return nil
 	}
-	r.decideOn(ctx, s, inst, req, p, mcpTarget{}, func(v *guard.Verdict) {
-		r.carryOut(ctx, s, inst, req, p, v, reply, "", func() { r.relayRequest(ctx, inst, req, p, reply, nil) })
-	})
+	return s
 }
 
 // decideOn decides an agent's request of session s on the session's
 // sequencer and hands the verdict to then, there. mcp is the ACP MCP
-// server an mcp/message is for.
-func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, mcp mcpTarget, then func(*guard.Verdict)) {
+// server an mcp/message is for; toolCallID the tool call a permission
+// request is about, as the agent names it.
+func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, mcp mcpTarget, toolCallID string,
+	then func(*guard.Verdict)) {
 	agent := inst.Agent.Name()
 	// The turn the request arrived in, read here, in the order the agent
 	// sent it and its turn's answer: the decision may run after the turn
@@ -184,17 +138,10 @@ func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instan
 		// A permission request about a tool call the editor was shown:
 		// the guard must hold what the agent said of it before.
 		shown := false
-		if req.Method == acp.MethodRequestPermission {
-			var tc struct {
-				ToolCall struct {
-					ToolCallID string `json:"toolCallId"`
-				} `json:"toolCall"`
-			}
-			if json.Unmarshal(p, &tc) == nil && tc.ToolCall.ToolCallID != "" {
-				s.mu.Lock()
-				_, shown = s.toolIDs.Lookup(agent, tc.ToolCall.ToolCallID)
-				s.mu.Unlock()
-			}
+		if req.Method == acp.MethodRequestPermission && toolCallID != "" {
+			s.mu.Lock()
+			_, shown = s.toolIDs.Lookup(agent, toolCallID)
+			s.mu.Unlock()
 		}
 		then(r.opts.Guard.Decide(ctx, s.policy, guard.Request{SessionID: s.ID, ParentID: parentID, Agent: agent, Mode: mode,
 			Method: req.Method, Params: p, ToolShown: shown, McpServer: mcp.name, McpAmbiguous: mcp.ambiguous, Turn: turn}))
@@ -206,10 +153,6 @@ func (r *Router) decideOn(ctx context.Context, s *Session, inst *upstream.Instan
 // refused; relay passes it on to the editor.
 func (r *Router) carryOut(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error), mcpServer string, relay func()) {
 	g := r.opts.Guard
-	if req.Method == acp.MethodRequestPermission {
-		r.enforcePermission(ctx, s, inst, req, p, v, reply)
-		return
-	}
 	switch v.Effect {
 	case guard.Allow:
 		if g.Record(v, "") != nil {
@@ -223,138 +166,6 @@ func (r *Router) carryOut(ctx context.Context, s *Session, inst *upstream.Instan
 		g.Record(v, "")
 		reply(nil, v.DenyError())
 	}
-}
-
-// enforcePermission carries out a decision on session/request_permission.
-func (r *Router) enforcePermission(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict, reply func(json.RawMessage, error)) {
-	g := r.opts.Guard
-	var pr permRequest
-	if json.Unmarshal(p, &pr) != nil {
-		pr = permRequest{} // the policy refused it already: deny below
-	}
-	pr.Options = permOptions(p)
-	if v.Effect == guard.Allow {
-		once := pr.option(allowOnce)
-		if once == nil { // only "always" offered: the user must choose
-			v.Effect, v.Message = guard.Ask, "the agent offered no allow_once option"
-		} else if g.Record(v, "") == nil {
-			reply(selected(once.OptionID), nil)
-			return
-		}
-	}
-	if v.Effect == guard.Deny {
-		g.Record(v, "")
-		r.denyNotice(s, v, &pr)
-		if o := pr.option(rejectOnce, rejectAlways); o != nil {
-			reply(selected(o.OptionID), nil)
-		} else {
-			reply(cancelledOutcome, nil)
-		}
-		return
-	}
-	// Ask: the editor's user chooses among the options as the router
-	// read them (permOptions), so that the kind it records is the kind of
-	// the button the user pressed and the option the agent gets, each
-	// labelled with what it does (askLabels).
-	if shown, err := acp.SetField(p, "options", labelled(pr.Options)); err == nil {
-		p = shown
-	}
-	r.relayRequest(ctx, inst, req, p, reply, func(res json.RawMessage, err error) (json.RawMessage, error) {
-		choice := chosenKind(res, err, pr.Options)
-		if g.Record(v, choice) != nil && v.AuditFailed() {
-			r.denyNotice(s, v, &pr)
-			if o := pr.option(rejectOnce, rejectAlways); o != nil {
-				return selected(o.OptionID), nil
-			}
-			return cancelledOutcome, nil
-		}
-		if err != nil {
-			return res, err
-		}
-		// The agent gets an option of the kind recorded: a "once" for an
-		// "always" (the router holds the grant, not the agent), and for
-		// anything else the editor answered a refusal.
-		switch choice {
-		case allowOnce:
-			return res, nil
-		case allowAlways:
-			return selected(pr.option(allowOnce).OptionID), nil
-		case rejectOnce, rejectAlways:
-			return selected(pr.option(rejectOnce, rejectAlways).OptionID), nil
-		}
-		return cancelledOutcome, nil
-	})
-}
-
-// labelled is options with the router's label for each kind: an agent's
-// name need not say what its option does (an allow_once named "Reject":
-// Zed labels each button with the name), and an "always" is the router's
-// grant for the session, whatever scope the agent's name promises (the
-// agent gets the "once" option). The ids stay the agent's.
-func labelled(options []permOption) []permOption {
-	out := make([]permOption, len(options))
-	for i, o := range options {
-		out[i] = permOption{OptionID: o.OptionID, Name: askLabel(o.Kind), Kind: o.Kind}
-	}
-	return out
-}
-
-// askLabel is the name of the router's option of kind (askOptions).
-func askLabel(kind string) string {
-	for _, o := range askOptions {
-		if o.Kind == kind {
-			return o.Name
-		}
-	}
-	return kind
-}
-
-// permOptions reads a permission request's options as the router can
-// honour them, and as the editor is then shown them: by their exact
-// member names; only the schema's four kinds (an editor shows another as
-// it likes, the router would record it as no choice while the agent takes
-// it as its own); each optionId naming one option (two options with one
-// id, "Always allow" and "Reject", make the user's Reject the router's
-// allow_always); an allow_always only beside an allow_once (the agent is
-// given the once option for it: an agent given its "always" stops asking,
-// and what it then runs is never decided or audited).
-func permOptions(p json.RawMessage) []permOption {
-	var v [1]json.RawMessage
-	if acp.MembersOfValid(p, []string{"options"}, v[:]) != nil || len(v[0]) == 0 || v[0][0] != '[' {
-		return nil
-	}
-	var all []permOption
-	ids := map[string]int{}
-	acp.EachElementOfValid(v[0], func(e json.RawMessage) bool {
-		var f [3]json.RawMessage
-		var o permOption
-		if len(e) == 0 || e[0] != '{' || acp.MembersOfValid(e, []string{"optionId", "name", "kind"}, f[:]) != nil {
-			return true
-		}
-		for i, dst := range [...]*string{&o.OptionID, &o.Name, &o.Kind} {
-			if len(f[i]) == 0 || f[i][0] != '"' || rawString(f[i], dst) != nil {
-				return true
-			}
-		}
-		switch o.Kind {
-		case allowOnce, allowAlways, rejectOnce, rejectAlways:
-			ids[o.OptionID]++
-			all = append(all, o)
-		}
-		return true
-	})
-	out := []permOption{} // the editor is sent an array, even an empty one
-	once := false
-	for _, o := range all {
-		if ids[o.OptionID] == 1 {
-			out = append(out, o)
-			once = once || o.Kind == allowOnce
-		}
-	}
-	if !once {
-		out = slices.DeleteFunc(out, func(o permOption) bool { return o.Kind == allowAlways })
-	}
-	return out
 }
 
 // denyNotice shows the editor a denied tool call as failed, with a note

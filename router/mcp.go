@@ -130,7 +130,7 @@ func (r *Router) agentMcpMessage(ctx context.Context, inst *upstream.Instance, r
 		return
 	}
 	server := mcpServerOf(s, serverID)
-	r.decideOn(ctx, s, inst, req, p, server, func(v *guard.Verdict) {
+	r.decideOn(ctx, s, inst, req, p, server, "", func(v *guard.Verdict) {
 		r.carryOut(ctx, s, inst, req, p, v, mcpRefusal(reply), server.name, relay)
 	})
 }

@@ -1,0 +1,311 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/upstream"
+)
+
+// An agent's session/request_permission, end to end: read once
+// (readPermission), decided by the permission policy on the session's
+// sequencer (guard.Decide, which asks policy), and carried out
+// (enforcePermission): the agent answered with its own option, or the
+// editor asked with the router's labels and its answer relayed.
+
+// permCall is an agent's permission request as the router reads it, once,
+// at the start of its path: the steps after take what they need from it.
+type permCall struct {
+	inst   *upstream.Instance
+	req    *jsonrpc2.Request
+	params json.RawMessage // as the agent sent them
+	// session is params.sessionId by its exact name, as toEditorSession
+	// and the editor read it; toolCallID is params.toolCall.toolCallId:
+	// both the agent's.
+	session, toolCallID string
+	// tool is the tool call as the ids' translation reads it.
+	tool toolCallRef
+	// perm is what the router reads of the request, its options as
+	// permOptions reads them; empty but for those when the params do not
+	// decode (the policy denies it).
+	perm  permRequest
+	reply func(json.RawMessage, error)
+}
+
+// readPermission reads an agent's permission request.
+func readPermission(inst *upstream.Instance, req *jsonrpc2.Request, reply func(json.RawMessage, error)) *permCall {
+	p := params(req)
+	pc := &permCall{inst: inst, req: req, params: p, session: acp.SessionID(p), reply: reply}
+	// Apart from perm: a toolCall that decodes is looked up even when
+	// another member does not.
+	var tc struct {
+		ToolCall struct {
+			ToolCallID string `json:"toolCallId"`
+		} `json:"toolCall"`
+	}
+	if json.Unmarshal(p, &tc) == nil {
+		pc.toolCallID = tc.ToolCall.ToolCallID
+	}
+	// As toEditorSession reads it: what decodes of it.
+	_ = json.Unmarshal(p, &pc.tool)
+	if json.Unmarshal(p, &pc.perm) != nil {
+		pc.perm = permRequest{} // the policy refuses it: denied
+	}
+	pc.perm.Options = permOptions(p)
+	return pc
+}
+
+// permissionRequest is the agents' route for session/request_permission
+// (on the fast path too): the request read once, traced, and decided. The
+// editor's capabilities allow it always (checkAgentCall has nothing to
+// check).
+func (r *Router) permissionRequest(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request) {
+	ctx, reply := r.traceAgentCall(ctx, inst, req, r.agentReply(inst, req))
+	r.decidePermission(ctx, readPermission(inst, req, reply))
+}
+
+// decidePermission has the policy decide a permission request on its
+// session's sequencer and carries the decision out. Without a policy it is
+// relayed, in order with the session's traffic, as any call.
+func (r *Router) decidePermission(ctx context.Context, pc *permCall) {
+	if r.opts.Guard.Decides(acp.MethodRequestPermission) {
+		s := r.decidedSession(pc.inst, acp.MethodRequestPermission, pc.session, pc.reply)
+		if s == nil {
+			return
+		}
+		r.decideOn(ctx, s, pc.inst, pc.req, pc.params, mcpTarget{}, pc.toolCallID, func(v *guard.Verdict) {
+			r.enforcePermission(ctx, s, pc, v)
+		})
+		return
+	}
+	relay := func() { r.relayPermission(ctx, pc, pc.params, nil) }
+	if s := r.agentSession(pc.inst, pc.params); s != nil && s.order().busy() {
+		s.order().do(r, len(pc.params), relay)
+		return
+	}
+	relay()
+}
+
+type permOption struct {
+	OptionID string `json:"optionId"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+}
+
+// permRequest is what the router reads of session/request_permission.
+type permRequest struct {
+	ToolCall struct {
+		ToolCallID string          `json:"toolCallId"`
+		Title      *string         `json:"title"`
+		Kind       *string         `json:"kind"`
+		Content    json.RawMessage `json:"content"`
+		Locations  json.RawMessage `json:"locations"`
+	} `json:"toolCall"`
+	Options []permOption `json:"options"`
+}
+
+func (p *permRequest) option(kinds ...string) *permOption {
+	for _, k := range kinds {
+		for i := range p.Options {
+			if p.Options[i].Kind == k {
+				return &p.Options[i]
+			}
+		}
+	}
+	return nil
+}
+
+// permOutcome is a RequestPermissionResponse's outcome.
+type permOutcome struct {
+	Outcome  string `json:"outcome"`
+	OptionID string `json:"optionId,omitempty"`
+}
+
+func selected(optionID string) json.RawMessage {
+	return mustJSON(map[string]permOutcome{"outcome": {"selected", optionID}})
+}
+
+var cancelledOutcome = mustJSON(map[string]permOutcome{"outcome": {Outcome: "cancelled"}})
+
+// chosenKind is the kind of the option the editor's answer selected among
+// options: "cancelled" when it selected none (or failed), "unknown option"
+// for an id that was not offered.
+func chosenKind(res json.RawMessage, err error, options []permOption) string {
+	var out struct {
+		Outcome permOutcome `json:"outcome"`
+	}
+	if err != nil || json.Unmarshal(res, &out) != nil || out.Outcome.Outcome != "selected" {
+		return "cancelled"
+	}
+	for _, o := range options {
+		if o.OptionID == out.Outcome.OptionID {
+			return o.Kind
+		}
+	}
+	return "unknown option"
+}
+
+// relayPermission relays a permission request to the editor, its params p
+// (the agent's, or with the router's labelled options) with the session
+// and tool call ids translated, and answers the agent with the editor's
+// answer, passed through answer when it is not nil. What the editor shows
+// of the tool call stays what was decided until its user has answered
+// (asking.go).
+func (r *Router) relayPermission(ctx context.Context, pc *permCall, p json.RawMessage, answer func(json.RawMessage, error) (json.RawMessage, error)) {
+	reply, sid := pc.reply, ""
+	if pc.session != "" {
+		r.mu.Lock()
+		s := r.downLocked(pc.inst, pc.session)
+		r.mu.Unlock()
+		if s == nil {
+			reply(nil, errUnknownSession(pc.session))
+			return
+		}
+		var err error
+		if sid, p, err = r.toEditorSessionOf(pc.inst, s, acp.MethodRequestPermission, pc.session, p, pc.tool); err != nil {
+			reply(nil, err)
+			return
+		}
+		if end := askingToolOf(s, p); end != nil {
+			inner := reply
+			reply = func(res json.RawMessage, err error) {
+				end()
+				inner(res, err)
+			}
+		}
+	}
+	r.sendToEditor(ctx, pc.inst, pc.req, sid, p, reply, answer)
+}
+
+// enforcePermission carries out a decision on session/request_permission.
+func (r *Router) enforcePermission(ctx context.Context, s *Session, pc *permCall, v *guard.Verdict) {
+	g := r.opts.Guard
+	p, reply, pr := pc.params, pc.reply, pc.perm
+	if v.Effect == guard.Allow {
+		once := pr.option(allowOnce)
+		if once == nil { // only "always" offered: the user must choose
+			v.Effect, v.Message = guard.Ask, "the agent offered no allow_once option"
+		} else if g.Record(v, "") == nil {
+			reply(selected(once.OptionID), nil)
+			return
+		}
+	}
+	if v.Effect == guard.Deny {
+		g.Record(v, "")
+		r.denyNotice(s, v, &pr)
+		if o := pr.option(rejectOnce, rejectAlways); o != nil {
+			reply(selected(o.OptionID), nil)
+		} else {
+			reply(cancelledOutcome, nil)
+		}
+		return
+	}
+	// Ask: the editor's user chooses among the options as the router
+	// read them (permOptions), so that the kind it records is the kind of
+	// the button the user pressed and the option the agent gets, each
+	// labelled with what it does (askLabels).
+	if shown, err := acp.SetField(p, "options", labelled(pr.Options)); err == nil {
+		p = shown
+	}
+	r.relayPermission(ctx, pc, p, func(res json.RawMessage, err error) (json.RawMessage, error) {
+		choice := chosenKind(res, err, pr.Options)
+		if g.Record(v, choice) != nil && v.AuditFailed() {
+			r.denyNotice(s, v, &pr)
+			if o := pr.option(rejectOnce, rejectAlways); o != nil {
+				return selected(o.OptionID), nil
+			}
+			return cancelledOutcome, nil
+		}
+		if err != nil {
+			return res, err
+		}
+		// The agent gets an option of the kind recorded: a "once" for an
+		// "always" (the router holds the grant, not the agent), and for
+		// anything else the editor answered a refusal.
+		switch choice {
+		case allowOnce:
+			return res, nil
+		case allowAlways:
+			return selected(pr.option(allowOnce).OptionID), nil
+		case rejectOnce, rejectAlways:
+			return selected(pr.option(rejectOnce, rejectAlways).OptionID), nil
+		}
+		return cancelledOutcome, nil
+	})
+}
+
+// labelled is options with the router's label for each kind: an agent's
+// name need not say what its option does (an allow_once named "Reject":
+// Zed labels each button with the name), and an "always" is the router's
+// grant for the session, whatever scope the agent's name promises (the
+// agent gets the "once" option). The ids stay the agent's.
+func labelled(options []permOption) []permOption {
+	out := make([]permOption, len(options))
+	for i, o := range options {
+		out[i] = permOption{OptionID: o.OptionID, Name: askLabel(o.Kind), Kind: o.Kind}
+	}
+	return out
+}
+
+// askLabel is the name of the router's option of kind (askOptions).
+func askLabel(kind string) string {
+	for _, o := range askOptions {
+		if o.Kind == kind {
+			return o.Name
+		}
+	}
+	return kind
+}
+
+// permOptions reads a permission request's options as the router can
+// honour them, and as the editor is then shown them: by their exact
+// member names; only the schema's four kinds (an editor shows another as
+// it likes, the router would record it as no choice while the agent takes
+// it as its own); each optionId naming one option (two options with one
+// id, "Always allow" and "Reject", make the user's Reject the router's
+// allow_always); an allow_always only beside an allow_once (the agent is
+// given the once option for it: an agent given its "always" stops asking,
+// and what it then runs is never decided or audited).
+func permOptions(p json.RawMessage) []permOption {
+	var v [1]json.RawMessage
+	if acp.MembersOfValid(p, []string{"options"}, v[:]) != nil || len(v[0]) == 0 || v[0][0] != '[' {
+		return nil
+	}
+	var all []permOption
+	ids := map[string]int{}
+	acp.EachElementOfValid(v[0], func(e json.RawMessage) bool {
+		var f [3]json.RawMessage
+		var o permOption
+		if len(e) == 0 || e[0] != '{' || acp.MembersOfValid(e, []string{"optionId", "name", "kind"}, f[:]) != nil {
+			return true
+		}
+		for i, dst := range [...]*string{&o.OptionID, &o.Name, &o.Kind} {
+			if len(f[i]) == 0 || f[i][0] != '"' || rawString(f[i], dst) != nil {
+				return true
+			}
+		}
+		switch o.Kind {
+		case allowOnce, allowAlways, rejectOnce, rejectAlways:
+			ids[o.OptionID]++
+			all = append(all, o)
+		}
+		return true
+	})
+	out := []permOption{} // the editor is sent an array, even an empty one
+	once := false
+	for _, o := range all {
+		if ids[o.OptionID] == 1 {
+			out = append(out, o)
+			once = once || o.Kind == allowOnce
+		}
+	}
+	if !once {
+		out = slices.DeleteFunc(out, func(o permOption) bool { return o.Kind == allowAlways })
+	}
+	return out
+}
