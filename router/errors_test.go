@@ -9,6 +9,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/store"
 )
 
 // TestMalformedParamsAnswered: an editor request whose params do not
@@ -64,4 +65,27 @@ func TestFailCodes(t *testing.T) {
 		}
 	}()
 	fail(errors.New("no such kind"), "m", nil)
+}
+
+// TestStoredRecordMalformed: a stored session whose router record does not
+// decode is logged, and the session reopened with what of it did, where the
+// error was dropped without a word.
+func TestStoredRecordMalformed(t *testing.T) {
+	log, buf := testLogger(t)
+	r, e := startRouter(t, Options{Logger: log})
+	sid := e.newSession(t)
+	e.mustCall(t, acp.MethodSessionClose, map[string]any{"sessionId": sid})
+	spoil := func() {
+		err := r.opts.Store.UpdateStored(t.Context(), sid, func(m *store.Meta) { m.Extra = json.RawMessage(`{"enforce":"yes"}`) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	spoil()
+	e.mustCall(t, acp.MethodSessionSetTitle, map[string]any{"sessionId": sid, "title": "renamed"}) // rewrites the record
+	spoil()
+	e.mustCall(t, acp.MethodSessionLoad, map[string]any{"sessionId": sid, "cwd": t.TempDir(), "mcpServers": []any{}})
+	if n := buf.count("a stored session's record does not decode"); n != 2 {
+		t.Errorf("the malformed record logged %d times, want 2 (set_title, load)\n%s", n, buf)
+	}
 }

@@ -40,6 +40,19 @@ type storedSession struct {
 	Titled    bool            `json:"titled,omitempty"` // Session.titled
 }
 
+// storedExtra decodes the router's part of stored session id. A record
+// that does not decode is logged, and the session reopened with what of
+// it did (the members of the wrong type left empty).
+func (r *Router) storedExtra(id string, raw json.RawMessage) storedSession {
+	var extra storedSession
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &extra); err != nil {
+			r.log.Warn("a stored session's record does not decode; what of it does is used", "session", id, "error", err)
+		}
+	}
+	return extra
+}
+
 // turnMeta marks the user_message_chunk updates the router records for a
 // turn's prompt: which agent ran the turn (absent for a router command).
 type turnMeta struct {
@@ -454,8 +467,7 @@ func (r *Router) emptySession(id string) *Session {
 // for them and sets them (and what turn each agent has seen), to be called
 // before s is used for a turn (and in any case: it ends a goroutine).
 func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorParams json.RawMessage) (finish func()) {
-	var extra storedSession
-	json.Unmarshal(h.Meta.Extra, &extra)
+	extra := r.storedExtra(h.Meta.ID, h.Meta.Extra)
 	newParams := rewriteNewParams(extra.NewParams, editorParams, cwd)
 	var roots []string
 	var np struct {
@@ -577,8 +589,12 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 	default:
 		return nil, false
 	}
-	var seen int
-	json.Unmarshal(prev.Extra, &seen)
+	var seen int // none: the agent is briefed on every turn
+	if len(prev.Extra) > 0 {
+		if err := json.Unmarshal(prev.Extra, &seen); err != nil {
+			r.log.Warn("a stored agent session's record does not decode; the agent is briefed on every turn", "session", s.ID, "agent", inst.Agent.Name(), "error", err)
+		}
+	}
 	name := inst.Agent.Name()
 	p, carried, spErr := adaptSystemPrompt(adaptNewSession(s.newParams, agentCaps(inst), name, r.log), agentCaps(inst), name)
 	if spErr != nil {

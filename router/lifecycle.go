@@ -95,8 +95,7 @@ func (r *Router) retitleStored(ctx context.Context, id, title string) (json.RawM
 		return nil, errNoSession(acp.MethodSessionSetTitle, id)
 	}
 	err := st.UpdateStored(ctx, id, func(m *store.Meta) {
-		var extra storedSession
-		json.Unmarshal(m.Extra, &extra)
+		extra := r.storedExtra(id, m.Extra)
 		extra.Titled = true
 		m.Title, m.Extra = title, mustJSON(extra)
 	})
