@@ -69,12 +69,12 @@ const readEnvPython = `python3 -c "import os; print(open(os.path.join('.', '.' +
 // as confined.
 func requireConfinedStart(t *testing.T, audit, agent string) {
 	t.Helper()
-	for _, r := range readAudit(t, audit) {
+	for _, r := range readAuditAll(t, audit) {
 		if r.Method == "acp-router/agent_start" && r.Agent == agent && strings.Contains(string(r.Evidence), `"confined":true`) {
 			return
 		}
 	}
-	t.Errorf("no confined start of %s in the audit log: %+v", agent, readAudit(t, audit))
+	t.Errorf("no confined start of %s in the audit log: %+v", agent, readAuditAll(t, audit))
 }
 
 // requireSecretKept checks what the model received: never the secret when
