@@ -23,6 +23,16 @@
 // others). The roots are the agent process's working directory: sessions
 // whose cwd lies elsewhere cannot write there.
 //
+// An agent's own sandbox runs inside this one only if it needs no mount:
+// Landlock forbids every mount to a confined process. Codex's (bubblewrap:
+// a user namespace and mounts) cannot start, and Codex (0.156 and later)
+// refuses its Landlock fallback for a restricted policy; so a command
+// Codex would run in its own sandbox fails ("bwrap: setting up uid map:
+// Permission denied"), nothing runs unasked, and a command it runs outside
+// (require_escalated) is asked through session/request_permission: the
+// router's policy decides it, and it runs under this profile
+// (test/sandbox_agents_test.go).
+//
 // Not built yet (issue 29): the network egress proxy, terminal/create under
 // the profile, one agent process per set of roots, the ACP sandbox
 // capability on the wire.
