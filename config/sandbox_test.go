@@ -34,7 +34,7 @@ func TestSandboxConfig(t *testing.T) {
 	}
 	cfg.OrgSandbox = nil
 	cfg.Sandbox = Sandbox{}
-	if e := cfg.EffectiveSandbox(true); e.Mode != DefaultSandboxWithPolicy {
+	if e := cfg.EffectiveSandbox(true); e.Mode != SandboxBestEffort || e.From != "default with a policy" {
 		t.Errorf("with a policy: %+v", e)
 	}
 	if e := cfg.EffectiveSandbox(false); e.Mode != SandboxOff {

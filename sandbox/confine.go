@@ -65,7 +65,29 @@ func AgentEnv(a config.Agent) Env {
 			exe = abs
 		}
 	}
-	return Env{Home: home, TempDir: os.TempDir(), Roots: []string{root}, Getenv: getenv, Executable: exe}
+	links := map[string]string{}
+	env := Env{Home: realPath(home, links), TempDir: realPath(os.TempDir(), nil), Roots: []string{realPath(root, links)}, Getenv: getenv, Links: links}
+	// The executable keeps its name (the agent runs it by that name); a
+	// deny rule on either name stops the start (Derive).
+	env.Executable, env.ExecutableTarget = exe, realPath(exe, nil)
+	return env
+}
+
+// realPath is path with its symbolic links resolved, noted in links when
+// it differs: the masks and Landlock hold real paths, and a search of a
+// root that is a link would find nothing below it.
+func realPath(path string, links map[string]string) string {
+	if path == "" {
+		return path
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil || real == filepath.Clean(path) {
+		return path
+	}
+	if links != nil {
+		links[path] = real
+	}
+	return real
 }
 
 // Profile derives agent's profile and the problems check reports.

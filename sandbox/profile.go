@@ -23,6 +23,16 @@
 // others). The roots are the agent process's working directory: sessions
 // whose cwd lies elsewhere cannot write there.
 //
+// An agent's own sandbox runs inside this one only if it needs no mount:
+// Landlock forbids every mount to a confined process. Codex's (bubblewrap:
+// a user namespace and mounts) cannot start, and Codex (0.156 and later)
+// refuses its Landlock fallback for a restricted policy; so a command
+// Codex would run in its own sandbox fails ("bwrap: setting up uid map:
+// Permission denied"), nothing runs unasked, and a command it runs outside
+// (require_escalated) is asked through session/request_permission: the
+// router's policy decides it, and it runs under this profile
+// (test/sandbox_agents_test.go).
+//
 // Not built yet (issue 29): the network egress proxy, terminal/create under
 // the profile, one agent process per set of roots, the ACP sandbox
 // capability on the wire.
@@ -53,8 +63,15 @@ type Env struct {
 	Roots []string
 	// Getenv reads the agent's environment (CODEX_HOME, XDG_*).
 	Getenv func(string) string
-	// Executable is the agent's command resolved in PATH ("" if unknown).
-	Executable string
+	// Executable is the agent's command resolved in PATH ("" if unknown);
+	// ExecutableTarget the file it leads to when it is a symbolic link
+	// (an npm bin).
+	Executable, ExecutableTarget string
+	// Links are the roots and home that are symbolic links, as the config
+	// or the environment names them, each to the path it resolves to
+	// (which Roots and Home hold: the kernel holds real paths, and a
+	// search through a link would find nothing).
+	Links map[string]string
 }
 
 // Profile is one agent's confinement.
@@ -144,10 +161,22 @@ func Derive(pol *policy.Policy, agent config.Agent, env Env) (*Profile, []Proble
 		p.Roots = appendPath(p.Roots, filepath.Clean(r))
 	}
 	var probs []Problem
+	at := ""
+	if agent.Pos.Line > 0 {
+		at = agent.Pos.String() + ": "
+	}
 	state := agent.StateDirs
 	if state == nil {
 		state = DefaultStateDirs(agent.Command, home, env.Getenv)
+		if state == nil && pol != nil {
+			probs = append(probs, Problem{Msg: fmt.Sprintf("%sagent %q: the router does not know where %s keeps its state: under the sandbox it can write only in its cwd, the temp dir and the npm and node caches; declare its state_dirs (an empty list if it keeps none)",
+				at, agent.Name, filepath.Base(agent.Command))})
+		}
 	}
+	for link, real := range env.Links {
+		probs = append(probs, Problem{Msg: fmt.Sprintf("%sagent %q: %s is a symbolic link to %s: the sandbox holds %s", at, agent.Name, link, real, real)})
+	}
+	slices.SortFunc(probs, func(a, b Problem) int { return strings.Compare(a.Msg, b.Msg) })
 	for _, d := range state {
 		p.StateDirs = appendPath(p.StateDirs, filepath.Clean(d))
 	}
@@ -166,16 +195,16 @@ func Derive(pol *policy.Policy, agent config.Agent, env Env) (*Profile, []Proble
 						k.Pos, k.Rule, d, agent.Name)})
 				}
 			}
-			if env.Executable != "" && k.Hides(agent.Name, env.Executable, home, p.Roots) {
+			if exe := executableNames(env); slices.ContainsFunc(exe, func(e string) bool { return k.Hides(agent.Name, e, home, p.Roots) }) {
 				probs = append(probs, Problem{Error: true, Msg: fmt.Sprintf("%s: deny rule %q hides %s, the command of agent %q: it cannot start under the sandbox",
-					k.Pos, k.Rule, env.Executable, agent.Name)})
+					k.Pos, k.Rule, strings.Join(exe, " -> "), agent.Name)})
 			}
 		}
 	}
 	for _, r := range p.Roots {
 		switch r {
 		case "/", home:
-			probs = append(probs, Problem{Msg: fmt.Sprintf("agent %q works in %s: everything below it is writable under the sandbox; set the agent's cwd: to a project", agent.Name, r)})
+			probs = append(probs, Problem{Msg: fmt.Sprintf("%sagent %q works in %s: everything below it is writable under the sandbox; set the agent's cwd: to a project", at, agent.Name, r)})
 		}
 	}
 	w := slices.Clone(p.Roots)
@@ -190,6 +219,20 @@ func Derive(pol *policy.Policy, agent config.Agent, env Env) (*Profile, []Proble
 		p.Writable = appendPath(p.Writable, d)
 	}
 	return p, probs
+}
+
+// executableNames are the agent's command as resolved in PATH and, when
+// that is a symbolic link (an npm bin), the file it leads to: a deny rule
+// that hides either keeps the agent from starting.
+func executableNames(env Env) []string {
+	if env.Executable == "" {
+		return nil
+	}
+	names := []string{env.Executable}
+	if env.ExecutableTarget != "" && env.ExecutableTarget != env.Executable {
+		names = append(names, env.ExecutableTarget)
+	}
+	return names
 }
 
 // namesBelow reports whether one of k's globs starts inside dir (a rule

@@ -20,16 +20,18 @@ type deriveCase struct {
 		Command   string
 		StateDirs []string `yaml:"state_dirs"`
 	}
-	Roots       []string
-	Executable  string
-	Hidden      []string
-	WireOnly    []string `yaml:"wireOnly"`
-	Hides       []string
-	Visible     []string
-	Writable    []string
-	NotWritable []string `yaml:"notWritable"`
-	Errors      []string
-	Warnings    []string
+	Roots            []string
+	Executable       string
+	ExecutableTarget string `yaml:"executableTarget"`
+	Links            map[string]string
+	Hidden           []string
+	WireOnly         []string `yaml:"wireOnly"`
+	Hides            []string
+	Visible          []string
+	Writable         []string
+	NotWritable      []string `yaml:"notWritable"`
+	Errors           []string
+	Warnings         []string
 }
 
 // compile builds a policy from the rules YAML of an org file.
@@ -65,7 +67,8 @@ func TestDerive(t *testing.T) {
 				roots = []string{"/home/u/proj"}
 			}
 			agent := config.Agent{Name: c.Agent.Name, Command: c.Agent.Command, StateDirs: c.Agent.StateDirs}
-			prof, probs := Derive(compile(t, c.Policy), agent, Env{Home: "/home/u", TempDir: "/tmp", Roots: roots, Executable: c.Executable})
+			prof, probs := Derive(compile(t, c.Policy), agent, Env{Home: "/home/u", TempDir: "/tmp", Roots: roots,
+				Executable: c.Executable, ExecutableTarget: c.ExecutableTarget, Links: c.Links})
 			var hidden, wire []string
 			for _, h := range prof.Hidden {
 				hidden = append(hidden, h.Rule)

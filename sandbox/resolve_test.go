@@ -78,3 +78,33 @@ func TestResolveTooManyMasks(t *testing.T) {
 		t.Errorf("got %v, want ErrTooManyMasks", err)
 	}
 }
+
+// TestResolveRootSymlink: an agent whose cwd is a symbolic link to its
+// project: the project's .env is found and masked by its real path (a
+// search of the link itself finds nothing below it), and check is told.
+func TestResolveRootSymlink(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real", "proj")
+	must(t, os.MkdirAll(real, 0o755))
+	must(t, os.WriteFile(filepath.Join(real, ".env"), []byte("SECRET"), 0o600))
+	link := filepath.Join(dir, "proj")
+	must(t, os.Symlink(real, link))
+	env := AgentEnv(config.Agent{Name: "claude", Command: "claude-agent-acp", Cwd: link})
+	env.Home = filepath.Join(dir, "home")
+	pol := compile(t, "rules:\n  - {id: no-secrets, decision: deny, when: {paths: [\"**/.env\"]}}\n")
+	prof, probs := Derive(pol, config.Agent{Name: "claude", Command: "claude-agent-acp"}, env)
+	plan, err := Resolve(prof, ResolveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(plan.HideFiles, filepath.Join(real, ".env")) {
+		t.Errorf("hidden files %q, want %s", plan.HideFiles, filepath.Join(real, ".env"))
+	}
+	var warned bool
+	for _, p := range probs {
+		warned = warned || strings.Contains(p.Msg, link+" is a symbolic link to "+real)
+	}
+	if !warned {
+		t.Errorf("problems %q, want a warning naming the link", probs)
+	}
+}

@@ -53,6 +53,10 @@ type anthropicScript struct {
 	// Delegate makes the model call the Agent tool first: a subagent
 	// whose first user message is Delegate.Prompt.
 	Delegate *anthropicDelegate
+	// Tool makes the model call this tool (Bash, Read ...) with Input
+	// first, when the agent offers it.
+	Tool  string
+	Input map[string]any
 	// Text is the reply: at once, or after the tool's result.
 	Text []string
 }
@@ -82,6 +86,9 @@ type fakeAnthropic struct {
 	scripts []*anthropicScriptState
 	toolIDs map[string]*anthropicScriptState // tool_use id → the script that made it
 	tools   map[string]string                // tool_use id → tool name
+	// received is every request body, for tests that assert what never
+	// reached the model.
+	received []byte
 }
 
 // startFakeAnthropic starts the fake, closed in t.Cleanup (register it
@@ -179,6 +186,7 @@ func (f *fakeAnthropic) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.n++
 	n := f.n
+	f.received = append(f.received, body...)
 	f.mu.Unlock()
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
@@ -243,6 +251,8 @@ func (f *fakeAnthropic) decide(req *anthropicRequest) (anthropicReply, string) {
 			switch {
 			case s.Write != nil && req.hasTool("Write"):
 				return anthropicReply{tool: "Write", input: map[string]any{"file_path": s.Write.Path, "content": s.Write.Content}, script: s}, s.token + ": Write"
+			case s.Tool != "" && req.hasTool(s.Tool):
+				return anthropicReply{tool: s.Tool, input: s.Input, script: s}, s.token + ": " + s.Tool
 			case s.Delegate != nil && req.hasTool("Agent"):
 				d := s.Delegate
 				return anthropicReply{tool: "Agent", input: map[string]any{"description": d.Description, "prompt": d.Prompt, "subagent_type": d.SubagentType}, script: s}, s.token + ": Agent"
@@ -251,6 +261,13 @@ func (f *fakeAnthropic) decide(req *anthropicRequest) (anthropicReply, string) {
 		}
 	}
 	return anthropicReply{text: fakeAnthropicText}, "no script"
+}
+
+// Received returns every request body the fake got, concatenated.
+func (f *fakeAnthropic) Received() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]byte(nil), f.received...)
 }
 
 // write sends the reply as the Messages API does, streamed (SSE) or not.

@@ -35,6 +35,13 @@ var fakeResponsesText = []string{"Hello", " from the fake Responses API."}
 type responsesScript struct {
 	// Write makes the model add the file with apply_patch first.
 	Write *fileWrite
+	// Command makes the model run it with exec_command first (when Write
+	// is nil).
+	Command string
+	// Escalate asks Codex to run Command outside its own sandbox
+	// (sandbox_permissions require_escalated): Codex asks the client
+	// first, as a model does after its sandbox refused a command.
+	Escalate bool
 	// Text is the reply: at once, or after the tool's output.
 	Text []string
 }
@@ -52,6 +59,9 @@ type fakeResponses struct {
 	n       int
 	scripts []*responsesScriptState
 	calls   map[string]*responsesScriptState // call_id → the script
+	// received is every request body, for tests that assert what never
+	// reached the model.
+	received []byte
 }
 
 // startFakeResponses starts the fake, closed in t.Cleanup (register it
@@ -95,6 +105,7 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.n++
 	n := f.n
+	f.received = append(f.received, body...)
 	f.mu.Unlock()
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/responses" {
 		f.t.Logf("fake responses #%d: %s %s: 404", n, r.Method, r.URL)
@@ -116,12 +127,14 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	hasPatch := false
+	hasPatch, hasExec := false, false
 	for _, t := range req.Tools {
 		hasPatch = hasPatch || t.Name == "apply_patch"
+		hasExec = hasExec || t.Name == "exec_command"
 	}
 	var text []string
-	var patch string
+	var patch, command string
+	var escalate bool
 	var script *responsesScriptState
 	what := "no script"
 	f.mu.Lock()
@@ -156,6 +169,8 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 						}
 						patch += "*** End Patch\n"
 						what = s.token + ": apply_patch"
+					} else if s.Command != "" && hasExec {
+						command, escalate, what = s.Command, s.Escalate, s.token+": exec_command"
 					} else {
 						text, what = s.Text, s.token+": text"
 					}
@@ -164,14 +179,14 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	callID := fmt.Sprintf("call_fake_%d", n)
-	if patch != "" {
+	if patch != "" || command != "" {
 		f.calls[callID] = script
 		script.mu.Lock()
 		script.calls++
 		script.mu.Unlock()
 	}
 	f.mu.Unlock()
-	if patch == "" && text == nil {
+	if patch == "" && command == "" && text == nil {
 		text = fakeResponsesText
 	}
 	f.t.Logf("fake responses #%d: %s (%d bytes, %d input items, %d tools, model %s): %s", n, r.URL, len(body), len(req.Input), len(req.Tools), req.Model, what)
@@ -188,10 +203,15 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	rid := fmt.Sprintf("resp_fake_%d", n)
 	event("response.created", map[string]any{"response": map[string]any{"id": rid}})
-	if patch != "" {
+	switch {
+	case patch != "":
 		event("response.output_item.done", map[string]any{"output_index": 0, "item": map[string]any{
 			"type": "custom_tool_call", "id": fmt.Sprintf("ctc_fake_%d", n), "call_id": callID, "name": "apply_patch", "input": patch}})
-	} else {
+	case command != "":
+		event("response.output_item.done", map[string]any{"output_index": 0, "item": map[string]any{
+			"type": "function_call", "id": fmt.Sprintf("fc_fake_%d", n), "call_id": callID, "name": "exec_command",
+			"arguments": string(mustJSON(execArgs(command, escalate)))}})
+	default:
 		mid := fmt.Sprintf("msg_fake_%d", n)
 		event("response.output_item.added", map[string]any{"output_index": 0, "item": map[string]any{"type": "message", "id": mid, "role": "assistant", "content": []any{}}})
 		for _, t := range text {
@@ -202,6 +222,23 @@ func (f *fakeResponses) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	event("response.completed", map[string]any{"response": map[string]any{"id": rid, "usage": map[string]any{
 		"input_tokens": 5, "input_tokens_details": nil, "output_tokens": 3, "output_tokens_details": nil, "total_tokens": 8}}})
+}
+
+// execArgs are the arguments of an exec_command call.
+func execArgs(command string, escalate bool) map[string]any {
+	args := map[string]any{"cmd": command, "yield_time_ms": 5000}
+	if escalate {
+		args["sandbox_permissions"] = "require_escalated"
+		args["justification"] = "Run it outside the sandbox?"
+	}
+	return args
+}
+
+// Received returns every request body the fake got, concatenated.
+func (f *fakeResponses) Received() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]byte(nil), f.received...)
 }
 
 // TestFakeResponsesAPI pins the fake's wire format without Codex, so that

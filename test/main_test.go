@@ -57,6 +57,12 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(runFakeAgent(opts))
 	}
+	if _, ok := os.LookupEnv(envNoLandlock); ok {
+		os.Exit(runWithoutLandlock(os.Args[1:]))
+	}
+	if _, ok := os.LookupEnv(envNoUserns); ok {
+		os.Exit(runWithoutUserns(os.Args[1:]))
+	}
 	if pidFile, ok := os.LookupEnv(envFakeSleeper); ok {
 		runSleeper(pidFile)
 		return

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,7 +71,17 @@ func (a auditRecord) summary() string {
 	return fmt.Sprintf("%s %s %s %s %s", a.Method, a.Decision, a.rule(), a.Source, a.UserChoice)
 }
 
+// readAudit reads the audit log's records of requests and notifications.
+// It leaves out the agent start records (acp-router/agent_start, one per
+// agent start under the sandbox, the default with a policy): the tests
+// that read them use readAuditAll.
 func readAudit(t *testing.T, path string) []auditRecord {
+	t.Helper()
+	return slices.DeleteFunc(readAuditAll(t, path), func(r auditRecord) bool { return r.Method == "acp-router/agent_start" })
+}
+
+// readAuditAll reads every record of the audit log.
+func readAuditAll(t *testing.T, path string) []auditRecord {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {

@@ -66,7 +66,7 @@ func TestSandboxConfinesAgent(t *testing.T) {
 		t.Errorf("the router's view of %s: %q", secret, b)
 	}
 	var start *auditRecord
-	for _, r := range readAudit(t, auditFile) {
+	for _, r := range readAuditAll(t, auditFile) {
 		if r.Method == "acp-router/agent_start" {
 			start = &r
 		}
@@ -96,13 +96,13 @@ func TestSandboxEnforceRefuses(t *testing.T) {
 		t.Fatalf("session/new: %+v, want -32603 naming the sandbox and the fix", rpcErr)
 	}
 	refused := false
-	for _, r := range readAudit(t, auditFile) {
+	for _, r := range readAuditAll(t, auditFile) {
 		if r.Method == "acp-router/agent_start" && r.Decision == "deny" && r.rule() == "acp-router:sandbox" {
 			refused = true
 		}
 	}
 	if !refused {
-		t.Errorf("the refused start is not audited: %+v", readAudit(t, auditFile))
+		t.Errorf("the refused start is not audited: %+v", readAuditAll(t, auditFile))
 	}
 
 	pidFile := filepath.Join(t.TempDir(), "pid")
