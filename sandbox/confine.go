@@ -45,8 +45,9 @@ type Confiner struct {
 }
 
 // AgentEnv is the machine's environment for agent's profile: the home
-// directory, the temp dir, the agent's working directory as its root, its
-// environment and resolved command.
+// directory, the temp dir, the agent's working directory and its other
+// roots (config.Agent.Roots, set for a process of a set of session roots),
+// its environment and resolved command.
 func AgentEnv(a config.Agent) Env {
 	home, _ := os.UserHomeDir()
 	root := a.Cwd
@@ -65,7 +66,7 @@ func AgentEnv(a config.Agent) Env {
 			exe = abs
 		}
 	}
-	return Env{Home: home, TempDir: os.TempDir(), Roots: []string{root}, Getenv: getenv, Executable: exe}
+	return Env{Home: home, TempDir: os.TempDir(), Roots: append([]string{root}, a.Roots...), Getenv: getenv, Executable: exe}
 }
 
 // Profile derives agent's profile and the problems check reports.

@@ -20,12 +20,19 @@
 // levels of home; a matching file created later, or elsewhere, is not
 // masked. A mask hides a name, not a file: another hard link to a hidden
 // file is masked only when the search finds it (Plan.Warnings names the
-// others). The roots are the agent process's working directory: sessions
-// whose cwd lies elsewhere cannot write there.
+// others).
+//
+// Sessions with different roots: a profile's roots are those of one agent
+// process (its working directory and config.Agent.Roots), and Landlock
+// cannot widen a running process's rights. So a confined agent runs one
+// process per distinct set of session roots (cwd and
+// additionalDirectories), started on first use with the profile derived
+// for exactly those roots (upstream.Agent.ForRoots); each session talks to
+// the process of its own roots, which can write there and in no other
+// session's roots. Unconfined agents keep one process.
 //
 // Not built yet (issue 29): the network egress proxy, terminal/create under
-// the profile, one agent process per set of roots, the ACP sandbox
-// capability on the wire.
+// the profile, the ACP sandbox capability on the wire.
 package sandbox
 
 import (
