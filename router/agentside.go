@@ -840,6 +840,12 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 			}
 		}
 	}
+	if req.Method == acp.MethodTerminalCreate {
+		if p, err = confineTerminal(inst, p); err != nil {
+			reply(nil, err)
+			return
+		}
+	}
 	if req.Method == acp.MethodElicitationCreate {
 		if p, err = r.translateElicitation(inst, p); err != nil {
 			reply(nil, err)

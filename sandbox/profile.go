@@ -31,8 +31,13 @@
 // the process of its own roots, which can write there and in no other
 // session's roots. Unconfined agents keep one process.
 //
-// Not built yet (issue 29): the network egress proxy, terminal/create under
-// the profile, the ACP sandbox capability on the wire.
+// Commands an editor runs for a confined agent (terminal/create) run under
+// the agent's plan too: the router rewrites the request so that the editor
+// runs this executable as the terminal helper, which starts the original
+// command confined and stays its parent (Plan.Terminal, terminal_linux.go).
+//
+// Not built yet (issue 29): the network egress proxy, the ACP sandbox
+// capability on the wire.
 package sandbox
 
 import (

@@ -217,6 +217,9 @@ type Instance struct {
 
 	stderrDone chan struct{} // closed when its stderr reached EOF
 
+	// plan is the sandbox it runs under; nil: unconfined (Plan).
+	plan *sandbox.Plan
+
 	mu       sync.Mutex
 	init     *acp.InitializeResult
 	initRaw  json.RawMessage
@@ -581,7 +584,7 @@ func (a *Agent) spawn(inst *Instance) error {
 		return fmt.Errorf("start %q: %w", cfg.Command, err)
 	}
 	inst.mu.Lock()
-	inst.cmd, inst.wd, inst.pgid, inst.started = cmd, wd, pid, time.Now()
+	inst.cmd, inst.wd, inst.pgid, inst.started, inst.plan = cmd, wd, pid, time.Now(), plan
 	inst.mu.Unlock()
 	a.opts.Telemetry.AgentStarted(a.Name(), began, inst.Restart, nil)
 	if wd != nil {

@@ -140,3 +140,12 @@ func (a *Agent) stopChildren() {
 	}
 	wg.Wait()
 }
+
+// Plan is the sandbox plan inst's process runs under: nil when it runs
+// unconfined. The commands an editor runs for it run under it too
+// (sandbox.Plan.Terminal).
+func (i *Instance) Plan() *sandbox.Plan {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.plan
+}
