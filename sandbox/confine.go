@@ -45,9 +45,9 @@ type Confiner struct {
 }
 
 // AgentEnv is the machine's environment for agent's profile: the home
-// directory, the temp dir, the agent's working directory and its other
-// roots (config.Agent.Roots, set for a process of a set of session roots),
-// its environment and resolved command.
+// directory, the temp dir, the agent's working directory as its root (or
+// config.Agent.Roots, set for a process of a set of session roots), its
+// environment and resolved command.
 func AgentEnv(a config.Agent) Env {
 	home, _ := os.UserHomeDir()
 	root := a.Cwd
@@ -66,7 +66,11 @@ func AgentEnv(a config.Agent) Env {
 			exe = abs
 		}
 	}
-	return Env{Home: home, TempDir: os.TempDir(), Roots: append([]string{root}, a.Roots...), Getenv: getenv, Executable: exe}
+	roots := []string{root}
+	if len(a.Roots) > 0 {
+		roots = a.Roots
+	}
+	return Env{Home: home, TempDir: os.TempDir(), Roots: roots, Getenv: getenv, Executable: exe}
 }
 
 // Profile derives agent's profile and the problems check reports.
@@ -129,6 +133,16 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	log.Info("agent confined", "agent", a.Name, "profile", prof.Hash(), "hiddenFiles", len(st.Plan.HideFiles),
 		"hiddenDirs", len(st.Plan.HideDirs), "writable", len(st.Plan.WritableDirs)+len(st.Plan.WritableFiles), "searched", st.Plan.Visited)
 	return st.Plan, nil
+}
+
+// Func is Confine, or nil when the mode is off: then no agent is ever
+// confined, and the router keeps one process per agent (not one per set
+// of session roots, upstream.Agent.ForRoots).
+func (c *Confiner) Func() func(config.Agent) (*Plan, error) {
+	if c == nil || c.Mode == config.SandboxOff || c.Mode == "" {
+		return nil
+	}
+	return c.Confine
 }
 
 func (c *Confiner) record(st Start) {

@@ -77,10 +77,14 @@ func (a *Agent) ForRoots(cwd string, dirs []string) *Agent {
 		return c
 	}
 	cfg := h.Config
-	cfg.Cwd, cfg.Roots = roots[0], roots[1:]
+	cfg.Roots = roots
+	if fi, err := os.Stat(roots[0]); err == nil && fi.IsDir() {
+		// Else it keeps the agent's: a session's cwd need not exist.
+		cfg.Cwd = roots[0]
+	}
 	c := New(cfg, h.opts)
 	c.fam.head = h
-	c.log = c.log.With("cwd", cfg.Cwd, "roots", cfg.Roots)
+	c.log = c.log.With("roots", roots)
 	c.auth = auth
 	if h.fam.children == nil {
 		h.fam.children = map[string]*Agent{}
@@ -94,6 +98,9 @@ func (a *Agent) ForRoots(cwd string, dirs []string) *Agent {
 func (a *Agent) Roots() []string { return a.ownRoots() }
 
 func (a *Agent) ownRoots() []string {
+	if len(a.Config.Roots) > 0 {
+		return a.Config.Roots
+	}
 	cwd := a.Config.Cwd
 	if cwd == "" {
 		cwd, _ = os.Getwd()
@@ -101,7 +108,7 @@ func (a *Agent) ownRoots() []string {
 	if abs, err := filepath.Abs(cwd); err == nil {
 		cwd = abs
 	}
-	return rootSet(cwd, a.Config.Roots)
+	return []string{filepath.Clean(cwd)}
 }
 
 // rootSet is cwd, then the other directories sorted, each once.

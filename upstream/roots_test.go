@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -92,10 +93,14 @@ func TestForRootsConfined(t *testing.T) {
 		extra    []string
 		own      bool // the configured agent's own process
 		writable []string
+		workIn   string // "": cwd
 	}{
-		{"own root", dirs["a"], nil, true, []string{"a"}},
-		{"other cwd", dirs["b"], nil, false, []string{"b"}},
-		{"cwd and an additional directory", dirs["b"], []string{dirs["c"], dirs["c"] + "/"}, false, []string{"b", "c"}},
+		{"own root", dirs["a"], nil, true, []string{"a"}, ""},
+		{"other cwd", dirs["b"], nil, false, []string{"b"}, ""},
+		{"cwd and an additional directory", dirs["b"], []string{dirs["c"], dirs["c"] + "/"}, false, []string{"b", "c"}, ""},
+		// A session's cwd need not exist: its process works in the
+		// agent's, and still writes only its own roots.
+		{"missing cwd", base + "/gone", []string{dirs["c"]}, false, []string{"c"}, dirs["a"]},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ag := a.ForRoots(tt.cwd, tt.extra)
@@ -118,8 +123,8 @@ func TestForRootsConfined(t *testing.T) {
 			if err := json.Unmarshal(inst.InitRaw(), &res); err != nil {
 				t.Fatal(err)
 			}
-			if res.Meta.Cwd != tt.cwd {
-				t.Errorf("the process works in %s, want %s", res.Meta.Cwd, tt.cwd)
+			if want := cmp.Or(tt.workIn, tt.cwd); res.Meta.Cwd != want {
+				t.Errorf("the process works in %s, want %s", res.Meta.Cwd, want)
 			}
 			for n, d := range dirs {
 				got := res.Meta.Writes[d]
