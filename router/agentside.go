@@ -1061,8 +1061,9 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		}
 		r.mu.Lock()
 		open := 0
+		owner := tableKey(inst)
 		for _, t := range r.terminals {
-			if t.agent == inst.Agent.Name() {
+			if t.agent == owner {
 				open++
 			}
 		}
@@ -1081,7 +1082,7 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		r.mu.Lock()
 		t, ok := r.terminals[id]
 		r.mu.Unlock()
-		if !ok || t.agent != inst.Agent.Name() {
+		if !ok || t.agent != tableKey(inst) {
 			return acp.NewError(acp.CodeInvalidParams, fmt.Sprintf("acp-router: unknown terminal %q", id), nil)
 		}
 	case acp.MethodElicitationCreate:
@@ -1235,7 +1236,7 @@ func (r *Router) trackTerminal(inst *upstream.Instance, method, sid string, p, r
 	case acp.MethodTerminalCreate:
 		if json.Unmarshal(res, &t) == nil && t.TerminalID != "" {
 			r.mu.Lock()
-			r.terminals[t.TerminalID] = terminal{agent: inst.Agent.Name(), session: sid}
+			r.terminals[t.TerminalID] = terminal{agent: tableKey(inst), session: sid}
 			r.mu.Unlock()
 		}
 	case acp.MethodTerminalRelease:
@@ -1380,8 +1381,9 @@ func (r *Router) agentExited(inst *upstream.Instance, err error) {
 		r.tombs.removePrefix(tableKey(inst) + " ")
 		var gone []string
 		sessions := map[string]string{}
+		owner := tableKey(inst)
 		for id, t := range r.terminals {
-			if t.agent == inst.Agent.Name() {
+			if t.agent == owner {
 				gone = append(gone, id)
 				sessions[id] = t.session
 				delete(r.terminals, id)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSandboxTerminal: a command an editor runs for a confined agent
@@ -89,5 +90,48 @@ cat %[1]s/main.go; echo
 	}
 	if !audited {
 		t.Errorf("the audit lacks the original command's allow: %+v", readAudit(t, auditFile))
+	}
+}
+
+// TestSandboxTerminalPerProcess: under the sandbox, sessions with
+// different roots talk to different processes of one agent (issue 29
+// point 3), and a terminal belongs to the process that created it: another
+// process of the same agent cannot use it, and when that other process
+// crashes the terminal lives on (before, terminals were the agent name's,
+// and the crash killed them all).
+func TestSandboxTerminalPerProcess(t *testing.T) {
+	t.Parallel()
+	cfg, _ := sandboxYAML(t, "enforce", fakeOpts{}, nil, "**/.env")
+	data, _ := os.ReadFile(cfg)
+	data = []byte(strings.Replace(string(data), "rules:\n", "rules:\n    - {id: run-sleep, decision: allow, when: {command: ['sleep **']}}\n", 1))
+	must(t, os.WriteFile(cfg, data, 0o644))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sidA, sidB := e.NewSession(t, t.TempDir()), e.NewSession(t, t.TempDir())
+
+	e.MustPrompt(t, sidA, "terminal-create sleep 30", "end_turn")
+	var termID string
+	for _, text := range e.Texts(sidA) {
+		if id, ok := strings.CutPrefix(text, "terminal-id: "); ok {
+			termID = id
+		}
+	}
+	if termID == "" {
+		t.Fatalf("no terminal: %q", e.Texts(sidA))
+	}
+	e.MustPrompt(t, sidB, "terminal-output "+termID, "end_turn")
+	if got := strings.Join(e.Texts(sidB), "\n"); !strings.Contains(got, "terminal error: -32602") {
+		t.Errorf("the process of B's roots used A's terminal: %q, want the router's -32602", got)
+	}
+	if _, err := e.Prompt(waitTimeout, sidB, "crash"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the router handles the exit meanwhile
+	e.MustPrompt(t, sidA, "terminal-output "+termID, "end_turn")
+	if got := strings.Join(e.Texts(sidA), "\n"); strings.Contains(got, "terminal error") {
+		t.Errorf("A's terminal after B's process crashed: %q", got)
+	}
+	if kills := e.Rec.Filter(func(m *Msg) bool { return m.Method == "terminal/kill" && jsonString(m.Params, "terminalId") == termID }); len(kills) > 0 {
+		t.Errorf("the crash of B's process killed A's terminal")
 	}
 }
