@@ -15,15 +15,21 @@
 // guard; the kernel holds only what needs no question: hidden paths and
 // where writes may go.
 //
-// Limits, each pinned by a test: a glob that may match anywhere (**/.env)
-// is resolved when the agent starts, in its roots (whole) and HomeDepth
-// levels of home; a matching file created later, or elsewhere, is not
+// Limits, each pinned by a test: the masks are resolved when a process
+// starts. A glob that may match anywhere (**/.env) is searched in the
+// roots (whole) and HomeDepth levels of home, and a rule's directory
+// (~/.aws/**) is masked if it exists. A matching file or directory that
+// appears later (a .env a build writes, a new ~/.aws) stays readable by
+// the agent's process until it is started again (a restart, an idle
+// stop, another set of roots); the commands its terminals run are not
+// affected: each terminal resolves the masks when it is created
+// (TestLateFiles). A matching file outside the searched places is never
 // masked. A mask hides a name, not a file: another hard link to a hidden
 // file is masked only when the search finds it (Plan.Warnings names the
 // others).
 //
 // Sessions with different roots: a profile's roots are those of one agent
-// process (its working directory and config.Agent.Roots), and Landlock
+// process (its working directory, or config.Agent.Roots), and Landlock
 // cannot widen a running process's rights. So a confined agent runs one
 // process per distinct set of session roots (cwd and
 // additionalDirectories), started on first use with the profile derived
