@@ -1061,9 +1061,8 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		}
 		r.mu.Lock()
 		open := 0
-		owner := tableKey(inst)
 		for _, t := range r.terminals {
-			if t.agent == owner {
+			if t.agent == tableKey(inst) {
 				open++
 			}
 		}
