@@ -122,6 +122,12 @@ type Agent struct {
 	StateDirs []string
 	// StateDirsPos is where state_dirs: is written.
 	StateDirsPos Pos
+	// Roots, when set, are the directories a process of the agent works
+	// in, instead of Cwd alone: never read from the file, set for the
+	// process the router starts for a set of session roots
+	// (upstream.Agent.ForRoots), so that its sandbox profile may write
+	// there and nowhere else.
+	Roots []string
 
 	// Pos is where the agent's entry starts in the config file, for
 	// messages ("config.yaml:12:5").

@@ -252,7 +252,7 @@ func (p *parsedArgs) value(key string, o *optSpec, attached *arg, args []arg, i 
 // program records an ordinary program: its command item and the files,
 // hosts and commands of its arguments.
 func (x *extractor) program(name string, args []arg, cx cmdCtx) {
-	sp := specs[name]
+	sp := specs()[name]
 	it := x.commandItem(args, cx)
 	switch {
 	case sp == nil:

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -167,8 +168,12 @@ type argSpec struct {
 	walk *walkSpec
 }
 
-// specs are the compiled specs by program name (aliases included).
-var specs = mustLoadSpecs(specFS)
+// specs returns the compiled specs by program name (aliases included),
+// loaded on first use: every re-run of the router's executable (an
+// agent's watchdog, the sandbox helpers) imports this package, and
+// loading them costs ~7 MB and tens of milliseconds that those processes
+// never need.
+var specs = sync.OnceValue(func() map[string]*argSpec { return mustLoadSpecs(specFS) })
 
 func mustLoadSpecs(fsys fs.FS) map[string]*argSpec {
 	m, err := loadSpecs(fsys)

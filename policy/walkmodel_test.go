@@ -8,8 +8,8 @@ import (
 // TestWalkModel: the names a program's walk skips and the symlinks it
 // opens (issue 27).
 func TestWalkModel(t *testing.T) {
-	goWalk := specs["go"].subs["test"].walkFor(nil)
-	if goWalk == nil || goWalk != specs["go"].subs["vet"].walkFor(nil) {
+	goWalk := specs()["go"].subs["test"].walkFor(nil)
+	if goWalk == nil || goWalk != specs()["go"].subs["vet"].walkFor(nil) {
 		t.Fatalf("go's subcommands do not share go's walk: %+v", goWalk)
 	}
 	for _, tc := range []struct {
@@ -27,18 +27,18 @@ func TestWalkModel(t *testing.T) {
 		{"go: a link to a directory named .go", goWalk, "pkg.go", true, false},
 		{"go: a data file link", goWalk, "notes/aws", false, false},
 		{"go: a link named .go.txt", goWalk, "notes/a.go.txt", false, false},
-		{"rg", specs["rg"].walkFor(nil), "notes/aws", false, false},
-		{"rg -L", specs["rg"].walkFor(flagSet{"-L"}), "notes/aws", true, true},
-		{"grep -R", specs["grep"].walkFor(flagSet{"-R"}), "docs/ssh", true, true},
-		{"cp -l", specs["cp"].walkFor(flagSet{"-l"}), "a", false, true},
-		{"cp -a", specs["cp"].walkFor(flagSet{"-a"}), "a", false, false},
+		{"rg", specs()["rg"].walkFor(nil), "notes/aws", false, false},
+		{"rg -L", specs()["rg"].walkFor(flagSet{"-L"}), "notes/aws", true, true},
+		{"grep -R", specs()["grep"].walkFor(flagSet{"-R"}), "docs/ssh", true, true},
+		{"cp -l", specs()["cp"].walkFor(flagSet{"-l"}), "a", false, true},
+		{"cp -a", specs()["cp"].walkFor(flagSet{"-a"}), "a", false, false},
 		{"no model: everything", nil, "_x/testdata/y", true, true},
 	} {
 		if got := tc.w.Follows(tc.rel, tc.targetDir); got != tc.follows {
 			t.Errorf("%s: Follows(%s) = %v, want %v", tc.name, tc.rel, got, tc.follows)
 		}
 	}
-	if specs["pytest"].walk != nil || specs["zip"].walk != nil {
+	if specs()["pytest"].walk != nil || specs()["zip"].walk != nil {
 		t.Error("pytest (python_files and norecursedirs are its configuration's) and zip (follows) must read everything")
 	}
 }

@@ -106,6 +106,12 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 		reply(nil, err)
 		return
 	}
+	if req.Method == acp.MethodTerminalCreate {
+		if p, err = confineTerminal(inst, p); err != nil {
+			reply(nil, err)
+			return
+		}
+	}
 	if req.Method == acp.MethodElicitationCreate {
 		if p, err = r.translateElicitation(inst, p); err != nil {
 			reply(nil, err)
@@ -326,7 +332,7 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		r.mu.Lock()
 		open := 0
 		for _, t := range r.terminals {
-			if t.agent == inst.Agent.Name() {
+			if t.agent == tableKey(inst) {
 				open++
 			}
 		}
@@ -345,7 +351,7 @@ func (r *Router) checkAgentCall(inst *upstream.Instance, method string, p json.R
 		r.mu.Lock()
 		t, ok := r.terminals[id]
 		r.mu.Unlock()
-		if !ok || t.agent != inst.Agent.Name() {
+		if !ok || t.agent != tableKey(inst) {
 			return fail(errParams, fmt.Sprintf("acp-router: unknown terminal %q", id), nil)
 		}
 	case acp.MethodElicitationCreate:
@@ -516,7 +522,7 @@ func (r *Router) trackTerminal(inst *upstream.Instance, method, sid string, p, r
 	case acp.MethodTerminalCreate:
 		if json.Unmarshal(res, &t) == nil && t.TerminalID != "" {
 			r.mu.Lock()
-			r.terminals[t.TerminalID] = terminal{agent: inst.Agent.Name(), session: sid}
+			r.terminals[t.TerminalID] = terminal{agent: tableKey(inst), session: sid}
 			r.mu.Unlock()
 		}
 	case acp.MethodTerminalRelease:
@@ -669,8 +675,9 @@ func (r *Router) agentExited(inst *upstream.Instance, err error) {
 		r.tombs.removePrefix(tableKey(inst) + " ")
 		var gone []string
 		sessions := map[string]string{}
+		owner := tableKey(inst)
 		for id, t := range r.terminals {
-			if t.agent == inst.Agent.Name() {
+			if t.agent == owner {
 				gone = append(gone, id)
 				sessions[id] = t.session
 				delete(r.terminals, id)

@@ -218,6 +218,9 @@ type outgoing struct {
 }
 
 type terminal struct {
+	// agent is the instance that created it (tableKey): an agent may run
+	// one process per set of session roots (upstream.Agent.ForRoots), and
+	// each process's terminals are its own.
 	agent   string
 	session string // router session id
 }

@@ -203,11 +203,15 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 	}
 	r.spawn(func() {
 		held, release := r.hold(ctx, req)
-		a, enforce := r.route(cwd)
+		head, enforce := r.route(cwd)
+		// The agent's process for the session's roots: under the sandbox,
+		// one per set of roots (upstream/roots.go).
+		a := head.ForRoots(cwd, roots)
 		inst, err := a.Ready(held)
 		if err != nil && held.Err() == nil {
-			if fb := r.byName[r.cfg.Routing.Fallback]; fb != nil && fb != a {
+			if fb := r.byName[r.cfg.Routing.Fallback]; fb != nil && fb != head {
 				r.log.Warn("agent unavailable; using the fallback", "agent", a.Name(), "fallback", fb.Name(), "error", err)
+				fb = fb.ForRoots(cwd, roots)
 				if finst, ferr := fb.Ready(held); ferr == nil {
 					a, inst, err, enforce = fb, finst, nil, false
 				}
@@ -398,6 +402,7 @@ func (r *Router) ensureDownstream(ctx context.Context, s *Session, a *upstream.A
 }
 
 func (r *Router) openDownstreamOn(ctx context.Context, s *Session, a *upstream.Agent) (*downstream, error) {
+	a = a.ForRoots(s.Cwd, s.roots)
 	inst, err := a.Ready(ctx)
 	if err != nil {
 		return nil, r.startError(a, err)

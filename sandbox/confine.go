@@ -45,7 +45,8 @@ type Confiner struct {
 }
 
 // AgentEnv is the machine's environment for agent's profile: the home
-// directory, the temp dir, the agent's working directory as its root, its
+// directory, the temp dir, the agent's working directory as its root (or
+// config.Agent.Roots, set for a process of a set of session roots), its
 // environment and resolved command.
 func AgentEnv(a config.Agent) Env {
 	home, _ := os.UserHomeDir()
@@ -66,7 +67,15 @@ func AgentEnv(a config.Agent) Env {
 		}
 	}
 	links := map[string]string{}
-	env := Env{Home: realPath(home, links), TempDir: realPath(os.TempDir(), nil), Roots: []string{realPath(root, links)}, Getenv: getenv, Links: links}
+	roots := []string{root}
+	if len(a.Roots) > 0 {
+		roots = a.Roots
+	}
+	real := make([]string, len(roots))
+	for i, r := range roots {
+		real[i] = realPath(r, links)
+	}
+	env := Env{Home: realPath(home, links), TempDir: realPath(os.TempDir(), nil), Roots: real, Getenv: getenv, Links: links}
 	// The executable keeps its name (the agent runs it by that name); a
 	// deny rule on either name stops the start (Derive).
 	env.Executable, env.ExecutableTarget = exe, realPath(exe, nil)
@@ -150,6 +159,16 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	log.Info("agent confined", "agent", a.Name, "profile", prof.Hash(), "hiddenFiles", len(st.Plan.HideFiles),
 		"hiddenDirs", len(st.Plan.HideDirs), "writable", len(st.Plan.WritableDirs)+len(st.Plan.WritableFiles), "searched", st.Plan.Visited)
 	return st.Plan, nil
+}
+
+// Func is Confine, or nil when the mode is off: then no agent is ever
+// confined, and the router keeps one process per agent (not one per set
+// of session roots, upstream.Agent.ForRoots).
+func (c *Confiner) Func() func(config.Agent) (*Plan, error) {
+	if c == nil || c.Mode == config.SandboxOff || c.Mode == "" {
+		return nil
+	}
+	return c.Confine
 }
 
 func (c *Confiner) record(st Start) {

@@ -64,6 +64,9 @@ var hooked atomic.Bool
 // once, and this executable can confine agents from then on. Call it first
 // in main (and in TestMain of tests that confine processes).
 func RunIfRequested() {
+	if len(os.Args) > 1 && os.Args[1] == terminalArg {
+		os.Exit(runTerminal(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == helperArg {
 		err := runHelper(os.Args[2:])
 		fmt.Fprintf(os.Stderr, "acp-router sandbox: %v\n", err)

@@ -107,7 +107,14 @@ func run(t *testing.T, plan *Plan, dir, script string) string {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.Env = append(os.Environ(), "ROUTER_PID="+strconv.Itoa(os.Getpid()))
-	if viaWatchdog[plan] {
+	if viaTerminal[plan] {
+		// As an editor runs a terminal/create the router rewrote.
+		exe, args, err := plan.Terminal("/bin/sh", []string{"-c", script})
+		must(t, err)
+		cmd = exec.Command(exe, args...)
+		cmd.Env = append(os.Environ(), "ROUTER_PID="+strconv.Itoa(os.Getpid()))
+		cmd.Dir = dir
+	} else if viaWatchdog[plan] {
 		// As the router starts agents: its watchdog confines itself.
 		cmd = exec.Command(os.Args[0], "/bin/sh", "-c", script)
 		cmd.Env = append(os.Environ(), "ROUTER_PID="+strconv.Itoa(os.Getpid()), envMiniWatchdog+"=1")
@@ -161,22 +168,20 @@ func TestConfinedTree(t *testing.T) {
 // checkConfined is TestConfinedTree's body, also run as an unprivileged
 // user (TestConfinedTreeUnprivileged).
 func checkConfined(t *testing.T, home, proj, outside string) {
-	for _, watchdog := range []bool{false, true} {
-		name := "helper"
-		if watchdog {
-			name = "watchdog"
-		}
+	for _, name := range []string{"helper", "watchdog", "terminal"} {
 		t.Run(name, func(t *testing.T) {
 			plan := confine(t, home, proj)
-			viaWatchdog[plan] = watchdog
+			viaWatchdog[plan] = name == "watchdog"
+			viaTerminal[plan] = name == "terminal"
 			checkPlan(t, plan, home, proj, outside)
 		})
 	}
 }
 
 // viaWatchdog: the plans run as the router starts agents (Handoff to a
-// watchdog) rather than through the helper (Wrap).
-var viaWatchdog = map[*Plan]bool{}
+// watchdog) rather than through the helper (Wrap); viaTerminal: as an
+// editor runs a terminal for the agent (Terminal).
+var viaWatchdog, viaTerminal = map[*Plan]bool{}, map[*Plan]bool{}
 
 func checkPlan(t *testing.T, plan *Plan, home, proj, outside string) {
 	if plan.Warnings != nil {

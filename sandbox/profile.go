@@ -15,13 +15,18 @@
 // guard; the kernel holds only what needs no question: hidden paths and
 // where writes may go.
 //
-// Limits, each pinned by a test: a glob that may match anywhere (**/.env)
-// is resolved when the agent starts, in its roots (whole) and HomeDepth
-// levels of home; a matching file created later, or elsewhere, is not
+// Limits, each pinned by a test: the masks are resolved when a process
+// starts. A glob that may match anywhere (**/.env) is searched in the
+// roots (whole) and HomeDepth levels of home, and a rule's directory
+// (~/.aws/**) is masked if it exists. A matching file or directory that
+// appears later (a .env a build writes, a new ~/.aws) stays readable by
+// the agent's process until it is started again (a restart, an idle
+// stop, another set of roots); the commands its terminals run are not
+// affected: each terminal resolves the masks when it is created
+// (TestLateFiles). A matching file outside the searched places is never
 // masked. A mask hides a name, not a file: another hard link to a hidden
 // file is masked only when the search finds it (Plan.Warnings names the
-// others). The roots are the agent process's working directory: sessions
-// whose cwd lies elsewhere cannot write there.
+// others).
 //
 // An agent's own sandbox runs inside this one only if it needs no mount:
 // Landlock forbids every mount to a confined process. Codex's (bubblewrap:
@@ -33,8 +38,21 @@
 // router's policy decides it, and it runs under this profile
 // (test/sandbox_agents_test.go).
 //
-// Not built yet (issue 29): the network egress proxy, terminal/create under
-// the profile, one agent process per set of roots, the ACP sandbox
+// Sessions with different roots: a profile's roots are those of one agent
+// process (its working directory, or config.Agent.Roots), and Landlock
+// cannot widen a running process's rights. So a confined agent runs one
+// process per distinct set of session roots (cwd and
+// additionalDirectories), started on first use with the profile derived
+// for exactly those roots (upstream.Agent.ForRoots); each session talks to
+// the process of its own roots, which can write there and in no other
+// session's roots. Unconfined agents keep one process.
+//
+// Commands an editor runs for a confined agent (terminal/create) run under
+// the agent's plan too: the router rewrites the request so that the editor
+// runs this executable as the terminal helper, which starts the original
+// command confined and stays its parent (Plan.Terminal, terminal_linux.go).
+//
+// Not built yet (issue 29): the network egress proxy, the ACP sandbox
 // capability on the wire.
 package sandbox
 

@@ -53,6 +53,10 @@ type Plan struct {
 	Warnings []string `json:"-"`
 	// Visited is how many directory entries were read.
 	Visited int `json:"-"`
+
+	// profile is what the plan was resolved from (nil in a plan handed
+	// over): Terminal resolves it again.
+	profile *Profile
 }
 
 // ResolveOptions tune Resolve; the zero value is the defaults.
@@ -124,7 +128,7 @@ func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
 			return nil, err
 		}
 	}
-	plan := &Plan{Visited: r.visited, Warnings: r.linkWarnings(ids)}
+	plan := &Plan{Visited: r.visited, Warnings: r.linkWarnings(ids), profile: p}
 	for path := range r.hidden {
 		if r.coveredAbove(path) {
 			continue

@@ -149,6 +149,8 @@ type Agent struct {
 	// connect, when set, reaches the agent through a Link instead of its
 	// command (SetConnect).
 	connect Connect
+	// fam: its processes for other session roots (roots.go).
+	fam family
 }
 
 // Link is a connection to an agent that is not a child process of the
@@ -214,6 +216,9 @@ type Instance struct {
 	exited  chan struct{} // closed when the process has been reaped
 
 	stderrDone chan struct{} // closed when its stderr reached EOF
+
+	// plan is the sandbox it runs under; nil: unconfined (Plan).
+	plan *sandbox.Plan
 
 	mu       sync.Mutex
 	init     *acp.InitializeResult
@@ -317,7 +322,7 @@ func (a *Agent) startLocked() (*Instance, error) {
 		delay = min(100*time.Millisecond<<len(a.restarts), 2*time.Second)
 		a.restarts = append(a.restarts, now)
 	}
-	a.gen++
+	a.gen = a.nextGen()
 	inst := &Instance{Agent: a, Gen: a.gen, Restart: restart, ready: make(chan struct{}), exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	a.inst, a.state, a.err = inst, Starting, nil
 	a.owned.Go(func() { a.run(inst, prev, delay) })
@@ -579,7 +584,7 @@ func (a *Agent) spawn(inst *Instance) error {
 		return fmt.Errorf("start %q: %w", cfg.Command, err)
 	}
 	inst.mu.Lock()
-	inst.cmd, inst.wd, inst.pgid, inst.started = cmd, wd, pid, time.Now()
+	inst.cmd, inst.wd, inst.pgid, inst.started, inst.plan = cmd, wd, pid, time.Now(), plan
 	inst.mu.Unlock()
 	a.opts.Telemetry.AgentStarted(a.Name(), began, inst.Restart, nil)
 	if wd != nil {
@@ -737,6 +742,9 @@ func (a *Agent) call(ctx context.Context, inst *Instance, method string, params 
 // SetAuth remembers the method the editor authenticated with, so that it is
 // replayed after a restart.
 func (a *Agent) SetAuth(methodID string) {
+	for _, c := range a.children() {
+		c.SetAuth(methodID)
+	}
 	a.mu.Lock()
 	a.auth = methodID
 	a.mu.Unlock()
@@ -847,6 +855,7 @@ func (a *Agent) markFailed(inst *Instance, err error) bool {
 // Stop shuts the agent down (DESIGN §7) and leaves it stopped. When it is
 // already stopped, Stop waits until that process is gone.
 func (a *Agent) Stop() {
+	a.stopChildren()
 	a.mu.Lock()
 	inst := a.inst
 	if inst == nil {
@@ -870,6 +879,9 @@ func (a *Agent) Stop() {
 // Restart ends the current instance as failed (reason); the next Ready
 // starts a new one.
 func (a *Agent) Restart(reason error) {
+	for _, c := range a.children() {
+		c.Restart(reason)
+	}
 	a.mu.Lock()
 	inst := a.inst
 	a.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/sandbox"
 )
 
 // envFakeAgent makes the test binary a minimal ACP agent (TestMain);
@@ -33,6 +34,10 @@ const waitTimeout = 10 * time.Second
 func TestMain(m *testing.M) {
 	// The test binary is the "router": agents run under it as a watchdog.
 	RunWatchdogIfRequested()
+	sandbox.RunIfRequested()
+	if os.Getenv(envProbeAgent) != "" {
+		os.Exit(probeAgent())
+	}
 	if os.Getenv(envFakeAgent) != "" {
 		os.Exit(fakeAgent())
 	}

@@ -4,6 +4,9 @@ package upstream
 // to be restarted (`/agent restart NAME`), so the next use starts it at
 // once, even after it restarted too often.
 func (a *Agent) ForgetFailures() {
+	for _, c := range a.children() {
+		c.ForgetFailures()
+	}
 	a.mu.Lock()
 	a.restarts = nil
 	a.mu.Unlock()

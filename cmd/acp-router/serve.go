@@ -121,7 +121,7 @@ func serve(ctx context.Context, g *globals) (int, error) {
 		defer st.Close()
 	}
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
-		Confine: confiner(cfg, lp, pg, log).Confine})
+		Confine: confiner(cfg, lp, pg, log).Func()})
 	in, out, restore := editorStdio()
 	defer restore()
 	if err := r.Serve(ctx, in, out); err != nil {

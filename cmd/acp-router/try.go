@@ -66,7 +66,7 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 		Prompt:  strings.Join(fs.Args(), " "),
 		Agent:   *agent,
 		Guard:   guard,
-		Confine: confiner(cfg, lp, guard, log).Confine,
+		Confine: confiner(cfg, lp, guard, log).Func(),
 		Answer:  answer,
 		Logger:  log,
 		Out:     os.Stdout,
