@@ -122,6 +122,9 @@ type Agent struct {
 	StateDirs []string
 	// StateDirsPos is where state_dirs: is written.
 	StateDirsPos Pos
+	// Network is the agent's network: block (model API hosts, loopback
+	// ports) for its sandbox.
+	Network Network
 
 	// Pos is where the agent's entry starts in the config file, for
 	// messages ("config.yaml:12:5").
