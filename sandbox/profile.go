@@ -73,6 +73,8 @@ type Profile struct {
 	// WireOnly are the deny rules naming paths that the kernel cannot
 	// hold: they are decided on the wire only.
 	WireOnly []policy.KernelSkip `json:"-"`
+	// Network is what the agent reaches (network.go).
+	Network *Network `json:"network"`
 
 	rules []policy.KernelDeny
 }
@@ -178,6 +180,9 @@ func Derive(pol *policy.Policy, agent config.Agent, env Env) (*Profile, []Proble
 			probs = append(probs, Problem{Msg: fmt.Sprintf("agent %q works in %s: everything below it is writable under the sandbox; set the agent's cwd: to a project", agent.Name, r)})
 		}
 	}
+	var nprobs []Problem
+	p.Network, nprobs = deriveNetwork(pol, agent)
+	probs = append(probs, nprobs...)
 	w := slices.Clone(p.Roots)
 	if env.TempDir != "" {
 		w = appendPath(w, filepath.Clean(env.TempDir))
@@ -241,5 +246,9 @@ func (p *Profile) Summary() string {
 	if len(ids) > 0 {
 		hidden = "hidden by " + strings.Join(ids, ", ")
 	}
-	return fmt.Sprintf("%s; writable: %s; everything else read-only", hidden, strings.Join(p.Writable, ", "))
+	net := ""
+	if p.Network != nil && p.Network.Confined {
+		net = "; network: " + p.Network.Reachable()
+	}
+	return fmt.Sprintf("%s; writable: %s; everything else read-only%s", hidden, strings.Join(p.Writable, ", "), net)
 }
