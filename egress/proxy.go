@@ -31,7 +31,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,9 +42,11 @@ import (
 // Verdict is the profile's decision on one destination.
 type Verdict struct {
 	Allow bool
-	// Rule names what decided ("rule no-exfil", "model API of claude",
-	// "default: deny"), for the refusal's message and the log.
+	// Rule says what decided ("deny rule no-exfil", "the model API of
+	// agent claude", "default: deny ..."), for the refusal's message and
+	// the log; ID is the rule's id when a rule decided.
 	Rule string
+	ID   string
 }
 
 // Refusal is a connection the proxy refused.
@@ -53,8 +54,9 @@ type Refusal struct {
 	Host string
 	Port int
 	// Rule is what refused it (Verdict.Rule, or why the address is not
-	// reachable).
+	// reachable); ID the rule's id when a rule did.
 	Rule string
+	ID   string
 }
 
 // Proxy is the router's end: an HTTP CONNECT and forward proxy that
@@ -63,10 +65,10 @@ type Proxy struct {
 	// Decide rules on a host (as the client named it, lower case) and
 	// port. Never nil: a Proxy without it refuses everything.
 	Decide func(host string, port int) Verdict
-	// Loopback are the ports of the host's loopback the client may reach
-	// (127.0.0.1, ::1, localhost); every other loopback port is refused,
-	// whatever Decide says.
-	Loopback []int
+	// Loopback reports whether the client may reach port of the host's
+	// loopback (127.0.0.1, ::1, localhost); nil: none. Every other
+	// loopback port is refused, whatever Decide says.
+	Loopback func(port int) bool
 	// Lookup resolves a name; nil: the system's resolver, whose answers
 	// are checked: a name that resolves to a loopback or unspecified
 	// address is refused (it would reach the router's machine, not the
@@ -245,7 +247,7 @@ func (p *Proxy) dial(ctx context.Context, addr string) (net.Conn, error) {
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if isLoopbackName(host) {
-		if !slices.Contains(p.Loopback, port) {
+		if p.Loopback == nil || !p.Loopback(port) {
 			return nil, p.refused(Refusal{Host: host, Port: port, Rule: "a loopback port the agent's network.loopback does not list"})
 		}
 		return p.connectAddrs(ctx, []netip.Addr{netip.MustParseAddr("127.0.0.1")}, port)
@@ -255,7 +257,7 @@ func (p *Proxy) dial(ctx context.Context, addr string) (net.Conn, error) {
 		v = p.Decide(host, port)
 	}
 	if !v.Allow {
-		return nil, p.refused(Refusal{Host: host, Port: port, Rule: v.Rule})
+		return nil, p.refused(Refusal{Host: host, Port: port, Rule: v.Rule, ID: v.ID})
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {

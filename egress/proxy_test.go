@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,7 +79,7 @@ func newFixture(t testing.TB, loopback ...int) *fixture {
 		Lookup: func(_ context.Context, host string) ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 		},
-		Loopback: loopback,
+		Loopback: func(port int) bool { return slices.Contains(loopback, port) },
 		Refused: func(r Refusal) {
 			f.mu.Lock()
 			f.refused = append(f.refused, r)

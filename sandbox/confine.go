@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/egress"
 	"github.com/acp-router/acp-router/policy"
 )
 
@@ -41,7 +42,23 @@ type Confiner struct {
 	// AgentEnv.
 	Env func(config.Agent) Env
 
-	once sync.Map // best-effort warnings already logged, by agent and reason
+	// NetRefused is called for each connection an agent's egress proxy
+	// refused (the log has it too); nil: logged only.
+	NetRefused func(agent string, r egress.Refusal)
+	// Lookup resolves names for the egress proxies; nil: the system's
+	// resolver (see egress.Proxy.Lookup).
+	Lookup lookupFunc
+
+	once     sync.Map // best-effort warnings already logged, by agent and reason
+	egressMu sync.Mutex
+	egress   map[string]*agentEgress
+}
+
+func (c *Confiner) logger() hclog.Logger {
+	if c.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return c.Logger
 }
 
 // AgentEnv is the machine's environment for agent's profile: the home
@@ -104,6 +121,9 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	}
 	if err == nil {
 		st.Plan, err = Resolve(prof, ResolveOptions{CreateStateDirs: true})
+	}
+	if err == nil && prof.Network != nil && prof.Network.Confined {
+		st.Plan.Net, err = c.egressFor(a.Name, prof.Network)
 	}
 	log := c.Logger
 	if log == nil {

@@ -186,7 +186,7 @@ func (n *Network) Decide(host string, port int) egress.Verdict {
 	h, valid := policy.NormHost(host)
 	for i := range n.deny {
 		if n.deny[i].Matches(n.agent, h) {
-			return egress.Verdict{Rule: "deny rule " + n.deny[i].Rule}
+			return egress.Verdict{Rule: "deny rule " + n.deny[i].Rule, ID: n.deny[i].Rule}
 		}
 	}
 	if !n.AllowOnly {
@@ -239,4 +239,12 @@ func (n *Network) Reachable() string {
 		lo = "loopback " + strings.Join(ps, ", ")
 	}
 	return strings.Join(s, "") + "; " + lo + "; names resolved by the router"
+}
+
+// NetPlan is the network half of a Plan: the agent runs in a network
+// namespace of its own, reaching the router's egress proxy at Socket and
+// the host's loopback at Loopback's ports only.
+type NetPlan struct {
+	Socket   string `json:"socket"`
+	Loopback []int  `json:"loopback,omitempty"`
 }

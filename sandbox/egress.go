@@ -1,0 +1,93 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+
+	"github.com/acp-router/acp-router/egress"
+)
+
+// agentEgress is one agent's egress proxy: it lives as long as the
+// Confiner (an agent restarted reuses it) and decides by the agent's
+// latest profile (a policy reload takes effect at the next start).
+type agentEgress struct {
+	proxy  *egress.Proxy
+	net    atomic.Pointer[Network]
+	dir    string
+	socket string
+}
+
+// egressFor starts (once) and updates agent's egress proxy for n, and
+// returns the plan's network half.
+func (c *Confiner) egressFor(agent string, n *Network) (*NetPlan, error) {
+	c.egressMu.Lock()
+	defer c.egressMu.Unlock()
+	if c.egress == nil {
+		c.egress = map[string]*agentEgress{}
+	}
+	e := c.egress[agent]
+	if e == nil {
+		// A directory of the router's own (0700): no other user reaches
+		// the socket. Unix socket paths are short (108 bytes): the temp
+		// dir, not the state dir.
+		dir, err := os.MkdirTemp("", "acp-router-egress-")
+		if err != nil {
+			return nil, fmt.Errorf("egress proxy: %w", err)
+		}
+		e = &agentEgress{dir: dir, socket: filepath.Join(dir, "proxy.sock")}
+		l, err := net.Listen("unix", e.socket)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("egress proxy: %w", err)
+		}
+		log := c.logger().Named("egress").With("agent", agent)
+		e.proxy = &egress.Proxy{
+			Decide: func(host string, port int) egress.Verdict { return e.net.Load().Decide(host, port) },
+			Loopback: func(port int) bool {
+				return slices.Contains(e.net.Load().Loopback, port)
+			},
+			Lookup: c.Lookup,
+			Logger: log,
+			Refused: func(r egress.Refusal) {
+				if c.NetRefused != nil {
+					c.NetRefused(agent, r)
+				}
+			},
+		}
+		go func() {
+			if err := e.proxy.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("egress proxy stopped", "error", err)
+			}
+		}()
+		c.egress[agent] = e
+	}
+	e.net.Store(n)
+	return &NetPlan{Socket: e.socket, Loopback: slices.Clone(n.Loopback)}, nil
+}
+
+// Close stops the agents' egress proxies (their agents lose the network)
+// and removes their sockets.
+func (c *Confiner) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.egressMu.Lock()
+	defer c.egressMu.Unlock()
+	var errs []error
+	for name, e := range c.egress {
+		errs = append(errs, e.proxy.Close(), os.RemoveAll(e.dir))
+		delete(c.egress, name)
+	}
+	return errors.Join(errs...)
+}
+
+// lookupFunc is the Confiner's resolver hook's type.
+type lookupFunc = func(ctx context.Context, host string) ([]netip.Addr, error)
