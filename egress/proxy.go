@@ -75,7 +75,7 @@ type Proxy struct {
 	// network). A Lookup set here is trusted as it answers (tests map
 	// names to test servers).
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
-	// Refused is called for each refusal; nil: logged only.
+	// Refused is called for each refusal; nil: logged (at debug) only.
 	Refused func(Refusal)
 	Logger  hclog.Logger
 	// DialTimeout bounds a connection to the destination; default 30 s.
@@ -300,7 +300,7 @@ func (p *Proxy) connectAddrs(ctx context.Context, addrs []netip.Addr, port int) 
 }
 
 func (p *Proxy) refused(r Refusal) error {
-	p.Logger.Warn("network connection refused by the sandbox", "host", r.Host, "port", r.Port, "rule", r.Rule)
+	p.Logger.Debug("network connection refused by the sandbox", "host", r.Host, "port", r.Port, "rule", r.Rule)
 	if p.Refused != nil {
 		p.Refused(r)
 	}

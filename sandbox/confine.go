@@ -146,7 +146,8 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 		log.Warn("sandbox limit", "agent", a.Name, "warning", w)
 	}
 	log.Info("agent confined", "agent", a.Name, "profile", prof.Hash(), "hiddenFiles", len(st.Plan.HideFiles),
-		"hiddenDirs", len(st.Plan.HideDirs), "writable", len(st.Plan.WritableDirs)+len(st.Plan.WritableFiles), "searched", st.Plan.Visited)
+		"hiddenDirs", len(st.Plan.HideDirs), "writable", len(st.Plan.WritableDirs)+len(st.Plan.WritableFiles), "searched", st.Plan.Visited,
+		"network", prof.Network.Reachable())
 	return st.Plan, nil
 }
 

@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/acp-router/acp-router/egress"
 )
@@ -23,6 +26,32 @@ type agentEgress struct {
 	net    atomic.Pointer[Network]
 	dir    string
 	socket string
+
+	mu       sync.Mutex
+	reported map[string]time.Time // host:port -> last report
+}
+
+// Refusals of one host and port are logged and reported once per
+// reportEvery (an agent retrying in a loop must not flood the log or the
+// audit), and at most maxReported destinations are remembered.
+const (
+	reportEvery = time.Minute
+	maxReported = 1024
+)
+
+func (e *agentEgress) report(r egress.Refusal) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := net.JoinHostPort(r.Host, strconv.Itoa(r.Port))
+	now := time.Now()
+	if t, ok := e.reported[key]; ok && now.Sub(t) < reportEvery {
+		return false
+	}
+	if e.reported == nil || len(e.reported) >= maxReported {
+		e.reported = map[string]time.Time{}
+	}
+	e.reported[key] = now
+	return true
 }
 
 // egressFor starts (once) and updates agent's egress proxy for n, and
@@ -57,6 +86,10 @@ func (c *Confiner) egressFor(agent string, n *Network) (*NetPlan, error) {
 			Lookup: c.Lookup,
 			Logger: log,
 			Refused: func(r egress.Refusal) {
+				if !e.report(r) {
+					return
+				}
+				log.Warn("network connection refused by the sandbox", "host", r.Host, "port", r.Port, "rule", r.Rule)
 				if c.NetRefused != nil {
 					c.NetRefused(agent, r)
 				}
