@@ -37,6 +37,13 @@ import (
 // with Net: it must outlive the agent (runHelper does not exec then).
 var forwarder *egress.Forwarder
 
+// resolverSockets are the unix sockets through which a process resolves
+// names without the network (nscd, systemd-resolved's varlink, and the
+// system bus, through which resolved answers too): hidden from a
+// confined agent, whose names only the egress proxy resolves.
+var resolverSockets = []string{"/run/nscd/socket", "/var/run/nscd/socket", "/run/systemd/resolve/io.systemd.Resolve",
+	"/run/systemd/resolve/io.systemd.Resolve.Monitor", "/run/dbus/system_bus_socket", "/var/run/dbus/system_bus_socket"}
+
 // planNet reports whether env carries a plan that confines the network.
 func planNet(env []string) bool {
 	for _, kv := range env {
@@ -83,6 +90,19 @@ func (pl *Plan) enterNet() error {
 	}
 	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("network namespace: %w", err)
+	}
+	// Unix sockets in the file system cross network namespaces: the
+	// resolvers behind them would carry a name (and data in it) out.
+	for _, p := range resolverSockets {
+		if fi, err := os.Lstat(p); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			continue
+		}
+		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("network namespace: hide %s: %w", p, err)
+		}
+		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("network namespace: hide %s: %w", p, err)
+		}
 	}
 	f := &egress.Forwarder{Socket: pl.Net.Socket}
 	addr, err := f.ListenProxy("127.0.0.1:0")

@@ -22,6 +22,38 @@ import (
 	"github.com/acp-router/acp-router/policy"
 )
 
+// envResolverSocket names, for the confined test processes (this binary
+// re-run as the helper or watchdog), one more resolver socket to hide: the
+// test's stand-in for nscd's.
+const envResolverSocket = "ACP_SANDBOX_TEST_RESOLVER_SOCKET"
+
+func init() {
+	if p := os.Getenv(envResolverSocket); p != "" {
+		resolverSockets = append(resolverSockets, p)
+	}
+}
+
+// unixServer answers each connection on a unix socket at path with
+// "REACHED:name".
+func unixServer(t *testing.T, path, name string) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "REACHED:"+name+"\n")
+			c.Close()
+		}
+	}()
+}
+
 // netPolicy: an allow-list (default: deny) with one allowed host, and a
 // deny rule on another (which the allow-list would refuse anyway: the
 // deny rule names itself in the refusal).
@@ -140,6 +172,10 @@ func checkNetwork(t *testing.T, base string) {
 	if ip != "" {
 		hostPort = netServer(t, net.JoinHostPort(ip, "0"), "hostip")
 	}
+	resolverSock := base + "/resolver.sock"
+	unixServer(t, resolverSock, "resolver")
+	must(t, os.Chmod(resolverSock, 0o777))
+	t.Setenv(envResolverSocket, resolverSock)
 	var mu sync.Mutex
 	var refused []egress.Refusal
 	c := &Confiner{
@@ -222,6 +258,9 @@ except Exception as e: print("ERR", e)`)
 		"python3 undeclared lo":     pyConnect("127.0.0.1", undeclared),
 		"curl unset proxy variable": "env -u HTTP_PROXY -u http_proxy -u ALL_PROXY -u all_proxy " + curl + u("127.0.0.2", inet),
 	}
+	bypass["python3 resolver socket"] = py(`import socket
+try: s = socket.socket(socket.AF_UNIX); s.connect("` + resolverSock + `"); print(s.recv(100).decode())
+except Exception as e: print("ERR", e)`)
 	if ip != "" {
 		bypass["curl machine address"] = direct + u(ip, hostPort)
 		bypass["python3 machine address"] = pyConnect(ip, hostPort)
