@@ -123,7 +123,9 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 		st.Plan, err = Resolve(prof, ResolveOptions{CreateStateDirs: true})
 	}
 	if err == nil && prof.Network != nil && prof.Network.Confined {
-		st.Plan.Net, err = c.egressFor(a.Name, prof.Network)
+		if err = netAvailable(); err == nil {
+			st.Plan.Net, err = c.egressFor(a.Name, prof.Network)
+		}
 	}
 	log := c.Logger
 	if log == nil {

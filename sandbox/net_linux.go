@@ -173,3 +173,12 @@ func runForwarding(argv []string) error {
 	}
 	return err
 }
+
+// netAvailable says whether this kernel has network namespaces, which a
+// profile that holds hosts needs.
+func netAvailable() error {
+	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
+		return errors.New("this kernel has no network namespaces (CONFIG_NET_NS), which the policy's host rules need under the sandbox: enable them, or remove the deny rules on domains")
+	}
+	return nil
+}

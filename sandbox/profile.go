@@ -23,9 +23,14 @@
 // others). The roots are the agent process's working directory: sessions
 // whose cwd lies elsewhere cannot write there.
 //
-// Not built yet (issue 29): the network egress proxy, terminal/create under
-// the profile, one agent process per set of roots, the ACP sandbox
-// capability on the wire.
+// The network (network.go, net_linux.go): a profile whose policy holds
+// hosts (a deny rule on domains:, or default: deny, an allow-list) runs
+// the agent in a network namespace of its own with only loopback up, and
+// its connections go through the router's egress proxy (package egress),
+// which decides each host and resolves the names.
+//
+// Not built yet (issue 29): terminal/create under the profile, one agent
+// process per set of roots, the ACP sandbox capability on the wire.
 package sandbox
 
 import (
