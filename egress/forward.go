@@ -36,14 +36,20 @@ func (f *Forwarder) ListenProxy(addr string) (string, error) {
 
 // ListenLoopback listens on 127.0.0.1:port, the port of a loopback
 // service the user configured, and tunnels each connection to the same
-// port of the host's loopback through the proxy.
+// port of the host's loopback through the proxy. It listens on [::1]:port
+// too where IPv6 is up: "localhost" may resolve to ::1 first.
 func (f *Forwarder) ListenLoopback(port int) error {
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	dst := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	l, err := net.Listen("tcp", dst)
 	if err != nil {
 		return fmt.Errorf("egress: listen for loopback port %d: %w", port, err)
 	}
 	f.add(l)
-	go f.serve(l, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	go f.serve(l, dst)
+	if l6, err := net.Listen("tcp6", net.JoinHostPort("::1", strconv.Itoa(port))); err == nil {
+		f.add(l6)
+		go f.serve(l6, dst)
+	}
 	return nil
 }
 

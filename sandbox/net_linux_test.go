@@ -235,6 +235,7 @@ except Exception as e: print("ERR", e)`)
 		"python3 loopback":      pyConnect("127.0.0.1", lo),
 		"node loopback":         nodeConnect("127.0.0.1", lo),
 		"curl localhost lo":     curl + u("localhost", lo),
+		"curl ::1 lo":           curl + "-g " + u("::1", lo),
 		"curl loopback by CONN": curl + "--noproxy '' -p " + u("127.0.0.1", lo),
 	}
 	// Refused by the proxy: a denied host, an unlisted one, an undeclared
