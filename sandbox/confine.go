@@ -124,7 +124,7 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	}
 	if err == nil && prof.Network != nil && prof.Network.Confined {
 		if err = netAvailable(); err == nil {
-			st.Plan.Net, err = c.egressFor(a.Name, prof.Network)
+			st.Plan.Net, err = c.egressFor(a, prof.Network)
 		}
 	}
 	log := c.Logger

@@ -15,15 +15,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/egress"
 )
 
 // agentEgress is one agent's egress proxy: it lives as long as the
-// Confiner (an agent restarted reuses it) and decides by the agent's
-// latest profile (a policy reload takes effect at the next start).
+// Confiner (an agent restarted reuses it) and decides by the policy in
+// force: a reload applies to the next connection of a running agent (the
+// loopback ports forwarded into its namespace stay those of its start).
 type agentEgress struct {
 	proxy  *egress.Proxy
 	net    atomic.Pointer[Network]
+	agent  config.Agent
 	dir    string
 	socket string
 
@@ -56,7 +59,8 @@ func (e *agentEgress) report(r egress.Refusal) bool {
 
 // egressFor starts (once) and updates agent's egress proxy for n, and
 // returns the plan's network half.
-func (c *Confiner) egressFor(agent string, n *Network) (*NetPlan, error) {
+func (c *Confiner) egressFor(a config.Agent, n *Network) (*NetPlan, error) {
+	agent := a.Name
 	c.egressMu.Lock()
 	defer c.egressMu.Unlock()
 	if c.egress == nil {
@@ -79,7 +83,7 @@ func (c *Confiner) egressFor(agent string, n *Network) (*NetPlan, error) {
 		}
 		log := c.logger().Named("egress").With("agent", agent)
 		e.proxy = &egress.Proxy{
-			Decide: func(host string, port int) egress.Verdict { return e.net.Load().Decide(host, port) },
+			Decide: func(host string, port int) egress.Verdict { return e.network(c).Decide(host, port) },
 			Loopback: func(port int) bool {
 				return slices.Contains(e.net.Load().Loopback, port)
 			},
@@ -102,8 +106,26 @@ func (c *Confiner) egressFor(agent string, n *Network) (*NetPlan, error) {
 		}()
 		c.egress[agent] = e
 	}
+	e.agent = a
 	e.net.Store(n)
 	return &NetPlan{Socket: e.socket, Loopback: slices.Clone(n.Loopback)}, nil
+}
+
+// network is the agent's network profile under the policy in force,
+// derived again when the policy changed since.
+func (e *agentEgress) network(c *Confiner) *Network {
+	n := e.net.Load()
+	if c.Policy == nil {
+		return n
+	}
+	pol := c.Policy()
+	if pol == n.pol {
+		return n
+	}
+	fresh, _ := deriveNetwork(pol, e.agent)
+	fresh.Loopback = n.Loopback
+	e.net.CompareAndSwap(n, fresh)
+	return fresh
 }
 
 // Close stops the agents' egress proxies (their agents lose the network)

@@ -43,6 +43,7 @@ type Network struct {
 
 	deny, allow []policy.HostRule
 	agent       string
+	pol         *policy.Policy // derived from
 }
 
 // HostRule is one rule of a network profile.
@@ -74,7 +75,7 @@ func DefaultModelHosts(command string) []string {
 // deriveNetwork computes agent's network profile under pol. Problems: a
 // deny rule on the agent's model API (an error: it cannot work).
 func deriveNetwork(pol *policy.Policy, agent config.Agent) (*Network, []Problem) {
-	n := &Network{agent: agent.Name, ModelHosts: []string{}, Loopback: []int{}}
+	n := &Network{agent: agent.Name, pol: pol, ModelHosts: []string{}, Loopback: []int{}}
 	hosts := agent.Network.ModelHosts
 	if hosts == nil {
 		hosts = DefaultModelHosts(agent.Command)
