@@ -128,6 +128,9 @@ type Agent struct {
 	// (upstream.Agent.ForRoots), so that its sandbox profile may write
 	// there and nowhere else.
 	Roots []string
+	// Network is the agent's network: block (model API hosts, loopback
+	// ports) for its sandbox.
+	Network Network
 
 	// Pos is where the agent's entry starts in the config file, for
 	// messages ("config.yaml:12:5").

@@ -39,6 +39,7 @@ func (c *Config) Keys() map[string]string {
 		put(p+"idle_timeout", a.IdleTimeout)
 		put(p+"auth", a.Auth)
 		put(p+"state_dirs", a.StateDirs)
+		put(p+"network", []any{a.Network.ModelHosts, a.Network.Loopback})
 	}
 	put("agents", names) // which agents, in which order
 	put("routing.default", c.Routing.Default)

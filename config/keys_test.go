@@ -30,7 +30,7 @@ func TestChanged(t *testing.T) {
 		{"agent removed", func(c *Config) { c.Agents = c.Agents[:1] }, []string{"agents",
 			"agents.codex.args", "agents.codex.auth", "agents.codex.cancel_timeout", "agents.codex.command", "agents.codex.cwd",
 			"agents.codex.env", "agents.codex.env_inherit", "agents.codex.idle_timeout", "agents.codex.lazy",
-			"agents.codex.stall_timeout", "agents.codex.startup_timeout", "agents.codex.state_dirs", "agents.codex.title"}},
+			"agents.codex.network", "agents.codex.stall_timeout", "agents.codex.startup_timeout", "agents.codex.state_dirs", "agents.codex.title"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

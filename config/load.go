@@ -96,7 +96,7 @@ var (
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
 	unsupportedKeys = []string{}
 	agentKeys       = []string{"name", "title", "command", "args", "env", "env_inherit", "cwd", "lazy",
-		"startup_timeout", "stall_timeout", "cancel_timeout", "idle_timeout", "auth", "state_dirs"}
+		"startup_timeout", "stall_timeout", "cancel_timeout", "idle_timeout", "auth", "state_dirs", "network"}
 	routingKeys = []string{"default", "fallback", "rules"}
 	ruleKeys    = []string{"when", "agent", "enforce"}
 	whenKeys    = []string{"cwd"}
@@ -223,7 +223,7 @@ func (p *parser) agent(path string, n *yaml.Node, seen map[string]*yaml.Node) Ag
 		if a.Name != SuccessorName {
 			p.require(path, n, f, "command")
 		}
-		for _, key := range []string{"args", "env", "env_inherit", "cwd", "state_dirs"} {
+		for _, key := range []string{"args", "env", "env_inherit", "cwd", "state_dirs", "network"} {
 			if v := f[key]; v != nil && a.Name == SuccessorName {
 				p.errorf(v, path+"."+key, "%q without a command is reached through the conductor (proxy chains): it has no process to configure", SuccessorName)
 			}
@@ -266,6 +266,9 @@ func (p *parser) agent(path string, n *yaml.Node, seen map[string]*yaml.Node) Ag
 	}
 	if v := f["state_dirs"]; v != nil {
 		a.StateDirs, a.StateDirsPos = p.stateDirs(path+".state_dirs", v), p.pos(v)
+	}
+	if v := f["network"]; v != nil {
+		a.Network = p.network(path+".network", v)
 	}
 	return a
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/egress"
 	"github.com/acp-router/acp-router/policy"
 )
 
@@ -41,7 +42,23 @@ type Confiner struct {
 	// AgentEnv.
 	Env func(config.Agent) Env
 
-	once sync.Map // best-effort warnings already logged, by agent and reason
+	// NetRefused is called for each connection an agent's egress proxy
+	// refused (the log has it too); nil: logged only.
+	NetRefused func(agent string, r egress.Refusal)
+	// Lookup resolves names for the egress proxies; nil: the system's
+	// resolver (see egress.Proxy.Lookup).
+	Lookup lookupFunc
+
+	once     sync.Map // best-effort warnings already logged, by agent and reason
+	egressMu sync.Mutex
+	egress   map[string]*agentEgress
+}
+
+func (c *Confiner) logger() hclog.Logger {
+	if c.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return c.Logger
 }
 
 // AgentEnv is the machine's environment for agent's profile: the home
@@ -136,6 +153,11 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	if err == nil {
 		st.Plan, err = Resolve(prof, ResolveOptions{CreateStateDirs: true})
 	}
+	if err == nil && prof.Network != nil && prof.Network.Confined {
+		if err = netAvailable(); err == nil {
+			st.Plan.Net, err = c.egressFor(a, prof.Network)
+		}
+	}
 	log := c.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -157,7 +179,8 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 		log.Warn("sandbox limit", "agent", a.Name, "warning", w)
 	}
 	log.Info("agent confined", "agent", a.Name, "profile", prof.Hash(), "hiddenFiles", len(st.Plan.HideFiles),
-		"hiddenDirs", len(st.Plan.HideDirs), "writable", len(st.Plan.WritableDirs)+len(st.Plan.WritableFiles), "searched", st.Plan.Visited)
+		"hiddenDirs", len(st.Plan.HideDirs), "writable", len(st.Plan.WritableDirs)+len(st.Plan.WritableFiles), "searched", st.Plan.Visited,
+		"network", prof.Network.Reachable())
 	return st.Plan, nil
 }
 

@@ -160,6 +160,10 @@ func Namespaces(env []string, cmd *exec.Cmd) {
 	}
 	a := cmd.SysProcAttr
 	a.Cloneflags |= syscall.CLONE_NEWNS
+	net := planNet(env)
+	if net {
+		a.Cloneflags |= syscall.CLONE_NEWNET
+	}
 	if os.Geteuid() != 0 {
 		uid, gid := os.Geteuid(), os.Getegid()
 		a.Cloneflags |= syscall.CLONE_NEWUSER
@@ -169,6 +173,9 @@ func Namespaces(env []string, cmd *exec.Cmd) {
 		// The helper keeps CAP_SYS_ADMIN of its own namespace across its
 		// exec to mount the masks; it clears it before the agent's.
 		a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
+		if net {
+			a.AmbientCaps = append(a.AmbientCaps, unix.CAP_NET_ADMIN) // loopback up
+		}
 	}
 }
 
@@ -189,6 +196,9 @@ func runHelper(args []string) error {
 	}
 	if !entered {
 		return errors.New("the helper runs only when the router starts it")
+	}
+	if forwarder != nil {
+		return runForwarding(args)
 	}
 	if err := syscall.Exec(args[0], args[1:], os.Environ()); err != nil {
 		return fmt.Errorf("exec %s: %w", args[0], err)
@@ -233,6 +243,9 @@ func Enter() (bool, error) {
 	if err := pl.mountMasks(); err != nil {
 		return true, err
 	}
+	if err := pl.enterNet(); err != nil {
+		return true, err
+	}
 	if err := pl.landlock(); err != nil {
 		return true, err
 	}
@@ -243,7 +256,13 @@ func Enter() (bool, error) {
 		return true, fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	if os.Geteuid() == 0 {
-		for _, c := range rootDrops {
+		drops := rootDrops
+		if pl.Net != nil {
+			// Root's CAP_NET_ADMIN reaches the host's namespace too (a
+			// veth whose peer is created there).
+			drops = append(slices.Clone(rootDrops), unix.CAP_NET_ADMIN)
+		}
+		for _, c := range drops {
 			if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 				return true, fmt.Errorf("drop capability %d: %w", c, err)
 			}

@@ -52,8 +52,11 @@
 // runs this executable as the terminal helper, which starts the original
 // command confined and stays its parent (Plan.Terminal, terminal_linux.go).
 //
-// Not built yet (issue 29): the network egress proxy, the ACP sandbox
-// capability on the wire.
+// The network (network.go, net_linux.go): a profile whose policy holds
+// hosts (a deny rule on domains:, or default: deny, an allow-list) runs
+// the agent in a network namespace of its own with only loopback up, and
+// its connections go through the router's egress proxy (package egress),
+// which decides each host and resolves the names.
 package sandbox
 
 import (
@@ -108,6 +111,8 @@ type Profile struct {
 	// WireOnly are the deny rules naming paths that the kernel cannot
 	// hold: they are decided on the wire only.
 	WireOnly []policy.KernelSkip `json:"-"`
+	// Network is what the agent reaches (network.go).
+	Network *Network `json:"network"`
 
 	rules []policy.KernelDeny
 }
@@ -225,6 +230,9 @@ func Derive(pol *policy.Policy, agent config.Agent, env Env) (*Profile, []Proble
 			probs = append(probs, Problem{Msg: fmt.Sprintf("%sagent %q works in %s: everything below it is writable under the sandbox; set the agent's cwd: to a project", at, agent.Name, r)})
 		}
 	}
+	var nprobs []Problem
+	p.Network, nprobs = deriveNetwork(pol, agent)
+	probs = append(probs, nprobs...)
 	w := slices.Clone(p.Roots)
 	if env.TempDir != "" {
 		w = appendPath(w, filepath.Clean(env.TempDir))
@@ -302,5 +310,9 @@ func (p *Profile) Summary() string {
 	if len(ids) > 0 {
 		hidden = "hidden by " + strings.Join(ids, ", ")
 	}
-	return fmt.Sprintf("%s; writable: %s; everything else read-only", hidden, strings.Join(p.Writable, ", "))
+	net := ""
+	if p.Network != nil && p.Network.Confined {
+		net = "; network: " + p.Network.Reachable()
+	}
+	return fmt.Sprintf("%s; writable: %s; everything else read-only%s", hidden, strings.Join(p.Writable, ", "), net)
 }

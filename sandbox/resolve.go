@@ -48,6 +48,9 @@ type Plan struct {
 	// WritableDirs and WritableFiles exist; everything else is read-only.
 	WritableDirs  []string `json:"writableDirs"`
 	WritableFiles []string `json:"writableFiles,omitempty"`
+	// Net, when set, confines the network (net_linux.go); the Confiner
+	// sets it once the agent's egress proxy listens.
+	Net *NetPlan `json:"net,omitempty"`
 	// Warnings are limits that apply to this plan (a hard link the walk
 	// could not find), for the log and check.
 	Warnings []string `json:"-"`

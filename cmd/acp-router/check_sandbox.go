@@ -55,6 +55,12 @@ func describeSandbox(w io.Writer, cfg *config.Config, lp *guard.LoadedPolicy) (w
 		for _, s := range prof.WireOnly {
 			fmt.Fprintf(w, "    wire only: rule %s: %s   (%s)\n", s.Rule, s.Reason, s.Pos)
 		}
+		if n := prof.Network; n != nil {
+			fmt.Fprintf(w, "    reachable: %s\n", n.Reachable())
+			for _, s := range n.WireOnly {
+				fmt.Fprintf(w, "    wire only: rule %s: %s   (%s)\n", s.Rule, s.Reason, s.Pos)
+			}
+		}
 		if eff.Mode != config.SandboxOff && sandbox.Available() == nil {
 			if plan, err := sandbox.Resolve(prof, sandbox.ResolveOptions{}); err != nil && eff.Mode == config.SandboxEnforce {
 				errs = append(errs, fmt.Sprintf("agent %s: %v: it would not start", a.Name, err))

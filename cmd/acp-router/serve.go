@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/egress"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/router"
 	"github.com/acp-router/acp-router/sandbox"
@@ -120,8 +121,10 @@ func serve(ctx context.Context, g *globals) (int, error) {
 	} else {
 		defer st.Close()
 	}
+	conf := confiner(cfg, lp, pg, log)
+	defer conf.Close() // the agents' egress proxies
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
-		Confine: confiner(cfg, lp, pg, log).Func()})
+		Confine: conf.Func()})
 	in, out, restore := editorStdio()
 	defer restore()
 	if err := r.Serve(ctx, in, out); err != nil {
@@ -145,6 +148,9 @@ func confiner(cfg *config.Config, lp *guard.LoadedPolicy, pg *guard.Guard, log h
 				rec.Hash, rec.Summary = s.Profile.Hash(), s.Profile.Summary()
 			}
 			pg.RecordAgentStart(rec)
+		},
+		NetRefused: func(agent string, r egress.Refusal) {
+			pg.RecordNetRefused(guard.NetRefused{Agent: agent, Host: r.Host, Port: r.Port, Rule: r.ID, Reason: r.Rule})
 		}}
 }
 

@@ -62,11 +62,13 @@ func try(ctx context.Context, g *globals, args []string) (int, error) {
 	case *no:
 		answer = console.Reject
 	}
+	conf := confiner(cfg, lp, guard, log)
+	defer conf.Close()
 	return console.Try(ctx, cfg, console.Options{
 		Prompt:  strings.Join(fs.Args(), " "),
 		Agent:   *agent,
 		Guard:   guard,
-		Confine: confiner(cfg, lp, guard, log).Func(),
+		Confine: conf.Func(),
 		Answer:  answer,
 		Logger:  log,
 		Out:     os.Stdout,

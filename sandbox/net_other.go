@@ -1,0 +1,6 @@
+//go:build !linux
+
+package sandbox
+
+// netAvailable: see Available.
+func netAvailable() error { return Available() }
