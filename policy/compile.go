@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Policy is the compiled policy of every layer: immutable, safe for
@@ -219,7 +221,7 @@ func buildIndex(rules []*Rule) index {
 		c := r.When
 		t, _ := c.itemType()
 		switch t {
-		case ItemPath:
+		case extract.ItemPath:
 			ix.pathAll = append(ix.pathAll, i)
 			for _, pp := range c.paths {
 				addKey := func(m map[string][]int32, k string) {
@@ -239,7 +241,7 @@ func buildIndex(rules []*Rule) index {
 					ix.pathAny = appendOnce(ix.pathAny, i)
 				}
 			}
-		case ItemCommand:
+		case extract.ItemCommand:
 			keys, ok := programKeys(c)
 			if !ok {
 				ix.cmdAny = append(ix.cmdAny, i)
@@ -250,7 +252,7 @@ func buildIndex(rules []*Rule) index {
 					ix.cmdProg[k] = append(l, i)
 				}
 			}
-		case ItemDomain:
+		case extract.ItemDomain:
 			for _, d := range c.domains {
 				switch {
 				case d.any:
@@ -266,7 +268,7 @@ func buildIndex(rules []*Rule) index {
 				ix.generic = append(ix.generic, i)
 				continue
 			}
-			for k := range allKinds {
+			for k := range extract.AllKinds {
 				if c.kinds&(1<<k) != 0 {
 					ix.byKind[k] = append(ix.byKind[k], i)
 				}
@@ -317,7 +319,7 @@ func programKeys(c *Cond) ([]string, bool) {
 			if !t.p.exact {
 				return nil, false
 			}
-			keys = append(keys, programName(t.p.lit))
+			keys = append(keys, extract.ProgramName(t.p.lit))
 		}
 		return keys, true
 	}
@@ -327,7 +329,7 @@ func programKeys(c *Cond) ([]string, bool) {
 			if t.kind != tokLit || !t.p.exact {
 				return nil, false
 			}
-			keys = append(keys, programName(t.p.lit))
+			keys = append(keys, extract.ProgramName(t.p.lit))
 		}
 		return keys, true
 	}

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/acp-router/acp-router/policy/extract"
 	"github.com/acp-router/acp-router/yamlpos"
 )
 
@@ -271,11 +272,11 @@ func corpusWhy(d *Decision) string {
 		it := f.Item
 		what := it.Type.String()
 		switch it.Type {
-		case ItemPath:
+		case extract.ItemPath:
 			what = "path " + it.Path
-		case ItemCommand:
+		case extract.ItemCommand:
 			what = "command " + strings.Join(it.Argv, " ")
-		case ItemDomain:
+		case extract.ItemDomain:
 			what = "domain " + it.Domain
 		}
 		if len(what) > 70 {

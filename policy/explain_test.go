@@ -3,6 +3,8 @@ package policy
 import (
 	"strings"
 	"testing"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 const explainPolicy = `
@@ -29,10 +31,10 @@ func TestExplainSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	loop := terminalReq(t, "cat a")
-	loop.FS = NewMapFS(nil, map[string]string{TestCwd + "/a": TestCwd + "/b", TestCwd + "/b": TestCwd + "/a"})
+	loop.FS = extract.NewMapFS(nil, map[string]string{TestCwd + "/a": TestCwd + "/b", TestCwd + "/b": TestCwd + "/a"})
 	tests := []struct {
 		name string
-		req  *Request
+		req  *extract.Request
 		want Effect
 		why  []string // parts of the Explain text
 	}{

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 	"github.com/bmatcuk/doublestar/v4"
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -67,9 +68,9 @@ func FuzzExtract(f *testing.F) {
 	}
 	f.Add(`a=$'\u12' "${x[@]:1:2}" {1..3}{a,b} ~+/x ~-/y $((1+$(id))) <(:) >(:) @(x|y) *([a-z])`)
 	p := permissivePolicy(f)
-	fs := NewMapFS([]string{TestCwd + "/.env", TestCwd + "/src/main.go", "/etc/shadow"},
+	fs := extract.NewMapFS([]string{TestCwd + "/.env", TestCwd + "/src/main.go", "/etc/shadow"},
 		map[string]string{TestCwd + "/link": "/etc", TestCwd + "/loop": "loop"})
-	sess := Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}
+	sess := extract.Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}
 	f.Fuzz(func(t *testing.T, line string) {
 		// JSON carries valid UTF-8 only: decide the line the router would
 		// receive.
@@ -83,16 +84,16 @@ func FuzzExtract(f *testing.F) {
 		}()
 		_, parseErr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(line), "")
 		params, _ := json.Marshal(map[string]any{"sessionId": "s", "command": line})
-		d := p.Decide(&Request{Method: acp.MethodTerminalCreate, Params: params, Session: sess, FS: fs})
+		d := p.Decide(&extract.Request{Method: acp.MethodTerminalCreate, Params: params, Session: sess, FS: fs})
 		check(t, line, &d, parseErr != nil)
 
 		perm, _ := json.Marshal(map[string]any{"sessionId": "s", "options": []any{},
 			"toolCall": map[string]any{"toolCallId": "t", "kind": "execute", "rawInput": map[string]any{"command": line}}})
-		d = p.Decide(&Request{Method: acp.MethodRequestPermission, Params: perm, Session: sess, FS: fs})
+		d = p.Decide(&extract.Request{Method: acp.MethodRequestPermission, Params: perm, Session: sess, FS: fs})
 		check(t, line, &d, parseErr != nil && strings.TrimSpace(line) != "")
 
 		argv, _ := json.Marshal(map[string]any{"sessionId": "s", "command": "bash", "args": []string{"-c", line}})
-		d = p.Decide(&Request{Method: acp.MethodTerminalCreate, Params: argv, Session: sess, FS: fs})
+		d = p.Decide(&extract.Request{Method: acp.MethodTerminalCreate, Params: argv, Session: sess, FS: fs})
 		check(t, line, &d, parseErr != nil)
 	})
 }
@@ -106,7 +107,7 @@ func check(t *testing.T, line string, d *Decision, unparsable bool) {
 		if (f.Item.Opaque != "" || f.Item.Refused != "") && f.Effect < Ask {
 			t.Fatalf("%q: an opaque or refused item is %s:\n%s", line, f.Effect, Explain(d))
 		}
-		if f.Item.Type == ItemPath && !f.Item.Unresolved {
+		if f.Item.Type == extract.ItemPath && !f.Item.Unresolved {
 			for _, form := range f.Item.Forms {
 				if form == "/etc/shadow" && f.Effect != Deny {
 					t.Fatalf("%q: /etc/shadow is %s:\n%s", line, f.Effect, Explain(d))
@@ -130,8 +131,8 @@ func FuzzParams(f *testing.F) {
 	p := permissivePolicy(f)
 	f.Fuzz(func(t *testing.T, method uint8, params string) {
 		m := decidedMethods[int(method)%len(decidedMethods)]
-		d := p.Decide(&Request{Method: m, Params: json.RawMessage(params),
-			Updates: []json.RawMessage{json.RawMessage(params)}, Session: Session{Cwd: TestCwd, Home: TestHome}})
+		d := p.Decide(&extract.Request{Method: m, Params: json.RawMessage(params),
+			Updates: []json.RawMessage{json.RawMessage(params)}, Session: extract.Session{Cwd: TestCwd, Home: TestHome}})
 		var v any
 		if json.Unmarshal([]byte(params), &v) != nil && d.Effect == Allow {
 			t.Fatalf("params %q do not decode but %s is allowed:\n%s", params, m, Explain(&d))
@@ -154,7 +155,7 @@ func FuzzMatch(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s[0], s[1])
 	}
-	v := &vars{cwd: []string{TestCwd}, roots: []string{TestCwd, "/srv"}, home: []string{TestHome}}
+	v := &extract.Vars{Cwd: []string{TestCwd}, Roots: []string{TestCwd, "/srv"}, Home: []string{TestHome}}
 	f.Fuzz(func(t *testing.T, pattern, subject string) {
 		p := "/" + strings.TrimLeft(path.Clean("/"+subject), "/")
 		if pp, err := compilePath(pattern); err == nil {
@@ -177,11 +178,11 @@ func FuzzMatch(f *testing.F) {
 		if cp, err := compileCommand(pattern); err == nil {
 			args := strings.Fields(subject)
 			if len(args) > 0 {
-				it := Item{Type: ItemCommand, Argv: args, Program: programName(args[0]), ProgramPath: args[0]}
+				it := extract.Item{Type: extract.ItemCommand, Argv: args, Program: extract.ProgramName(args[0]), ProgramPath: args[0]}
 				if strings.Contains(args[0], "/") {
 					it.ProgramForms = []string{path.Join(TestCwd, args[0]), path.Join("/", args[0])}
 				}
-				it.canon = canonArgs(args, nil)
+				it.SetCanon(extract.CanonArgs(args, nil))
 				if cp.match(&it, v, true) && !cp.match(&it, v, false) {
 					t.Fatalf("%q matches %q strictly but not loosely", pattern, subject)
 				}
@@ -191,7 +192,7 @@ func FuzzMatch(f *testing.F) {
 			tp.match(subject)
 		}
 		if dp, err := compileDomain(pattern); err == nil {
-			if d, ok := normDomain(subject); ok {
+			if d, ok := extract.NormDomain(subject); ok {
 				dp.match(d)
 			}
 		}

@@ -7,41 +7,42 @@ import (
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Issue 14 point 3: every limit fails closed. Past a cap, deny rules still
 // see every piece of evidence (or the request is denied), and nothing is
 // allowed on truncated evidence.
 
-func terminalReq(t testing.TB, line string) *Request {
+func terminalReq(t testing.TB, line string) *extract.Request {
 	t.Helper()
 	params, err := json.Marshal(map[string]any{"sessionId": "s", "command": line})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Request{Method: acp.MethodTerminalCreate, Params: params,
-		Session: Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
+	return &extract.Request{Method: acp.MethodTerminalCreate, Params: params,
+		Session: extract.Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
 }
 
-func argvReq(t testing.TB, argv ...string) *Request {
+func argvReq(t testing.TB, argv ...string) *extract.Request {
 	t.Helper()
 	params, err := json.Marshal(map[string]any{"sessionId": "s", "command": argv[0], "args": argv[1:]})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Request{Method: acp.MethodTerminalCreate, Params: params,
-		Session: Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
+	return &extract.Request{Method: acp.MethodTerminalCreate, Params: params,
+		Session: extract.Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
 }
 
-func permReq(t testing.TB, toolCall map[string]any) *Request {
+func permReq(t testing.TB, toolCall map[string]any) *extract.Request {
 	t.Helper()
 	toolCall["toolCallId"] = "t"
 	params, err := json.Marshal(map[string]any{"sessionId": "s", "options": []any{}, "toolCall": toolCall})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Request{Method: acp.MethodRequestPermission, Params: params,
-		Session: Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
+	return &extract.Request{Method: acp.MethodRequestPermission, Params: params,
+		Session: extract.Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
 }
 
 // files returns n distinct relative file names.
@@ -73,7 +74,7 @@ func TestLimitsFailClosed(t *testing.T) {
 	braces := "cat /etc/{" + strings.Join(files(100), ",") + ",shadow}"
 	tests := []struct {
 		name string
-		req  *Request
+		req  *extract.Request
 		want Effect
 		why  string // a part of the Explain text
 	}{
@@ -82,16 +83,16 @@ func TestLimitsFailClosed(t *testing.T) {
 		{"deny past the item cap in locations", permReq(t, map[string]any{"kind": "read",
 			"locations": append(locs, map[string]any{"path": "/etc/shadow"})}), Deny, ""},
 		{"ask past the item cap", terminalReq(t, "cat "+many), Ask, "more than 256 pieces of evidence"},
-		{"deny past the nesting cap", terminalReq(t, strings.Repeat("nice ", maxDepth)+nestBash("cat /etc/shadow", 2)), Deny, ""},
-		{"ask past the nesting cap", terminalReq(t, strings.Repeat("nice ", maxDepth)+nestBash("cat README.md", 2)), Ask, "nested"},
-		{"deny past the hard nesting cap", terminalReq(t, strings.Repeat("nice ", maxNesting+1)+"ls"), Deny, "too deep to decide"},
+		{"deny past the nesting cap", terminalReq(t, strings.Repeat("nice ", extract.MaxDepth)+nestBash("cat /etc/shadow", 2)), Deny, ""},
+		{"ask past the nesting cap", terminalReq(t, strings.Repeat("nice ", extract.MaxDepth)+nestBash("cat README.md", 2)), Ask, "nested"},
+		{"deny past the hard nesting cap", terminalReq(t, strings.Repeat("nice ", extract.MaxNesting+1)+"ls"), Deny, "too deep to decide"},
 		{"deny past the brace cap", terminalReq(t, braces), Deny, ""},
 		{"ask past the brace cap", terminalReq(t, "cat /tmp/{"+strings.Join(files(100), ",")+"}"), Ask, "brace"},
-		{"deny nested wrappers past the cap", terminalReq(t, strings.Repeat("nice ", maxDepth+3)+"cat /etc/shadow"), Deny, ""},
+		{"deny nested wrappers past the cap", terminalReq(t, strings.Repeat("nice ", extract.MaxDepth+3)+"cat /etc/shadow"), Deny, ""},
 		{"NUL byte in a path", argvReq(t, "cat", "/etc/shadow\x00.txt"), Deny, ""},
-		{"NUL byte in an fs path", &Request{Method: acp.MethodReadTextFile,
+		{"NUL byte in an fs path", &extract.Request{Method: acp.MethodReadTextFile,
 			Params:  json.RawMessage(`{"sessionId":"s","path":"/etc/shadow\u0000.txt"}`),
-			Session: Session{Cwd: TestCwd, Home: TestHome}}, Deny, ""},
+			Session: extract.Session{Cwd: TestCwd, Home: TestHome}}, Deny, ""},
 		{"NUL byte in an argument", argvReq(t, "echo", "a\x00b"), Ask, "NUL"},
 	}
 	for _, tt := range tests {
@@ -118,7 +119,7 @@ func TestBadInput(t *testing.T) {
 	big := files(100_000)
 	tests := []struct {
 		name string
-		req  *Request
+		req  *extract.Request
 		want Effect
 	}{
 		{"100,000 arguments", argvReq(t, append([]string{"cat"}, big...)...), Deny},

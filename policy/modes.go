@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Modes that approve by themselves (DESIGN §6, issue 13). While an agent is
@@ -59,7 +61,7 @@ type agentFamily struct {
 // selfMode is a mode that approves by itself.
 type selfMode struct {
 	mode  string
-	kinds []Kind // the tool calls it approves without asking
+	kinds []extract.Kind // the tool calls it approves without asking
 	how   string
 }
 
@@ -71,31 +73,31 @@ var families = []*agentFamily{
 		self: []selfMode{
 			// acceptEdits also runs mkdir, touch, rm, mv, cp and sed in
 			// the working directory (notes/anchors-policy.md §1).
-			{"acceptEdits", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "approves edits and file commands in the working directory"},
-			{"auto", allKinds, "a model approves each action"},
-			{"bypassPermissions", allKinds, "nothing is asked"},
+			{"acceptEdits", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindExecute}, "approves edits and file commands in the working directory"},
+			{"auto", extract.AllKinds, "a model approves each action"},
+			{"bypassPermissions", extract.AllKinds, "nothing is asked"},
 		},
 		asking: []string{"default", "plan"},
 		toAsk:  `set "permissions": {"defaultMode": "default"} in Claude's settings (~/.claude/settings.json; an org can also set "disableBypassPermissionsMode": "disable" in managed-settings.json)`},
 	{id: "codex", title: "Codex (@agentclientprotocol/codex-acp 2.6)",
 		self: []selfMode{
-			{"agent", allKinds, `"auto review": a model approves escalations`},
-			{"agent-full-access", allKinds, "nothing is asked"},
-			{"full-access", allKinds, "older versions; nothing is asked"},
+			{"agent", extract.AllKinds, `"auto review": a model approves escalations`},
+			{"agent-full-access", extract.AllKinds, "nothing is asked"},
+			{"full-access", extract.AllKinds, "older versions; nothing is asked"},
 			// codex-acp 0.16's "Default" preset ("Identical to Agent
 			// mode"): it reads, edits and runs commands in the workspace
 			// without asking (shared/fixtures/real-agents/codex-acp-0.16.0-*).
-			{"auto", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "older versions (0.16, \"Default\"); approves edits and commands inside the workspace"},
+			{"auto", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindExecute}, "older versions (0.16, \"Default\"); approves edits and commands inside the workspace"},
 			// Measured with 2.6.0 (test/codex_test.go): an edit inside the
 			// workspace runs without a request; it asks only outside.
-			{"workspace-write", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "approves edits and commands inside the workspace"},
+			{"workspace-write", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindExecute}, "approves edits and commands inside the workspace"},
 		},
 		asking: []string{"read-only"},
 		toAsk:  `set approval_policy = "on-request" (or "untrusted") in Codex's config.toml (an org can limit allowed_approval_policies in requirements.toml)`},
 	{id: "gemini", title: "Gemini CLI",
 		self: []selfMode{
-			{"autoEdit", []Kind{KindEdit, KindDelete, KindMove}, "approves edits"},
-			{"yolo", allKinds, "nothing is asked"},
+			{"autoEdit", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove}, "approves edits"},
+			{"yolo", extract.AllKinds, "nothing is asked"},
 		},
 		asking: []string{"default", "plan"},
 		toAsk:  "start it with --approval-mode default (general.defaultApprovalMode in its settings.json)"},
@@ -151,7 +153,7 @@ func Family(a AgentID) string {
 // SelfApproving returns the kinds of tool call the agent's mode approves
 // by itself according to the built-in table (nil for a mode that asks or
 // that the table does not list).
-func SelfApproving(a AgentID, mode string) []Kind {
+func SelfApproving(a AgentID, mode string) []extract.Kind {
 	if m := familyOf(a).selfMode(mode); m != nil {
 		return m.kinds
 	}
@@ -185,7 +187,7 @@ type ModeVerdict struct {
 	By *ModeRef
 	// SelfApproving are the kinds the mode approves by itself (the
 	// table); nil for a mode the table does not list as such.
-	SelfApproving []Kind
+	SelfApproving []extract.Kind
 	how           string
 	listed        []string // RuleUnlistedMode: the modes allow_modes lists
 }
@@ -220,8 +222,8 @@ func (f *agentFamily) askingModes() []string {
 	return f.asking
 }
 
-func kindsText(ks []Kind) string {
-	if len(ks) == len(allKinds) {
+func kindsText(ks []extract.Kind) string {
+	if len(ks) == len(extract.AllKinds) {
 		return "every tool call"
 	}
 	return joinKinds(ks)
@@ -402,9 +404,9 @@ func (p *Policy) Warnings(agents ...AgentID) []string {
 			if v.Denied {
 				continue
 			}
-			var kinds kindSet
+			var kinds extract.KindSet
 			for _, k := range sm.kinds {
-				kinds |= kindBit(k)
+				kinds |= extract.KindBit(k)
 			}
 			var ids []string
 			for _, r := range p.rules {
@@ -428,17 +430,17 @@ func (p *Policy) Warnings(agents ...AgentID) []string {
 }
 
 // ruleKinds returns the kinds of the items a cond can match.
-func ruleKinds(c *Cond) kindSet {
+func ruleKinds(c *Cond) extract.KindSet {
 	if c.kinds != 0 {
 		return c.kinds
 	}
 	switch t, _ := c.itemType(); t {
-	case ItemCommand:
-		return kindBit(KindExecute)
-	case ItemDomain:
-		return kindBit(KindFetch)
+	case extract.ItemCommand:
+		return extract.KindBit(extract.KindExecute)
+	case extract.ItemDomain:
+		return extract.KindBit(extract.KindFetch)
 	}
-	return ^kindSet(0)
+	return ^extract.KindSet(0)
 }
 
 // ExplainModes writes what `check` and `policy explain` print about agent

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 	"github.com/bmatcuk/doublestar/v4"
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -115,11 +117,11 @@ func ParseCall(s string) (*TestCall, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(words) == 0 || kindBit(Kind(words[0])) == 0 {
-			return nil, fmt.Errorf("%s needs a tool kind first (%s)", method, joinKinds(allKinds))
+		if len(words) == 0 || extract.KindBit(extract.Kind(words[0])) == 0 {
+			return nil, fmt.Errorf("%s needs a tool kind first (%s)", method, joinKinds(extract.AllKinds))
 		}
 		for _, w := range words[1:] {
-			if k, _, ok := strings.Cut(w, "="); ok && !slices.Contains([]string{"title", "command", "path", "url", "cwd"}, k) && isAssignment(w) {
+			if k, _, ok := strings.Cut(w, "="); ok && !slices.Contains([]string{"title", "command", "path", "url", "cwd"}, k) && extract.IsAssignment(w) {
 				return nil, fmt.Errorf("unknown key %q (title, command, path, url, cwd)", k)
 			}
 		}
@@ -165,10 +167,10 @@ func shellWords(s string) ([]string, error) {
 	}
 	var out []string
 	for _, w := range call.Args {
-		if s, ok := plainText(w); ok {
+		if s, ok := extract.PlainText(w); ok {
 			out = append(out, s)
 		} else {
-			out = append(out, wordSource(w))
+			out = append(out, extract.WordSource(w))
 		}
 	}
 	return out, nil
@@ -176,11 +178,11 @@ func shellWords(s string) ([]string, error) {
 
 // Session returns the session context of a test: its agent, mode, cwd
 // (TestCwd by default) and roots, and home (TestHome when "").
-func (t *TestCase) Session(home string) Session {
+func (t *TestCase) Session(home string) extract.Session {
 	if home == "" {
 		home = TestHome
 	}
-	sess := Session{Agent: t.Agent, Mode: t.Mode, Cwd: t.Cwd, Roots: t.Roots, Home: home}
+	sess := extract.Session{Agent: t.Agent, Mode: t.Mode, Cwd: t.Cwd, Roots: t.Roots, Home: home}
 	if sess.Cwd == "" {
 		sess.Cwd = TestCwd
 	}
@@ -188,13 +190,13 @@ func (t *TestCase) Session(home string) Session {
 }
 
 // FS returns the test's filesystem: its files and symlinks.
-func (t *TestCase) FS() *MapFS { return NewMapFS(t.Files, t.Symlinks) }
+func (t *TestCase) FS() *extract.MapFS { return extract.NewMapFS(t.Files, t.Symlinks) }
 
 // Request builds the request the call stands for in the session
 // (${cwd}, ${roots} and ${home} are the session's), resolved through fs.
-func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
+func (c *TestCall) Request(sess extract.Session, fs extract.FS) (*extract.Request, error) {
 	home := sess.Home
-	req := &Request{Method: c.Method, Session: sess, FS: fs}
+	req := &extract.Request{Method: c.Method, Session: sess, FS: fs}
 	vars := strings.NewReplacer("${cwd}", sess.Cwd, "${roots}", sess.Cwd, "${home}", home)
 	if c.Text == "" {
 		req.Params = json.RawMessage(vars.Replace(string(c.Params)))
@@ -272,26 +274,26 @@ func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
 				bare = append(bare, w)
 			}
 		}
-		switch Kind(kind) {
-		case KindExecute:
+		switch extract.Kind(kind) {
+		case extract.KindExecute:
 			if len(bare) > 0 {
 				command = strings.Join(bare, " ")
 			}
-			title = cmpOr(title, command)
-		case KindFetch:
+			title = cmp.Or(title, command)
+		case extract.KindFetch:
 			if len(bare) > 0 {
 				url = bare[0]
 			}
-			title = cmpOr(title, "fetch "+url)
-		case KindRead, KindEdit, KindDelete, KindMove, KindSearch:
+			title = cmp.Or(title, "fetch "+url)
+		case extract.KindRead, extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindSearch:
 			for _, b := range bare {
 				paths = append(paths, abs(b))
 			}
 			if len(paths) > 0 {
-				title = cmpOr(title, kind+" "+paths[0])
+				title = cmp.Or(title, kind+" "+paths[0])
 			}
 		default:
-			title = cmpOr(title, strings.Join(bare, " "))
+			title = cmp.Or(title, strings.Join(bare, " "))
 		}
 		raw := map[string]any{}
 		if command != "" {
@@ -324,13 +326,6 @@ func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
 	}
 	req.Params = b
 	return req, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // jsonValue converts a YAML-decoded value into JSON.
@@ -753,7 +748,7 @@ func commandSubsumes(s, r []cmdToken, strict bool) bool {
 		return false // as for program: strict git is never /usr/bin/git
 	}
 	if s[0].p.src != r[0].p.src && !(r[0].p.exact && s[0].p.match(r[0].p.lit)) {
-		if !(r[0].slash && !s[0].slash && r[0].p.exact && s[0].p.match(programName(r[0].p.lit))) {
+		if !(r[0].slash && !s[0].slash && r[0].p.exact && s[0].p.match(extract.ProgramName(r[0].p.lit))) {
 			return false
 		}
 	}

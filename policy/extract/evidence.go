@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"encoding/json"
@@ -163,7 +163,7 @@ type Item struct {
 	// subArgv is Argv without the options before its subcommands, and
 	// subCanon its canon: a pattern naming a subcommand matches either.
 	subArgv, subCanon []string
-	kinds             kindSet
+	kinds             KindSet
 	// shapeOf, for a path read by shape from the arguments of a program
 	// without a spec: 1 + the index of its command item, whose argv is
 	// shapeKey (checked, so that a copy of the evidence with items left
@@ -213,7 +213,7 @@ type Evidence struct {
 	Cwds  []string `json:"cwds,omitempty"`
 	Items []Item   `json:"items"`
 
-	vars vars
+	vars Vars
 }
 
 // Issue 14 point 3: every limit fails closed. Past maxItems the evidence
@@ -354,7 +354,7 @@ type extractor struct {
 	// truncated: maxItems reached, nothing may be allowed; full:
 	// maxEvidence reached, the request is refused and nothing more added.
 	truncated, full bool
-	deep            bool                // a command nested past maxDepth was recorded
+	deep            bool                // a command nested past MaxDepth was recorded
 	unshown         bool                // reading a tool call's _meta: items are Unshown
 	seen            map[itemKey][]int32 // indexes of Items, to find duplicates
 	// madeLinks: the symlinks the command line makes (ln -s), where the
@@ -438,7 +438,7 @@ func (x *extractor) throughLinks(fulls []string) []string {
 // itemKey is what two equal items (sameItem) share.
 type itemKey struct {
 	typ          ItemType
-	kinds        kindSet
+	kinds        KindSet
 	nargs        int
 	path, domain string
 }
@@ -455,18 +455,18 @@ func newExtractor(req *Request) *extractor {
 		x.home = path.Clean(s.Home)
 	}
 	v := &x.ev.vars
-	v.cwd = slices.Clone(x.ev.Cwds)
+	v.Cwd = slices.Clone(x.ev.Cwds)
 	for _, r := range append([]string{s.Cwd}, s.Roots...) {
 		if path.IsAbs(r) {
 			for _, f := range x.forms(path.Clean(r)) {
-				if !slices.Contains(v.roots, f) {
-					v.roots = append(v.roots, f)
+				if !slices.Contains(v.Roots, f) {
+					v.Roots = append(v.Roots, f)
 				}
 			}
 		}
 	}
 	if x.home != "" {
-		v.home = x.forms(x.home)
+		v.Home = x.forms(x.home)
 	}
 	return x
 }
@@ -495,13 +495,13 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	}
 	if len(x.ev.Items) >= maxEvidence {
 		x.full = true
-		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: kindBit(KindOther),
+		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: KindBit(KindOther),
 			Origin: "request", Refused: fmt.Sprintf("more than %d pieces of evidence: too large to decide", maxEvidence)})
 		return
 	}
 	if len(x.ev.Items) >= maxItems && !x.truncated {
 		x.truncated = true
-		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: kindBit(KindOther),
+		x.ev.Items = append(x.ev.Items, Item{Type: ItemTool, Kinds: []Kind{KindOther}, kinds: KindBit(KindOther),
 			Origin: "request", Opaque: fmt.Sprintf("more than %d pieces of evidence: too many to allow"+
 				" (deny and ask rules saw every piece)", maxItems)})
 	}
@@ -510,7 +510,7 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 	}
 	it.Unshown = it.Unshown || x.unshown
 	for _, k := range kinds {
-		if b := kindBit(k); it.kinds&b == 0 {
+		if b := KindBit(k); it.kinds&b == 0 {
 			it.kinds |= b
 			it.Kinds = append(it.Kinds, k)
 		}
@@ -523,9 +523,9 @@ func (x *extractor) add(it Item, kinds ...Kind) {
 		}
 	}
 	if it.Type == ItemCommand && it.canon == nil {
-		it.canon = canonArgs(it.Argv, nil)
+		it.canon = CanonArgs(it.Argv, nil)
 		if it.subArgv != nil {
-			it.subCanon = canonArgs(it.subArgv, nil)
+			it.subCanon = CanonArgs(it.subArgv, nil)
 		}
 	}
 	if it.Type == ItemPath && x.shapeOf > 0 {
@@ -687,7 +687,7 @@ func joinedLine(command string, args []string) (string, bool) {
 	if !differs {
 		return "", false
 	}
-	if !plain(command, true) || !shells[programName(command)] {
+	if !plain(command, true) || !shells[ProgramName(command)] {
 		return joined, true
 	}
 	// SHELL [-opts] -c SCRIPT, the script last, and every word before it
@@ -794,7 +794,7 @@ func (x *extractor) permission(params json.RawMessage, updates []json.RawMessage
 	for _, tc := range calls {
 		if k, ok := decodeOptional[string](x, tc.Kind, "toolCall.kind"); ok && k != "" {
 			kind := Kind(k)
-			if kindBit(kind) == 0 {
+			if KindBit(kind) == 0 {
 				kind = KindOther // ToolKind: unknown values read as other
 			}
 			if !slices.Contains(kinds, kind) {

@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"fmt"
@@ -94,7 +94,7 @@ func (x *extractor) arithVarsOf(f *syntax.File, cx cmdCtx) *arithVars {
 			if len(n.Args) == 0 {
 				return true
 			}
-			prog, ok := plainText(n.Args[0])
+			prog, ok := PlainText(n.Args[0])
 			if !ok {
 				return true
 			}
@@ -103,7 +103,7 @@ func (x *extractor) arithVarsOf(f *syntax.File, cx cmdCtx) *arithVars {
 				if len(n.Args) < 2 {
 					return true
 				}
-				if prog, ok = plainText(n.Args[1]); !ok {
+				if prog, ok = PlainText(n.Args[1]); !ok {
 					return true
 				}
 			}
@@ -111,7 +111,7 @@ func (x *extractor) arithVarsOf(f *syntax.File, cx cmdCtx) *arithVars {
 				return true
 			}
 			for _, w := range n.Args[1:] {
-				s, ok := plainText(w)
+				s, ok := PlainText(w)
 				if !ok {
 					if prog != "printf" {
 						v.all = true
@@ -325,7 +325,7 @@ func (x *extractor) arithmTest(e syntax.TestExpr, v *arithVars, cx cmdCtx) {
 		}
 	case *syntax.UnaryTest:
 		if w, ok := e.X.(*syntax.Word); ok && (e.Op == syntax.TsVarSet || e.Op == syntax.TsRefVar) {
-			if s, ok := plainText(w); !ok || strings.Contains(s, "[") {
+			if s, ok := PlainText(w); !ok || strings.Contains(s, "[") {
 				x.opaque(cx.origin, subscriptWhy, KindExecute)
 			}
 			return

@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"encoding/json"
@@ -49,7 +49,7 @@ func TestMcpDecides(t *testing.T) {
 func TestMcpCovers(t *testing.T) {
 	ev := func(method, params string) *Evidence {
 		return Extract(&Request{Method: method, Params: json.RawMessage(params), McpServer: "files",
-			Session: Session{Cwd: TestCwd, Home: TestHome}})
+			Session: Session{Cwd: testCwd, Home: testHome}})
 	}
 	call := func(tool, args string) *Evidence {
 		return ev("mcp/message", `{"serverId":"s","requestId":1,"method":"tools/call","params":{"name":"`+tool+`","arguments":`+args+`}}`)

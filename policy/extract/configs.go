@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"path"
@@ -74,7 +74,7 @@ var toolConfigs = []toolConfig{
 // Such a write is opaque: what the tool will run is in the file's
 // content, which the router does not see. Deny and ask rules still apply.
 func configWrite(it *Item) string {
-	if it.Type != ItemPath || it.kinds&kindBit(KindEdit) == 0 {
+	if it.Type != ItemPath || it.kinds&KindBit(KindEdit) == 0 {
 		return ""
 	}
 	for _, f := range it.Forms {

@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func (x *extractor) argv(args []arg, cx cmdCtx) {
 		x.byShape("a computed program", args[1:], x.cwdsFor(cx))
 		return
 	}
-	name := programName(prog.s)
+	name := ProgramName(prog.s)
 	if why, ok := opaqueBuiltins[name]; ok {
 		it := x.commandItem(args, cx)
 		it.Opaque = why
@@ -52,8 +52,8 @@ func (x *extractor) argv(args []arg, cx cmdCtx) {
 	x.program(name, args, cx)
 }
 
-// programName is the basename a program is matched by.
-func programName(s string) string {
+// ProgramName is the basename a program is matched by.
+func ProgramName(s string) string {
 	s = strings.TrimRight(s, "/")
 	if s == "" {
 		return "/"
@@ -88,8 +88,8 @@ func (x *extractor) commandItem(args []arg, cx cmdCtx) Item {
 			it.Opaque = "the program's path cannot be resolved: " + err.Error()
 		}
 	}
-	it.Program = programName(args[0].s)
-	it.Flags = flagsOf(known)
+	it.Program = ProgramName(args[0].s)
+	it.Flags = FlagsOf(known)
 	it.Unknown = cx.envUnknown
 	return it
 }
@@ -174,7 +174,7 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 			if s == "--rcfile" || s == "--init-file" {
 				i++
 			} else if !quietShellLongOptions[s] && why == "" {
-				why = fmt.Sprintf("%s %s changes how the shell reads its script", programName(args[0].s), s)
+				why = fmt.Sprintf("%s %s changes how the shell reads its script", ProgramName(args[0].s), s)
 			}
 			i++
 			continue
@@ -200,7 +200,7 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 						continue
 					}
 					if i >= len(args) {
-						why = fmt.Sprintf("%s %c without its option", programName(args[0].s), c)
+						why = fmt.Sprintf("%s %c without its option", ProgramName(args[0].s), c)
 					} else if c == 'o' {
 						why = setOptionsWhy([]arg{{s: string(s[0]) + "o"}, args[i]})
 					} else {
@@ -217,7 +217,7 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 					if why == "" && c != 'i' {
 						why = setOptionsWhy([]arg{{s: string(s[0]) + string(c)}})
 					} else if why == "" {
-						why = fmt.Sprintf("%s -i expands the aliases its startup files define", programName(args[0].s))
+						why = fmt.Sprintf("%s -i expands the aliases its startup files define", ProgramName(args[0].s))
 					}
 				}
 			}
@@ -241,7 +241,7 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 	inner := cx
 	inner.depth++
 	inner.stdin, inner.piped = nil, false
-	inner.origin = cx.origin + " (" + programName(args[0].s) + " script)"
+	inner.origin = cx.origin + " (" + ProgramName(args[0].s) + " script)"
 	// With autocd on, a command that names a directory changes into it.
 	inner.cwdUnknown = inner.cwdUnknown || autocd
 	switch {
@@ -460,7 +460,7 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 			i++
 			continue
 		}
-		if spec.assigns && isAssignment(s) {
+		if spec.assigns && IsAssignment(s) {
 			n, v, _ := strings.Cut(s, "=")
 			env = append(env, n)
 			if why := x.assignString(n, v, true, cx); why != "" && envUnknown == "" {
@@ -655,7 +655,7 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 			payload = append(payload, arg{s: d, below: true})
 		}
 	} else if spec.note != "" {
-		x.add(Item{Type: ItemCommand, Origin: inner.origin, Argv: argStrings(payload), Program: programName(payload[0].s),
+		x.add(Item{Type: ItemCommand, Origin: inner.origin, Argv: argStrings(payload), Program: ProgramName(payload[0].s),
 			ProgramPath: payload[0].s, Opaque: spec.note, Env: slices.Clone(env)}, KindExecute)
 	}
 	x.argv(payload, inner)
@@ -672,7 +672,7 @@ func argStrings(args []arg) []string {
 
 var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
-func isAssignment(s string) bool { return assignment.MatchString(s) }
+func IsAssignment(s string) bool { return assignment.MatchString(s) }
 
 // optionPath records the file an option names.
 func (x *extractor) optionPath(prog, opt string, v arg, kind Kind, cwds []string) {

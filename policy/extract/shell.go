@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"fmt"
@@ -51,27 +51,27 @@ type cmdCtx struct {
 	envUnknown string
 }
 
-// Nested scripts (bash -c "bash -c ...") and wrappers: past maxDepth
+// Nested scripts (bash -c "bash -c ...") and wrappers: past MaxDepth
 // levels a command is too deep to allow, but is still analysed so that
-// deny and ask rules see everything in it; past maxNesting, the hard
+// deny and ask rules see everything in it; past MaxNesting, the hard
 // bound, the request is refused (issue 14 point 3: limits fail closed).
 // maxBraces is the same soft bound on the words of one brace expansion.
 const (
-	maxDepth   = 12
-	maxNesting = 64
+	MaxDepth   = 12
+	MaxNesting = 64
 	maxBraces  = 64
 )
 
-// tooDeep records a command nested past maxDepth; true: past maxNesting,
+// tooDeep records a command nested past MaxDepth; true: past MaxNesting,
 // do not analyse it.
 func (x *extractor) tooDeep(cx cmdCtx) bool {
-	if cx.depth > maxNesting {
-		x.refuse(cx.origin, fmt.Sprintf("commands nested more than %d deep: too deep to decide", maxNesting), KindExecute)
+	if cx.depth > MaxNesting {
+		x.refuse(cx.origin, fmt.Sprintf("commands nested more than %d deep: too deep to decide", MaxNesting), KindExecute)
 		return true
 	}
-	if cx.depth > maxDepth && !x.deep {
+	if cx.depth > MaxDepth && !x.deep {
 		x.deep = true
-		x.opaque(cx.origin, fmt.Sprintf("commands nested more than %d deep: too deep to allow (deny and ask rules saw every level)", maxDepth), KindExecute)
+		x.opaque(cx.origin, fmt.Sprintf("commands nested more than %d deep: too deep to allow (deny and ask rules saw every level)", MaxDepth), KindExecute)
 	}
 	return false
 }
@@ -201,7 +201,7 @@ func (x *extractor) unparsable(src string, err error, cx cmdCtx) {
 		}
 		before := len(x.ev.Items)
 		ccx := cx
-		ccx.depth = maxDepth // scripts in a line we could not read are too deep to allow
+		ccx.depth = MaxDepth // scripts in a line we could not read are too deep to allow
 		x.argv(args, ccx)
 		for i := before; i < len(x.ev.Items); i++ {
 			it := &x.ev.Items[i]
@@ -497,13 +497,13 @@ func literalStdin(rs []*syntax.Redirect) *string {
 				text = &s
 				continue
 			}
-			if s, ok := plainText(r.Hdoc); ok {
+			if s, ok := PlainText(r.Hdoc); ok {
 				text = &s
 			} else {
 				text = nil
 			}
 		case syntax.WordHdoc:
-			if s, ok := plainText(r.Word); ok {
+			if s, ok := PlainText(r.Word); ok {
 				s += "\n"
 				text = &s
 			} else {
@@ -516,8 +516,8 @@ func literalStdin(rs []*syntax.Redirect) *string {
 	return text
 }
 
-// plainText returns a word's text when it has no expansions.
-func plainText(w *syntax.Word) (string, bool) {
+// PlainText returns a word's text when it has no expansions.
+func PlainText(w *syntax.Word) (string, bool) {
 	var b strings.Builder
 	for _, p := range w.Parts {
 		switch p := p.(type) {
@@ -867,19 +867,19 @@ func (x *extractor) appendWords(dst []arg, w *syntax.Word, cx cmdCtx) []arg {
 		// rules; past maxEvidence the request is refused.
 		words, large := braceExpand(w2.Parts, maxBraces)
 		if words == nil && !large {
-			return append(dst, arg{s: wordSource(w), opaque: "a brace sequence the router does not expand"})
+			return append(dst, arg{s: WordSource(w), opaque: "a brace sequence the router does not expand"})
 		}
 		if large {
 			if words, _ = braceExpand(w2.Parts, maxEvidence); words == nil {
 				x.refuse(cx.origin, fmt.Sprintf("a brace expansion of more than %d words: too large to decide", maxEvidence), KindExecute)
-				return append(dst, arg{s: wordSource(w), opaque: "a brace expansion too large to check"})
+				return append(dst, arg{s: WordSource(w), opaque: "a brace expansion too large to check"})
 			}
 		}
 		for _, parts := range words {
 			dst = append(dst, x.lit(parts, cx))
 		}
 		if large {
-			dst = append(dst, arg{s: wordSource(w), opaque: fmt.Sprintf("a brace expansion of more than %d words: too large to allow", maxBraces)})
+			dst = append(dst, arg{s: WordSource(w), opaque: fmt.Sprintf("a brace expansion of more than %d words: too large to allow", maxBraces)})
 		}
 		return dst
 	}
@@ -998,18 +998,18 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 				switch user {
 				case "~":
 					if x.home == "" || cx.homeUnknown {
-						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~ without a home directory"}
+						return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "~ without a home directory"}
 					}
 					b.WriteString(x.home)
 					pb.WriteString(globEscape(x.home))
 				case "~+":
 					if len(cx.cwds) != 1 || cx.cwdUnknown {
-						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "~+ after a cd"}
+						return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "~+ after a cd"}
 					}
 					b.WriteString(cx.cwds[0])
 					pb.WriteString(globEscape(cx.cwds[0]))
 				default:
-					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: fmt.Sprintf("%s is another user's home directory", user)}
+					return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: fmt.Sprintf("%s is another user's home directory", user)}
 				}
 				if strings.Contains(v, "/") {
 					b.WriteString("/")
@@ -1025,7 +1025,7 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 			if p.Dollar {
 				s, ok := ansiC(p.Value)
 				if !ok {
-					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "an escape sequence the router does not decode"}
+					return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "an escape sequence the router does not decode"}
 				}
 				b.WriteString(s)
 				pb.WriteString(globEscape(s))
@@ -1042,12 +1042,12 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 				case *syntax.ParamExp:
 					v, ok := x.param(q, cx)
 					if !ok {
-						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
+						return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 					}
 					if lv := cx.loopVars[q.Param.Value]; q.Param != nil && lv.glob {
 						if len(parts) > 1 || len(p.Parts) > 1 {
 							if why := x.loopNamesInWord(lv, cx); why != "" {
-								return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: why}
+								return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: why}
 							}
 						}
 						a.glob = true // a file the loop's glob matched
@@ -1058,23 +1058,23 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 					b.WriteString(v)
 				case *syntax.ArithmExp:
 					if len(parts) > 1 || len(p.Parts) > 1 {
-						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
+						return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
 					}
 					b.WriteString("0")
 					pb.WriteString("0")
 				default:
-					return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
+					return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
 				}
 			}
 		case *syntax.ParamExp:
 			v, ok := x.param(p, cx)
 			if !ok {
-				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
+				return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "depends on a variable"}
 			}
 			if lv := cx.loopVars[p.Param.Value]; p.Param != nil && lv.glob {
 				if len(parts) > 1 {
 					if why := x.loopNamesInWord(lv, cx); why != "" {
-						return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: why}
+						return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: why}
 					}
 				}
 				// Unquoted: each file name is split into words too.
@@ -1086,12 +1086,12 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 			b.WriteString(v)
 		case *syntax.ArithmExp:
 			if len(parts) > 1 {
-				return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
+				return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "depends on arithmetic"}
 			}
 			b.WriteString("0")
 			pb.WriteString("0")
 		case *syntax.CmdSubst:
-			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
+			return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "depends on a command substitution"}
 		case *syntax.ProcSubst:
 			// <(cmd) passes a pipe (/dev/fd/N); cmd itself is analysed
 			// where the walk reaches it.
@@ -1100,9 +1100,9 @@ func (x *extractor) lit(parts []syntax.WordPart, cx cmdCtx) arg {
 		case *syntax.ExtGlob:
 			// Extended globs (@(a|b), !(x)) need shopt extglob; their
 			// matches are not worth guessing.
-			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "is an extended glob"}
+			return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "is an extended glob"}
 		default:
-			return arg{s: wordSource(&syntax.Word{Parts: parts}), opaque: "a word the router does not analyse"}
+			return arg{s: WordSource(&syntax.Word{Parts: parts}), opaque: "a word the router does not analyse"}
 		}
 	}
 	a.s = b.String()
@@ -1150,11 +1150,11 @@ func (x *extractor) param(p *syntax.ParamExp, cx cmdCtx) (string, bool) {
 	return "", false
 }
 
-// maxWordSource bounds the words wordSource prints.
+// maxWordSource bounds the words WordSource prints.
 const maxWordSource = 4096
 
-// wordSource prints a word back as shell source (for display).
-func wordSource(w *syntax.Word) string {
+// WordSource prints a word back as shell source (for display).
+func WordSource(w *syntax.Word) string {
 	// Printing every level of $(echo $(echo ...)) would take time
 	// quadratic in the nesting: a long word is named by its size.
 	if p, e := w.Pos(), w.End(); p.IsValid() && e.IsValid() && e.Offset() > p.Offset()+maxWordSource {
@@ -1349,7 +1349,7 @@ func (x *extractor) host(h, origin string) {
 	if h == "" {
 		return
 	}
-	d, ok := normDomain(h)
+	d, ok := NormDomain(h)
 	x.add(Item{Type: ItemDomain, Domain: d, DomainInvalid: !ok, Origin: origin}, KindFetch)
 }
 
@@ -1363,7 +1363,7 @@ func (x *extractor) listedFiles(s *syntax.Stmt, cx cmdCtx) []string {
 	}
 	var args []arg
 	for _, w := range c.Args {
-		if _, lit := plainText(w); !lit {
+		if _, lit := PlainText(w); !lit {
 			return nil
 		}
 		args = x.appendWords(args, w, cx)
@@ -1373,7 +1373,7 @@ func (x *extractor) listedFiles(s *syntax.Stmt, cx cmdCtx) []string {
 			return nil
 		}
 	}
-	switch programName(args[0].s) {
+	switch ProgramName(args[0].s) {
 	case "find":
 		var starts []string
 		i := 1
@@ -1443,7 +1443,7 @@ func (x *extractor) loopBindings(f *syntax.File, cx cmdCtx) map[*syntax.CallExpr
 					}
 				case *syntax.CallExpr:
 					if len(m.Args) > 0 {
-						if w, ok := plainText(m.Args[0]); ok && (w == "read" || w == "mapfile" || w == "readarray" || w == "getopts" || w == "declare" || w == "local" || w == "typeset" || w == "printf") {
+						if w, ok := PlainText(m.Args[0]); ok && (w == "read" || w == "mapfile" || w == "readarray" || w == "getopts" || w == "declare" || w == "local" || w == "typeset" || w == "printf") {
 							assigned = true
 						}
 					}

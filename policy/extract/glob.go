@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"fmt"
@@ -340,7 +340,7 @@ func (x *extractor) writtenOptions() {
 	}
 	for i := range x.ev.Items {
 		it := &x.ev.Items[i]
-		if it.Type != ItemPath || it.kinds&(kindBit(KindEdit)|kindBit(KindMove)) == 0 {
+		if it.Type != ItemPath || it.kinds&(KindBit(KindEdit)|KindBit(KindMove)) == 0 {
 			continue
 		}
 		for _, f := range it.Forms {

@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"strings"
@@ -67,21 +67,5 @@ func TestWalkSpecErrors(t *testing.T) {
 	}
 	if w := m["x"].walkFor(flagSet{"-L"}); w == nil || w.Links != "all" {
 		t.Errorf("-L: %+v, want every link followed", w)
-	}
-}
-
-// TestWalkExplained: explain says how a recursive read walks.
-func TestWalkExplained(t *testing.T) {
-	p := mustCompile(t, mustUser(t, "default: ask\nrules:\n  - {id: r, decision: allow, when: {paths: [\"${roots}/**\"]}}\n"))
-	fs := NewMapFS([]string{TestCwd + "/a.go"}, nil)
-	for cmd, want := range map[string]string{
-		"rg x .":       "opens no symlink below it",
-		"go vet ./...": "opens a symlink below it only to a file named *.go",
-		"grep -R x .":  "(read; argument of grep; recursive)",
-	} {
-		d := p.Decide(walkTerminal(cmd, fs))
-		if text := Explain(&d); !strings.Contains(text, want) {
-			t.Errorf("%s: explain lacks %q:\n%s", cmd, want, text)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import (
 	"fmt"
@@ -257,7 +257,7 @@ func (x *extractor) roleArg(prog, opt string, a arg, r role, recursive, hidden b
 		}
 		return x.argPath(prog, a, kind, recursive, hidden, cwds)
 	case roleRead:
-		if strings.HasSuffix(prog, "awk") && isAssignment(s) {
+		if strings.HasSuffix(prog, "awk") && IsAssignment(s) {
 			return false // awk VAR=value between its files
 		}
 		if (prog == "less" || prog == "more") && strings.HasPrefix(s, "+") {
@@ -1408,7 +1408,7 @@ func (x *extractor) gitTops(dirs []string) []string {
 // directory, or none is found).
 func (x *extractor) gitDiscover(dir string) string {
 	trusted := func(d string) bool {
-		return d == x.cwd || slices.Contains(x.ev.vars.roots, d)
+		return d == x.cwd || slices.Contains(x.ev.vars.Roots, d)
 	}
 	// own: the repository the session's directory or a root is in. A .git
 	// directory anywhere else may have been moved, copied, linked or
@@ -1416,7 +1416,7 @@ func (x *extractor) gitDiscover(dir string) string {
 	// written as a .git/config that deny rules see.
 	own := func(d string) bool {
 		below := func(r string) bool { return r != "" && (d == "/" || strings.HasPrefix(r+"/", d+"/")) }
-		return below(x.cwd) || slices.ContainsFunc(x.ev.vars.roots, below)
+		return below(x.cwd) || slices.ContainsFunc(x.ev.vars.Roots, below)
 	}
 	for d := path.Clean(dir); ; d = path.Dir(d) {
 		if x.writesPath(path.Join(d, ".git")) || !trusted(d) && x.writesPath(path.Join(d, "config")) ||

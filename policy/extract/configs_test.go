@@ -1,4 +1,4 @@
-package policy
+package extract
 
 import "testing"
 
@@ -35,7 +35,7 @@ func TestConfigWrite(t *testing.T) {
 		{"rust-toolchain.toml", "/p/rust-toolchain.toml", false, KindEdit, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			it := Item{Type: ItemPath, Path: tc.path, Forms: []string{tc.path}, Recursive: tc.recursive, kinds: kindBit(tc.kind)}
+			it := Item{Type: ItemPath, Path: tc.path, Forms: []string{tc.path}, Recursive: tc.recursive, kinds: KindBit(tc.kind)}
 			if got := configWrite(&it) != ""; got != tc.want {
 				t.Errorf("configWrite(%s, recursive %v, %s) = %q, want a reason: %v", tc.path, tc.recursive, tc.kind, configWrite(&it), tc.want)
 			}
