@@ -229,59 +229,9 @@ func (p *Policy) decideItem(ev *extract.Evidence, it *extract.Item, sc *scratch)
 		}
 		sc.stamp[ri] = sc.gen
 		r := p.rules[ri]
-		strict := r.Decision == Allow
-		if strict && (it.Opaque != "" || it.Aux) {
-			continue // nothing allows what cannot be seen; aux items need no allow
-		}
-		if strict && it.Unknown != "" && !r.AnyArgs && !r.When.literalCommand(ev, it) {
-			continue // closed-world allow: the rule did not vouch for the arguments
-		}
-		if !cachedRequest(r.When, ev, strict, &sc.reqW[ri]) {
+		m, below, cut, ok := p.ruleFires(ev, it, ri, sc, &f)
+		if !ok {
 			continue
-		}
-		m := r.When.matchItem(ev, it, strict)
-		unlessReq := r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri])
-		var unless *Cond // the exception for each path below a recursive item
-		if unlessReq {
-			unless = r.Unless
-		}
-		var below, cut string
-		switch {
-		case m == noMatch && !strict && it.Recursive && r.When.mayMatchPathsBelow(it):
-			// Nothing below the directory can match by its name, but a
-			// symlink below it may lead where the rule matches.
-			found, why, ok := sc.walkBelow(ev, it, r.When, unless, true)
-			if !ok || found == "" && why == "" {
-				continue
-			}
-			m, below, cut = possible, found, why
-		case m == noMatch:
-			continue
-		default:
-			if unlessReq {
-				u := r.Unless.matchItem(ev, it, !strict)
-				if u == possible {
-					// The exception of an allow could match something
-					// below: it does when something there really matches.
-					if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false); ok && found == "" && why == "" {
-						u = noMatch
-					}
-				}
-				if u != noMatch {
-					f.Excepted = append(f.Excepted, r.ID)
-					continue
-				}
-			}
-			if m == possible {
-				// Decided by what is below the directory, when it can be
-				// listed: an entry that the rule matches (and its unless
-				// does not spare) makes it fire, none makes it not apply.
-				found, why, ok := sc.walkBelow(ev, it, r.When, unless, false)
-				if ok && found == "" && why == "" {
-					continue
-				}
-				below, cut = found, why
-			}
 		}
 		eff := r.Decision
 		if m == possible && eff > Ask {
@@ -305,6 +255,75 @@ func (p *Policy) decideItem(ev *extract.Evidence, it *extract.Item, sc *scratch)
 		n := len(sc.matchs)
 		f.Matches = sc.matchs[n-nMatch : n : n]
 	}
+	p.settle(ev, it, &f, bestRule, bestEff)
+	return f
+}
+
+// ruleFires matches rule p.rules[ri] against it: whether it fires (surely, or
+// possibly: m), and for a recursive item the entry below it that decided
+// (below) or why the walk was cut short (cut). A rule whose unless spares
+// the item is added to f.Excepted.
+func (p *Policy) ruleFires(ev *extract.Evidence, it *extract.Item, ri int32, sc *scratch, f *Finding) (m matchResult, below, cut string, ok bool) {
+	r := p.rules[ri]
+	strict := r.Decision == Allow
+	if strict && (it.Opaque != "" || it.Aux) {
+		return noMatch, "", "", false // nothing allows what cannot be seen; aux items need no allow
+	}
+	if strict && it.Unknown != "" && !r.AnyArgs && !r.When.literalCommand(ev, it) {
+		return noMatch, "", "", false // closed-world allow: the rule did not vouch for the arguments
+	}
+	if !cachedRequest(r.When, ev, strict, &sc.reqW[ri]) {
+		return noMatch, "", "", false
+	}
+	m = r.When.matchItem(ev, it, strict)
+	unlessReq := r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri])
+	var unless *Cond // the exception for each path below a recursive item
+	if unlessReq {
+		unless = r.Unless
+	}
+	switch {
+	case m == noMatch && !strict && it.Recursive && r.When.mayMatchPathsBelow(it):
+		// Nothing below the directory can match by its name, but a
+		// symlink below it may lead where the rule matches.
+		found, why, ok := sc.walkBelow(ev, it, r.When, unless, true)
+		if !ok || found == "" && why == "" {
+			return noMatch, "", "", false
+		}
+		m, below, cut = possible, found, why
+	case m == noMatch:
+		return noMatch, "", "", false
+	default:
+		if unlessReq {
+			u := r.Unless.matchItem(ev, it, !strict)
+			if u == possible {
+				// The exception of an allow could match something
+				// below: it does when something there really matches.
+				if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false); ok && found == "" && why == "" {
+					u = noMatch
+				}
+			}
+			if u != noMatch {
+				f.Excepted = append(f.Excepted, r.ID)
+				return noMatch, "", "", false
+			}
+		}
+		if m == possible {
+			// Decided by what is below the directory, when it can be
+			// listed: an entry that the rule matches (and its unless
+			// does not spare) makes it fire, none makes it not apply.
+			found, why, ok := sc.walkBelow(ev, it, r.When, unless, false)
+			if ok && found == "" && why == "" {
+				return noMatch, "", "", false
+			}
+			below, cut = found, why
+		}
+	}
+	return m, below, cut, true
+}
+
+// settle gives f the decision of the most severe rule that fired
+// (bestRule, -1 for none), else the built-in safeguard or the default.
+func (p *Policy) settle(ev *extract.Evidence, it *extract.Item, f *Finding, bestRule int, bestEff Effect) {
 	switch {
 	case bestRule >= 0:
 		r := p.rules[bestRule]
@@ -320,7 +339,6 @@ func (p *Policy) decideItem(ev *extract.Evidence, it *extract.Item, sc *scratch)
 	default:
 		f.Effect, f.Layer, f.Source = p.dflt, p.dfltLayer, SourceDefault
 	}
-	return f
 }
 
 // walkBelow looks for an existing path below the recursive item it that

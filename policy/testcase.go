@@ -231,94 +231,15 @@ func (c *TestCall) Request(sess extract.Session, fs extract.FS) (*extract.Reques
 	case acp.MethodTerminalCreate:
 		params = map[string]any{"sessionId": "test", "command": rest}
 	case acp.MethodMcpMessage:
-		words, err := mcpCallWords(rest)
-		if err != nil {
+		var err error
+		if params, err = mcpParams(rest, req); err != nil {
 			return nil, err
 		}
-		req.McpServer = words[0]
-		inner := map[string]any{"name": words[1]}
-		method := acp.McpToolsCall
-		if words[1] == acp.McpResourcesRead {
-			method, inner = acp.McpResourcesRead, map[string]any{"uri": words[2]}
-		} else if len(words) == 3 {
-			var args map[string]any
-			if json.Unmarshal([]byte(words[2]), &args) != nil {
-				return nil, fmt.Errorf("%s: the tool's arguments %q are not a JSON object", acp.MethodMcpMessage, words[2])
-			}
-			inner["arguments"] = args
-		}
-		params = map[string]any{"serverId": words[0], "requestId": 1, "method": method, "params": inner}
 	case acp.MethodRequestPermission:
-		words, err := shellWords(rest)
-		if err != nil {
+		var err error
+		if params, err = permissionParams(rest, abs); err != nil {
 			return nil, err
 		}
-		kind := words[0]
-		var title, command, url, cwd string
-		var paths []string
-		var bare []string
-		for _, w := range words[1:] {
-			k, v, ok := strings.Cut(w, "=")
-			switch {
-			case ok && k == "title":
-				title = v
-			case ok && k == "command":
-				command = v
-			case ok && k == "path":
-				paths = append(paths, abs(v))
-			case ok && k == "url":
-				url = v
-			case ok && k == "cwd":
-				cwd = abs(v)
-			default:
-				bare = append(bare, w)
-			}
-		}
-		switch extract.Kind(kind) {
-		case extract.KindExecute:
-			if len(bare) > 0 {
-				command = strings.Join(bare, " ")
-			}
-			title = cmp.Or(title, command)
-		case extract.KindFetch:
-			if len(bare) > 0 {
-				url = bare[0]
-			}
-			title = cmp.Or(title, "fetch "+url)
-		case extract.KindRead, extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindSearch:
-			for _, b := range bare {
-				paths = append(paths, abs(b))
-			}
-			if len(paths) > 0 {
-				title = cmp.Or(title, kind+" "+paths[0])
-			}
-		default:
-			title = cmp.Or(title, strings.Join(bare, " "))
-		}
-		raw := map[string]any{}
-		if command != "" {
-			raw["command"] = command
-		}
-		if url != "" {
-			raw["url"] = url
-		}
-		if cwd != "" {
-			raw["cwd"] = cwd
-		}
-		var locs []map[string]any
-		for _, p := range paths {
-			locs = append(locs, map[string]any{"path": p})
-		}
-		tc := map[string]any{"toolCallId": "test", "kind": kind, "rawInput": raw}
-		if title != "" {
-			tc["title"] = title
-		}
-		if locs != nil {
-			tc["locations"] = locs
-		}
-		params = map[string]any{"sessionId": "test", "toolCall": tc, "options": []map[string]any{
-			{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-			{"optionId": "reject", "name": "Reject", "kind": "reject_once"}}}
 	}
 	b, err := json.Marshal(params)
 	if err != nil {
@@ -326,6 +247,104 @@ func (c *TestCall) Request(sess extract.Session, fs extract.FS) (*extract.Reques
 	}
 	req.Params = b
 	return req, nil
+}
+
+// mcpParams builds the params of an mcp/message call: SERVER TOOL [JSON]
+// or SERVER resources/read URI; req gets the server's name.
+func mcpParams(rest string, req *extract.Request) (any, error) {
+	words, err := mcpCallWords(rest)
+	if err != nil {
+		return nil, err
+	}
+	req.McpServer = words[0]
+	inner := map[string]any{"name": words[1]}
+	method := acp.McpToolsCall
+	if words[1] == acp.McpResourcesRead {
+		method, inner = acp.McpResourcesRead, map[string]any{"uri": words[2]}
+	} else if len(words) == 3 {
+		var args map[string]any
+		if json.Unmarshal([]byte(words[2]), &args) != nil {
+			return nil, fmt.Errorf("%s: the tool's arguments %q are not a JSON object", acp.MethodMcpMessage, words[2])
+		}
+		inner["arguments"] = args
+	}
+	return map[string]any{"serverId": words[0], "requestId": 1, "method": method, "params": inner}, nil
+}
+
+// permissionParams builds the params of a session/request_permission call:
+// KIND [title=T] [command=C] [path=P]... [url=U] [cwd=D] [WORD]...; abs
+// makes a path absolute in the session.
+func permissionParams(rest string, abs func(string) string) (any, error) {
+	words, err := shellWords(rest)
+	if err != nil {
+		return nil, err
+	}
+	kind := words[0]
+	var title, command, url, cwd string
+	var paths []string
+	var bare []string
+	for _, w := range words[1:] {
+		k, v, ok := strings.Cut(w, "=")
+		switch {
+		case ok && k == "title":
+			title = v
+		case ok && k == "command":
+			command = v
+		case ok && k == "path":
+			paths = append(paths, abs(v))
+		case ok && k == "url":
+			url = v
+		case ok && k == "cwd":
+			cwd = abs(v)
+		default:
+			bare = append(bare, w)
+		}
+	}
+	switch extract.Kind(kind) {
+	case extract.KindExecute:
+		if len(bare) > 0 {
+			command = strings.Join(bare, " ")
+		}
+		title = cmp.Or(title, command)
+	case extract.KindFetch:
+		if len(bare) > 0 {
+			url = bare[0]
+		}
+		title = cmp.Or(title, "fetch "+url)
+	case extract.KindRead, extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindSearch:
+		for _, b := range bare {
+			paths = append(paths, abs(b))
+		}
+		if len(paths) > 0 {
+			title = cmp.Or(title, kind+" "+paths[0])
+		}
+	default:
+		title = cmp.Or(title, strings.Join(bare, " "))
+	}
+	raw := map[string]any{}
+	if command != "" {
+		raw["command"] = command
+	}
+	if url != "" {
+		raw["url"] = url
+	}
+	if cwd != "" {
+		raw["cwd"] = cwd
+	}
+	var locs []map[string]any
+	for _, p := range paths {
+		locs = append(locs, map[string]any{"path": p})
+	}
+	tc := map[string]any{"toolCallId": "test", "kind": kind, "rawInput": raw}
+	if title != "" {
+		tc["title"] = title
+	}
+	if locs != nil {
+		tc["locations"] = locs
+	}
+	return map[string]any{"sessionId": "test", "toolCall": tc, "options": []map[string]any{
+		{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+		{"optionId": "reject", "name": "Reject", "kind": "reject_once"}}}, nil
 }
 
 // jsonValue converts a YAML-decoded value into JSON.
