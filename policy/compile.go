@@ -15,6 +15,47 @@ import (
 
 // Policy is the compiled policy of every layer: immutable, safe for
 // concurrent use. Build it with Compile.
+//
+// A request becomes a list of evidence items: paths, commands, domains, or
+// one bare item for a tool call that carries none of those. Every rule that
+// matches an item is found; on each item the most severe decision wins
+// (deny > ask > allow) and rule order never matters. An item no rule
+// matches gets the effective default (the strictest default of the layers).
+// The request's decision is the most severe decision of its items: deny and
+// ask fire when any item matches, allow needs every item covered.
+//
+// Matching has two quantifiers, so that a second spelling of the same thing
+// can only ever make a request stricter. An item may have several forms: a
+// path is matched as written (cleaned) and with its symlinks resolved (a
+// name that does not exist as written but does in another case resolves
+// to the name the directory holds: a case-insensitive filesystem opens
+// that file for .ENV or .Git/HOOKS; a symlink the command line itself
+// makes with ln -s is resolved too, wherever it is in the line, and a
+// path through a symlink it moves or copies, or through a directory it
+// moves or copies with one below it, or below a directory an archive is
+// extracted into (tar x, unzip: its members may be symlinks), is not
+// allowable), a program by its
+// basename and as written, a long flag also by its
+// abbreviations. A deny or ask rule matches when any form matches; an allow
+// rule only when every form does. `unless` uses the opposite quantifier of
+// its rule: the exception of a deny must hold for every form, the exception
+// of an allow fires on any form.
+//
+// A recursive read or copy (grep -r DIR, rg, cp -r) is decided by what
+// is below its directory when the FS is an extract.Walker (the router's is; extract.MapFS
+// is): a deny or ask rule that could match something below it applies
+// only when an existing entry does (by its path, or for a symlink by its
+// target too), and then asks (the item is not the file itself; explain
+// and the audit log name the file). When none does, the rule does not
+// apply, so an allow of ${roots}/** allows grep -rn TODO src in a clean
+// project. A walk past its bounds (extract.MaxWalkEntries entries, extract.MaxWalkDepth
+// levels, the router's time bound), through a symlink to a directory
+// outside the tree, or without a Walker asks. What is below is what the
+// program's own walk reaches (extract.Item.Walk, the spec's walk:, issue 27): rg,
+// grep -r, tree, cp -r and tar c open no symlink below their operands
+// (unless -L, -R, -l, -L/-l, -h), so a link there is matched by its own
+// name only; the go command opens a symlink only to a file named like a
+// package file.
 type Policy struct {
 	layers    []*Layer
 	rules     []*Rule // rules in force, by layer (strongest first) then id

@@ -26,6 +26,44 @@ type Error = yamlpos.Error
 // Layer is the parsed policy of one layer: the org layer (every file of
 // the policy directory, folded together with Merge) or the user layer (the
 // config's permissions: and its include files, folded with AddInclude).
+//
+// An org policy file (ParseFile) and the config's permissions: mapping
+// (ParseLayer) share one schema:
+//
+//	default: ask                      # allow | ask | deny (strictest of the layers wins; ask if none)
+//	deny_modes: ["claude:bypassPermissions", "*:yolo"]
+//	allow_modes: ["claude:acceptEdits"]  # modes of the built-in table allowed after all
+//	unknown_agents: refuse            # warn (default) | refuse agents the router cannot keep asking
+//	lower_layers_may: [deny, ask]     # org files only: decisions user rules may have (allow: also allow_modes)
+//	include: [more-rules.yaml]        # permissions: only; read by the caller, folded in with AddInclude
+//	rules:
+//	  - id: no-secrets                # required, unique in the layer
+//	    decision: deny                # required
+//	    when: {paths: ["**/.env", "**/.env.*", "~/.ssh/**"]}   # required
+//	    unless: {paths: ["**/.env.example"]}                   # optional exception
+//	    message: Secrets are not available to agents.
+//	tests:
+//	  - {call: "fs/read_text_file ${cwd}/.env", expect: deny, rule: no-secrets}
+//
+// Matchers (every key must match; a list matches when any entry does):
+// agent, mode (text globs), kind (ACP tool kinds), method (the four
+// decided methods), title (text glob or "re:REGEXP"), tool (text globs
+// over the tool call's name, ToolCall.name: the agent names its own tools,
+// so a name is never proof of what the tool does; it selects rules, and
+// what the tool call shows it does is judged as always), paths and cwd
+// (doublestar globs over absolute cleaned paths, starting with /, **, ~,
+// ${cwd}, ${roots} or ${home}), command (token patterns: * one token, **
+// any tokens), program (a name matched by basename, or a path), flags_any
+// (-x or --long; -rf is -r and -f), env (names of variables the command
+// line sets), domains (host, *.host for strict subdomains, or *). See
+// TestCase for tests:.
+//
+// Modes (modes.go): with a policy in force, the modes of the built-in
+// table that approve tool calls by themselves are denied unless
+// allow_modes allows them, and deny_modes denies any mode (deny wins).
+// AGENT in both is the router's name for the agent, the table's name for
+// it (claude, codex, gemini, opencode; found from the agent's agentInfo
+// name, else from the router's name), or * for every agent.
 type Layer struct {
 	// Name is LayerOrg or LayerUser.
 	Name string
