@@ -3,7 +3,7 @@ package guard
 // TestEvidenceAgainstKernel (issue point 6): the evidence the policy
 // extracts from a command is checked against what the command really does.
 // Every case of the corpus (testdata/kernel/*.yaml here, and
-// ../policy/testdata/corpus/*.yaml once it exists) that the policy allows
+// ../policy/extract/testdata/corpus/*.yaml once it exists) that the policy allows
 // and that runs only harmless programs is run under strace -f in a
 // throwaway fixture, and every file it really wrote, every file it read
 // outside the session's directories and every connection it attempted must
@@ -109,7 +109,7 @@ import (
 
 // kernelCorpusDirs are the directories of case files; the first one's
 // policy.yaml is the policy of a directory without its own.
-var kernelCorpusDirs = []string{"testdata/kernel", "../policy/testdata/corpus"}
+var kernelCorpusDirs = []string{"testdata/kernel", "../policy/extract/testdata/corpus"}
 
 // harmless are the programs a case may run: none of them reaches the
 // network other than through the connections the test observes and

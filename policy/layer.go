@@ -614,6 +614,18 @@ func NodeJSON(n *yaml.Node) (json.RawMessage, error) {
 
 // call reads one test call: a string "METHOD ARGS..." or a mapping
 // {method: ..., params: {...}}.
+// ParseCallNode reads a call written in YAML as tests: writes one: a
+// string (ParseCall) or a mapping of method, params and updates. path
+// names the node in errors.
+func ParseCallNode(file, path string, n *yaml.Node) (*TestCall, error) {
+	p := &parser{file: file}
+	c, err := p.call(path, n)
+	if err == nil {
+		err = p.err()
+	}
+	return c, err
+}
+
 func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 	if n.Kind == yaml.MappingNode {
 		f := p.fields(path, n, []string{"method", "params", "updates"})

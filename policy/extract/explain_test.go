@@ -1,9 +1,10 @@
-package policy
+package extract_test
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/policy/extract"
 )
 
@@ -22,38 +23,38 @@ rules:
 // that allows it (issue 14 point 8); arguments: any and a literal command
 // pattern allow what is not understood.
 func TestExplainSaysWhy(t *testing.T) {
-	l, err := ParseFile("explain.yaml", []byte(explainPolicy))
+	l, err := policy.ParseFile("explain.yaml", []byte(explainPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Compile(l)
+	p, err := policy.Compile(l)
 	if err != nil {
 		t.Fatal(err)
 	}
 	loop := terminalReq(t, "cat a")
-	loop.FS = extract.NewMapFS(nil, map[string]string{TestCwd + "/a": TestCwd + "/b", TestCwd + "/b": TestCwd + "/a"})
+	loop.FS = extract.NewMapFS(nil, map[string]string{policy.TestCwd + "/a": policy.TestCwd + "/b", policy.TestCwd + "/b": policy.TestCwd + "/a"})
 	tests := []struct {
 		name string
 		req  *extract.Request
-		want Effect
+		want policy.Effect
 		why  []string // parts of the Explain text
 	}{
-		{"unknown option", terminalReq(t, "git status --frobnicate"), Ask,
+		{"unknown option", terminalReq(t, "git status --frobnicate"), policy.Ask,
 			[]string{"git status: unknown option --frobnicate", "acp-router:unknown-arguments", "arguments: any"}},
-		{"unknown subcommand", terminalReq(t, "git frobnicate"), Ask, []string{`git: unknown subcommand "frobnicate"`}},
-		{"no spec", terminalReq(t, "mytool run --fast"), Ask, []string{"no argument spec for mytool"}},
-		{"sed script", terminalReq(t, "sed 'k' README.md"), Ask, []string{`sed: unknown command 'k'`}},
-		{"unresolved path", loop, Ask, []string{"symlinks could not be resolved"}},
-		{"truncated", terminalReq(t, "cat "+strings.Join(files(300), " ")), Ask, []string{"more than 256 pieces of evidence"}},
-		{"side command", terminalReq(t, "git -c core.pager='sh -c id' log"), Ask, []string{"git -c sets a command git runs"}},
-		{"vouched", terminalReq(t, "./release.sh --frobnicate x"), Allow, nil},
-		{"literal", terminalReq(t, "othertool build"), Allow, nil},
-		{"not literal", terminalReq(t, "othertool build2"), Ask, []string{"no argument spec for othertool"}},
+		{"unknown subcommand", terminalReq(t, "git frobnicate"), policy.Ask, []string{`git: unknown subcommand "frobnicate"`}},
+		{"no spec", terminalReq(t, "mytool run --fast"), policy.Ask, []string{"no argument spec for mytool"}},
+		{"sed script", terminalReq(t, "sed 'k' README.md"), policy.Ask, []string{`sed: unknown command 'k'`}},
+		{"unresolved path", loop, policy.Ask, []string{"symlinks could not be resolved"}},
+		{"truncated", terminalReq(t, "cat "+strings.Join(files(300), " ")), policy.Ask, []string{"more than 256 pieces of evidence"}},
+		{"side command", terminalReq(t, "git -c core.pager='sh -c id' log"), policy.Ask, []string{"git -c sets a command git runs"}},
+		{"vouched", terminalReq(t, "./release.sh --frobnicate x"), policy.Allow, nil},
+		{"literal", terminalReq(t, "othertool build"), policy.Allow, nil},
+		{"not literal", terminalReq(t, "othertool build2"), policy.Ask, []string{"no argument spec for othertool"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := p.Decide(tt.req)
-			text := Explain(&d)
+			text := policy.Explain(&d)
 			if d.Effect != tt.want {
 				t.Fatalf("got %s, want %s:\n%s", d.Effect, tt.want, text)
 			}

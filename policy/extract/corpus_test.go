@@ -1,4 +1,4 @@
-package policy
+package extract_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/policy/extract"
 	"github.com/acp-router/acp-router/yamlpos"
 )
@@ -65,12 +66,12 @@ type corpusCase struct {
 	Class  string
 	ID     string
 	Attack bool
-	Expect Effect // None when not given
+	Expect policy.Effect // None when not given
 	Source string
 	Run    bool
-	Case   *TestCase
-	Call   *TestCall
-	Pos    Pos
+	Case   *policy.TestCase
+	Call   *policy.TestCall
+	Pos    policy.Pos
 }
 
 var corpusCaseKeys = []string{"id", "attack", "expect", "source", "call", "files", "symlinks", "cwd", "roots", "agent", "mode", "run"}
@@ -117,7 +118,7 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 			bad(cn, "%s: not a mapping", path)
 			continue
 		}
-		c := &corpusCase{Class: class, Run: true, Case: &TestCase{}, Pos: yamlpos.At(file, cn)}
+		c := &corpusCase{Class: class, Run: true, Case: &policy.TestCase{}, Pos: yamlpos.At(file, cn)}
 		seen := map[string]bool{}
 		var hasAttack bool
 		for j := 0; j+1 < len(cn.Content); j += 2 {
@@ -141,7 +142,7 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 			case "run":
 				err = v.Decode(&c.Run)
 			case "expect":
-				c.Expect, err = ParseEffect(v.Value)
+				c.Expect, err = policy.ParseEffect(v.Value)
 			case "source":
 				c.Source = v.Value
 			case "cwd":
@@ -161,11 +162,7 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 					err = fmt.Errorf("one call per case")
 					break
 				}
-				p := &parser{file: file}
-				c.Call, err = p.call(path+".call", v)
-				if err == nil {
-					err = p.err()
-				}
+				c.Call, err = policy.ParseCallNode(file, path+".call", v)
 				if err == nil && c.Call == nil {
 					err = fmt.Errorf("no call")
 				}
@@ -194,9 +191,9 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 			bad(cn, "%s (%s): missing attack: true|false", path, c.ID)
 		case c.Call == nil && !seen["call"]:
 			bad(cn, "%s (%s): missing call", path, c.ID)
-		case !c.Attack && c.Expect != None && c.Expect != Allow:
+		case !c.Attack && c.Expect != policy.None && c.Expect != policy.Allow:
 			bad(cn, "%s (%s): a legitimate case must be allowed, not expect %s", path, c.ID, c.Expect)
-		case c.Attack && c.Expect == Allow:
+		case c.Attack && c.Expect == policy.Allow:
 			bad(cn, "%s (%s): an attack cannot expect allow", path, c.ID)
 		}
 		if c.Call != nil {
@@ -208,17 +205,17 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 
 // loadCorpus reads the policy of dir and every class file in it; ids
 // records every case id seen so far, across directories.
-func loadCorpus(t *testing.T, dir string, ids map[string]Pos) (*Policy, []string, map[string][]*corpusCase) {
+func loadCorpus(t *testing.T, dir string, ids map[string]policy.Pos) (*policy.Policy, []string, map[string][]*corpusCase) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, "policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	org, err := ParseFile(filepath.Join(dir, "policy.yaml"), data)
+	org, err := policy.ParseFile(filepath.Join(dir, "policy.yaml"), data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := Compile(org)
+	pol, err := policy.Compile(org)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +257,7 @@ func loadCorpus(t *testing.T, dir string, ids map[string]Pos) (*Policy, []string
 
 // corpusWhy names what decided d: the deciding rule and the item it
 // decided, with the rule's message.
-func corpusWhy(d *Decision) string {
+func corpusWhy(d *policy.Decision) string {
 	rule := d.Rule
 	if rule == "" {
 		rule = "default"
@@ -300,7 +297,7 @@ func corpusWhy(d *Decision) string {
 // expect: is not met. Run `go test ./policy -run TestCorpus -v` for the
 // figures.
 func TestCorpus(t *testing.T) {
-	ids := map[string]Pos{}
+	ids := map[string]policy.Pos{}
 	for _, dir := range corpusDirs(t) {
 		pol, classes, byClass := loadCorpus(t, dir, ids)
 		t.Run(filepath.Base(dir), func(t *testing.T) { corpusTargets(t, pol, classes, byClass) })
@@ -308,7 +305,7 @@ func TestCorpus(t *testing.T) {
 }
 
 // corpusTargets decides every case of one corpus and holds its targets.
-func corpusTargets(t *testing.T, pol *Policy, classes []string, byClass map[string][]*corpusCase) {
+func corpusTargets(t *testing.T, pol *policy.Policy, classes []string, byClass map[string][]*corpusCase) {
 	type row struct{ attacks, allowed, wrong, legit, asked, denied int }
 	var total row
 	var table, failures strings.Builder
@@ -326,20 +323,20 @@ func corpusTargets(t *testing.T, pol *Policy, classes []string, byClass map[stri
 			if c.Attack {
 				r.attacks++
 				switch {
-				case d.Effect == Allow:
+				case d.Effect == policy.Allow:
 					r.allowed++
 					problem = "attack allowed"
-				case c.Expect != None && d.Effect != c.Expect:
+				case c.Expect != policy.None && d.Effect != c.Expect:
 					r.wrong++
 					problem = fmt.Sprintf("attack expected %s", c.Expect)
 				}
 			} else {
 				r.legit++
 				switch d.Effect {
-				case Ask:
+				case policy.Ask:
 					r.asked++
 					problem = "legit asked"
-				case Deny:
+				case policy.Deny:
 					r.denied++
 					problem = "legit denied"
 				}
