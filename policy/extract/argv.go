@@ -300,76 +300,8 @@ type wrapSpec struct {
 }
 
 // wrappers are the commands that run another command given as their
-// arguments (DESIGN §6 plus a few more), with the options of their man
-// pages (GNU coreutils, util-linux, sudo, procps, systemd). Transparent
-// wrappers only make a decision stricter; sudo, doas, su, runuser,
-// chroot, nsenter, unshare, setpriv and systemd-run need an allow
-// themselves.
-var wrappers = map[string]wrapSpec{
-	"env": {short: "uCSa", flags: "i0v", long: []string{"--unset", "--chdir", "--split-string", "--argv0"},
-		longFlags: []string{"--ignore-environment", "--null", "--debug", "--list-signal-handling", "--help", "--version"},
-		longOpt:   []string{"--block-signal", "--default-signal", "--ignore-signal"}, assigns: true, chdir: true},
-	"timeout": {short: "sk", flags: "fpv", long: []string{"--signal", "--kill-after"},
-		longFlags: []string{"--foreground", "--preserve-status", "--verbose", "--help", "--version"}, skip: 1},
-	"nice":  {short: "n", long: []string{"--adjustment"}, longFlags: []string{"--help", "--version"}, digits: true},
-	"nohup": {longFlags: []string{"--help", "--version"}},
-	"time": {short: "fo", flags: "apvqV", long: []string{"--format", "--output"},
-		longFlags: []string{"--append", "--portability", "--verbose", "--quiet", "--help", "--version"}},
-	"xargs": {short: "aEdILnPs", flags: "0oprtx", shortOpt: "eil", long: []string{"--arg-file", "--delimiter", "--max-args", "--max-procs",
-		"--max-chars", "--process-slot-var"}, longFlags: []string{"--null", "--open-tty", "--interactive", "--no-run-if-empty",
-		"--verbose", "--exit", "--show-limits", "--help", "--version"}, longOpt: []string{"--eof", "--replace", "--max-lines"},
-		note: "xargs adds arguments read from stdin"},
-	"sudo": {short: "ugCDhpRrtTU", flags: "AbEeHiKklNnPSsVvB", long: []string{"--user", "--group", "--close-from", "--chdir", "--host",
-		"--prompt", "--chroot", "--role", "--type", "--command-timeout", "--other-user"},
-		longFlags: []string{"--askpass", "--background", "--edit", "--set-home", "--login", "--remove-timestamp", "--reset-timestamp",
-			"--list", "--no-update", "--non-interactive", "--preserve-groups", "--stdin", "--shell", "--version", "--validate",
-			"--help", "--bell"}, longOpt: []string{"--preserve-env"}, assigns: true, primary: true, chdir: true},
-	"doas":      {short: "uCa", flags: "Lns", primary: true},
-	"command":   {flags: "pvV"},
-	"builtin":   {},
-	"exec":      {short: "a", flags: "cl"},
-	"stdbuf":    {short: "ioe", long: []string{"--input", "--output", "--error"}, longFlags: []string{"--help", "--version"}},
-	"ionice":    {short: "cnpPu", flags: "t", long: []string{"--class", "--classdata", "--pid", "--pgid", "--uid"}, longFlags: []string{"--ignore", "--help", "--version"}},
-	"setsid":    {flags: "cfw", longFlags: []string{"--ctty", "--fork", "--wait", "--help", "--version"}},
-	"nocorrect": {},
-	"noglob":    {},
-	"watch": {short: "nqs", flags: "bcCdeprtwgx", long: []string{"--interval", "--equexit", "--shotsfile"},
-		longFlags: []string{"--beep", "--color", "--no-color", "--errexit", "--precise", "--no-rerun", "--no-title", "--no-wrap",
-			"--chgexit", "--exec", "--help", "--version"}, longOpt: []string{"--differences"}},
-	"flock": {short: "wEc", flags: "sxeunFo", long: []string{"--timeout", "--wait", "--conflict-exit-code", "--command"},
-		longFlags: []string{"--shared", "--exclusive", "--unlock", "--nonblock", "--nb", "--no-fork", "--close", "--verbose", "--fcntl",
-			"--help", "--version"}, skip: 1},
-	"chroot": {long: []string{"--userspec", "--groups"}, longFlags: []string{"--skip-chdir", "--help", "--version"}, skip: 1,
-		primary: true, chdir: true, note: "paths inside a chroot are relative to its new root"},
-	"busybox": {},
-	"toybox":  {},
-	"su": {short: "cgGsw", flags: "flmpP", long: []string{"--command", "--group", "--supp-group", "--shell",
-		"--whitelist-environment", "--session-command"}, longFlags: []string{"--fast", "--login", "--preserve-environment", "--pty",
-		"--help", "--version"}, primary: true, chdir: true},
-	"runuser": {short: "cgGsuw", flags: "flmpP", long: []string{"--command", "--group", "--supp-group", "--shell", "--user",
-		"--whitelist-environment", "--session-command"}, longFlags: []string{"--fast", "--login", "--preserve-environment", "--pty",
-		"--help", "--version"}, primary: true, chdir: true},
-	"setpriv": {flags: "d", long: []string{"--groups", "--inh-caps", "--ambient-caps", "--bounding-set", "--ruid", "--euid", "--rgid",
-		"--egid", "--reuid", "--regid", "--securebits", "--pdeathsig", "--selinux-label", "--apparmor-profile", "--landlock-access",
-		"--landlock-rule", "--ptracer", "--seccomp-filter"}, longFlags: []string{"--dump", "--nnp", "--no-new-privs", "--clear-groups",
-		"--keep-groups", "--init-groups", "--reset-env", "--help", "--version"}, primary: true},
-	"nsenter": {short: "tSGW", flags: "aFZec", shortOpt: "muinpCUTrw", long: []string{"--target", "--setuid", "--setgid", "--wdns"},
-		longFlags: []string{"--all", "--no-fork", "--follow-context", "--env", "--join-cgroup", "--preserve-credentials", "--keep-caps",
-			"--user-parent", "--help", "--version"}, longOpt: []string{"--mount", "--uts", "--ipc", "--net", "--pid", "--cgroup", "--user",
-			"--time", "--root", "--wd"}, primary: true, chdir: true},
-	"unshare": {short: "SGRwl", flags: "frc", shortOpt: "muinpUCT", long: []string{"--setuid", "--setgid", "--root", "--wd",
-		"--load-interp", "--map-user", "--map-group", "--map-users", "--map-groups", "--propagation", "--setgroups", "--monotonic",
-		"--boottime"}, longFlags: []string{"--fork", "--map-root-user", "--map-current-user", "--map-auto", "--help", "--version"},
-		longOpt: []string{"--mount", "--uts", "--ipc", "--net", "--pid", "--user", "--cgroup", "--time", "--kill-child", "--mount-proc",
-			"--mount-binfmt"}, primary: true, chdir: true},
-	"systemd-run": {short: "upHMEC", flags: "rtTPqvGdSh", long: []string{"--unit", "--property", "--description", "--slice", "--host",
-		"--machine", "--setenv", "--uid", "--gid", "--nice", "--working-directory", "--service-type", "--on-active", "--on-boot",
-		"--on-startup", "--on-unit-active", "--on-unit-inactive", "--on-calendar", "--timer-property", "--path-property",
-		"--socket-property", "--capsule", "--background", "--json"}, longFlags: []string{"--user", "--system", "--scope",
-		"--remain-after-exit", "--send-sighup", "--pty", "--pty-late", "--pipe", "--quiet", "--verbose", "--collect", "--same-dir",
-		"--wait", "--shell", "--no-block", "--no-ask-password", "--ignore-failure", "--slice-inherit", "--on-clock-change",
-		"--on-timezone-change", "--help", "--version"}, longOpt: []string{"--expand-environment"}, primary: true, chdir: true},
-}
+// arguments: wrappers.yaml (wrappers.go).
+var wrappers = mustLoadWrappers("wrappers.yaml", wrapperData)
 
 // longOption returns the long option key names, or the one it uniquely
 // abbreviates (getopt_long), and whether it takes a value (1), may take an
