@@ -63,6 +63,9 @@ type Policy struct {
 	dflt      Effect
 	dfltLayer string
 	denyModes []ModeRef
+	// families is the table of the agents' modes: the built-in one
+	// extended by the org layer's agent_modes.
+	families []*agentFamily
 	// allowModes are the allow_modes in force; droppedModes those
 	// lower_layers_may removed.
 	allowModes   []ModeRef
@@ -90,6 +93,7 @@ func Compile(layers ...*Layer) (*Policy, error) {
 	p := &Policy{}
 	var allowed []Effect // nil: everything
 	ids := map[string]*Rule{}
+	var orgAgents []*agentFamily
 	for _, l := range layers {
 		if l == nil {
 			continue
@@ -99,6 +103,9 @@ func Compile(layers ...*Layer) (*Policy, error) {
 			p.dflt, p.dfltLayer = l.Default, l.Name
 		}
 		p.denyModes = append(p.denyModes, l.DenyModes...)
+		if l.Name == LayerOrg {
+			orgAgents = append(orgAgents, l.agents...)
+		}
 		if allowed != nil && !slices.Contains(allowed, Allow) {
 			// An allowed mode is wider than any allow rule: the agent
 			// acts on everything that mode covers without the router
@@ -145,6 +152,10 @@ func Compile(layers ...*Layer) (*Policy, error) {
 	}
 	if p.dflt == None {
 		p.dflt, p.dfltLayer = DefaultEffect, LayerBuiltin
+	}
+	var err error
+	if p.families, err = extendFamilies(builtinFamilies, orgAgents); err != nil {
+		return nil, err
 	}
 	p.hash = p.computeHash()
 	p.idx = buildIndex(p.rules)
@@ -214,7 +225,10 @@ func (p *Policy) computeHash() string {
 		DenyModes     []string
 		AllowModes    []string `json:",omitempty"`
 		RefuseUnknown bool     `json:",omitempty"`
-		Rules         []ruleDoc
+		// AgentModes are the org layer's agent_modes: what they say of
+		// a mode changes which modes are denied.
+		AgentModes []string `json:",omitempty"`
+		Rules      []ruleDoc
 	}
 	doc.Default = p.dflt.String()
 	refs := func(ms []ModeRef) []string {
@@ -227,6 +241,20 @@ func (p *Policy) computeHash() string {
 	}
 	doc.DenyModes, doc.AllowModes = refs(p.denyModes), refs(p.allowModes)
 	doc.RefuseUnknown = p.unknown != nil
+	for _, l := range p.layers {
+		if l.Name != LayerOrg {
+			continue
+		}
+		for _, f := range l.agents {
+			for _, m := range f.self {
+				doc.AgentModes = append(doc.AgentModes, f.id+":"+m.mode+" approves "+joinKinds(m.kinds))
+			}
+			for _, m := range f.asking {
+				doc.AgentModes = append(doc.AgentModes, f.id+":"+m+" asks")
+			}
+		}
+	}
+	slices.Sort(doc.AgentModes)
 	for _, r := range p.rules {
 		doc.Rules = append(doc.Rules, ruleDoc{r.ID, r.Layer, r.Decision.String(), r.Message, norm(r.When), norm(r.Unless)})
 	}

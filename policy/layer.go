@@ -35,6 +35,8 @@ type Error = yamlpos.Error
 //	allow_modes: ["claude:acceptEdits"]  # modes of the built-in table allowed after all
 //	unknown_agents: refuse            # warn (default) | refuse agents the router cannot keep asking
 //	lower_layers_may: [deny, ask]     # org files only: decisions user rules may have (allow: also allow_modes)
+//	agent_modes:                      # org files only: extends the built-in table of modes (agents.yaml, same format)
+//	  acme: {self_approving: {turbo: {kinds: all, how: nothing is asked}}, asking: [safe]}
 //	include: [more-rules.yaml]        # permissions: only; read by the caller, folded in with AddInclude
 //	rules:
 //	  - id: no-secrets                # required, unique in the layer
@@ -85,6 +87,9 @@ type Layer struct {
 	// LowerLayersMay (org layer only) lists the decisions rules of lower
 	// layers may have; nil when not set (everything allowed).
 	LowerLayersMay []Effect
+	// agents (org layer only) are its agent_modes: entries that extend
+	// the built-in table of the agents' modes (agents.yaml).
+	agents []*agentFamily
 	// Includes (user layer only) are the files `include:` lists, for the
 	// caller to read and fold in with AddInclude. A relative path is
 	// already joined with the directory of the file that lists it; a
@@ -150,7 +155,7 @@ type Rule struct {
 
 // Keys of a permissions mapping, a rule and a matcher.
 var (
-	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests", "telemetry", "sandbox"}
+	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "agent_modes", "rules", "tests", "telemetry", "sandbox"}
 	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments"}
@@ -227,6 +232,7 @@ func (l *Layer) Merge(o *Layer) error {
 		m.Layer = l.Name
 		l.AllowModes = append(l.AllowModes, m)
 	}
+	l.agents = append(l.agents, o.agents...)
 	if o.UnknownAgents != "" && (l.UnknownAgents == "" || l.UnknownAgents == UnknownWarn && o.UnknownAgents == UnknownRefuse) {
 		l.UnknownAgents, l.UnknownAgentsPos = o.UnknownAgents, o.UnknownAgentsPos
 	}
@@ -313,7 +319,7 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 	var misplaced []string
 	switch kind {
 	case kindUserConfig, kindIncludeFile:
-		misplaced = append(misplaced, "lower_layers_may")
+		misplaced = append(misplaced, "lower_layers_may", "agent_modes")
 	}
 	if kind != kindUserConfig {
 		misplaced = append(misplaced, "include")
@@ -345,6 +351,9 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 				l.LowerLayersMay = append(l.LowerLayersMay, e)
 			}
 		}
+	}
+	if v := f["agent_modes"]; v != nil {
+		l.agents = p.families("agent_modes", v)
 	}
 	if v := f["telemetry"]; v != nil {
 		l.Telemetry = append(l.Telemetry, Block{File: p.file, Node: v})
@@ -725,6 +734,8 @@ func (p *parser) fields(path string, n *yaml.Node, known []string, misplaced ...
 			f[key] = kv.Val
 		case slices.Contains(misplaced, key) && key == "lower_layers_may":
 			p.errorf(kv.Key, "", "lower_layers_may is only valid in the org layer (%s)", "policy directory files")
+		case slices.Contains(misplaced, key) && key == "agent_modes":
+			p.errorf(kv.Key, "", "agent_modes is only valid in the org layer (%s)", "policy directory files")
 		case slices.Contains(misplaced, key) && key == "include":
 			p.errorf(kv.Key, "", "include is only valid in the config's permissions")
 		default:

@@ -11,7 +11,8 @@ import (
 // Modes that approve by themselves (DESIGN §6, issue 13). While an agent is
 // in such a mode it acts without sending the requests the policy decides,
 // so the router never sees them. When a policy is in force, the modes of
-// the built-in table below are denied unless allow_modes allows them;
+// the table (agents.yaml, extended by the org layer's agent_modes) that
+// approve by themselves are denied unless allow_modes allows them;
 // deny_modes denies any mode, and deny wins. An agent the table does not
 // know, or one with no mode that asks, is reported (Agent, Warnings), and
 // refused when a layer says unknown_agents: refuse.
@@ -56,6 +57,7 @@ type agentFamily struct {
 	asking []string
 	// toAsk is the agent's own setting that makes it ask when it starts.
 	toAsk string
+	pos   Pos // where its entry is written
 }
 
 // selfMode is a mode that approves by itself.
@@ -65,58 +67,21 @@ type selfMode struct {
 	how   string
 }
 
-// families is the built-in table: the newest versions of each agent, and
-// the modes of older ones that are gone (notes/real-peers.md,
-// notes/anchors-policy.md).
-var families = []*agentFamily{
-	{id: "claude", title: "Claude Agent (@agentclientprotocol/claude-agent-acp 0.101)",
-		self: []selfMode{
-			// acceptEdits also runs mkdir, touch, rm, mv, cp and sed in
-			// the working directory (notes/anchors-policy.md §1).
-			{"acceptEdits", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindExecute}, "approves edits and file commands in the working directory"},
-			{"auto", extract.AllKinds, "a model approves each action"},
-			{"bypassPermissions", extract.AllKinds, "nothing is asked"},
-		},
-		asking: []string{"default", "plan"},
-		toAsk:  `set "permissions": {"defaultMode": "default"} in Claude's settings (~/.claude/settings.json; an org can also set "disableBypassPermissionsMode": "disable" in managed-settings.json)`},
-	{id: "codex", title: "Codex (@agentclientprotocol/codex-acp 2.6)",
-		self: []selfMode{
-			{"agent", extract.AllKinds, `"auto review": a model approves escalations`},
-			{"agent-full-access", extract.AllKinds, "nothing is asked"},
-			{"full-access", extract.AllKinds, "older versions; nothing is asked"},
-			// codex-acp 0.16's "Default" preset ("Identical to Agent
-			// mode"): it reads, edits and runs commands in the workspace
-			// without asking (shared/fixtures/real-agents/codex-acp-0.16.0-*).
-			{"auto", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindExecute}, "older versions (0.16, \"Default\"); approves edits and commands inside the workspace"},
-			// Measured with 2.6.0 (test/codex_test.go): an edit inside the
-			// workspace runs without a request; it asks only outside.
-			{"workspace-write", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindExecute}, "approves edits and commands inside the workspace"},
-		},
-		asking: []string{"read-only"},
-		toAsk:  `set approval_policy = "on-request" (or "untrusted") in Codex's config.toml (an org can limit allowed_approval_policies in requirements.toml)`},
-	{id: "gemini", title: "Gemini CLI",
-		self: []selfMode{
-			{"autoEdit", []extract.Kind{extract.KindEdit, extract.KindDelete, extract.KindMove}, "approves edits"},
-			{"yolo", extract.AllKinds, "nothing is asked"},
-		},
-		asking: []string{"default", "plan"},
-		toAsk:  "start it with --approval-mode default (general.defaultApprovalMode in its settings.json)"},
-	// OpenCode's modes (build, plan) say what it works on, not whether it
-	// asks: under its default permissions it asks nothing in either.
-	{id: "opencode", title: "OpenCode (opencode acp 1.18)",
-		toAsk: `set "permission": {"edit": "ask", "bash": "ask", "webfetch": "ask"} in its opencode.json`},
-}
+// familyOf finds the agent in the table of p (the built-in one with the
+// org layer's agent_modes): by the name it gives itself, else by the
+// router's name for it.
+func (p *Policy) familyOf(a AgentID) *agentFamily { return familyIn(p.families, a) }
 
-// familyOf finds the agent in the table: by the name it gives itself,
-// else by the router's name for it.
-func familyOf(a AgentID) *agentFamily {
-	if f := familyNamed(a.Info); f != nil {
+func (p *Policy) familyNamed(name string) *agentFamily { return familyNamedIn(p.families, name) }
+
+func familyIn(families []*agentFamily, a AgentID) *agentFamily {
+	if f := familyNamedIn(families, a.Info); f != nil {
 		return f
 	}
-	return familyNamed(a.Name)
+	return familyNamedIn(families, a.Name)
 }
 
-func familyNamed(name string) *agentFamily {
+func familyNamedIn(families []*agentFamily, name string) *agentFamily {
 	name = strings.ToLower(name)
 	for _, f := range families {
 		if strings.Contains(name, f.id) {
@@ -144,7 +109,7 @@ func (f *agentFamily) knowsAsking() bool { return f != nil && len(f.asking) > 0 
 // Family is the agent's entry in the built-in table (claude, codex,
 // gemini, opencode), "" when it has none.
 func Family(a AgentID) string {
-	if f := familyOf(a); f != nil {
+	if f := familyIn(builtinFamilies, a); f != nil {
 		return f.id
 	}
 	return ""
@@ -154,7 +119,7 @@ func Family(a AgentID) string {
 // by itself according to the built-in table (nil for a mode that asks or
 // that the table does not list).
 func SelfApproving(a AgentID, mode string) []extract.Kind {
-	if m := familyOf(a).selfMode(mode); m != nil {
+	if m := familyIn(builtinFamilies, a).selfMode(mode); m != nil {
 		return m.kinds
 	}
 	return nil
@@ -190,6 +155,7 @@ type ModeVerdict struct {
 	SelfApproving []extract.Kind
 	how           string
 	listed        []string // RuleUnlistedMode: the modes allow_modes lists
+	asks          bool     // the table knows the mode to ask
 }
 
 // Why says in a few words why the mode is denied or allowed.
@@ -209,7 +175,7 @@ func (v *ModeVerdict) Why() string {
 		return fmt.Sprintf("%s; allowed by allow_modes %q (%s)", self, v.By.String(), v.By.Pos)
 	case v.By != nil:
 		return fmt.Sprintf("allow_modes %q (%s)", v.By.String(), v.By.Pos)
-	case slices.Contains(familyOf(v.Agent).askingModes(), v.Mode):
+	case v.asks:
 		return "it asks"
 	}
 	return "the router does not know what it approves"
@@ -234,8 +200,8 @@ func kindsText(ks []extract.Kind) string {
 // then, for an agent the table does not know (or knows no asking mode
 // of), the modes allow_modes lists for it, if it lists any.
 func (p *Policy) Mode(a AgentID, mode string) ModeVerdict {
-	fam := familyOf(a)
-	v := ModeVerdict{Agent: a, Mode: mode}
+	fam := p.familyOf(a)
+	v := ModeVerdict{Agent: a, Mode: mode, asks: slices.Contains(fam.askingModes(), mode)}
 	if fam != nil {
 		v.Family = fam.id
 	}
@@ -279,7 +245,7 @@ func (p *Policy) ModeDenied(a AgentID, mode string) bool { return p.Mode(a, mode
 // MayDenyModes: some mode of agent a may be denied (false: every mode is
 // allowed, and a filter of modes can be skipped).
 func (p *Policy) MayDenyModes(a AgentID) bool {
-	fam := familyOf(a)
+	fam := p.familyOf(a)
 	if len(p.denyModes) > 0 || fam != nil && len(fam.self) > 0 {
 		return true
 	}
@@ -291,7 +257,7 @@ func (p *Policy) MayDenyModes(a AgentID) bool {
 // table knows to ask, else the first the policy allows; "" when it allows
 // none.
 func (p *Policy) ModeTarget(a AgentID, modes []string) string {
-	asking := familyOf(a).askingModes()
+	asking := p.familyOf(a).askingModes()
 	first := ""
 	for _, m := range modes {
 		if p.ModeDenied(a, m) {
@@ -335,7 +301,7 @@ type AgentStatus struct {
 
 // Agent says whether the router can keep agent a asking.
 func (p *Policy) Agent(a AgentID) AgentStatus {
-	fam := familyOf(a)
+	fam := p.familyOf(a)
 	st := AgentStatus{Agent: a}
 	if fam != nil {
 		st.Family = fam.id
@@ -377,13 +343,13 @@ func (p *Policy) UnknownAgents() *SettingRef { return p.unknown }
 func (p *Policy) Warnings(agents ...AgentID) []string {
 	out := slices.Clone(p.warnings)
 	for _, m := range p.allowModes {
-		if f := familyNamed(m.Agent); f != nil && f.id == m.Agent && f.knowsAsking() && f.selfMode(m.Mode) == nil {
+		if f := p.familyNamed(m.Agent); f != nil && f.id == m.Agent && f.knowsAsking() && f.selfMode(m.Mode) == nil {
 			out = append(out, fmt.Sprintf("%s: allow_modes %q has no effect: the built-in table does not list %q as a mode of %s that approves by itself",
 				m.Pos, m.String(), m.Mode, f.id))
 		}
 	}
 	if len(agents) == 0 {
-		for _, f := range families {
+		for _, f := range p.families {
 			agents = append(agents, AgentID{Name: f.id})
 		}
 	}
@@ -395,7 +361,7 @@ func (p *Policy) Warnings(agents ...AgentID) []string {
 			}
 			out = append(out, w)
 		}
-		fam := familyOf(a)
+		fam := p.familyOf(a)
 		if fam == nil {
 			continue
 		}
@@ -449,7 +415,7 @@ func ruleKinds(c *Cond) extract.KindSet {
 // verdict and why, and what to do when the router cannot keep it asking.
 func (p *Policy) ExplainModes(a AgentID, extra ...string) string {
 	var b strings.Builder
-	fam := familyOf(a)
+	fam := p.familyOf(a)
 	who := fmt.Sprintf("agent %q", a.Name)
 	switch {
 	case fam == nil && a.Info != "":
@@ -458,7 +424,7 @@ func (p *Policy) ExplainModes(a AgentID, extra ...string) string {
 		fmt.Fprintf(&b, "%s: not in the built-in table of modes\n", who)
 	default:
 		from := "its name"
-		if familyNamed(a.Info) == fam {
+		if p.familyNamed(a.Info) == fam {
 			from = "agentInfo " + a.Info
 		}
 		asks := "no mode that asks under its default permissions"
