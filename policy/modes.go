@@ -106,15 +106,6 @@ func (f *agentFamily) selfMode(mode string) *selfMode {
 // knowsAsking: the table knows a mode of the agent that asks.
 func (f *agentFamily) knowsAsking() bool { return f != nil && len(f.asking) > 0 }
 
-// Family is the agent's entry in the built-in table (claude, codex,
-// gemini, opencode), "" when it has none.
-func Family(a AgentID) string {
-	if f := familyIn(builtinFamilies, a); f != nil {
-		return f.id
-	}
-	return ""
-}
-
 // SelfApproving returns the kinds of tool call the agent's mode approves
 // by itself according to the built-in table (nil for a mode that asks or
 // that the table does not list).
