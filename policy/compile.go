@@ -41,21 +41,21 @@ import (
 // its rule: the exception of a deny must hold for every form, the exception
 // of an allow fires on any form.
 //
-// A recursive read or copy (grep -r DIR, rg, cp -r) is decided by what
-// is below its directory when the FS is an extract.Walker (the router's is; extract.MapFS
-// is): a deny or ask rule that could match something below it applies
-// only when an existing entry does (by its path, or for a symlink by its
-// target too), and then asks (the item is not the file itself; explain
-// and the audit log name the file). When none does, the rule does not
-// apply, so an allow of ${roots}/** allows grep -rn TODO src in a clean
-// project. A walk past its bounds (extract.MaxWalkEntries entries, extract.MaxWalkDepth
-// levels, the router's time bound), through a symlink to a directory
-// outside the tree, or without a Walker asks. What is below is what the
-// program's own walk reaches (extract.Item.Walk, the spec's walk:, issue 27): rg,
-// grep -r, tree, cp -r and tar c open no symlink below their operands
-// (unless -L, -R, -l, -L/-l, -h), so a link there is matched by its own
-// name only; the go command opens a symlink only to a file named like a
-// package file.
+// A recursive read or copy (grep -r DIR, rg, cp -r) is decided by what is
+// below its directory when the FS is an extract.Walker (the router's is;
+// extract.MapFS is): a deny or ask rule that could match something below it
+// applies only when an existing entry does (by its path, or for a symlink
+// by its target too), and then asks (the item is not the file itself;
+// explain and the audit log name the file). When none does, the rule does
+// not apply, so an allow of ${roots}/** allows grep -rn TODO src in a clean
+// project. A walk past its bounds (extract.MaxWalkEntries entries,
+// extract.MaxWalkDepth levels, the router's time bound), through a symlink
+// to a directory outside the tree, or without a Walker asks. What is below
+// is what the program's own walk reaches (extract.Item.Walk, the spec's
+// walk:, issue 27): rg, grep -r, tree, cp -r and tar c open no symlink
+// below their operands (unless -L, -R, -l, -L/-l, -h), so a link there is
+// matched by its own name only; the go command opens a symlink only to a
+// file named like a package file.
 type Policy struct {
 	layers    []*Layer
 	rules     []*Rule // rules in force, by layer (strongest first) then id
