@@ -11,6 +11,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // BenchmarkDecideOSFS is the policy package's BenchmarkDecideLatency with
@@ -47,8 +48,8 @@ func BenchmarkDecideOSFS(b *testing.B) {
 	}
 	os.Symlink(filepath.Join(root, "srv", "docs"), filepath.Join(cwd, "docs"))
 	params, _ := json.Marshal(map[string]any{"sessionId": "s", "command": strings.TrimSpace(string(line))})
-	req := &policy.Request{Method: acp.MethodTerminalCreate, Params: params,
-		Session: policy.Session{Agent: "claude", Mode: "default", Cwd: cwd, Home: home}}
+	req := &extract.Request{Method: acp.MethodTerminalCreate, Params: params,
+		Session: extract.Session{Agent: "claude", Mode: "default", Cwd: cwd, Home: home}}
 	b.ReportAllocs()
 	var lat []time.Duration
 	for b.Loop() {

@@ -14,6 +14,7 @@ import (
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/audit"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // The effects of a verdict.
@@ -50,10 +51,10 @@ type Request struct {
 	// the editor shows more of it than the policy would see: not allowed.
 	ToolShown bool
 	// McpServer is, for mcp/message, the name the session declared for
-	// the ACP MCP server (policy.Request.McpServer).
+	// the ACP MCP server (extract.Request.McpServer).
 	McpServer string
 	// McpAmbiguous: McpServer does not name the server alone in its
-	// session (policy.Request.McpAmbiguous).
+	// session (extract.Request.McpAmbiguous).
 	McpAmbiguous bool
 	// Turn is the session's turn when the request arrived (Session.Turn,
 	// read in the order the agent sent it and its turn's answer); 0: the
@@ -139,8 +140,8 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		// cwd (nothing is "in the project"), and Record keeps nothing.
 		s = &Session{}
 	}
-	preq := &policy.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, McpAmbiguous: req.McpAmbiguous, FS: requestFS(g.opts.FS, s),
-		Session: policy.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
+	preq := &extract.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, McpAmbiguous: req.McpAmbiguous, FS: requestFS(g.opts.FS, s),
+		Session: extract.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
 	overflow := false
 	forgotten := false
 	s.mu.Lock()
@@ -211,7 +212,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 // decideBounded is pol.Decide that fails closed: a panic, or a filesystem
 // that does not answer within DecideTimeout (or before ctx ends), is a
 // deny for this request only.
-func (g *Guard) decideBounded(ctx context.Context, pol *policy.Policy, req *policy.Request) policy.Decision {
+func (g *Guard) decideBounded(ctx context.Context, pol *policy.Policy, req *extract.Request) policy.Decision {
 	deny := func(rule, msg string) policy.Decision {
 		return policy.Decision{Effect: policy.Deny, Rule: rule, Layer: policy.LayerBuiltin,
 			Source: policy.SourceBuiltin, Method: req.Method, PolicyHash: pol.Hash(), Message: msg}
@@ -271,8 +272,8 @@ func (g *Guard) Denies(ctx context.Context, s *Session, agent, method string, p 
 	if pol == nil || s == nil {
 		return false
 	}
-	d := g.decideBounded(ctx, pol, &policy.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS, s),
-		Session: policy.Session{Agent: agent, AgentInfo: g.agentID(agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home}})
+	d := g.decideBounded(ctx, pol, &extract.Request{Method: method, Params: p, Updates: updates, FS: requestFS(g.opts.FS, s),
+		Session: extract.Session{Agent: agent, AgentInfo: g.agentID(agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home}})
 	return d.Effect == policy.Deny
 }
 
@@ -477,17 +478,17 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 // auditItem is one piece of evidence as the audit log shows it: paths,
 // commands and domains, never file contents or environment values.
 type auditItem struct {
-	Type     string        `json:"type"`
-	Kinds    []policy.Kind `json:"kinds,omitempty"`
-	Path     string        `json:"path,omitempty"`
-	Forms    []string      `json:"forms,omitempty"`
-	Command  []string      `json:"command,omitempty"`
-	Env      []string      `json:"env,omitempty"`
-	Domain   string        `json:"domain,omitempty"`
-	Opaque   string        `json:"opaque,omitempty"`
-	Refused  string        `json:"refused,omitempty"`
-	Decision string        `json:"decision"`
-	Rule     string        `json:"rule,omitempty"`
+	Type     string         `json:"type"`
+	Kinds    []extract.Kind `json:"kinds,omitempty"`
+	Path     string         `json:"path,omitempty"`
+	Forms    []string       `json:"forms,omitempty"`
+	Command  []string       `json:"command,omitempty"`
+	Env      []string       `json:"env,omitempty"`
+	Domain   string         `json:"domain,omitempty"`
+	Opaque   string         `json:"opaque,omitempty"`
+	Refused  string         `json:"refused,omitempty"`
+	Decision string         `json:"decision"`
+	Rule     string         `json:"rule,omitempty"`
 	// Below is, for a recursive read, the path below it the deciding rule
 	// matches; WalkCut why the walk below it was cut short.
 	Below   string `json:"below,omitempty"`

@@ -11,24 +11,24 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
-// OSFS is the real filesystem, as the policy sees it (policy.FS): symlinks
+// OSFS is the real filesystem, as the policy sees it (extract.FS): symlinks
 // resolved the way the kernel does, one component at a time, dangling
 // ones included (a write through a link creates its target); the deepest
 // existing ancestor for a path that does not exist yet. A path through a
-// /proc magic link (policy.ProcMagicLink) is refused: it names another
+// /proc magic link (extract.ProcMagicLink) is refused: it names another
 // process's root, cwd or descriptors.
 type OSFS struct{}
 
-var _ policy.FS = OSFS{}
+var _ extract.FS = OSFS{}
 
 // maxHops is the kernel's bound on symlinks followed in one lookup
 // (ELOOP past it).
 const maxHops = 40
 
-// Resolve implements policy.FS.
+// Resolve implements extract.FS.
 func (OSFS) Resolve(p string) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("%q is not an absolute path", p)
@@ -53,7 +53,7 @@ func resolveFrom(cur, rest string, hops int) (string, error) {
 			continue
 		}
 		next := filepath.Join(cur, c)
-		if policy.ProcMagicLink(next) {
+		if extract.ProcMagicLink(next) {
 			return "", fmt.Errorf("%s: %w", next, errProcLink)
 		}
 		next, fi, err := lookup(cur, c)
@@ -171,7 +171,7 @@ var (
 	errProcLink = errors.New("a /proc magic link is never resolved")
 )
 
-// Stat implements policy.FS.
+// Stat implements extract.FS.
 func (OSFS) Stat(p string) (exists, dir bool) {
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -180,7 +180,7 @@ func (OSFS) Stat(p string) (exists, dir bool) {
 	return true, fi.IsDir()
 }
 
-// Glob implements policy.FS.
+// Glob implements extract.FS.
 func (OSFS) Glob(pattern string) ([]string, error) {
 	matches, err := filepath.Glob(pattern)
 	sort.Strings(matches)
@@ -212,7 +212,7 @@ func newCachedOSFS() *cachedOSFS {
 // requestFS is the filesystem one decision of session s (nil: none)
 // sees: with the real filesystem, a cache for the decision, and the
 // session's walks of the turn.
-func requestFS(fs policy.FS, s *Session) policy.FS {
+func requestFS(fs extract.FS, s *Session) extract.FS {
 	if _, ok := fs.(OSFS); ok {
 		c := newCachedOSFS()
 		if s != nil {
@@ -223,7 +223,7 @@ func requestFS(fs policy.FS, s *Session) policy.FS {
 	return fs
 }
 
-// Resolve implements policy.FS with OSFS's semantics.
+// Resolve implements extract.FS with OSFS's semantics.
 func (c *cachedOSFS) Resolve(p string) (string, error) {
 	if r, ok := c.resolved[p]; ok {
 		return r.path, r.err
@@ -250,7 +250,7 @@ func (c *cachedOSFS) resolve(p string) (string, error) {
 		return "", err
 	}
 	full := filepath.Join(realDir, filepath.Base(p))
-	if policy.ProcMagicLink(full) {
+	if extract.ProcMagicLink(full) {
 		return "", fmt.Errorf("%s: %w", full, errProcLink)
 	}
 	full, fi, err := lookup(realDir, filepath.Base(p))
@@ -267,7 +267,7 @@ func (c *cachedOSFS) resolve(p string) (string, error) {
 	return full, nil
 }
 
-// Stat implements policy.FS.
+// Stat implements extract.FS.
 func (c *cachedOSFS) Stat(p string) (exists, dir bool) {
 	if s, ok := c.stats[p]; ok {
 		return s[0], s[1]
@@ -277,5 +277,5 @@ func (c *cachedOSFS) Stat(p string) (exists, dir bool) {
 	return exists, dir
 }
 
-// Glob implements policy.FS.
+// Glob implements extract.FS.
 func (c *cachedOSFS) Glob(pattern string) ([]string, error) { return OSFS{}.Glob(pattern) }

@@ -35,6 +35,7 @@ import (
 	"github.com/acp-router/acp-router/audit"
 	"github.com/acp-router/acp-router/internal/owner"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 	"github.com/acp-router/acp-router/telemetry"
 )
 
@@ -45,7 +46,7 @@ type Options struct {
 	// AuditMaxBytes rotates the audit log [the audit package's default].
 	AuditMaxBytes int64
 	// FS resolves the paths of requests [OSFS: the real filesystem].
-	FS policy.FS
+	FS extract.FS
 	// Home is ${home} and ~ in rules.
 	Home string
 	// DecideTimeout bounds one decision, the filesystem it waits on

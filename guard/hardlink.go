@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // RuleHardLink decides a request that names, by a name no rule denies, a
@@ -92,24 +93,24 @@ func scanDenyRoots(roots []policy.DenyRoot, maxFiles int, budget time.Duration) 
 	return h
 }
 
-// identity implements policy.IdentityFS for the real filesystem.
-func identity(p string) (policy.FileID, bool) {
+// identity implements extract.IdentityFS for the real filesystem.
+func identity(p string) (extract.FileID, bool) {
 	fi, err := os.Stat(p)
 	if err != nil {
-		return policy.FileID{}, false
+		return extract.FileID{}, false
 	}
 	return fileID(fi)
 }
 
-// Identity implements policy.IdentityFS.
-func (OSFS) Identity(p string) (policy.FileID, bool) { return identity(p) }
+// Identity implements extract.IdentityFS.
+func (OSFS) Identity(p string) (extract.FileID, bool) { return identity(p) }
 
-// Identity implements policy.IdentityFS.
-func (c *cachedOSFS) Identity(p string) (policy.FileID, bool) { return identity(p) }
+// Identity implements extract.IdentityFS.
+func (c *cachedOSFS) Identity(p string) (extract.FileID, bool) { return identity(p) }
 
 var (
-	_ policy.IdentityFS = OSFS{}
-	_ policy.IdentityFS = (*cachedOSFS)(nil)
+	_ extract.IdentityFS = OSFS{}
+	_ extract.IdentityFS = (*cachedOSFS)(nil)
 )
 
 // hardLinkVerdict is the decision on the path items of ev that are another
@@ -117,14 +118,14 @@ var (
 // under, for an item of a kind the rule decides; ask (RuleHardLink) when
 // the file is not known and the walk was incomplete. ok is false when no
 // item is such a file.
-func (h *hardLinks) verdict(ev *policy.Evidence, fsys policy.FS) (d policy.Decision, ok bool) {
-	ifs, isID := fsys.(policy.IdentityFS)
+func (h *hardLinks) verdict(ev *extract.Evidence, fsys extract.FS) (d policy.Decision, ok bool) {
+	ifs, isID := fsys.(extract.IdentityFS)
 	if h == nil || ev == nil || !isID {
 		return d, false
 	}
 	for i := range ev.Items {
 		it := &ev.Items[i]
-		if it.Type != policy.ItemPath {
+		if it.Type != extract.ItemPath {
 			continue
 		}
 		for _, f := range it.Forms {
@@ -143,7 +144,7 @@ func (h *hardLinks) verdict(ev *policy.Evidence, fsys policy.FS) (d policy.Decis
 			}
 			for _, j := range idx {
 				r := &h.roots[j]
-				if len(r.Kinds) > 0 && !slices.ContainsFunc(it.Kinds, func(k policy.Kind) bool { return slices.Contains(r.Kinds, k) }) {
+				if len(r.Kinds) > 0 && !slices.ContainsFunc(it.Kinds, func(k extract.Kind) bool { return slices.Contains(r.Kinds, k) }) {
 					continue
 				}
 				if !ok || r.Effect == policy.Deny && d.Effect != policy.Deny {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 const hardLinkPermissions = `permissions:
@@ -106,7 +107,7 @@ func TestHardLinks(t *testing.T) {
 			t.Fatalf("incomplete %q, %d files", h.incomplete, len(h.files))
 		}
 		// Past the bound, a file with several names that is not known asks.
-		ev := &policy.Evidence{Items: []policy.Item{{Type: policy.ItemPath, Kinds: []policy.Kind{policy.KindRead}, Forms: []string{filepath.Join(cwd, "rc.txt")}}}}
+		ev := &extract.Evidence{Items: []extract.Item{{Type: extract.ItemPath, Kinds: []extract.Kind{extract.KindRead}, Forms: []string{filepath.Join(cwd, "rc.txt")}}}}
 		d, ok := h.verdict(ev, OSFS{})
 		if !ok || d.Effect != policy.Ask || d.Rule != RuleHardLink {
 			t.Errorf("verdict = %+v, %v; want ask by %s", d, ok, RuleHardLink)
@@ -124,7 +125,7 @@ func TestHardLinks(t *testing.T) {
 			t.Errorf("verdict = %+v (incomplete %q)", d, h.incomplete)
 		}
 		// Not the real filesystem: nothing is checked.
-		if _, ok := h.verdict(ev, policy.NewMapFS(nil, nil)); ok {
+		if _, ok := h.verdict(ev, extract.NewMapFS(nil, nil)); ok {
 			t.Error("verdict on a MapFS")
 		}
 	})

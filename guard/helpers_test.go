@@ -15,6 +15,7 @@ import (
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // testCwd is the cwd of the test sessions; testHome is ${home}.
@@ -95,8 +96,8 @@ func loadTestPolicy(t *testing.T, perms string) *policy.Policy {
 
 // testFS is the filesystem of the test sessions: a project with a secret
 // and a symlink out of it.
-func testFS() *policy.MapFS {
-	return policy.NewMapFS([]string{testCwd + "/README.md", testCwd + "/src/a.go", testCwd + "/.env", "/etc/hosts"},
+func testFS() *extract.MapFS {
+	return extract.NewMapFS([]string{testCwd + "/README.md", testCwd + "/src/a.go", testCwd + "/.env", "/etc/hosts"},
 		map[string]string{testCwd + "/etc": "/etc"})
 }
 
@@ -221,7 +222,7 @@ func requireRecord(t *testing.T, got map[string]any, want string) {
 // blockFS is testFS whose Resolve blocks for paths under prefix until
 // release is closed; entered gets each such path (when it has room).
 type blockFS struct {
-	*policy.MapFS
+	*extract.MapFS
 	prefix  string
 	release chan struct{}
 	entered chan string
@@ -243,7 +244,7 @@ func (b *blockFS) Resolve(p string) (string, error) {
 }
 
 // panicFS panics on every path: a bug in the resolver or the policy.
-type panicFS struct{ policy.FS }
+type panicFS struct{ extract.FS }
 
 func (panicFS) Resolve(p string) (string, error) { panic("resolver exploded on " + p) }
 

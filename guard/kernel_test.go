@@ -3,7 +3,7 @@ package guard
 // TestEvidenceAgainstKernel (issue point 6): the evidence the policy
 // extracts from a command is checked against what the command really does.
 // Every case of the corpus (testdata/kernel/*.yaml here, and
-// ../policy/testdata/corpus/*.yaml once it exists) that the policy allows
+// ../policy/extract/testdata/corpus/*.yaml once it exists) that the policy allows
 // and that runs only harmless programs is run under strace -f in a
 // throwaway fixture, and every file it really wrote, every file it read
 // outside the session's directories and every connection it attempted must
@@ -104,11 +104,12 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // kernelCorpusDirs are the directories of case files; the first one's
 // policy.yaml is the policy of a directory without its own.
-var kernelCorpusDirs = []string{"testdata/kernel", "../policy/testdata/corpus"}
+var kernelCorpusDirs = []string{"testdata/kernel", "../policy/extract/testdata/corpus"}
 
 // harmless are the programs a case may run: none of them reaches the
 // network other than through the connections the test observes and
@@ -747,10 +748,10 @@ func kernelHelper() (kernelResult, error) {
 	for i := range ev.Items {
 		it := &ev.Items[i]
 		s := fmt.Sprintf("%s %v %s", it.Type, it.Kinds, it.String())
-		if it.Type == policy.ItemPath {
+		if it.Type == extract.ItemPath {
 			s += fmt.Sprintf(" forms=%v", it.Forms)
 		}
-		if it.Type == policy.ItemCommand {
+		if it.Type == extract.ItemCommand {
 			res.Commands = append(res.Commands, kernelItem{Program: it.Program, Flags: it.Flags, Argv: it.Argv})
 		}
 		res.Evidence = append(res.Evidence, s)
@@ -785,15 +786,15 @@ func kernelHelper() (kernelResult, error) {
 		case it.Opaque != "":
 			res.NotRun = "opaque evidence: " + it.Opaque
 			return res, nil
-		case it.Type == policy.ItemCommand && !harmless[it.Program]:
+		case it.Type == extract.ItemCommand && !harmless[it.Program]:
 			res.NotRun = fmt.Sprintf("program %q is not on the harmless list", cmpOr(it.Program, strings.Join(it.Argv, " ")))
 			return res, nil
-		case it.Type == policy.ItemCommand && !shellBuiltins[it.Program]:
+		case it.Type == extract.ItemCommand && !shellBuiltins[it.Program]:
 			if _, err := exec.LookPath(it.Program); err != nil {
 				res.NotRun = fmt.Sprintf("program %q is not installed", it.Program)
 				return res, nil
 			}
-		case it.Type == policy.ItemDomain:
+		case it.Type == extract.ItemDomain:
 			domains = append(domains, it.Domain)
 		}
 	}
@@ -1432,11 +1433,11 @@ func ignoredWrite(p string) bool {
 
 // checkAccesses returns how many accesses were checked and those the
 // evidence does not cover.
-func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts map[string]string) (int, []uncovered) {
-	covered := func(p string, kinds ...policy.Kind) bool {
+func checkAccesses(acc []access, ev *extract.Evidence, project []string, hosts map[string]string) (int, []uncovered) {
+	covered := func(p string, kinds ...extract.Kind) bool {
 		for i := range ev.Items {
 			it := &ev.Items[i]
-			if it.Type != policy.ItemPath || !slices.ContainsFunc(it.Kinds, func(k policy.Kind) bool { return slices.Contains(kinds, k) }) {
+			if it.Type != extract.ItemPath || !slices.ContainsFunc(it.Kinds, func(k extract.Kind) bool { return slices.Contains(kinds, k) }) {
 				continue
 			}
 			for _, f := range it.Forms {
@@ -1448,7 +1449,7 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 		return false
 	}
 	domain := func(d string) bool {
-		return slices.ContainsFunc(ev.Items, func(it policy.Item) bool { return it.Type == policy.ItemDomain && it.Domain == d })
+		return slices.ContainsFunc(ev.Items, func(it extract.Item) bool { return it.Type == extract.ItemDomain && it.Domain == d })
 	}
 	// A file the command created new (O_CREAT|O_EXCL: no existing file
 	// was touched) is its temporary file, covered by where it ends: renamed
@@ -1467,7 +1468,7 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 		case a.renameTo != "":
 			renamed[a.path] = a.renameTo
 		}
-		if a.op == "write" && covered(a.path, policy.KindEdit, policy.KindDelete, policy.KindMove) {
+		if a.op == "write" && covered(a.path, extract.KindEdit, extract.KindDelete, extract.KindMove) {
 			coveredDirs[path.Dir(a.path)] = true
 		}
 	}
@@ -1476,13 +1477,13 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 			return false
 		}
 		if to, ok := renamed[p]; ok {
-			return covered(to, policy.KindEdit, policy.KindDelete, policy.KindMove)
+			return covered(to, extract.KindEdit, extract.KindDelete, extract.KindMove)
 		}
 		return removed[p] && coveredDirs[path.Dir(p)]
 	}
 	programs := map[string]bool{}
 	for i := range ev.Items {
-		if it := &ev.Items[i]; it.Type == policy.ItemCommand {
+		if it := &ev.Items[i]; it.Type == extract.ItemCommand {
 			programs[it.Program] = true
 		}
 	}
@@ -1523,7 +1524,7 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 				continue
 			}
 			checked++
-			if !covered(a.path, policy.KindEdit, policy.KindDelete, policy.KindMove) && !temporary(a.path) {
+			if !covered(a.path, extract.KindEdit, extract.KindDelete, extract.KindMove) && !temporary(a.path) {
 				report(a, "write "+a.path)
 			}
 		case "read":
@@ -1531,7 +1532,7 @@ func checkAccesses(acc []access, ev *policy.Evidence, project []string, hosts ma
 				continue
 			}
 			checked++
-			if !covered(a.path, policy.KindRead, policy.KindSearch, policy.KindEdit, policy.KindMove, policy.KindExecute) {
+			if !covered(a.path, extract.KindRead, extract.KindSearch, extract.KindEdit, extract.KindMove, extract.KindExecute) {
 				report(a, "read "+a.path)
 			}
 		case "exec":

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // RuleOwnFiles asks about a change an agent would make to the router's own
@@ -76,13 +77,13 @@ func NewOwnFiles(watch map[string][]string, auditFile string) *OwnFiles {
 // (edit, delete or move): a path that is one, is below an own directory, or
 // is a directory written with its tree that holds one. ok is false when
 // none would be changed.
-func (o *OwnFiles) Verdict(ev *policy.Evidence) (d policy.Decision, ok bool) {
+func (o *OwnFiles) Verdict(ev *extract.Evidence) (d policy.Decision, ok bool) {
 	if o == nil || ev == nil {
 		return d, false
 	}
 	for i := range ev.Items {
 		it := &ev.Items[i]
-		if it.Type != policy.ItemPath || !slices.ContainsFunc(it.Kinds, changes) {
+		if it.Type != extract.ItemPath || !slices.ContainsFunc(it.Kinds, changes) {
 			continue
 		}
 		for _, f := range append([]string{it.Path}, it.Forms...) {
@@ -99,8 +100,8 @@ func (o *OwnFiles) Verdict(ev *policy.Evidence) (d policy.Decision, ok bool) {
 	return d, false
 }
 
-func changes(k policy.Kind) bool {
-	return k == policy.KindEdit || k == policy.KindDelete || k == policy.KindMove
+func changes(k extract.Kind) bool {
+	return k == extract.KindEdit || k == extract.KindDelete || k == extract.KindMove
 }
 
 // hit returns the own file or directory that a change of p (with its tree

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Session is the policy's state of one router session: its context (cwd,
@@ -106,7 +107,7 @@ type toolEvidence struct {
 }
 
 // EncodeEvidence is one tool call update as the policy reads it (the
-// Updates of a policy.Request), nil if it cannot be encoded.
+// Updates of a extract.Request), nil if it cannot be encoded.
 func EncodeEvidence(up *ToolUpdate) json.RawMessage {
 	b, err := json.Marshal(toolEvidence{Kind: up.Kind, Title: up.Title, Name: up.Name, Locations: up.Locations, RawInput: up.RawInput, Content: up.Content})
 	if err != nil {
@@ -235,7 +236,7 @@ func (s *Session) Evidence(session, agent string, ids []string) map[string][]jso
 // turn: it covers the direct calls that carry it out (DESIGN §6).
 type approval struct {
 	agent  string
-	ev     *policy.Evidence
+	ev     *extract.Evidence
 	source string
 	rule   string
 }
@@ -246,7 +247,7 @@ type approval struct {
 type grant struct {
 	agent  string
 	effect policy.Effect
-	ev     *policy.Evidence
+	ev     *extract.Evidence
 }
 
 func (s *Session) approve(v *Verdict) {

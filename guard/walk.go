@@ -12,11 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
-// Bounds of walking the directories of recursive reads (policy.Walker),
-// besides the policy's own (policy.MaxWalkEntries, policy.MaxWalkDepth).
+// Bounds of walking the directories of recursive reads (extract.Walker),
+// besides the policy's own (extract.MaxWalkEntries, extract.MaxWalkDepth).
 const (
 	// walkBudget is the time the walks of one decision may take, all
 	// together; past it a walk is cut short (the read asks).
@@ -30,19 +30,19 @@ const (
 )
 
 var (
-	_ policy.Walker = OSFS{}
-	_ policy.Walker = (*cachedOSFS)(nil)
+	_ extract.Walker = OSFS{}
+	_ extract.Walker = (*cachedOSFS)(nil)
 )
 
-// Walk implements policy.Walker, with walkBudget for this walk alone.
-func (OSFS) Walk(dir string, skipHidden bool) policy.WalkResult {
+// Walk implements extract.Walker, with walkBudget for this walk alone.
+func (OSFS) Walk(dir string, skipHidden bool) extract.WalkResult {
 	return walkOS(dir, skipHidden, time.Now().Add(walkBudget), OSFS{}.Resolve)
 }
 
-// Walk implements policy.Walker: a directory walked in the session's turn
+// Walk implements extract.Walker: a directory walked in the session's turn
 // is not walked again (the turn's cache, cleared by EndTurn); the walks of
 // one decision share walkBudget.
-func (c *cachedOSFS) Walk(dir string, skipHidden bool) policy.WalkResult {
+func (c *cachedOSFS) Walk(dir string, skipHidden bool) extract.WalkResult {
 	if r, ok := c.turn.get(dir, skipHidden); ok {
 		return r
 	}
@@ -57,10 +57,10 @@ func (c *cachedOSFS) Walk(dir string, skipHidden bool) policy.WalkResult {
 // walkOS lists what is below dir, breadth first, reading each directory
 // walkBatch entries at a time, never following a symlink below dir (its
 // target is resolved with resolve) and, with skipHidden, skipping names
-// starting with a dot. It stops past policy.MaxWalkEntries entries,
-// policy.MaxWalkDepth levels, deadline, or a directory it cannot read.
-func walkOS(dir string, skipHidden bool, deadline time.Time, resolve func(string) (string, error)) policy.WalkResult {
-	var res policy.WalkResult
+// starting with a dot. It stops past extract.MaxWalkEntries entries,
+// extract.MaxWalkDepth levels, deadline, or a directory it cannot read.
+func walkOS(dir string, skipHidden bool, deadline time.Time, resolve func(string) (string, error)) extract.WalkResult {
+	var res extract.WalkResult
 	type pending struct {
 		rel   string
 		depth int
@@ -91,16 +91,16 @@ func walkOS(dir string, skipHidden bool, deadline time.Time, resolve func(string
 				if skipHidden && strings.HasPrefix(name, ".") {
 					continue
 				}
-				if len(res.Entries) >= policy.MaxWalkEntries {
+				if len(res.Entries) >= extract.MaxWalkEntries {
 					f.Close()
-					res.Cut = fmt.Sprintf("more than %d entries", policy.MaxWalkEntries)
+					res.Cut = fmt.Sprintf("more than %d entries", extract.MaxWalkEntries)
 					return res
 				}
 				rel := name
 				if d.rel != "" {
 					rel = d.rel + "/" + name
 				}
-				en := policy.WalkEntry{Rel: rel}
+				en := extract.WalkEntry{Rel: rel}
 				switch t := e.Type(); {
 				case t&fs.ModeSymlink != 0:
 					en.Link = true
@@ -110,9 +110,9 @@ func walkOS(dir string, skipHidden bool, deadline time.Time, resolve func(string
 					}
 				case t.IsDir():
 					en.Dir = true
-					if d.depth+1 >= policy.MaxWalkDepth {
+					if d.depth+1 >= extract.MaxWalkDepth {
 						f.Close()
-						res.Cut = fmt.Sprintf("more than %d levels of directories", policy.MaxWalkDepth)
+						res.Cut = fmt.Sprintf("more than %d levels of directories", extract.MaxWalkDepth)
 						return res
 					}
 					queue = append(queue, pending{rel, d.depth + 1})
@@ -146,7 +146,7 @@ func walkOS(dir string, skipHidden bool, deadline time.Time, resolve func(string
 // nothing.
 type turnWalks struct {
 	mu    sync.Mutex
-	m     map[walkKey]policy.WalkResult
+	m     map[walkKey]extract.WalkResult
 	order []walkKey // oldest first
 	size  int
 }
@@ -156,9 +156,9 @@ type walkKey struct {
 	skipHidden bool
 }
 
-func (t *turnWalks) get(dir string, skipHidden bool) (policy.WalkResult, bool) {
+func (t *turnWalks) get(dir string, skipHidden bool) (extract.WalkResult, bool) {
 	if t == nil {
-		return policy.WalkResult{}, false
+		return extract.WalkResult{}, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -166,7 +166,7 @@ func (t *turnWalks) get(dir string, skipHidden bool) (policy.WalkResult, bool) {
 	return r, ok
 }
 
-func (t *turnWalks) put(dir string, skipHidden bool, r policy.WalkResult) {
+func (t *turnWalks) put(dir string, skipHidden bool, r extract.WalkResult) {
 	if t == nil {
 		return
 	}
@@ -178,7 +178,7 @@ func (t *turnWalks) put(dir string, skipHidden bool, r policy.WalkResult) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
-		t.m = map[walkKey]policy.WalkResult{}
+		t.m = map[walkKey]extract.WalkResult{}
 	}
 	if old, ok := t.m[k]; ok {
 		t.size -= old.Size()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // walkPermissions: reads in the project are allowed, keys denied.
@@ -66,7 +67,7 @@ func TestWalkOS(t *testing.T) {
 	root := tempTree(t, []string{"p/a.go", "p/.env", "p/.git/config", "p/b/c/d.go", "ext/x.pem", "ext/dir/"},
 		map[string]string{"p/key": "../ext/x.pem", "p/b/lib": "../../ext/dir", "p/l1": "l2", "p/l2": "l1", "p/self": "."})
 	dir := filepath.Join(root, "p")
-	list := func(r policy.WalkResult) string {
+	list := func(r extract.WalkResult) string {
 		var s []string
 		for _, e := range r.Entries {
 			x := e.Rel
@@ -84,7 +85,7 @@ func TestWalkOS(t *testing.T) {
 		slices.Sort(s)
 		return strings.Join(s, " ") + "|" + r.Cut
 	}
-	for _, fs := range []policy.Walker{OSFS{}, newCachedOSFS()} {
+	for _, fs := range []extract.Walker{OSFS{}, newCachedOSFS()} {
 		if got, want := list(fs.Walk(dir, false)),
 			".env .git/ .git/config a.go b/ b/c/ b/c/d.go b/lib->/ext/dir/ key->/ext/x.pem l1-> l2-> self->/p/|"; got != want {
 			t.Errorf("%T walk:\n got %s\nwant %s", fs, got, want)
@@ -104,7 +105,7 @@ func TestWalkOS(t *testing.T) {
 	// Deeper than MaxWalkDepth: cut short.
 	deep := filepath.Join(root, "deep")
 	p := deep
-	for i := range policy.MaxWalkDepth + 2 {
+	for i := range extract.MaxWalkDepth + 2 {
 		p = filepath.Join(p, fmt.Sprint(i%10))
 	}
 	os.MkdirAll(p, 0o755)

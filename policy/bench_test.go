@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // benchPipeline is a 10-command pipeline of the kind agents run (also read
@@ -128,12 +129,12 @@ func benchPolicyYAML() string {
 	return b.String()
 }
 
-func benchRequest() *Request {
+func benchRequest() *extract.Request {
 	params, _ := json.Marshal(map[string]any{"sessionId": "s", "command": benchPipeline})
-	fs := NewMapFS([]string{TestCwd + "/README.md", TestCwd + "/src/main.go", TestCwd + "/src/notes/", TestCwd + "/.env"},
+	fs := extract.NewMapFS([]string{TestCwd + "/README.md", TestCwd + "/src/main.go", TestCwd + "/src/notes/", TestCwd + "/.env"},
 		map[string]string{TestCwd + "/docs": "/srv/docs"})
-	return &Request{Method: acp.MethodTerminalCreate, Params: params, FS: fs,
-		Session: Session{Agent: "claude", Mode: "default", Cwd: TestCwd, Home: TestHome}}
+	return &extract.Request{Method: acp.MethodTerminalCreate, Params: params, FS: fs,
+		Session: extract.Session{Agent: "claude", Mode: "default", Cwd: TestCwd, Home: TestHome}}
 }
 
 // TestBenchPolicyIsRealistic checks the benchmark's premises: 500 rules
@@ -154,7 +155,7 @@ func TestBenchPolicyIsRealistic(t *testing.T) {
 		for _, id := range f.Excepted {
 			hit[id] = true
 		}
-		if f.Item.Type == ItemCommand && !f.Item.Aux {
+		if f.Item.Type == extract.ItemCommand && !f.Item.Aux {
 			commands++
 		}
 	}
@@ -182,7 +183,7 @@ func BenchmarkDecide(b *testing.B) {
 // BenchmarkEvaluate: the decision alone, on evidence already extracted.
 func BenchmarkEvaluate(b *testing.B) {
 	p := benchPolicy(b)
-	ev := Extract(benchRequest())
+	ev := extract.Extract(benchRequest())
 	b.ReportAllocs()
 	for b.Loop() {
 		p.Evaluate(ev)

@@ -9,10 +9,53 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Policy is the compiled policy of every layer: immutable, safe for
 // concurrent use. Build it with Compile.
+//
+// A request becomes a list of evidence items: paths, commands, domains, or
+// one bare item for a tool call that carries none of those. Every rule that
+// matches an item is found; on each item the most severe decision wins
+// (deny > ask > allow) and rule order never matters. An item no rule
+// matches gets the effective default (the strictest default of the layers).
+// The request's decision is the most severe decision of its items: deny and
+// ask fire when any item matches, allow needs every item covered.
+//
+// Matching has two quantifiers, so that a second spelling of the same thing
+// can only ever make a request stricter. An item may have several forms: a
+// path is matched as written (cleaned) and with its symlinks resolved (a
+// name that does not exist as written but does in another case resolves
+// to the name the directory holds: a case-insensitive filesystem opens
+// that file for .ENV or .Git/HOOKS; a symlink the command line itself
+// makes with ln -s is resolved too, wherever it is in the line, and a
+// path through a symlink it moves or copies, or through a directory it
+// moves or copies with one below it, or below a directory an archive is
+// extracted into (tar x, unzip: its members may be symlinks), is not
+// allowable), a program by its
+// basename and as written, a long flag also by its
+// abbreviations. A deny or ask rule matches when any form matches; an allow
+// rule only when every form does. `unless` uses the opposite quantifier of
+// its rule: the exception of a deny must hold for every form, the exception
+// of an allow fires on any form.
+//
+// A recursive read or copy (grep -r DIR, rg, cp -r) is decided by what is
+// below its directory when the FS is an extract.Walker (the router's is;
+// extract.MapFS is): a deny or ask rule that could match something below it
+// applies only when an existing entry does (by its path, or for a symlink
+// by its target too), and then asks (the item is not the file itself;
+// explain and the audit log name the file). When none does, the rule does
+// not apply, so an allow of ${roots}/** allows grep -rn TODO src in a clean
+// project. A walk past its bounds (extract.MaxWalkEntries entries,
+// extract.MaxWalkDepth levels, the router's time bound), through a symlink
+// to a directory outside the tree, or without a Walker asks. What is below
+// is what the program's own walk reaches (extract.Item.Walk, the spec's
+// walk:, issue 27): rg, grep -r, tree, cp -r and tar c open no symlink
+// below their operands (unless -L, -R, -l, -L/-l, -h), so a link there is
+// matched by its own name only; the go command opens a symlink only to a
+// file named like a package file.
 type Policy struct {
 	layers    []*Layer
 	rules     []*Rule // rules in force, by layer (strongest first) then id
@@ -20,6 +63,9 @@ type Policy struct {
 	dflt      Effect
 	dfltLayer string
 	denyModes []ModeRef
+	// families is the table of the agents' modes: the built-in one
+	// extended by the org layer's agent_modes.
+	families []*agentFamily
 	// allowModes are the allow_modes in force; droppedModes those
 	// lower_layers_may removed.
 	allowModes   []ModeRef
@@ -47,6 +93,7 @@ func Compile(layers ...*Layer) (*Policy, error) {
 	p := &Policy{}
 	var allowed []Effect // nil: everything
 	ids := map[string]*Rule{}
+	var orgAgents []*agentFamily
 	for _, l := range layers {
 		if l == nil {
 			continue
@@ -56,6 +103,9 @@ func Compile(layers ...*Layer) (*Policy, error) {
 			p.dflt, p.dfltLayer = l.Default, l.Name
 		}
 		p.denyModes = append(p.denyModes, l.DenyModes...)
+		if l.Name == LayerOrg {
+			orgAgents = append(orgAgents, l.agents...)
+		}
 		if allowed != nil && !slices.Contains(allowed, Allow) {
 			// An allowed mode is wider than any allow rule: the agent
 			// acts on everything that mode covers without the router
@@ -102,6 +152,10 @@ func Compile(layers ...*Layer) (*Policy, error) {
 	}
 	if p.dflt == None {
 		p.dflt, p.dfltLayer = DefaultEffect, LayerBuiltin
+	}
+	var err error
+	if p.families, err = extendFamilies(builtinFamilies, orgAgents); err != nil {
+		return nil, err
 	}
 	p.hash = p.computeHash()
 	p.idx = buildIndex(p.rules)
@@ -171,7 +225,10 @@ func (p *Policy) computeHash() string {
 		DenyModes     []string
 		AllowModes    []string `json:",omitempty"`
 		RefuseUnknown bool     `json:",omitempty"`
-		Rules         []ruleDoc
+		// AgentModes are the org layer's agent_modes: what they say of
+		// a mode changes which modes are denied.
+		AgentModes []string `json:",omitempty"`
+		Rules      []ruleDoc
 	}
 	doc.Default = p.dflt.String()
 	refs := func(ms []ModeRef) []string {
@@ -184,6 +241,20 @@ func (p *Policy) computeHash() string {
 	}
 	doc.DenyModes, doc.AllowModes = refs(p.denyModes), refs(p.allowModes)
 	doc.RefuseUnknown = p.unknown != nil
+	for _, l := range p.layers {
+		if l.Name != LayerOrg {
+			continue
+		}
+		for _, f := range l.agents {
+			for _, m := range f.self {
+				doc.AgentModes = append(doc.AgentModes, f.id+":"+m.mode+" approves "+joinKinds(m.kinds))
+			}
+			for _, m := range f.asking {
+				doc.AgentModes = append(doc.AgentModes, f.id+":"+m+" asks")
+			}
+		}
+	}
+	slices.Sort(doc.AgentModes)
 	for _, r := range p.rules {
 		doc.Rules = append(doc.Rules, ruleDoc{r.ID, r.Layer, r.Decision.String(), r.Message, norm(r.When), norm(r.Unless)})
 	}
@@ -219,7 +290,7 @@ func buildIndex(rules []*Rule) index {
 		c := r.When
 		t, _ := c.itemType()
 		switch t {
-		case ItemPath:
+		case extract.ItemPath:
 			ix.pathAll = append(ix.pathAll, i)
 			for _, pp := range c.paths {
 				addKey := func(m map[string][]int32, k string) {
@@ -239,7 +310,7 @@ func buildIndex(rules []*Rule) index {
 					ix.pathAny = appendOnce(ix.pathAny, i)
 				}
 			}
-		case ItemCommand:
+		case extract.ItemCommand:
 			keys, ok := programKeys(c)
 			if !ok {
 				ix.cmdAny = append(ix.cmdAny, i)
@@ -250,7 +321,7 @@ func buildIndex(rules []*Rule) index {
 					ix.cmdProg[k] = append(l, i)
 				}
 			}
-		case ItemDomain:
+		case extract.ItemDomain:
 			for _, d := range c.domains {
 				switch {
 				case d.any:
@@ -266,7 +337,7 @@ func buildIndex(rules []*Rule) index {
 				ix.generic = append(ix.generic, i)
 				continue
 			}
-			for k := range allKinds {
+			for k := range extract.AllKinds {
 				if c.kinds&(1<<k) != 0 {
 					ix.byKind[k] = append(ix.byKind[k], i)
 				}
@@ -317,7 +388,7 @@ func programKeys(c *Cond) ([]string, bool) {
 			if !t.p.exact {
 				return nil, false
 			}
-			keys = append(keys, programName(t.p.lit))
+			keys = append(keys, extract.ProgramName(t.p.lit))
 		}
 		return keys, true
 	}
@@ -327,7 +398,7 @@ func programKeys(c *Cond) ([]string, bool) {
 			if t.kind != tokLit || !t.p.exact {
 				return nil, false
 			}
-			keys = append(keys, programName(t.p.lit))
+			keys = append(keys, extract.ProgramName(t.p.lit))
 		}
 		return keys, true
 	}

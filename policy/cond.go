@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Cond is a compiled when or unless: every key present must match, and a
@@ -14,7 +15,7 @@ type Cond struct {
 	agents   []textPattern
 	modes    []textPattern
 	methods  uint8 // bits of decidedMethods
-	kinds    kindSet
+	kinds    extract.KindSet
 	titles   []textPattern
 	tools    []textPattern
 	paths    []pathPattern
@@ -49,9 +50,9 @@ func (c *Cond) add(key, s string) error {
 			c.env = append(c.env, p)
 		}
 	case "kind":
-		b := kindBit(Kind(s))
+		b := extract.KindBit(extract.Kind(s))
 		if b == 0 {
-			return fmt.Errorf("unknown kind %q (ACP tool kinds: %s)", s, joinKinds(allKinds))
+			return fmt.Errorf("unknown kind %q (ACP tool kinds: %s)", s, joinKinds(extract.AllKinds))
 		}
 		c.kinds |= b
 	case "method":
@@ -122,7 +123,7 @@ func (c *Cond) add(key, s string) error {
 	return nil
 }
 
-func joinKinds(ks []Kind) string {
+func joinKinds(ks []extract.Kind) string {
 	s := make([]string, len(ks))
 	for i, k := range ks {
 		s[i] = string(k)
@@ -149,20 +150,20 @@ func (c *Cond) has(key string) bool { _, ok := c.src[key]; return ok }
 
 // itemType returns the item type the cond's keys require (0: any), and
 // "" or why no item can have them all.
-func (c *Cond) itemType() (ItemType, string) {
+func (c *Cond) itemType() (extract.ItemType, string) {
 	var groups []string
-	var t ItemType
+	var t extract.ItemType
 	if c.has("paths") {
-		groups, t = append(groups, "paths"), ItemPath
+		groups, t = append(groups, "paths"), extract.ItemPath
 	}
 	for _, k := range []string{"command", "program", "flags_any", "env"} {
 		if c.has(k) {
-			groups, t = append(groups, k), ItemCommand
+			groups, t = append(groups, k), extract.ItemCommand
 			break
 		}
 	}
 	if c.has("domains") {
-		groups, t = append(groups, "domains"), ItemDomain
+		groups, t = append(groups, "domains"), extract.ItemDomain
 	}
 	if len(groups) > 1 {
 		return 0, fmt.Sprintf("%s apply to different pieces of evidence (a path, a command, a domain); write one rule for each",
@@ -172,15 +173,15 @@ func (c *Cond) itemType() (ItemType, string) {
 }
 
 // possibleKinds lists, for each method, the kinds each item type can have.
-var possibleKinds = map[string]map[ItemType]kindSet{
-	acp.MethodRequestPermission: {ItemPath: ^kindSet(0), ItemCommand: kindBit(KindExecute),
-		ItemDomain: kindBit(KindFetch), ItemTool: ^kindSet(0)},
-	acp.MethodReadTextFile:  {ItemPath: kindBit(KindRead), ItemTool: kindBit(KindRead)},
-	acp.MethodWriteTextFile: {ItemPath: kindBit(KindEdit), ItemTool: kindBit(KindEdit)},
-	acp.MethodTerminalCreate: {ItemCommand: kindBit(KindExecute), ItemPath: kindBit(KindRead) | kindBit(KindEdit),
-		ItemDomain: kindBit(KindFetch), ItemTool: kindBit(KindExecute)},
-	acp.MethodMcpMessage: {ItemPath: ^kindSet(0), ItemCommand: kindBit(KindExecute),
-		ItemDomain: kindBit(KindFetch), ItemTool: ^kindSet(0)},
+var possibleKinds = map[string]map[extract.ItemType]extract.KindSet{
+	acp.MethodRequestPermission: {extract.ItemPath: ^extract.KindSet(0), extract.ItemCommand: extract.KindBit(extract.KindExecute),
+		extract.ItemDomain: extract.KindBit(extract.KindFetch), extract.ItemTool: ^extract.KindSet(0)},
+	acp.MethodReadTextFile:  {extract.ItemPath: extract.KindBit(extract.KindRead), extract.ItemTool: extract.KindBit(extract.KindRead)},
+	acp.MethodWriteTextFile: {extract.ItemPath: extract.KindBit(extract.KindEdit), extract.ItemTool: extract.KindBit(extract.KindEdit)},
+	acp.MethodTerminalCreate: {extract.ItemCommand: extract.KindBit(extract.KindExecute), extract.ItemPath: extract.KindBit(extract.KindRead) | extract.KindBit(extract.KindEdit),
+		extract.ItemDomain: extract.KindBit(extract.KindFetch), extract.ItemTool: extract.KindBit(extract.KindExecute)},
+	acp.MethodMcpMessage: {extract.ItemPath: ^extract.KindSet(0), extract.ItemCommand: extract.KindBit(extract.KindExecute),
+		extract.ItemDomain: extract.KindBit(extract.KindFetch), extract.ItemTool: ^extract.KindSet(0)},
 }
 
 // infeasible says why no request can ever satisfy the cond ("" if some
@@ -243,7 +244,7 @@ const (
 )
 
 // matchRequest checks the keys about the request rather than an item.
-func (c *Cond) matchRequest(ev *Evidence, strict bool) bool {
+func (c *Cond) matchRequest(ev *extract.Evidence, strict bool) bool {
 	if c.agents != nil && !anyText(c.agents, ev.Agent) {
 		return false
 	}
@@ -261,7 +262,7 @@ func (c *Cond) matchRequest(ev *Evidence, strict bool) bool {
 	}
 	if c.cwds != nil && !quantify(ev.Cwds, strict, func(d string) bool {
 		for i := range c.cwds {
-			if c.cwds[i].match(d, &ev.vars) {
+			if c.cwds[i].match(d, ev.Vars()) {
 				return true
 			}
 		}
@@ -297,15 +298,15 @@ func anyText(ps []textPattern, s string) bool {
 
 // matchItem checks the keys about the item. strict is the allow
 // quantifier (every form must match), loose the deny/ask one (any form).
-func (c *Cond) matchItem(ev *Evidence, it *Item, strict bool) matchResult {
+func (c *Cond) matchItem(ev *extract.Evidence, it *extract.Item, strict bool) matchResult {
 	if c.kinds != 0 {
-		if strict && (it.kinds == 0 || it.kinds&^c.kinds != 0) || !strict && it.kinds&c.kinds == 0 {
+		if strict && (it.KindSet() == 0 || it.KindSet()&^c.kinds != 0) || !strict && it.KindSet()&c.kinds == 0 {
 			return noMatch
 		}
 	}
 	res := matched
 	if c.paths != nil {
-		if it.Type != ItemPath {
+		if it.Type != extract.ItemPath {
 			return noMatch
 		}
 		res = c.matchPath(ev, it, strict)
@@ -314,13 +315,13 @@ func (c *Cond) matchItem(ev *Evidence, it *Item, strict bool) matchResult {
 		}
 	}
 	if c.commands != nil || c.programs != nil || c.flags != nil || c.env != nil {
-		if it.Type != ItemCommand {
+		if it.Type != extract.ItemCommand {
 			return noMatch
 		}
-		if c.commands != nil && !slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.match(it, &ev.vars, strict) }) {
+		if c.commands != nil && !slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.match(it, ev.Vars(), strict) }) {
 			return noMatch
 		}
-		if c.programs != nil && !slices.ContainsFunc(c.programs, func(t cmdToken) bool { return matchProgram(&t, it, &ev.vars, strict) }) {
+		if c.programs != nil && !slices.ContainsFunc(c.programs, func(t cmdToken) bool { return matchProgram(&t, it, ev.Vars(), strict) }) {
 			return noMatch
 		}
 		if c.flags != nil && !slices.ContainsFunc(it.Flags, func(f string) bool {
@@ -333,7 +334,7 @@ func (c *Cond) matchItem(ev *Evidence, it *Item, strict bool) matchResult {
 		}
 	}
 	if c.domains != nil {
-		if it.Type != ItemDomain || strict && it.DomainInvalid {
+		if it.Type != extract.ItemDomain || strict && it.DomainInvalid {
 			return noMatch
 		}
 		if !slices.ContainsFunc(c.domains, func(p domainPattern) bool { return p.match(it.Domain) }) {
@@ -344,8 +345,8 @@ func (c *Cond) matchItem(ev *Evidence, it *Item, strict bool) matchResult {
 }
 
 // matchPath applies the paths key to a path item.
-func (c *Cond) matchPath(ev *Evidence, it *Item, strict bool) matchResult {
-	v := &ev.vars
+func (c *Cond) matchPath(ev *extract.Evidence, it *extract.Item, strict bool) matchResult {
+	v := ev.Vars()
 	if strict {
 		if it.Unresolved {
 			return noMatch
@@ -386,13 +387,13 @@ func (c *Cond) matchPath(ev *Evidence, it *Item, strict bool) matchResult {
 // mayMatchPathsBelow reports whether the cond has paths and its kinds
 // allow it to match a path below the recursive item it (with the any
 // quantifier): a symlink below it may lead anywhere.
-func (c *Cond) mayMatchPathsBelow(it *Item) bool {
-	return c.paths != nil && (c.kinds == 0 || it.kinds&c.kinds != 0)
+func (c *Cond) mayMatchPathsBelow(it *extract.Item) bool {
+	return c.paths != nil && (c.kinds == 0 || it.KindSet()&c.kinds != 0)
 }
 
 // literalCommand reports whether a literal command pattern of c (one that
 // names every argument) matches the command item: such a rule vouches for
 // arguments the router does not understand.
-func (c *Cond) literalCommand(ev *Evidence, it *Item) bool {
-	return slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.literal && p.matchWritten(it, &ev.vars) })
+func (c *Cond) literalCommand(ev *extract.Evidence, it *extract.Item) bool {
+	return slices.ContainsFunc(c.commands, func(p commandPattern) bool { return p.literal && p.matchWritten(it, ev.Vars()) })
 }

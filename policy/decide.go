@@ -5,6 +5,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Decision is the outcome of Decide: what to do, who decided, and the
@@ -29,18 +31,18 @@ type Decision struct {
 	// PolicyHash is Policy.Hash of the policy that decided.
 	PolicyHash string `json:"policyHash"`
 	// Evidence is the extracted evidence (request-level facts included).
-	Evidence *Evidence `json:"-"`
+	Evidence *extract.Evidence `json:"-"`
 }
 
 // Finding is one evidence item and how it was decided.
 type Finding struct {
 	// Item points into Decision.Evidence.Items.
-	Item    *Item  `json:"item"`
-	Effect  Effect `json:"decision"`
-	Rule    string `json:"rule,omitempty"`
-	Layer   string `json:"layer,omitempty"`
-	Source  Source `json:"source,omitempty"`
-	Message string `json:"message,omitempty"`
+	Item    *extract.Item `json:"item"`
+	Effect  Effect        `json:"decision"`
+	Rule    string        `json:"rule,omitempty"`
+	Layer   string        `json:"layer,omitempty"`
+	Source  Source        `json:"source,omitempty"`
+	Message string        `json:"message,omitempty"`
 	// Matches are every rule that fired on the item.
 	Matches []Match `json:"matches,omitempty"`
 	// Excepted are the rules that matched but whose unless spared the item.
@@ -96,13 +98,13 @@ type scratch struct {
 	matchs []Match
 
 	// fs is the decision's filesystem, for walking recursive reads.
-	fs FS
+	fs extract.FS
 	// walks are the directories walked in this decision (dir + "\x00" +
 	// "h" when hidden names are skipped).
-	walks     map[string]*WalkResult
+	walks     map[string]*extract.WalkResult
 	forms     map[string][][]string // the forms of each entry of a walk, by walk key and item forms
 	itemWalks []string              // the keys of walks the current item used
-	entry     Item                  // a path below a walked directory, as an item
+	entry     extract.Item          // a path below a walked directory, as an item
 }
 
 // maxWalks bounds the directories one decision walks: a request with more
@@ -112,15 +114,15 @@ const maxWalks = 64
 // Decide extracts the evidence of req and decides it. It never fails:
 // what cannot be read is decided as DESIGN §6 says (refused → deny,
 // opaque → at least ask).
-func (p *Policy) Decide(req *Request) Decision {
-	return p.evaluate(Extract(req), req.FS)
+func (p *Policy) Decide(req *extract.Request) Decision {
+	return p.evaluate(extract.Extract(req), req.FS)
 }
 
 // Evaluate decides extracted evidence. It has no filesystem: a recursive
 // read that a deny or ask rule could match below asks.
-func (p *Policy) Evaluate(ev *Evidence) Decision { return p.evaluate(ev, nil) }
+func (p *Policy) Evaluate(ev *extract.Evidence) Decision { return p.evaluate(ev, nil) }
 
-func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
+func (p *Policy) evaluate(ev *extract.Evidence, fs extract.FS) Decision {
 	sc, _ := p.scratch.Get().(*scratch)
 	if sc == nil || len(sc.stamp) != len(p.rules) {
 		sc = &scratch{stamp: make([]uint32, len(p.rules)), reqW: make([]int8, len(p.rules)), reqU: make([]int8, len(p.rules))}
@@ -130,7 +132,7 @@ func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
 	}
 	sc.fs = fs
 	defer func() {
-		sc.fs, sc.walks, sc.forms, sc.entry = nil, nil, nil, Item{}
+		sc.fs, sc.walks, sc.forms, sc.entry = nil, nil, nil, extract.Item{}
 		p.scratch.Put(sc)
 	}()
 
@@ -143,7 +145,7 @@ func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
 	best := -1
 	for i := range ev.Items {
 		f := p.decideItem(ev, &ev.Items[i], sc)
-		if it := &ev.Items[i]; it.shapeOf > 0 && f.Source == SourceDefault && f.Effect != Allow {
+		if it := &ev.Items[i]; shapeOf(it) > 0 && f.Source == SourceDefault && f.Effect != Allow {
 			if g, ok := p.vouchedShape(ev, i, d.Findings[:i], sc); ok {
 				f = g
 			}
@@ -177,18 +179,19 @@ func (p *Policy) evaluate(ev *Evidence, fs FS) Decision {
 // (./tools/x.sh ~/.aws/credentials is denied by a deny on the file, a path
 // outside the roots by a deny on writes there); an edit a redirection or a
 // known writer (tee, cp) makes is an item of its own.
-func (p *Policy) vouchedShape(ev *Evidence, i int, found []Finding, sc *scratch) (Finding, bool) {
+func (p *Policy) vouchedShape(ev *extract.Evidence, i int, found []Finding, sc *scratch) (Finding, bool) {
 	it := &ev.Items[i]
-	c := int(it.shapeOf) - 1
+	of, key := it.Shape()
+	c := int(of) - 1
 	if c < 0 || c >= len(found) {
 		return Finding{}, false
 	}
 	cmd := &ev.Items[c]
-	if cmd.Type != ItemCommand || shapeKey(cmd) != it.shapeKey || !found[c].vouched || found[c].Effect != Allow {
+	if cmd.Type != extract.ItemCommand || extract.ShapeKey(cmd) != key || !found[c].vouched || found[c].Effect != Allow {
 		return Finding{}, false
 	}
 	read := *it
-	read.Kinds, read.kinds = []Kind{KindRead}, kindBit(KindRead)
+	read.SetKinds([]extract.Kind{extract.KindRead}, extract.KindBit(extract.KindRead))
 	g := p.decideItem(ev, &read, sc)
 	if g.Effect != Allow {
 		return Finding{}, false
@@ -198,7 +201,7 @@ func (p *Policy) vouchedShape(ev *Evidence, i int, found []Finding, sc *scratch)
 }
 
 // decideItem finds every rule that fires on it and picks the most severe.
-func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
+func (p *Policy) decideItem(ev *extract.Evidence, it *extract.Item, sc *scratch) (f Finding) {
 	f = Finding{Item: it}
 	if it.Refused != "" {
 		f.Effect, f.Rule, f.Layer, f.Source, f.Message = Deny, RuleRefused, LayerBuiltin, SourceBuiltin, it.Refused
@@ -226,59 +229,9 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 		}
 		sc.stamp[ri] = sc.gen
 		r := p.rules[ri]
-		strict := r.Decision == Allow
-		if strict && (it.Opaque != "" || it.Aux) {
-			continue // nothing allows what cannot be seen; aux items need no allow
-		}
-		if strict && it.Unknown != "" && !r.AnyArgs && !r.When.literalCommand(ev, it) {
-			continue // closed-world allow: the rule did not vouch for the arguments
-		}
-		if !cachedRequest(r.When, ev, strict, &sc.reqW[ri]) {
+		m, below, cut, ok := p.ruleFires(ev, it, ri, sc, &f)
+		if !ok {
 			continue
-		}
-		m := r.When.matchItem(ev, it, strict)
-		unlessReq := r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri])
-		var unless *Cond // the exception for each path below a recursive item
-		if unlessReq {
-			unless = r.Unless
-		}
-		var below, cut string
-		switch {
-		case m == noMatch && !strict && it.Recursive && r.When.mayMatchPathsBelow(it):
-			// Nothing below the directory can match by its name, but a
-			// symlink below it may lead where the rule matches.
-			found, why, ok := sc.walkBelow(ev, it, r.When, unless, true)
-			if !ok || found == "" && why == "" {
-				continue
-			}
-			m, below, cut = possible, found, why
-		case m == noMatch:
-			continue
-		default:
-			if unlessReq {
-				u := r.Unless.matchItem(ev, it, !strict)
-				if u == possible {
-					// The exception of an allow could match something
-					// below: it does when something there really matches.
-					if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false); ok && found == "" && why == "" {
-						u = noMatch
-					}
-				}
-				if u != noMatch {
-					f.Excepted = append(f.Excepted, r.ID)
-					continue
-				}
-			}
-			if m == possible {
-				// Decided by what is below the directory, when it can be
-				// listed: an entry that the rule matches (and its unless
-				// does not spare) makes it fire, none makes it not apply.
-				found, why, ok := sc.walkBelow(ev, it, r.When, unless, false)
-				if ok && found == "" && why == "" {
-					continue
-				}
-				below, cut = found, why
-			}
 		}
 		eff := r.Decision
 		if m == possible && eff > Ask {
@@ -302,11 +255,80 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 		n := len(sc.matchs)
 		f.Matches = sc.matchs[n-nMatch : n : n]
 	}
+	p.settle(ev, it, &f, bestRule, bestEff)
+	return f
+}
+
+// ruleFires matches rule p.rules[ri] against it: whether it fires (surely, or
+// possibly: m), and for a recursive item the entry below it that decided
+// (below) or why the walk was cut short (cut). A rule whose unless spares
+// the item is added to f.Excepted.
+func (p *Policy) ruleFires(ev *extract.Evidence, it *extract.Item, ri int32, sc *scratch, f *Finding) (m matchResult, below, cut string, ok bool) {
+	r := p.rules[ri]
+	strict := r.Decision == Allow
+	if strict && (it.Opaque != "" || it.Aux) {
+		return noMatch, "", "", false // nothing allows what cannot be seen; aux items need no allow
+	}
+	if strict && it.Unknown != "" && !r.AnyArgs && !r.When.literalCommand(ev, it) {
+		return noMatch, "", "", false // closed-world allow: the rule did not vouch for the arguments
+	}
+	if !cachedRequest(r.When, ev, strict, &sc.reqW[ri]) {
+		return noMatch, "", "", false
+	}
+	m = r.When.matchItem(ev, it, strict)
+	unlessReq := r.Unless != nil && cachedRequest(r.Unless, ev, !strict, &sc.reqU[ri])
+	var unless *Cond // the exception for each path below a recursive item
+	if unlessReq {
+		unless = r.Unless
+	}
+	switch {
+	case m == noMatch && !strict && it.Recursive && r.When.mayMatchPathsBelow(it):
+		// Nothing below the directory can match by its name, but a
+		// symlink below it may lead where the rule matches.
+		found, why, ok := sc.walkBelow(ev, it, r.When, unless, true)
+		if !ok || found == "" && why == "" {
+			return noMatch, "", "", false
+		}
+		m, below, cut = possible, found, why
+	case m == noMatch:
+		return noMatch, "", "", false
+	default:
+		if unlessReq {
+			u := r.Unless.matchItem(ev, it, !strict)
+			if u == possible {
+				// The exception of an allow could match something
+				// below: it does when something there really matches.
+				if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false); ok && found == "" && why == "" {
+					u = noMatch
+				}
+			}
+			if u != noMatch {
+				f.Excepted = append(f.Excepted, r.ID)
+				return noMatch, "", "", false
+			}
+		}
+		if m == possible {
+			// Decided by what is below the directory, when it can be
+			// listed: an entry that the rule matches (and its unless
+			// does not spare) makes it fire, none makes it not apply.
+			found, why, ok := sc.walkBelow(ev, it, r.When, unless, false)
+			if ok && found == "" && why == "" {
+				return noMatch, "", "", false
+			}
+			below, cut = found, why
+		}
+	}
+	return m, below, cut, true
+}
+
+// settle gives f the decision of the most severe rule that fired
+// (bestRule, -1 for none), else the built-in safeguard or the default.
+func (p *Policy) settle(ev *extract.Evidence, it *extract.Item, f *Finding, bestRule int, bestEff Effect) {
 	switch {
 	case bestRule >= 0:
 		r := p.rules[bestRule]
 		f.Effect, f.Rule, f.Layer, f.Source, f.Message = bestEff, r.ID, r.Layer, SourceRule, r.Message
-		f.vouched = bestEff == Allow && it.Type == ItemCommand && it.Unknown != "" && (r.AnyArgs || r.When.literalCommand(ev, it))
+		f.vouched = bestEff == Allow && it.Type == extract.ItemCommand && it.Unknown != "" && (r.AnyArgs || r.When.literalCommand(ev, it))
 	case it.Aux:
 		// An auxiliary item only makes a decision stricter.
 	case it.Opaque != "" && p.dflt <= Ask:
@@ -317,7 +339,6 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 	default:
 		f.Effect, f.Layer, f.Source = p.dflt, p.dfltLayer, SourceDefault
 	}
-	return f
 }
 
 // walkBelow looks for an existing path below the recursive item it that
@@ -327,8 +348,8 @@ func (p *Policy) decideItem(ev *Evidence, it *Item, sc *scratch) (f Finding) {
 // one found, else why the walk was cut short, else both "": nothing below
 // matches. With links, only the symlinks below it are looked at. ok is
 // false when the decision's FS cannot walk: then nothing is known.
-func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links bool) (found, cut string, ok bool) {
-	w, _ := sc.fs.(Walker)
+func (sc *scratch) walkBelow(ev *extract.Evidence, it *extract.Item, when, unless *Cond, links bool) (found, cut string, ok bool) {
+	w, _ := sc.fs.(extract.Walker)
 	if w == nil {
 		return "", "", false
 	}
@@ -368,7 +389,7 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 			r := w.Walk(g.real, it.SkipsHidden)
 			res = &r
 			if sc.walks == nil {
-				sc.walks = map[string]*WalkResult{}
+				sc.walks = map[string]*extract.WalkResult{}
 			}
 			sc.walks[key] = res
 		}
@@ -409,7 +430,8 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 			if !follows {
 				ef = ef[:len(g.forms)]
 			}
-			*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: ef, Path: ef[0]}
+			*e = extract.Item{Type: extract.ItemPath, Forms: ef, Path: ef[0]}
+			e.SetKinds(it.Kinds, it.KindSet())
 			if when.matchItem(ev, e, false) != noMatch && (unless == nil || unless.matchItem(ev, e, true) == noMatch) {
 				found = e.Path
 				if en.Link && follows && en.Target != "" && en.Target != e.Path {
@@ -422,9 +444,10 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 				// command that follows it reads what is there, which is
 				// not known. It matters when the rule could match
 				// something below the target.
-				rel, in := below(g.real, en.Target)
+				rel, in := extract.Below(g.real, en.Target)
 				if !in || it.SkipsHidden && hasHiddenSegment(rel) {
-					*e = Item{Type: ItemPath, Kinds: it.Kinds, kinds: it.kinds, Forms: []string{en.Target}, Path: en.Target, Recursive: true}
+					*e = extract.Item{Type: extract.ItemPath, Forms: []string{en.Target}, Path: en.Target, Recursive: true}
+					e.SetKinds(it.Kinds, it.KindSet())
 					if when.matchItem(ev, e, false) != noMatch {
 						cut = fmt.Sprintf("%s/%s is a symlink to the directory %s, outside it", g.forms[0], en.Rel, en.Target)
 					}
@@ -439,7 +462,7 @@ func (sc *scratch) walkBelow(ev *Evidence, it *Item, when, unless *Cond, links b
 }
 
 // cachedRequest evaluates the request-level keys of c once per decision.
-func cachedRequest(c *Cond, ev *Evidence, strict bool, memo *int8) bool {
+func cachedRequest(c *Cond, ev *extract.Evidence, strict bool, memo *int8) bool {
 	if *memo == 0 {
 		*memo = -1
 		if c.matchRequest(ev, strict) {
@@ -450,16 +473,16 @@ func cachedRequest(c *Cond, ev *Evidence, strict bool, memo *int8) bool {
 }
 
 // candidates appends the rules that may match the item.
-func (p *Policy) candidates(ev *Evidence, it *Item, out []int32) []int32 {
+func (p *Policy) candidates(ev *extract.Evidence, it *extract.Item, out []int32) []int32 {
 	ix := &p.idx
 	out = append(out, ix.generic...)
-	for k := range allKinds {
-		if it.kinds&(1<<k) != 0 {
+	for k := range extract.AllKinds {
+		if it.KindSet()&(1<<k) != 0 {
 			out = append(out, ix.byKind[k]...)
 		}
 	}
 	switch it.Type {
-	case ItemPath:
+	case extract.ItemPath:
 		if it.Recursive {
 			return append(out, ix.pathAll...)
 		}
@@ -477,26 +500,26 @@ func (p *Policy) candidates(ev *Evidence, it *Item, out []int32) []int32 {
 				var bases []string
 				switch a {
 				case anchorCwd:
-					bases = ev.vars.cwd
+					bases = ev.Vars().Cwd
 				case anchorRoots:
-					bases = ev.vars.roots
+					bases = ev.Vars().Roots
 				default:
-					bases = ev.vars.home
+					bases = ev.Vars().Home
 				}
 				for _, b := range bases {
-					if _, ok := below(b, f); ok {
+					if _, ok := extract.Below(b, f); ok {
 						out = append(out, rules...)
 						break
 					}
 				}
 			}
 		}
-	case ItemCommand:
+	case extract.ItemCommand:
 		out = append(out, ix.cmdAny...)
 		if it.Program != "" {
 			out = append(out, ix.cmdProg[it.Program]...)
 		}
-	case ItemDomain:
+	case extract.ItemDomain:
 		out = append(out, ix.domAny...)
 		out = append(out, ix.domExact[it.Domain]...)
 		for d := it.Domain; ; {
@@ -510,3 +533,7 @@ func (p *Policy) candidates(ev *Evidence, it *Item, out []int32) []int32 {
 	}
 	return out
 }
+
+// shapeOf is 1 + the index of the command item whose arguments it read a
+// path from by shape, 0 for any other item.
+func shapeOf(it *extract.Item) int32 { of, _ := it.Shape(); return of }

@@ -85,39 +85,6 @@ const (
 	LayerUser = "user"
 )
 
-// Kind is an ACP ToolKind (schema ToolKind).
-type Kind string
-
-const (
-	KindRead       Kind = "read"
-	KindEdit       Kind = "edit"
-	KindDelete     Kind = "delete"
-	KindMove       Kind = "move"
-	KindSearch     Kind = "search"
-	KindExecute    Kind = "execute"
-	KindThink      Kind = "think"
-	KindFetch      Kind = "fetch"
-	KindSwitchMode Kind = "switch_mode"
-	KindOther      Kind = "other"
-)
-
-// allKinds lists the ToolKinds in schema order; a kind's bit in a kindSet
-// is its index here.
-var allKinds = []Kind{KindRead, KindEdit, KindDelete, KindMove, KindSearch, KindExecute, KindThink,
-	KindFetch, KindSwitchMode, KindOther}
-
-// kindSet is a set of kinds, one bit per entry of allKinds.
-type kindSet uint16
-
-func kindBit(k Kind) kindSet {
-	for i, x := range allKinds {
-		if x == k {
-			return 1 << i
-		}
-	}
-	return 0
-}
-
 // Methods the policy decides: the agent → client requests of DESIGN §6.
 var decidedMethods = []string{
 	acp.MethodRequestPermission,

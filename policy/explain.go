@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Explain writes what `acp-router policy explain` prints for a decision:
@@ -65,7 +66,7 @@ func Explain(d *Decision) string {
 		}
 		fmt.Fprintf(&b, "  %-8s %-40s %-6s %s\n", it.Type, it.String(), eff, decider(f.Rule, f.Layer, f.Source))
 		fmt.Fprintf(&b, "           (%s)\n", strings.Join(notes, "; "))
-		if it.Type == ItemPath && (len(it.Forms) > 1 || len(it.Forms) == 1 && it.Forms[0] != it.Path) {
+		if it.Type == extract.ItemPath && (len(it.Forms) > 1 || len(it.Forms) == 1 && it.Forms[0] != it.Path) {
 			fmt.Fprintf(&b, "           forms: %s\n", strings.Join(it.Forms, ", "))
 		}
 		if it.Unresolved {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // The kernel's half of the policy (issue 29, DESIGN §6 "Kernel
@@ -68,7 +70,7 @@ func kernelReason(r *Rule) string {
 		switch k {
 		case "paths", "agent":
 		case "kind":
-			if c.kinds&(kindBit(KindRead)|kindBit(KindSearch)) == 0 {
+			if c.kinds&(extract.KindBit(extract.KindRead)|extract.KindBit(extract.KindSearch)) == 0 {
 				return "it denies only " + c.kindNames() + ", not reading"
 			}
 		default:
@@ -87,7 +89,7 @@ func kernelReason(r *Rule) string {
 
 func (c *Cond) kindNames() string {
 	var s []string
-	for i, k := range allKinds {
+	for i, k := range extract.AllKinds {
 		if c.kinds&(1<<i) != 0 {
 			s = append(s, string(k))
 		}
@@ -179,18 +181,18 @@ func literalPrefix(glob string) (lit, rest string) {
 	return strings.Join(segs[:i], "/"), strings.Join(segs[i:], "/")
 }
 
-func kernelVars(home string, roots []string) *vars {
-	v := &vars{roots: roots}
+func kernelVars(home string, roots []string) *extract.Vars {
+	v := &extract.Vars{Roots: roots}
 	if home != "" {
-		v.home = []string{filepath.Clean(home)}
+		v.Home = []string{filepath.Clean(home)}
 	}
 	if len(roots) > 0 {
-		v.cwd = roots[:1]
+		v.Cwd = roots[:1]
 	}
 	return v
 }
 
-func anyPath(ps []pathPattern, p string, v *vars) bool {
+func anyPath(ps []pathPattern, p string, v *extract.Vars) bool {
 	for i := range ps {
 		if ps[i].match(p, v) {
 			return true

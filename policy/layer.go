@@ -26,6 +26,46 @@ type Error = yamlpos.Error
 // Layer is the parsed policy of one layer: the org layer (every file of
 // the policy directory, folded together with Merge) or the user layer (the
 // config's permissions: and its include files, folded with AddInclude).
+//
+// An org policy file (ParseFile) and the config's permissions: mapping
+// (ParseLayer) share one schema:
+//
+//	default: ask                      # allow | ask | deny (strictest of the layers wins; ask if none)
+//	deny_modes: ["claude:bypassPermissions", "*:yolo"]
+//	allow_modes: ["claude:acceptEdits"]  # modes of the built-in table allowed after all
+//	unknown_agents: refuse            # warn (default) | refuse agents the router cannot keep asking
+//	lower_layers_may: [deny, ask]     # org files only: decisions user rules may have (allow: also allow_modes)
+//	agent_modes:                      # org files only: extends the built-in table of modes (agents.yaml, same format)
+//	  acme: {self_approving: {turbo: {kinds: all, how: nothing is asked}}, asking: [safe]}
+//	include: [more-rules.yaml]        # permissions: only; read by the caller, folded in with AddInclude
+//	rules:
+//	  - id: no-secrets                # required, unique in the layer
+//	    decision: deny                # required
+//	    when: {paths: ["**/.env", "**/.env.*", "~/.ssh/**"]}   # required
+//	    unless: {paths: ["**/.env.example"]}                   # optional exception
+//	    message: Secrets are not available to agents.
+//	tests:
+//	  - {call: "fs/read_text_file ${cwd}/.env", expect: deny, rule: no-secrets}
+//
+// Matchers (every key must match; a list matches when any entry does):
+// agent, mode (text globs), kind (ACP tool kinds), method (the four
+// decided methods), title (text glob or "re:REGEXP"), tool (text globs
+// over the tool call's name, ToolCall.name: the agent names its own tools,
+// so a name is never proof of what the tool does; it selects rules, and
+// what the tool call shows it does is judged as always), paths and cwd
+// (doublestar globs over absolute cleaned paths, starting with /, **, ~,
+// ${cwd}, ${roots} or ${home}), command (token patterns: * one token, **
+// any tokens), program (a name matched by basename, or a path), flags_any
+// (-x or --long; -rf is -r and -f), env (names of variables the command
+// line sets), domains (host, *.host for strict subdomains, or *). See
+// TestCase for tests:.
+//
+// Modes (modes.go): with a policy in force, the modes of the built-in
+// table that approve tool calls by themselves are denied unless
+// allow_modes allows them, and deny_modes denies any mode (deny wins).
+// AGENT in both is the router's name for the agent, the table's name for
+// it (claude, codex, gemini, opencode; found from the agent's agentInfo
+// name, else from the router's name), or * for every agent.
 type Layer struct {
 	// Name is LayerOrg or LayerUser.
 	Name string
@@ -47,6 +87,9 @@ type Layer struct {
 	// LowerLayersMay (org layer only) lists the decisions rules of lower
 	// layers may have; nil when not set (everything allowed).
 	LowerLayersMay []Effect
+	// agents (org layer only) are its agent_modes: entries that extend
+	// the built-in table of the agents' modes (agents.yaml).
+	agents []*agentFamily
 	// Includes (user layer only) are the files `include:` lists, for the
 	// caller to read and fold in with AddInclude. A relative path is
 	// already joined with the directory of the file that lists it; a
@@ -112,7 +155,7 @@ type Rule struct {
 
 // Keys of a permissions mapping, a rule and a matcher.
 var (
-	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "rules", "tests", "telemetry", "sandbox"}
+	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "agent_modes", "rules", "tests", "telemetry", "sandbox"}
 	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments"}
@@ -189,6 +232,7 @@ func (l *Layer) Merge(o *Layer) error {
 		m.Layer = l.Name
 		l.AllowModes = append(l.AllowModes, m)
 	}
+	l.agents = append(l.agents, o.agents...)
 	if o.UnknownAgents != "" && (l.UnknownAgents == "" || l.UnknownAgents == UnknownWarn && o.UnknownAgents == UnknownRefuse) {
 		l.UnknownAgents, l.UnknownAgentsPos = o.UnknownAgents, o.UnknownAgentsPos
 	}
@@ -275,7 +319,7 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 	var misplaced []string
 	switch kind {
 	case kindUserConfig, kindIncludeFile:
-		misplaced = append(misplaced, "lower_layers_may")
+		misplaced = append(misplaced, "lower_layers_may", "agent_modes")
 	}
 	if kind != kindUserConfig {
 		misplaced = append(misplaced, "include")
@@ -307,6 +351,9 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 				l.LowerLayersMay = append(l.LowerLayersMay, e)
 			}
 		}
+	}
+	if v := f["agent_modes"]; v != nil {
+		l.agents = p.families("agent_modes", v)
 	}
 	if v := f["telemetry"]; v != nil {
 		l.Telemetry = append(l.Telemetry, Block{File: p.file, Node: v})
@@ -576,6 +623,18 @@ func NodeJSON(n *yaml.Node) (json.RawMessage, error) {
 
 // call reads one test call: a string "METHOD ARGS..." or a mapping
 // {method: ..., params: {...}}.
+// ParseCallNode reads a call written in YAML as tests: writes one: a
+// string (ParseCall) or a mapping of method, params and updates. path
+// names the node in errors.
+func ParseCallNode(file, path string, n *yaml.Node) (*TestCall, error) {
+	p := &parser{file: file}
+	c, err := p.call(path, n)
+	if err == nil {
+		err = p.err()
+	}
+	return c, err
+}
+
 func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 	if n.Kind == yaml.MappingNode {
 		f := p.fields(path, n, []string{"method", "params", "updates"})
@@ -675,6 +734,8 @@ func (p *parser) fields(path string, n *yaml.Node, known []string, misplaced ...
 			f[key] = kv.Val
 		case slices.Contains(misplaced, key) && key == "lower_layers_may":
 			p.errorf(kv.Key, "", "lower_layers_may is only valid in the org layer (%s)", "policy directory files")
+		case slices.Contains(misplaced, key) && key == "agent_modes":
+			p.errorf(kv.Key, "", "agent_modes is only valid in the org layer (%s)", "policy directory files")
 		case slices.Contains(misplaced, key) && key == "include":
 			p.errorf(kv.Key, "", "include is only valid in the config's permissions")
 		default:

@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Modes that approve by themselves (DESIGN §6, issue 13). While an agent is
 // in such a mode it acts without sending the requests the policy decides,
 // so the router never sees them. When a policy is in force, the modes of
-// the built-in table below are denied unless allow_modes allows them;
+// the table (agents.yaml, extended by the org layer's agent_modes) that
+// approve by themselves are denied unless allow_modes allows them;
 // deny_modes denies any mode, and deny wins. An agent the table does not
 // know, or one with no mode that asks, is reported (Agent, Warnings), and
 // refused when a layer says unknown_agents: refuse.
@@ -54,67 +57,31 @@ type agentFamily struct {
 	asking []string
 	// toAsk is the agent's own setting that makes it ask when it starts.
 	toAsk string
+	pos   Pos // where its entry is written
 }
 
 // selfMode is a mode that approves by itself.
 type selfMode struct {
 	mode  string
-	kinds []Kind // the tool calls it approves without asking
+	kinds []extract.Kind // the tool calls it approves without asking
 	how   string
 }
 
-// families is the built-in table: the newest versions of each agent, and
-// the modes of older ones that are gone (notes/real-peers.md,
-// notes/anchors-policy.md).
-var families = []*agentFamily{
-	{id: "claude", title: "Claude Agent (@agentclientprotocol/claude-agent-acp 0.101)",
-		self: []selfMode{
-			// acceptEdits also runs mkdir, touch, rm, mv, cp and sed in
-			// the working directory (notes/anchors-policy.md §1).
-			{"acceptEdits", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "approves edits and file commands in the working directory"},
-			{"auto", allKinds, "a model approves each action"},
-			{"bypassPermissions", allKinds, "nothing is asked"},
-		},
-		asking: []string{"default", "plan"},
-		toAsk:  `set "permissions": {"defaultMode": "default"} in Claude's settings (~/.claude/settings.json; an org can also set "disableBypassPermissionsMode": "disable" in managed-settings.json)`},
-	{id: "codex", title: "Codex (@agentclientprotocol/codex-acp 2.6)",
-		self: []selfMode{
-			{"agent", allKinds, `"auto review": a model approves escalations`},
-			{"agent-full-access", allKinds, "nothing is asked"},
-			{"full-access", allKinds, "older versions; nothing is asked"},
-			// codex-acp 0.16's "Default" preset ("Identical to Agent
-			// mode"): it reads, edits and runs commands in the workspace
-			// without asking (shared/fixtures/real-agents/codex-acp-0.16.0-*).
-			{"auto", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "older versions (0.16, \"Default\"); approves edits and commands inside the workspace"},
-			// Measured with 2.6.0 (test/codex_test.go): an edit inside the
-			// workspace runs without a request; it asks only outside.
-			{"workspace-write", []Kind{KindEdit, KindDelete, KindMove, KindExecute}, "approves edits and commands inside the workspace"},
-		},
-		asking: []string{"read-only"},
-		toAsk:  `set approval_policy = "on-request" (or "untrusted") in Codex's config.toml (an org can limit allowed_approval_policies in requirements.toml)`},
-	{id: "gemini", title: "Gemini CLI",
-		self: []selfMode{
-			{"autoEdit", []Kind{KindEdit, KindDelete, KindMove}, "approves edits"},
-			{"yolo", allKinds, "nothing is asked"},
-		},
-		asking: []string{"default", "plan"},
-		toAsk:  "start it with --approval-mode default (general.defaultApprovalMode in its settings.json)"},
-	// OpenCode's modes (build, plan) say what it works on, not whether it
-	// asks: under its default permissions it asks nothing in either.
-	{id: "opencode", title: "OpenCode (opencode acp 1.18)",
-		toAsk: `set "permission": {"edit": "ask", "bash": "ask", "webfetch": "ask"} in its opencode.json`},
-}
+// familyOf finds the agent in the table of p (the built-in one with the
+// org layer's agent_modes): by the name it gives itself, else by the
+// router's name for it.
+func (p *Policy) familyOf(a AgentID) *agentFamily { return familyIn(p.families, a) }
 
-// familyOf finds the agent in the table: by the name it gives itself,
-// else by the router's name for it.
-func familyOf(a AgentID) *agentFamily {
-	if f := familyNamed(a.Info); f != nil {
+func (p *Policy) familyNamed(name string) *agentFamily { return familyNamedIn(p.families, name) }
+
+func familyIn(families []*agentFamily, a AgentID) *agentFamily {
+	if f := familyNamedIn(families, a.Info); f != nil {
 		return f
 	}
-	return familyNamed(a.Name)
+	return familyNamedIn(families, a.Name)
 }
 
-func familyNamed(name string) *agentFamily {
+func familyNamedIn(families []*agentFamily, name string) *agentFamily {
 	name = strings.ToLower(name)
 	for _, f := range families {
 		if strings.Contains(name, f.id) {
@@ -139,20 +106,11 @@ func (f *agentFamily) selfMode(mode string) *selfMode {
 // knowsAsking: the table knows a mode of the agent that asks.
 func (f *agentFamily) knowsAsking() bool { return f != nil && len(f.asking) > 0 }
 
-// Family is the agent's entry in the built-in table (claude, codex,
-// gemini, opencode), "" when it has none.
-func Family(a AgentID) string {
-	if f := familyOf(a); f != nil {
-		return f.id
-	}
-	return ""
-}
-
 // SelfApproving returns the kinds of tool call the agent's mode approves
 // by itself according to the built-in table (nil for a mode that asks or
 // that the table does not list).
-func SelfApproving(a AgentID, mode string) []Kind {
-	if m := familyOf(a).selfMode(mode); m != nil {
+func SelfApproving(a AgentID, mode string) []extract.Kind {
+	if m := familyIn(builtinFamilies, a).selfMode(mode); m != nil {
 		return m.kinds
 	}
 	return nil
@@ -185,9 +143,10 @@ type ModeVerdict struct {
 	By *ModeRef
 	// SelfApproving are the kinds the mode approves by itself (the
 	// table); nil for a mode the table does not list as such.
-	SelfApproving []Kind
+	SelfApproving []extract.Kind
 	how           string
 	listed        []string // RuleUnlistedMode: the modes allow_modes lists
+	asks          bool     // the table knows the mode to ask
 }
 
 // Why says in a few words why the mode is denied or allowed.
@@ -207,7 +166,7 @@ func (v *ModeVerdict) Why() string {
 		return fmt.Sprintf("%s; allowed by allow_modes %q (%s)", self, v.By.String(), v.By.Pos)
 	case v.By != nil:
 		return fmt.Sprintf("allow_modes %q (%s)", v.By.String(), v.By.Pos)
-	case slices.Contains(familyOf(v.Agent).askingModes(), v.Mode):
+	case v.asks:
 		return "it asks"
 	}
 	return "the router does not know what it approves"
@@ -220,8 +179,8 @@ func (f *agentFamily) askingModes() []string {
 	return f.asking
 }
 
-func kindsText(ks []Kind) string {
-	if len(ks) == len(allKinds) {
+func kindsText(ks []extract.Kind) string {
+	if len(ks) == len(extract.AllKinds) {
 		return "every tool call"
 	}
 	return joinKinds(ks)
@@ -232,8 +191,8 @@ func kindsText(ks []Kind) string {
 // then, for an agent the table does not know (or knows no asking mode
 // of), the modes allow_modes lists for it, if it lists any.
 func (p *Policy) Mode(a AgentID, mode string) ModeVerdict {
-	fam := familyOf(a)
-	v := ModeVerdict{Agent: a, Mode: mode}
+	fam := p.familyOf(a)
+	v := ModeVerdict{Agent: a, Mode: mode, asks: slices.Contains(fam.askingModes(), mode)}
 	if fam != nil {
 		v.Family = fam.id
 	}
@@ -277,7 +236,7 @@ func (p *Policy) ModeDenied(a AgentID, mode string) bool { return p.Mode(a, mode
 // MayDenyModes: some mode of agent a may be denied (false: every mode is
 // allowed, and a filter of modes can be skipped).
 func (p *Policy) MayDenyModes(a AgentID) bool {
-	fam := familyOf(a)
+	fam := p.familyOf(a)
 	if len(p.denyModes) > 0 || fam != nil && len(fam.self) > 0 {
 		return true
 	}
@@ -289,7 +248,7 @@ func (p *Policy) MayDenyModes(a AgentID) bool {
 // table knows to ask, else the first the policy allows; "" when it allows
 // none.
 func (p *Policy) ModeTarget(a AgentID, modes []string) string {
-	asking := familyOf(a).askingModes()
+	asking := p.familyOf(a).askingModes()
 	first := ""
 	for _, m := range modes {
 		if p.ModeDenied(a, m) {
@@ -333,7 +292,7 @@ type AgentStatus struct {
 
 // Agent says whether the router can keep agent a asking.
 func (p *Policy) Agent(a AgentID) AgentStatus {
-	fam := familyOf(a)
+	fam := p.familyOf(a)
 	st := AgentStatus{Agent: a}
 	if fam != nil {
 		st.Family = fam.id
@@ -375,13 +334,13 @@ func (p *Policy) UnknownAgents() *SettingRef { return p.unknown }
 func (p *Policy) Warnings(agents ...AgentID) []string {
 	out := slices.Clone(p.warnings)
 	for _, m := range p.allowModes {
-		if f := familyNamed(m.Agent); f != nil && f.id == m.Agent && f.knowsAsking() && f.selfMode(m.Mode) == nil {
+		if f := p.familyNamed(m.Agent); f != nil && f.id == m.Agent && f.knowsAsking() && f.selfMode(m.Mode) == nil {
 			out = append(out, fmt.Sprintf("%s: allow_modes %q has no effect: the built-in table does not list %q as a mode of %s that approves by itself",
 				m.Pos, m.String(), m.Mode, f.id))
 		}
 	}
 	if len(agents) == 0 {
-		for _, f := range families {
+		for _, f := range p.families {
 			agents = append(agents, AgentID{Name: f.id})
 		}
 	}
@@ -393,7 +352,7 @@ func (p *Policy) Warnings(agents ...AgentID) []string {
 			}
 			out = append(out, w)
 		}
-		fam := familyOf(a)
+		fam := p.familyOf(a)
 		if fam == nil {
 			continue
 		}
@@ -402,9 +361,9 @@ func (p *Policy) Warnings(agents ...AgentID) []string {
 			if v.Denied {
 				continue
 			}
-			var kinds kindSet
+			var kinds extract.KindSet
 			for _, k := range sm.kinds {
-				kinds |= kindBit(k)
+				kinds |= extract.KindBit(k)
 			}
 			var ids []string
 			for _, r := range p.rules {
@@ -428,17 +387,17 @@ func (p *Policy) Warnings(agents ...AgentID) []string {
 }
 
 // ruleKinds returns the kinds of the items a cond can match.
-func ruleKinds(c *Cond) kindSet {
+func ruleKinds(c *Cond) extract.KindSet {
 	if c.kinds != 0 {
 		return c.kinds
 	}
 	switch t, _ := c.itemType(); t {
-	case ItemCommand:
-		return kindBit(KindExecute)
-	case ItemDomain:
-		return kindBit(KindFetch)
+	case extract.ItemCommand:
+		return extract.KindBit(extract.KindExecute)
+	case extract.ItemDomain:
+		return extract.KindBit(extract.KindFetch)
 	}
-	return ^kindSet(0)
+	return ^extract.KindSet(0)
 }
 
 // ExplainModes writes what `check` and `policy explain` print about agent
@@ -447,7 +406,7 @@ func ruleKinds(c *Cond) kindSet {
 // verdict and why, and what to do when the router cannot keep it asking.
 func (p *Policy) ExplainModes(a AgentID, extra ...string) string {
 	var b strings.Builder
-	fam := familyOf(a)
+	fam := p.familyOf(a)
 	who := fmt.Sprintf("agent %q", a.Name)
 	switch {
 	case fam == nil && a.Info != "":
@@ -456,7 +415,7 @@ func (p *Policy) ExplainModes(a AgentID, extra ...string) string {
 		fmt.Fprintf(&b, "%s: not in the built-in table of modes\n", who)
 	default:
 		from := "its name"
-		if familyNamed(a.Info) == fam {
+		if p.familyNamed(a.Info) == fam {
 			from = "agentInfo " + a.Info
 		}
 		asks := "no mode that asks under its default permissions"

@@ -3,14 +3,14 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"path"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/bmatcuk/doublestar/v4"
-	"golang.org/x/net/idna"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // textPattern is a glob over a whole string (agent, mode, program, title,
@@ -261,37 +261,24 @@ const (
 )
 
 // bases returns the directories the pattern is relative to.
-func (pp *pathPattern) bases(v *vars) []string {
+func (pp *pathPattern) bases(v *extract.Vars) []string {
 	switch pp.anchor {
 	case anchorCwd:
-		return v.cwd
+		return v.Cwd
 	case anchorRoots:
-		return v.roots
+		return v.Roots
 	case anchorHome:
-		return v.home
+		return v.Home
 	}
 	return rootBase
 }
 
 var rootBase = []string{"/"}
 
-// below returns p relative to base ("" for base itself).
-func below(base, p string) (string, bool) {
-	switch {
-	case p == base:
-		return "", true
-	case base == "/":
-		return p[1:], true
-	case len(p) > len(base) && p[len(base)] == '/' && p[:len(base)] == base:
-		return p[len(base)+1:], true
-	}
-	return "", false
-}
-
 // match reports whether the absolute, cleaned path p matches.
-func (pp *pathPattern) match(p string, v *vars) bool {
+func (pp *pathPattern) match(p string, v *extract.Vars) bool {
 	for _, base := range pp.bases(v) {
-		rel, ok := below(base, p)
+		rel, ok := extract.Below(base, p)
 		if ok && pp.matchRel(rel) {
 			return true
 		}
@@ -347,14 +334,14 @@ const probe = "\x00probe"
 
 // covers reports whether the pattern matches the directory p and
 // everything below it.
-func (pp *pathPattern) covers(p string, v *vars) bool {
+func (pp *pathPattern) covers(p string, v *extract.Vars) bool {
 	return pp.match(p, v) && pp.match(path.Join(p, probe, probe), v)
 }
 
 // mayMatchBelow reports whether the pattern can match p or some path below
 // p (a recursive read of p would touch it). With skipHidden, only paths
 // whose names below p do not start with a dot count.
-func (pp *pathPattern) mayMatchBelow(p string, v *vars, skipHidden bool) bool {
+func (pp *pathPattern) mayMatchBelow(p string, v *extract.Vars, skipHidden bool) bool {
 	if pp.match(p, v) {
 		return true
 	}
@@ -367,7 +354,7 @@ func (pp *pathPattern) mayMatchBelow(p string, v *vars, skipHidden bool) bool {
 		patSegs = []string{"**"}
 	}
 	for _, base := range pp.bases(v) {
-		if rel, ok := below(base, p); ok {
+		if rel, ok := extract.Below(base, p); ok {
 			var dir []string
 			if rel != "" {
 				dir = strings.Split(rel, "/")
@@ -375,7 +362,7 @@ func (pp *pathPattern) mayMatchBelow(p string, v *vars, skipHidden bool) bool {
 			if prefixMatch(patSegs, dir, skipHidden) {
 				return true
 			}
-		} else if rest, ok := below(p, base); ok {
+		} else if rest, ok := extract.Below(p, base); ok {
 			// The pattern's base is itself below p.
 			if !skipHidden || !hasHiddenSegment(rest) {
 				return true
@@ -428,15 +415,6 @@ func prefixMatch(pat, dir []string, skipHidden bool) bool {
 		return ok && rec(i+1, j+1)
 	}
 	return rec(0, 0)
-}
-
-// vars are the values of the path variables for one request, each
-// directory cleaned and also symlink-resolved (a project reached through a
-// symlink is the same project).
-type vars struct {
-	cwd   []string
-	roots []string
-	home  []string
 }
 
 // tokKind is the kind of a command pattern token.
@@ -495,7 +473,7 @@ func compileCommand(s string) (commandPattern, error) {
 		return commandPattern{}, errors.New("empty command pattern")
 	}
 	fixed := func(i int) bool { return !strings.ContainsAny(words[i], `*?[{\`) }
-	words = canonArgs(words, fixed)
+	words = extract.CanonArgs(words, fixed)
 	cp := commandPattern{src: s, literal: true}
 	for i, w := range words {
 		if !fixed(i) {
@@ -530,18 +508,18 @@ func compileCommand(s string) (commandPattern, error) {
 // without the options before its subcommands (a pattern naming git's push
 // matches git --no-pager push and git -C dir push: those options' own
 // evidence is extracted all the same).
-func (cp *commandPattern) match(it *Item, v *vars, strict bool) bool {
-	return cp.matchArgv(it.canon, it, v, strict) || it.subCanon != nil && cp.matchArgv(it.subCanon, it, v, strict)
+func (cp *commandPattern) match(it *extract.Item, v *extract.Vars, strict bool) bool {
+	return cp.matchArgv(it.Canon(), it, v, strict) || it.SubCanon() != nil && cp.matchArgv(it.SubCanon(), it, v, strict)
 }
 
 // matchWritten reports whether the pattern matches the command item's
 // argv as given: only then does it name every word (a literal pattern
 // vouches for the arguments it names, not for options it leaves out).
-func (cp *commandPattern) matchWritten(it *Item, v *vars) bool {
-	return cp.matchArgv(it.canon, it, v, true)
+func (cp *commandPattern) matchWritten(it *extract.Item, v *extract.Vars) bool {
+	return cp.matchArgv(it.Canon(), it, v, true)
 }
 
-func (cp *commandPattern) matchArgv(argv []string, it *Item, v *vars, strict bool) bool {
+func (cp *commandPattern) matchArgv(argv []string, it *extract.Item, v *extract.Vars, strict bool) bool {
 	n, m := len(cp.toks), len(argv)
 	// dp[j]: toks[i:] matches argv[j:], computed for i from n down to 0.
 	var buf [32]bool
@@ -570,7 +548,7 @@ func (cp *commandPattern) matchArgv(argv []string, it *Item, v *vars, strict boo
 	return next[0]
 }
 
-func tokenMatch(t *cmdToken, arg string, first bool, it *Item, v *vars, strict bool) bool {
+func tokenMatch(t *cmdToken, arg string, first bool, it *extract.Item, v *extract.Vars, strict bool) bool {
 	if t.kind == tokOne {
 		return !first || it.Program != "" || !strict
 	}
@@ -590,7 +568,7 @@ func tokenMatch(t *cmdToken, arg string, first bool, it *Item, v *vars, strict b
 // or ask. A pattern without a / matches the basename, so /tmp/git and
 // \git are git; for an allow the program must also be written without a
 // path, so that allowing "git" never allows some other file named git.
-func matchProgram(t *cmdToken, it *Item, v *vars, strict bool) bool {
+func matchProgram(t *cmdToken, it *extract.Item, v *extract.Vars, strict bool) bool {
 	if it.Program == "" {
 		return false // unknown program
 	}
@@ -605,93 +583,6 @@ func matchProgram(t *cmdToken, it *Item, v *vars, strict bool) bool {
 		return false
 	}
 	return p.match(it.Program)
-}
-
-// canonArgs returns args with each run of flags normalised: short clusters
-// split (-rf → -r -f) and the run sorted. fixed(i) reports whether args[i]
-// may be moved (patterns keep glob tokens in place). args[0] (the program)
-// and everything after "--" are kept as they are.
-func canonArgs(args []string, fixed func(int) bool) []string {
-	out := make([]string, 0, len(args)+2)
-	runStart := -1
-	flush := func() {
-		if runStart >= 0 {
-			slices.Sort(out[runStart:])
-			runStart = -1
-		}
-	}
-	for i, a := range args {
-		if i == 0 || a == "--" {
-			flush()
-			out = append(out, a)
-			if a == "--" && i > 0 {
-				out = append(out, args[i+1:]...)
-				return out
-			}
-			continue
-		}
-		if !isFlag(a) || (fixed != nil && !fixed(i)) {
-			flush()
-			out = append(out, a)
-			continue
-		}
-		if runStart < 0 {
-			runStart = len(out)
-		}
-		if isShortCluster(a) {
-			for _, c := range a[1:] {
-				out = append(out, "-"+string(c))
-			}
-		} else {
-			out = append(out, a)
-		}
-	}
-	flush()
-	return out
-}
-
-func isFlag(a string) bool { return len(a) > 1 && a[0] == '-' && a != "--" }
-
-// isShortCluster reports whether a is -abc: two or more letters.
-func isShortCluster(a string) bool {
-	if len(a) < 3 || a[0] != '-' || a[1] == '-' {
-		return false
-	}
-	for i := 1; i < len(a); i++ {
-		c := a[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-			return false
-		}
-	}
-	return true
-}
-
-// flagsOf returns the flags of an argv (after argv[0], up to "--"): short
-// clusters split into their letters (-rf → -r -f; -n5 → -n), long flags
-// without their =value.
-func flagsOf(args []string) []string {
-	var flags []string
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if !isFlag(a) {
-			continue
-		}
-		if a[1] == '-' {
-			name, _, _ := strings.Cut(a, "=")
-			flags = append(flags, name)
-			continue
-		}
-		for i := 1; i < len(a); i++ {
-			c := a[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i == 1) {
-				break
-			}
-			flags = append(flags, "-"+string(c))
-		}
-	}
-	return flags
 }
 
 // flagMatch reports whether the evidence flag f is the rule flag want. In
@@ -723,7 +614,7 @@ func compileDomain(s string) (domainPattern, error) {
 	if strings.ContainsAny(host, "*?[]{}/:@ ") {
 		return dp, fmt.Errorf("invalid domain %q: write a host name, *.host or *", s)
 	}
-	norm, ok := normDomain(host)
+	norm, ok := extract.NormDomain(host)
 	if !ok || norm == "" {
 		return dp, fmt.Errorf("invalid domain %q", s)
 	}
@@ -743,33 +634,4 @@ func (dp *domainPattern) match(d string) bool {
 		return d == dp.exact
 	}
 	return len(d) > len(dp.suffix) && strings.HasSuffix(d, dp.suffix)
-}
-
-var idnaProfile = idna.New(idna.MapForLookup(), idna.StrictDomainName(false), idna.Transitional(false))
-
-// normDomain returns the IDNA (UTS #46, non-transitional) ASCII form of a
-// host in lower case, and whether it is a valid host name or IP address.
-// An invalid one comes back lower-cased as written.
-func normDomain(h string) (string, bool) {
-	h = strings.TrimSuffix(h, ".")
-	if addr, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
-		return addr.String(), true
-	}
-	a, err := idnaProfile.ToASCII(h)
-	if err != nil || a == "" {
-		return strings.ToLower(h), false
-	}
-	a = strings.ToLower(a)
-	for label := range strings.SplitSeq(a, ".") {
-		if label == "" {
-			return a, false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return a, false
-			}
-		}
-	}
-	return a, true
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -42,10 +43,10 @@ func mustCompile(t *testing.T, layers ...*Layer) *Policy {
 	return p
 }
 
-func terminal(cmd string) *Request {
+func terminal(cmd string) *extract.Request {
 	params, _ := json.Marshal(map[string]any{"sessionId": "s", "command": cmd})
-	return &Request{Method: acp.MethodTerminalCreate, Params: params,
-		Session: Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
+	return &extract.Request{Method: acp.MethodTerminalCreate, Params: params,
+		Session: extract.Session{Agent: "claude", Cwd: TestCwd, Home: TestHome}}
 }
 
 // TestExtract pins the evidence of representative command lines: the
@@ -70,7 +71,7 @@ func TestExtract(t *testing.T) {
 		{`X=1`, []string{"tool (tool call) [execute]"}},
 		{`cat <<< "a b" >> log`, []string{"path /home/user/project/log [edit]", "command cat [execute]"}},
 	} {
-		ev := Extract(terminal(tc.line))
+		ev := extract.Extract(terminal(tc.line))
 		var got []string
 		for _, it := range ev.Items {
 			s := it.Type.String() + " " + it.String() + " " + "[" + joinKinds(it.Kinds) + "]"
@@ -87,7 +88,7 @@ func TestExtract(t *testing.T) {
 		}
 	}
 	// The env names of a command are kept as evidence.
-	ev := Extract(terminal("FOO=1 env BAR=2 go test"))
+	ev := extract.Extract(terminal("FOO=1 env BAR=2 go test"))
 	last := ev.Items[len(ev.Items)-1]
 	if !slices.Equal(last.Env, []string{"FOO", "BAR"}) || last.Program != "go" {
 		t.Errorf("payload %+v: want env FOO, BAR and program go", last)
@@ -147,7 +148,7 @@ func TestLayers(t *testing.T) {
 	if p.Hash() == mustCompile(t, a).Hash() {
 		t.Error("hash ignores the user layer")
 	}
-	if kinds := SelfApproving(AgentID{Name: "my-claude"}, "acceptEdits"); !slices.Contains(kinds, KindEdit) || SelfApproving(AgentID{Name: "codex"}, "acceptEdits") != nil {
+	if kinds := SelfApproving(AgentID{Name: "my-claude"}, "acceptEdits"); !slices.Contains(kinds, extract.KindEdit) || SelfApproving(AgentID{Name: "codex"}, "acceptEdits") != nil {
 		t.Errorf("SelfApproving table: %v (a mode of one family is not one of another's)", kinds)
 	}
 }
@@ -445,20 +446,20 @@ func TestConcurrentDecide(t *testing.T) {
 // TestCovers: an approved tool call covers the direct calls that carry it
 // out, and nothing more.
 func TestCovers(t *testing.T) {
-	perm := func(kind, raw string) *Evidence {
+	perm := func(kind, raw string) *extract.Evidence {
 		params := `{"sessionId":"s","options":[],"toolCall":{"toolCallId":"t","kind":"` + kind + `","rawInput":` + raw + `}}`
-		return Extract(&Request{Method: acp.MethodRequestPermission, Params: json.RawMessage(params),
-			Session: Session{Cwd: TestCwd, Home: TestHome}})
+		return extract.Extract(&extract.Request{Method: acp.MethodRequestPermission, Params: json.RawMessage(params),
+			Session: extract.Session{Cwd: TestCwd, Home: TestHome}})
 	}
-	direct := func(method, params string) *Evidence {
-		return Extract(&Request{Method: method, Params: json.RawMessage(params), Session: Session{Cwd: TestCwd, Home: TestHome}})
+	direct := func(method, params string) *extract.Evidence {
+		return extract.Extract(&extract.Request{Method: method, Params: json.RawMessage(params), Session: extract.Session{Cwd: TestCwd, Home: TestHome}})
 	}
 	write := perm("edit", `{"file_path":"`+TestCwd+`/a.go","content":"x"}`)
 	run := perm("execute", `{"command":"go test ./... > out.txt"}`)
 	for _, tc := range []struct {
 		name     string
-		approved *Evidence
-		call     *Evidence
+		approved *extract.Evidence
+		call     *extract.Evidence
 		want     bool
 	}{
 		{"the approved write", write, direct(acp.MethodWriteTextFile, `{"path":"`+TestCwd+`/./a.go","content":"x"}`), true},

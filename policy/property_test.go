@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Pools the generators draw from: small enough that rules and requests
@@ -118,9 +120,9 @@ func compileGen(t *testing.T, dflt string, rules []string) *Policy {
 }
 
 // genRequests builds every call of genCalls in a few session contexts.
-func genRequests(t *testing.T) []*Request {
+func genRequests(t *testing.T) []*extract.Request {
 	t.Helper()
-	var reqs []*Request
+	var reqs []*extract.Request
 	for _, ctx := range []TestCase{
 		{},
 		{Agent: "claude", Mode: "acceptEdits"},
@@ -242,7 +244,7 @@ func TestPropertyShadowed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := c.Request((&TestCase{}).Session(""), NewMapFS([]string{TestCwd + "/src/"}, nil))
+		req, err := c.Request((&TestCase{}).Session(""), extract.NewMapFS([]string{TestCwd + "/src/"}, nil))
 		if err != nil {
 			t.Fatal(err)
 		}

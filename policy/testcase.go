@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 	"github.com/bmatcuk/doublestar/v4"
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -115,11 +117,11 @@ func ParseCall(s string) (*TestCall, error) {
 		if err != nil {
 			return nil, err
 		}
-		if len(words) == 0 || kindBit(Kind(words[0])) == 0 {
-			return nil, fmt.Errorf("%s needs a tool kind first (%s)", method, joinKinds(allKinds))
+		if len(words) == 0 || extract.KindBit(extract.Kind(words[0])) == 0 {
+			return nil, fmt.Errorf("%s needs a tool kind first (%s)", method, joinKinds(extract.AllKinds))
 		}
 		for _, w := range words[1:] {
-			if k, _, ok := strings.Cut(w, "="); ok && !slices.Contains([]string{"title", "command", "path", "url", "cwd"}, k) && isAssignment(w) {
+			if k, _, ok := strings.Cut(w, "="); ok && !slices.Contains([]string{"title", "command", "path", "url", "cwd"}, k) && extract.IsAssignment(w) {
 				return nil, fmt.Errorf("unknown key %q (title, command, path, url, cwd)", k)
 			}
 		}
@@ -165,10 +167,10 @@ func shellWords(s string) ([]string, error) {
 	}
 	var out []string
 	for _, w := range call.Args {
-		if s, ok := plainText(w); ok {
+		if s, ok := extract.PlainText(w); ok {
 			out = append(out, s)
 		} else {
-			out = append(out, wordSource(w))
+			out = append(out, extract.WordSource(w))
 		}
 	}
 	return out, nil
@@ -176,11 +178,11 @@ func shellWords(s string) ([]string, error) {
 
 // Session returns the session context of a test: its agent, mode, cwd
 // (TestCwd by default) and roots, and home (TestHome when "").
-func (t *TestCase) Session(home string) Session {
+func (t *TestCase) Session(home string) extract.Session {
 	if home == "" {
 		home = TestHome
 	}
-	sess := Session{Agent: t.Agent, Mode: t.Mode, Cwd: t.Cwd, Roots: t.Roots, Home: home}
+	sess := extract.Session{Agent: t.Agent, Mode: t.Mode, Cwd: t.Cwd, Roots: t.Roots, Home: home}
 	if sess.Cwd == "" {
 		sess.Cwd = TestCwd
 	}
@@ -188,13 +190,13 @@ func (t *TestCase) Session(home string) Session {
 }
 
 // FS returns the test's filesystem: its files and symlinks.
-func (t *TestCase) FS() *MapFS { return NewMapFS(t.Files, t.Symlinks) }
+func (t *TestCase) FS() *extract.MapFS { return extract.NewMapFS(t.Files, t.Symlinks) }
 
 // Request builds the request the call stands for in the session
 // (${cwd}, ${roots} and ${home} are the session's), resolved through fs.
-func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
+func (c *TestCall) Request(sess extract.Session, fs extract.FS) (*extract.Request, error) {
 	home := sess.Home
-	req := &Request{Method: c.Method, Session: sess, FS: fs}
+	req := &extract.Request{Method: c.Method, Session: sess, FS: fs}
 	vars := strings.NewReplacer("${cwd}", sess.Cwd, "${roots}", sess.Cwd, "${home}", home)
 	if c.Text == "" {
 		req.Params = json.RawMessage(vars.Replace(string(c.Params)))
@@ -229,94 +231,15 @@ func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
 	case acp.MethodTerminalCreate:
 		params = map[string]any{"sessionId": "test", "command": rest}
 	case acp.MethodMcpMessage:
-		words, err := mcpCallWords(rest)
-		if err != nil {
+		var err error
+		if params, err = mcpParams(rest, req); err != nil {
 			return nil, err
 		}
-		req.McpServer = words[0]
-		inner := map[string]any{"name": words[1]}
-		method := acp.McpToolsCall
-		if words[1] == acp.McpResourcesRead {
-			method, inner = acp.McpResourcesRead, map[string]any{"uri": words[2]}
-		} else if len(words) == 3 {
-			var args map[string]any
-			if json.Unmarshal([]byte(words[2]), &args) != nil {
-				return nil, fmt.Errorf("%s: the tool's arguments %q are not a JSON object", acp.MethodMcpMessage, words[2])
-			}
-			inner["arguments"] = args
-		}
-		params = map[string]any{"serverId": words[0], "requestId": 1, "method": method, "params": inner}
 	case acp.MethodRequestPermission:
-		words, err := shellWords(rest)
-		if err != nil {
+		var err error
+		if params, err = permissionParams(rest, abs); err != nil {
 			return nil, err
 		}
-		kind := words[0]
-		var title, command, url, cwd string
-		var paths []string
-		var bare []string
-		for _, w := range words[1:] {
-			k, v, ok := strings.Cut(w, "=")
-			switch {
-			case ok && k == "title":
-				title = v
-			case ok && k == "command":
-				command = v
-			case ok && k == "path":
-				paths = append(paths, abs(v))
-			case ok && k == "url":
-				url = v
-			case ok && k == "cwd":
-				cwd = abs(v)
-			default:
-				bare = append(bare, w)
-			}
-		}
-		switch Kind(kind) {
-		case KindExecute:
-			if len(bare) > 0 {
-				command = strings.Join(bare, " ")
-			}
-			title = cmpOr(title, command)
-		case KindFetch:
-			if len(bare) > 0 {
-				url = bare[0]
-			}
-			title = cmpOr(title, "fetch "+url)
-		case KindRead, KindEdit, KindDelete, KindMove, KindSearch:
-			for _, b := range bare {
-				paths = append(paths, abs(b))
-			}
-			if len(paths) > 0 {
-				title = cmpOr(title, kind+" "+paths[0])
-			}
-		default:
-			title = cmpOr(title, strings.Join(bare, " "))
-		}
-		raw := map[string]any{}
-		if command != "" {
-			raw["command"] = command
-		}
-		if url != "" {
-			raw["url"] = url
-		}
-		if cwd != "" {
-			raw["cwd"] = cwd
-		}
-		var locs []map[string]any
-		for _, p := range paths {
-			locs = append(locs, map[string]any{"path": p})
-		}
-		tc := map[string]any{"toolCallId": "test", "kind": kind, "rawInput": raw}
-		if title != "" {
-			tc["title"] = title
-		}
-		if locs != nil {
-			tc["locations"] = locs
-		}
-		params = map[string]any{"sessionId": "test", "toolCall": tc, "options": []map[string]any{
-			{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-			{"optionId": "reject", "name": "Reject", "kind": "reject_once"}}}
 	}
 	b, err := json.Marshal(params)
 	if err != nil {
@@ -326,11 +249,102 @@ func (c *TestCall) Request(sess Session, fs FS) (*Request, error) {
 	return req, nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+// mcpParams builds the params of an mcp/message call: SERVER TOOL [JSON]
+// or SERVER resources/read URI; req gets the server's name.
+func mcpParams(rest string, req *extract.Request) (any, error) {
+	words, err := mcpCallWords(rest)
+	if err != nil {
+		return nil, err
 	}
-	return b
+	req.McpServer = words[0]
+	inner := map[string]any{"name": words[1]}
+	method := acp.McpToolsCall
+	if words[1] == acp.McpResourcesRead {
+		method, inner = acp.McpResourcesRead, map[string]any{"uri": words[2]}
+	} else if len(words) == 3 {
+		var args map[string]any
+		if json.Unmarshal([]byte(words[2]), &args) != nil {
+			return nil, fmt.Errorf("%s: the tool's arguments %q are not a JSON object", acp.MethodMcpMessage, words[2])
+		}
+		inner["arguments"] = args
+	}
+	return map[string]any{"serverId": words[0], "requestId": 1, "method": method, "params": inner}, nil
+}
+
+// permissionParams builds the params of a session/request_permission call:
+// KIND [title=T] [command=C] [path=P]... [url=U] [cwd=D] [WORD]...; abs
+// makes a path absolute in the session.
+func permissionParams(rest string, abs func(string) string) (any, error) {
+	words, err := shellWords(rest)
+	if err != nil {
+		return nil, err
+	}
+	kind := words[0]
+	var title, command, url, cwd string
+	var paths []string
+	var bare []string
+	for _, w := range words[1:] {
+		k, v, ok := strings.Cut(w, "=")
+		switch {
+		case ok && k == "title":
+			title = v
+		case ok && k == "command":
+			command = v
+		case ok && k == "path":
+			paths = append(paths, abs(v))
+		case ok && k == "url":
+			url = v
+		case ok && k == "cwd":
+			cwd = abs(v)
+		default:
+			bare = append(bare, w)
+		}
+	}
+	switch extract.Kind(kind) {
+	case extract.KindExecute:
+		if len(bare) > 0 {
+			command = strings.Join(bare, " ")
+		}
+		title = cmp.Or(title, command)
+	case extract.KindFetch:
+		if len(bare) > 0 {
+			url = bare[0]
+		}
+		title = cmp.Or(title, "fetch "+url)
+	case extract.KindRead, extract.KindEdit, extract.KindDelete, extract.KindMove, extract.KindSearch:
+		for _, b := range bare {
+			paths = append(paths, abs(b))
+		}
+		if len(paths) > 0 {
+			title = cmp.Or(title, kind+" "+paths[0])
+		}
+	default:
+		title = cmp.Or(title, strings.Join(bare, " "))
+	}
+	raw := map[string]any{}
+	if command != "" {
+		raw["command"] = command
+	}
+	if url != "" {
+		raw["url"] = url
+	}
+	if cwd != "" {
+		raw["cwd"] = cwd
+	}
+	var locs []map[string]any
+	for _, p := range paths {
+		locs = append(locs, map[string]any{"path": p})
+	}
+	tc := map[string]any{"toolCallId": "test", "kind": kind, "rawInput": raw}
+	if title != "" {
+		tc["title"] = title
+	}
+	if locs != nil {
+		tc["locations"] = locs
+	}
+	return map[string]any{"sessionId": "test", "toolCall": tc, "options": []map[string]any{
+		{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+		{"optionId": "reject", "name": "Reject", "kind": "reject_once"}}}, nil
 }
 
 // jsonValue converts a YAML-decoded value into JSON.
@@ -753,7 +767,7 @@ func commandSubsumes(s, r []cmdToken, strict bool) bool {
 		return false // as for program: strict git is never /usr/bin/git
 	}
 	if s[0].p.src != r[0].p.src && !(r[0].p.exact && s[0].p.match(r[0].p.lit)) {
-		if !(r[0].slash && !s[0].slash && r[0].p.exact && s[0].p.match(programName(r[0].p.lit))) {
+		if !(r[0].slash && !s[0].slash && r[0].p.exact && s[0].p.match(extract.ProgramName(r[0].p.lit))) {
 			return false
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 const walkPolicy = `
@@ -16,7 +18,7 @@ rules:
   - {id: tools, decision: allow, when: {program: [grep, rg]}}
 `
 
-func walkTerminal(cmd string, fs FS) *Request {
+func walkTerminal(cmd string, fs extract.FS) *extract.Request {
 	r := terminal(cmd)
 	r.FS = fs
 	return r
@@ -26,7 +28,7 @@ func walkTerminal(cmd string, fs FS) *Request {
 func pathFinding(t *testing.T, d *Decision) *Finding {
 	t.Helper()
 	for i := range d.Findings {
-		if d.Findings[i].Item.Type == ItemPath {
+		if d.Findings[i].Item.Type == extract.ItemPath {
 			return &d.Findings[i]
 		}
 	}
@@ -35,7 +37,7 @@ func pathFinding(t *testing.T, d *Decision) *Finding {
 }
 
 func TestMapFSWalk(t *testing.T) {
-	m := NewMapFS([]string{"/p/b/x.go", "/p/a.go", "/p/.h/y", "/p/.e", "/p/b/c/", "/q/z"},
+	m := extract.NewMapFS([]string{"/p/b/x.go", "/p/a.go", "/p/.h/y", "/p/.e", "/p/b/c/", "/q/z"},
 		map[string]string{"/p/l": "/q", "/p/b/k": "../a.go", "/p/loop": "/p/loop2", "/p/loop2": "/p/loop"})
 	got := func(skip bool) string {
 		r := m.Walk("/p", skip)
@@ -73,7 +75,7 @@ func TestMapFSWalk(t *testing.T) {
 // really below it, and says which file.
 func TestWalkDecides(t *testing.T) {
 	p := mustCompile(t, mustParse(t, "p.yaml", walkPolicy))
-	clean := NewMapFS([]string{TestCwd + "/src/main.go", TestCwd + "/src/util/u.go"}, nil)
+	clean := extract.NewMapFS([]string{TestCwd + "/src/main.go", TestCwd + "/src/util/u.go"}, nil)
 	d := p.Decide(walkTerminal("grep -rn TODO src", clean))
 	if d.Effect != Allow {
 		t.Fatalf("clean project: %s\n%s", d.Effect, Explain(&d))
@@ -85,7 +87,7 @@ func TestWalkDecides(t *testing.T) {
 		t.Errorf("explain lacks the walk:\n%s", text)
 	}
 
-	dirty := NewMapFS([]string{TestCwd + "/src/main.go", TestCwd + "/src/certs/server.pem"}, nil)
+	dirty := extract.NewMapFS([]string{TestCwd + "/src/main.go", TestCwd + "/src/certs/server.pem"}, nil)
 	d = p.Decide(walkTerminal("grep -rn TODO src", dirty))
 	if d.Effect != Ask || d.Rule != "no-pem" {
 		t.Fatalf("a certificate below: %s by %s\n%s", d.Effect, d.Rule, Explain(&d))
@@ -101,7 +103,7 @@ func TestWalkDecides(t *testing.T) {
 	// A symlink below to a denied file: by its target, for a program
 	// that opens it (grep -R); grep -r opens none below its operands
 	// (issue 27).
-	linked := NewMapFS([]string{TestCwd + "/src/main.go", TestHome + "/.ssh/id_rsa"},
+	linked := extract.NewMapFS([]string{TestCwd + "/src/main.go", TestHome + "/.ssh/id_rsa"},
 		map[string]string{TestCwd + "/docs/key": TestHome + "/.ssh/id_rsa"})
 	if d = p.Decide(walkTerminal("grep -r x .", linked)); d.Effect != Allow {
 		t.Errorf("a symlink grep -r does not open: %s by %s\n%s", d.Effect, d.Rule, Explain(&d))
@@ -119,14 +121,14 @@ func TestWalkDecides(t *testing.T) {
 	if d.Effect != Ask || d.Rule != "no-pem" {
 		t.Errorf("no walker: %s by %s\n%s", d.Effect, d.Rule, Explain(&d))
 	}
-	d = p.Evaluate(Extract(walkTerminal("grep -rn TODO src", clean)))
+	d = p.Evaluate(extract.Extract(walkTerminal("grep -rn TODO src", clean)))
 	if d.Effect != Ask || d.Rule != "no-pem" {
 		t.Errorf("Evaluate, no FS: %s by %s", d.Effect, d.Rule)
 	}
 }
 
 // onlyFS hides the Walker of an FS.
-type onlyFS struct{ fs FS }
+type onlyFS struct{ fs extract.FS }
 
 func (o onlyFS) Resolve(p string) (string, error) { return o.fs.Resolve(p) }
 func (o onlyFS) Stat(p string) (bool, bool)       { return o.fs.Stat(p) }
@@ -136,11 +138,11 @@ func (o onlyFS) Glob(p string) ([]string, error)  { return o.fs.Glob(p) }
 // asks, saying so; the decision stays fast.
 func TestWalkBound(t *testing.T) {
 	p := mustCompile(t, mustParse(t, "p.yaml", walkPolicy))
-	files := make([]string, 0, MaxWalkEntries+10)
-	for i := range MaxWalkEntries + 10 {
+	files := make([]string, 0, extract.MaxWalkEntries+10)
+	for i := range extract.MaxWalkEntries + 10 {
 		files = append(files, fmt.Sprintf("%s/src/d%03d/f%d.go", TestCwd, i%100, i))
 	}
-	m := NewMapFS(files, nil)
+	m := extract.NewMapFS(files, nil)
 	start := time.Now()
 	d := p.Decide(walkTerminal("grep -rn TODO src", m))
 	el := time.Since(start)
@@ -148,13 +150,13 @@ func TestWalkBound(t *testing.T) {
 		t.Fatalf("past the bound: %s by %s", d.Effect, d.Rule)
 	}
 	f := pathFinding(t, &d)
-	if len(f.Matches) == 0 || !strings.Contains(f.Matches[0].Cut, fmt.Sprintf("more than %d entries", MaxWalkEntries)) {
+	if len(f.Matches) == 0 || !strings.Contains(f.Matches[0].Cut, fmt.Sprintf("more than %d entries", extract.MaxWalkEntries)) {
 		t.Errorf("matches %+v", f.Matches)
 	}
 	if text := Explain(&d); !strings.Contains(text, "the walk below this directory was cut short") {
 		t.Errorf("explain lacks the cut:\n%s", text)
 	}
-	t.Logf("decision over %d MapFS entries (walk + match): %v", MaxWalkEntries, el)
+	t.Logf("decision over %d MapFS entries (walk + match): %v", extract.MaxWalkEntries, el)
 
 	// Many recursive reads in one request: past maxWalks, ask.
 	var dirs []string
@@ -163,7 +165,7 @@ func TestWalkBound(t *testing.T) {
 		dirs = append(dirs, fmt.Sprintf("d%d", i))
 		fs = append(fs, fmt.Sprintf("%s/d%d/x.go", TestCwd, i))
 	}
-	d = p.Decide(walkTerminal("grep -r x "+strings.Join(dirs, " "), NewMapFS(fs, nil)))
+	d = p.Decide(walkTerminal("grep -r x "+strings.Join(dirs, " "), extract.NewMapFS(fs, nil)))
 	if d.Effect != Ask || !strings.Contains(Explain(&d), fmt.Sprintf("more than %d directories to walk", maxWalks)) {
 		t.Errorf("many walks: %s\n%s", d.Effect, Explain(&d))
 	}
@@ -174,13 +176,29 @@ func TestWalkBound(t *testing.T) {
 // match below it looks at every entry).
 func BenchmarkDecideWalk(b *testing.B) {
 	p := benchPolicy(b)
-	files := make([]string, 0, MaxWalkEntries)
-	for i := range MaxWalkEntries - 100 {
+	files := make([]string, 0, extract.MaxWalkEntries)
+	for i := range extract.MaxWalkEntries - 100 {
 		files = append(files, fmt.Sprintf("%s/src/d%03d/f%d.go", TestCwd, i%100, i))
 	}
-	req := walkTerminal("grep -rn TODO src", NewMapFS(files, nil))
+	req := walkTerminal("grep -rn TODO src", extract.NewMapFS(files, nil))
 	b.ReportAllocs()
 	for b.Loop() {
 		p.Decide(req)
+	}
+}
+
+// TestWalkExplained: explain says how a recursive read walks.
+func TestWalkExplained(t *testing.T) {
+	p := mustCompile(t, mustUser(t, "default: ask\nrules:\n  - {id: r, decision: allow, when: {paths: [\"${roots}/**\"]}}\n"))
+	fs := extract.NewMapFS([]string{TestCwd + "/a.go"}, nil)
+	for cmd, want := range map[string]string{
+		"rg x .":       "opens no symlink below it",
+		"go vet ./...": "opens a symlink below it only to a file named *.go",
+		"grep -R x .":  "(read; argument of grep; recursive)",
+	} {
+		d := p.Decide(walkTerminal(cmd, fs))
+		if text := Explain(&d); !strings.Contains(text, want) {
+			t.Errorf("%s: explain lacks %q:\n%s", cmd, want, text)
+		}
 	}
 }

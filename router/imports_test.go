@@ -16,8 +16,9 @@ import (
 func TestPackageRule(t *testing.T) {
 	const module = "github.com/acp-router/acp-router/"
 	forbidden := map[string]string{
-		module + "policy": "decisions are guard's: ask guard (guard/mcp.go)",
-		module + "audit":  "the audit log is guard's: Guard.Record",
+		module + "policy":         "decisions are guard's: ask guard (guard/mcp.go)",
+		module + "policy/extract": "reading a request is the policy's, for guard",
+		module + "audit":          "the audit log is guard's: Guard.Record",
 	}
 	files, err := filepath.Glob("*.go")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 const (
@@ -141,7 +142,7 @@ func policyExplain(g *globals, args []string) (int, error) {
 			id = a
 		}
 	}
-	sess := policy.Session{Agent: *agent, AgentInfo: id.Info, Mode: *mode, Cwd: *cwd, Home: home}
+	sess := extract.Session{Agent: *agent, AgentInfo: id.Info, Mode: *mode, Cwd: *cwd, Home: home}
 	if *child != "" {
 		// A subagent session is decided with its top-level session's
 		// context (router/subagent.go): what it announces never widens
@@ -235,7 +236,7 @@ func countCases(results []policy.TestResult) int {
 // ARGS...") in the given session context against the real filesystem, and
 // writes the explanation: the decision, every piece of evidence with its
 // decision and deciding rule, and the answer the agent would get.
-func explainCall(w io.Writer, pol *policy.Policy, call string, sess policy.Session, own *guard.OwnFiles) error {
+func explainCall(w io.Writer, pol *policy.Policy, call string, sess extract.Session, own *guard.OwnFiles) error {
 	if pol == nil {
 		fmt.Fprintln(w, "no permission policy: every request goes to the editor unchanged")
 		return nil

@@ -325,7 +325,7 @@ func TestConfigKeysDocumented(t *testing.T) {
 // list something else than the keys a user writes.
 var notConfig = map[string]bool{
 	"unsupportedKeys": true, // sections not yet supported: none today
-	"specKeys":        true, // policy/specs/*.yaml: the programs' specs, documented in policy/specs/README.md
+	"specKeys":        true, // policy/extract/specs/*.yaml: the programs' specs, documented in policy/extract/specs/README.md
 	"writeKeys":       true, // rawInput fields an agent sends
 	"moveKeys":        true,
 	"rawCwdKeys":      true,
