@@ -1,6 +1,10 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/acp-router/acp-router/policy/extract"
+)
 
 // The network half of the kernel's policy (issue 29): which hosts the
 // router's egress proxy refuses whatever the request, without asking.
@@ -88,7 +92,7 @@ func hostReason(r *Rule) string {
 		switch k {
 		case "domains", "agent":
 		case "kind":
-			if r.When.kinds&kindBit(KindFetch) == 0 {
+			if r.When.kinds&extract.KindBit(extract.KindFetch) == 0 {
 				return "it denies only " + r.When.kindNames() + ", not a connection"
 			}
 		default:
@@ -112,7 +116,7 @@ func mayCoverDomain(c *Cond) bool {
 	if c.paths != nil || c.commands != nil || c.programs != nil || c.flags != nil || c.env != nil {
 		return false
 	}
-	return c.kinds == 0 || c.kinds&kindBit(KindFetch) != 0
+	return c.kinds == 0 || c.kinds&extract.KindBit(extract.KindFetch) != 0
 }
 
 func anyDomain(ds []domainPattern) bool {
@@ -141,7 +145,7 @@ func (h *HostRule) AppliesTo(agent string) bool {
 // unless: exceptions of a deny rule. A host that is not a valid name
 // never matches an exception.
 func (h *HostRule) Matches(agent, host string) bool {
-	d, valid := normDomain(host)
+	d, valid := extract.NormDomain(host)
 	if !h.AppliesTo(agent) || !h.Any && !matchDomains(h.when.domains, d) {
 		return false
 	}
@@ -166,4 +170,4 @@ func matchDomains(ds []domainPattern, d string) bool {
 
 // NormHost is the form hosts are matched in (IDNA ASCII, lower case, an
 // IP address in its canonical form), and whether it is a valid host name.
-func NormHost(h string) (string, bool) { return normDomain(h) }
+func NormHost(h string) (string, bool) { return extract.NormDomain(h) }
