@@ -4,6 +4,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -158,4 +159,88 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSandboxOnTheWire (issue 29 req. 8, the draft ACP RFD "Sandbox
+// Capability and Policy"): an editor reads what the router enforces in
+// agentCapabilities.sandbox; the acp.sandbox option is listed with the
+// agent's own options, which still reach the agent; a client that
+// requires a sandbox the router holds gets it, one that requires more
+// (network isolation, or any sandbox when the router's is off) gets
+// sandbox_policy_unsatisfiable with the capability.
+func TestSandboxOnTheWire(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "agent.log")
+	own := json.RawMessage(`{"configOptions":[{"id":"mode","name":"Mode","category":"mode","type":"select","currentValue":"ask","options":[{"value":"ask","name":"Ask"},{"value":"yolo","name":"YOLO"}]}]}`)
+	cfg, _ := sandboxYAML(t, "enforce", fakeOpts{LogFile: logFile, SessionResult: own}, nil, filepath.Join(cwd, ".env"))
+	e := StartRouter(t, cfg, nil)
+	res := e.Initialize(t, capsAll)
+	var caps struct {
+		Sandbox *struct {
+			Mode       string
+			Guarantees map[string]any
+			Meta       map[string]map[string]string `json:"_meta"`
+		}
+	}
+	json.Unmarshal(jsonPath(res, "agentCapabilities"), &caps)
+	if caps.Sandbox == nil || caps.Sandbox.Mode != "custom" || fmt.Sprint(caps.Sandbox.Guarantees) != "map[fsIsolation:workspace netIsolation:none processCaps:true]" ||
+		caps.Sandbox.Meta["acp-router"]["mode"] != "enforce" {
+		t.Fatalf("agentCapabilities.sandbox: %s", jsonPath(res, "agentCapabilities", "sandbox"))
+	}
+
+	res = e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})
+	sid := jsonString(res, "sessionId")
+	var ids []string
+	var list []json.RawMessage
+	json.Unmarshal(jsonPath(res, "configOptions"), &list)
+	for _, o := range list {
+		ids = append(ids, jsonString(o, "id"))
+	}
+	if fmt.Sprint(ids) != "[agent mode acp.sandbox]" || jsonString(option(t, jsonPath(res, "configOptions"), "acp.sandbox"), "currentValue") != "any" {
+		t.Fatalf("options: %s", jsonPath(res, "configOptions"))
+	}
+	res = e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "acp.sandbox", "value": "sandboxed"})
+	if v := jsonString(option(t, jsonPath(res, "configOptions"), "acp.sandbox"), "currentValue"); v != "sandboxed" {
+		t.Errorf("acp.sandbox after requiring a sandbox: %q", v)
+	}
+	res = e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "acp.sandbox",
+		"value": map[string]any{"require": "sandboxed", "minFsIsolation": "workspace"}})
+	// The agent's own option still goes to the agent; acp.sandbox never did.
+	e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "mode", "value": "yolo"})
+	waitAgentLog(t, logFile, waitTimeout, "set_config_option on the agent", func(l string) bool { return l == "session/set_config_option" })
+	if n := countLines(logFile, "session/set_config_option"); n != 1 {
+		t.Errorf("the agent got %d set_config_option, want 1 (mode only)", n)
+	}
+	e.MustPrompt(t, sid, "say hi", "end_turn")
+
+	unsatisfiable := func(e *Editor, sid string, value any, mode string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, rpcErr := e.Call(ctx, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "acp.sandbox", "value": value})
+		var data struct {
+			Code    string
+			Sandbox struct{ Mode string }
+		}
+		if rpcErr != nil {
+			json.Unmarshal(rpcErr.Data, &data)
+		}
+		if rpcErr == nil || rpcErr.Code != -32602 || data.Code != "sandbox_policy_unsatisfiable" || data.Sandbox.Mode != mode {
+			t.Errorf("acp.sandbox %v: %v, want sandbox_policy_unsatisfiable with the %s capability", value, rpcErr, mode)
+		}
+	}
+	unsatisfiable(e, sid, map[string]any{"require": "sandboxed", "minNetIsolation": "restricted"}, "custom")
+
+	// The sandbox off: host advertised, no option listed, a requirement
+	// refused.
+	cfg, _ = sandboxYAML(t, "off", fakeOpts{}, nil, filepath.Join(cwd, ".env"))
+	e = StartRouter(t, cfg, nil)
+	res = e.Initialize(t, capsAll)
+	requireJSON(t, "sandbox off", jsonPath(res, "agentCapabilities", "sandbox"), `{"mode":"host","guarantees":{"fsIsolation":"none","netIsolation":"none","processCaps":false}}`)
+	res = e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})
+	if strings.Contains(string(jsonPath(res, "configOptions")), "acp.sandbox") {
+		t.Errorf("sandbox off: acp.sandbox listed: %s", jsonPath(res, "configOptions"))
+	}
+	unsatisfiable(e, jsonString(res, "sessionId"), "sandboxed", "host")
 }

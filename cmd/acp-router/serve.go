@@ -120,8 +120,9 @@ func serve(ctx context.Context, g *globals) (int, error) {
 	} else {
 		defer st.Close()
 	}
+	conf := confiner(cfg, lp, pg, log)
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
-		Confine: confiner(cfg, lp, pg, log).Confine})
+		Confine: conf.Confine, Sandbox: conf})
 	in, out, restore := editorStdio()
 	defer restore()
 	if err := r.Serve(ctx, in, out); err != nil {
