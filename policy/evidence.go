@@ -38,6 +38,10 @@ type Request struct {
 	// FS resolves symlinks and answers which paths exist. nil: nothing
 	// exists and there are no symlinks.
 	FS FS
+	// Kernel is what the kernel keeps from the processes that carry the
+	// request out (the agent's sandbox, issue 29); nil: nothing, or they
+	// are not confined.
+	Kernel KernelGuard
 }
 
 // Session is what a decision needs to know about the session.

@@ -12,6 +12,30 @@ import (
 // kernel can hold without seeing a request is listed: a deny rule whose
 // when: names paths and nothing else the kernel cannot see.
 
+// KernelGuard is the kernel's half seen from a decision: the paths the
+// sandbox keeps from the processes that carry a request out (issue 29
+// req. 5). A recursive read that a deny or ask rule could match only
+// below the directory read is not asked for what is there when every
+// such path is kept away: the program reads it as empty, or not at all.
+type KernelGuard interface {
+	// Hides reports whether the kernel keeps the file or directory at
+	// the absolute path p (its symlinks resolved by the guard) from the
+	// processes: masked now, by a mask that is still in place.
+	Hides(p string) bool
+}
+
+// KernelHold is a rule a recursive read is not asked for because the
+// kernel keeps what it matched below the directory away (Finding.Kernel).
+type KernelHold struct {
+	Rule string `json:"rule"`
+	// Path is one of the paths below the directory the rule matches and
+	// the kernel hides.
+	Path string `json:"path"`
+	// Decides: the rule decides the item too (a deny on a path the
+	// kernel also hides): both guards hold it.
+	Decides bool `json:"decides,omitempty"`
+}
+
 // KernelDeny is a deny rule the kernel can hold: every path it matches is
 // hidden from an agent it applies to.
 type KernelDeny struct {
