@@ -8,6 +8,29 @@ import (
 	"github.com/acp-router/acp-router/policy"
 )
 
+// KernelFunc returns the kernel guard of a request an agent sends with a
+// method (sandbox.Confiner.Kernel): what the kernel keeps from the
+// processes that carry it out; nil: nothing.
+type KernelFunc func(agent, method string) policy.KernelGuard
+
+type kernelFunc struct{ f KernelFunc }
+
+// SetKernel makes every later decision credit the kernel with what k
+// says it keeps away (policy.Request.Kernel, issue 29 req. 5). Safe on a
+// nil Guard.
+func (g *Guard) SetKernel(k KernelFunc) {
+	if g != nil {
+		g.kernel.Store(&kernelFunc{k})
+	}
+}
+
+func (g *Guard) kernelOf(agent, method string) policy.KernelGuard {
+	if k := g.kernel.Load(); k != nil && k.f != nil {
+		return k.f(agent, method)
+	}
+	return nil
+}
+
 // MethodAgentStart names the audit records of agent starts under the
 // sandbox (issue 29 req. 6): not an ACP method, a router event.
 const MethodAgentStart = "acp-router/agent_start"

@@ -52,6 +52,8 @@ type Confiner struct {
 	// started is each agent's last start (*started, by agent name): the
 	// plan it runs under, or nil when it started unconfined.
 	started sync.Map
+	// guards are each agent's kernel guard (*agentGuard, kernel.go).
+	guards sync.Map
 }
 
 // started is what an agent's last start ran under.
@@ -141,6 +143,7 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 			return nil, fmt.Errorf("sandbox.mode is enforce and the agent cannot be confined: %w; fix that, or set sandbox.mode: best-effort to start it unconfined (acp-router check shows the profile)", err)
 		}
 		c.started.Store(a.Name, &started{reason: st.Reason})
+		c.noteStart(a.Name, nil)
 		c.record(st)
 		if _, seen := c.once.LoadOrStore(a.Name+"\x00"+st.Reason, true); !seen {
 			log.Warn("agent starts unconfined: the kernel cannot hold its sandbox profile (sandbox.mode: best-effort)", "agent", a.Name, "reason", st.Reason)
@@ -149,6 +152,7 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	}
 	st.Confined = true
 	c.started.Store(a.Name, &started{plan: st.Plan})
+	c.noteStart(a.Name, st.Plan)
 	c.record(st)
 	for _, w := range st.Plan.Warnings {
 		log.Warn("sandbox limit", "agent", a.Name, "warning", w)

@@ -244,3 +244,62 @@ func TestSandboxOnTheWire(t *testing.T) {
 	}
 	unsatisfiable(e, jsonString(res, "sessionId"), "sandboxed", "host")
 }
+
+// TestSandboxCreditsKernel (issue 29 req. 5): an agent's own test run
+// (its Bash tool asking first) in a project holding a symlink to a
+// secret is asked about with the sandbox off, and allowed without asking
+// once the agent runs confined with the secret masked: the audit record
+// names what the kernel holds. A command naming the secret is still
+// denied by the rule.
+func TestSandboxCreditsKernel(t *testing.T) {
+	t.Parallel()
+	cwd, secrets := t.TempDir(), t.TempDir()
+	must(t, os.WriteFile(filepath.Join(secrets, "credentials"), []byte("key"), 0o600))
+	must(t, os.Symlink(filepath.Join(secrets, "credentials"), filepath.Join(cwd, "creds")))
+	must(t, os.WriteFile(filepath.Join(cwd, "test_app.py"), nil, 0o644))
+	perm := fmt.Sprintf(`default: ask
+rules:
+  - id: no-secrets
+    decision: deny
+    when: {paths: [%s]}
+  - id: project-files
+    decision: allow
+    when: {paths: ["${roots}/**"]}
+  - id: test-runners
+    decision: allow
+    when: {command: ["pytest **", "cat **"]}
+`, yamlQuote(secrets+"/**"))
+	pytest := `permission-tool {"kind":"execute","title":"pytest -q","rawInput":{"command":"pytest -q"}}`
+	catSecret := `permission-tool {"kind":"execute","title":"cat creds","rawInput":{"command":"cat creds"}}`
+	for _, mode := range []string{"off", "enforce"} {
+		cfg, auditFile := policyYAML(t, []string{fakeAgentYAML("claude", fakeOpts{})}, perm)
+		data, _ := os.ReadFile(cfg)
+		must(t, os.WriteFile(cfg, append(data, "sandbox: {mode: "+mode+"}\n"...), 0o644))
+		e := StartRouter(t, cfg, nil)
+		asks := &permissionCounter{}
+		e.Handle("session/request_permission", asks.handler("reject_once"))
+		e.Initialize(t, capsAll)
+		sid := e.NewSession(t, cwd)
+		e.MustPrompt(t, sid, pytest+"\n"+catSecret, "end_turn")
+		wantAsks := map[string]int{"off": 1, "enforce": 0}[mode]
+		if asks.count() != wantAsks {
+			t.Errorf("sandbox %s: the editor was asked %d times, want %d", mode, asks.count(), wantAsks)
+		}
+		var pyRec, catRec *auditRecord
+		for _, r := range readAudit(t, auditFile) {
+			switch {
+			case r.Method == "session/request_permission" && strings.Contains(string(r.Evidence), `"command":["pytest","-q"]`):
+				pyRec = &r
+			case r.Method == "session/request_permission" && strings.Contains(string(r.Evidence), `"command":["cat","creds"]`):
+				catRec = &r
+			}
+		}
+		if catRec == nil || catRec.Decision != "deny" || catRec.rule() != "no-secrets" ||
+			mode == "enforce" && !strings.Contains(string(catRec.Evidence), `"kernel":[{"rule":"no-secrets","path":"`+cwd+`/creds","decides":true}]`) {
+			t.Errorf("sandbox %s: cat creds: %+v, want denied by no-secrets", mode, catRec)
+		}
+		if mode == "enforce" && (pyRec == nil || pyRec.Decision != "allow" || !strings.Contains(string(pyRec.Evidence), `"kernel":[{"rule":"no-secrets","path":"`+cwd+`/creds -\u003e `+secrets+`/credentials"}]`)) {
+			t.Errorf("sandbox enforce: pytest -q: %+v, want allowed with the kernel's hold recorded", pyRec)
+		}
+	}
+}

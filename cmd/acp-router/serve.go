@@ -121,6 +121,7 @@ func serve(ctx context.Context, g *globals) (int, error) {
 		defer st.Close()
 	}
 	conf := confiner(cfg, lp, pg, log)
+	pg.SetKernel(conf.Kernel)
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
 		Confine: conf.Confine, Sandbox: conf})
 	in, out, restore := editorStdio()
