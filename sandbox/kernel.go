@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/policy"
 )
 
@@ -78,4 +80,38 @@ func (c *Confiner) Kernel(agent, method string) policy.KernelGuard {
 		return nil
 	}
 	return g
+}
+
+// Preview is the kernel guard agent a would get if it started now with
+// its roots at cwd, for `acp-router policy explain --sandbox`: its profile
+// derived and resolved on this machine. An error says why it could not be
+// confined (the kernel, the profile).
+func (c *Confiner) Preview(a config.Agent, cwd string) (policy.KernelGuard, error) {
+	env := AgentEnv(a)
+	env.Roots = []string{cwd}
+	prof, probs := Derive(c.policy(), a, env)
+	for _, p := range probs {
+		if p.Error {
+			return nil, errors.New(p.Msg)
+		}
+	}
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	plan, err := Resolve(prof, ResolveOptions{})
+	if err != nil {
+		return nil, err
+	}
+	m := newMasks(plan)
+	if m == nil {
+		return nil, errors.New("the sandbox is not implemented here")
+	}
+	return &agentGuard{holds: []*masks{m}}, nil
+}
+
+func (c *Confiner) policy() *policy.Policy {
+	if c.Policy == nil {
+		return nil
+	}
+	return c.Policy()
 }

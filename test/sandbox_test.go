@@ -298,6 +298,34 @@ rules:
 			mode == "enforce" && !strings.Contains(string(catRec.Evidence), `"kernel":[{"rule":"no-secrets","path":"`+cwd+`/creds","decides":true}]`) {
 			t.Errorf("sandbox %s: cat creds: %+v, want denied by no-secrets", mode, catRec)
 		}
+		if mode == "off" {
+			// policy explain --sandbox says the same, and which guard holds.
+			explain := func(args ...string) string {
+				t.Helper()
+				code, out, errOut := runRouterCmd(t, nil, append([]string{"policy", "explain", "--config", cfg, "--agent", "claude", "--cwd", cwd}, args...)...)
+				if code != 0 {
+					t.Fatalf("policy explain %v: exit %d: %s%s", args, code, out, errOut)
+				}
+				return out
+			}
+			for _, c := range []struct {
+				args []string
+				want []string
+			}{
+				{[]string{"session/request_permission", "execute", "pytest -q"}, []string{"decision: ASK   by no-secrets"}},
+				{[]string{"--sandbox", "session/request_permission", "execute", "pytest -q"}, []string{"sandbox:  decided as for agent claude's own tools", "decision: ALLOW",
+					"held by the kernel: " + cwd + "/creds -> " + secrets + "/credentials matches no-secrets below this directory"}},
+				{[]string{"--sandbox", "session/request_permission", "execute", "cat creds"}, []string{"decision: DENY   by no-secrets", "held by the rule and the kernel"}},
+				{[]string{"--sandbox", "terminal/create", "pytest -q"}, []string{"terminal/create is carried out by the editor, outside the agent's sandbox", "decision: ASK   by no-secrets"}},
+			} {
+				out := explain(c.args...)
+				for _, w := range c.want {
+					if !strings.Contains(out, w) {
+						t.Errorf("policy explain %v lacks %q:\n%s", c.args, w, out)
+					}
+				}
+			}
+		}
 		if mode == "enforce" && (pyRec == nil || pyRec.Decision != "allow" || !strings.Contains(string(pyRec.Evidence), `"kernel":[{"rule":"no-secrets","path":"`+cwd+`/creds -\u003e `+secrets+`/credentials"}]`)) {
 			t.Errorf("sandbox enforce: pytest -q: %+v, want allowed with the kernel's hold recorded", pyRec)
 		}
