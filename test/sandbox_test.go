@@ -281,6 +281,9 @@ rules:
 		e.Initialize(t, capsAll)
 		sid := e.NewSession(t, cwd)
 		e.MustPrompt(t, sid, pytest+"\n"+catSecret, "end_turn")
+		// The agent's own tool reports a write the sandbox refused.
+		e.MustPrompt(t, sid, `update {"sessionUpdate":"tool_call","toolCallId":"w1","kind":"execute","title":"touch /etc/x","status":"in_progress"}`+"\n"+
+			`update {"sessionUpdate":"tool_call_update","toolCallId":"w1","status":"failed","content":[{"type":"content","content":{"type":"text","text":"touch: cannot touch '/etc/x': Permission denied"}}]}`, "end_turn")
 		wantAsks := map[string]int{"off": 1, "enforce": 0}[mode]
 		if asks.count() != wantAsks {
 			t.Errorf("sandbox %s: the editor was asked %d times, want %d", mode, asks.count(), wantAsks)
@@ -325,6 +328,24 @@ rules:
 					}
 				}
 			}
+		}
+		var refused *auditRecord
+		for deadline := time.Now().Add(10 * time.Second); refused == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			for _, r := range readAudit(t, auditFile) {
+				if r.Method == "acp-router/sandbox_refused" {
+					refused = &r
+				}
+			}
+			if mode == "off" {
+				break
+			}
+		}
+		switch {
+		case mode == "off" && refused != nil:
+			t.Errorf("sandbox off: a refusal noted: %+v", refused)
+		case mode == "enforce" && (refused == nil || refused.Session != sid || refused.Agent != "claude" || refused.ToolCallID != "w1" ||
+			string(refused.Evidence) != `[{"errno":"EACCES","path":"/etc/x","reported":"tool result"}]`):
+			t.Errorf("sandbox enforce: the refused write: %+v", refused)
 		}
 		if mode == "enforce" && (pyRec == nil || pyRec.Decision != "allow" || !strings.Contains(string(pyRec.Evidence), `"kernel":[{"rule":"no-secrets","path":"`+cwd+`/creds -\u003e `+secrets+`/credentials"}]`)) {
 			t.Errorf("sandbox enforce: pytest -q: %+v, want allowed with the kernel's hold recorded", pyRec)
