@@ -23,9 +23,14 @@
 // others). The roots are the agent process's working directory: sessions
 // whose cwd lies elsewhere cannot write there.
 //
+// On the wire (wire.go): the capability the router advertises in the
+// shape of the draft ACP RFD "Sandbox Capability and Policy", and the
+// acp.sandbox requirement of a session. For decisions (kernel.go): the
+// masks each confined start applied, so that the policy does not ask
+// about what the kernel already keeps from the agent's own tools.
+//
 // Not built yet (issue 29): the network egress proxy, terminal/create under
-// the profile, one agent process per set of roots, the ACP sandbox
-// capability on the wire.
+// the profile, one agent process per set of roots.
 package sandbox
 
 import (
