@@ -141,7 +141,8 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		s = &Session{}
 	}
 	preq := &extract.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, McpAmbiguous: req.McpAmbiguous, FS: requestFS(g.opts.FS, s),
-		Session: extract.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode}}
+		Session: extract.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode},
+		Kernel:  g.kernelOf(req.Agent, req.Method)}
 	overflow := false
 	forgotten := false
 	s.mu.Lock()
@@ -493,6 +494,9 @@ type auditItem struct {
 	// matches; WalkCut why the walk below it was cut short.
 	Below   string `json:"below,omitempty"`
 	WalkCut string `json:"walkCut,omitempty"`
+	// Kernel are the rules the agent's sandbox holds for the item
+	// instead of (or with, decides) the rule: what they match is masked.
+	Kernel []policy.KernelHold `json:"kernel,omitempty"`
 }
 
 func auditEvidence(d *policy.Decision) []auditItem {
@@ -503,7 +507,7 @@ func auditEvidence(d *policy.Decision) []auditItem {
 			continue
 		}
 		a := auditItem{Type: it.Type.String(), Kinds: it.Kinds, Path: it.Path, Command: it.Argv, Env: it.Env,
-			Domain: it.Domain, Opaque: it.Opaque, Refused: it.Refused, Decision: f.Effect.String(), Rule: f.Rule}
+			Domain: it.Domain, Opaque: it.Opaque, Refused: it.Refused, Decision: f.Effect.String(), Rule: f.Rule, Kernel: f.Kernel}
 		if len(it.Forms) > 1 || (len(it.Forms) == 1 && it.Forms[0] != it.Path) {
 			a.Forms = it.Forms
 		}

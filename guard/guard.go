@@ -69,6 +69,8 @@ type Guard struct {
 	opts Options
 	log  hclog.Logger
 	pol  atomic.Pointer[inForce]
+	// kernel is SetKernel's function (*kernelFunc); nil: none.
+	kernel atomic.Pointer[kernelFunc]
 
 	// mu guards audit, auditPath and opts.AuditMaxBytes. It is never held
 	// across I/O: a record waits for the audit log's lock (another router

@@ -32,6 +32,8 @@ type Decision struct {
 	PolicyHash string `json:"policyHash"`
 	// Evidence is the extracted evidence (request-level facts included).
 	Evidence *extract.Evidence `json:"-"`
+	// Kernel: the request was decided with a kernel guard (Request.Kernel).
+	Kernel bool `json:"kernel,omitempty"`
 }
 
 // Finding is one evidence item and how it was decided.
@@ -51,6 +53,10 @@ type Finding struct {
 	// arguments are not understood, because the rule vouches for them
 	// (arguments: any, or a literal pattern).
 	vouched bool
+	// Kernel are the rules that would ask for what is below a recursive
+	// read but do not: the kernel keeps everything they match there away
+	// (Request.Kernel).
+	Kernel []KernelHold `json:"kernel,omitempty"`
 	// Walked is, for a recursive item, how many entries below it were
 	// looked at to decide the rules that could match something there
 	// (Walker); 0 when none was walked.
@@ -99,6 +105,10 @@ type scratch struct {
 
 	// fs is the decision's filesystem, for walking recursive reads.
 	fs extract.FS
+	// kernel is the request's Kernel; held is, after walkBelow, the first
+	// path it kept away from a rule's matches.
+	kernel extract.KernelGuard
+	held   string
 	// walks are the directories walked in this decision (dir + "\x00" +
 	// "h" when hidden names are skipped).
 	walks     map[string]*extract.WalkResult
@@ -115,14 +125,14 @@ const maxWalks = 64
 // what cannot be read is decided as DESIGN §6 says (refused → deny,
 // opaque → at least ask).
 func (p *Policy) Decide(req *extract.Request) Decision {
-	return p.evaluate(extract.Extract(req), req.FS)
+	return p.evaluate(extract.Extract(req), req.FS, req.Kernel)
 }
 
 // Evaluate decides extracted evidence. It has no filesystem: a recursive
 // read that a deny or ask rule could match below asks.
-func (p *Policy) Evaluate(ev *extract.Evidence) Decision { return p.evaluate(ev, nil) }
+func (p *Policy) Evaluate(ev *extract.Evidence) Decision { return p.evaluate(ev, nil, nil) }
 
-func (p *Policy) evaluate(ev *extract.Evidence, fs extract.FS) Decision {
+func (p *Policy) evaluate(ev *extract.Evidence, fs extract.FS, kernel extract.KernelGuard) Decision {
 	sc, _ := p.scratch.Get().(*scratch)
 	if sc == nil || len(sc.stamp) != len(p.rules) {
 		sc = &scratch{stamp: make([]uint32, len(p.rules)), reqW: make([]int8, len(p.rules)), reqU: make([]int8, len(p.rules))}
@@ -130,13 +140,13 @@ func (p *Policy) evaluate(ev *extract.Evidence, fs extract.FS) Decision {
 		clear(sc.reqW)
 		clear(sc.reqU)
 	}
-	sc.fs = fs
+	sc.fs, sc.kernel = fs, kernel
 	defer func() {
-		sc.fs, sc.walks, sc.forms, sc.entry = nil, nil, nil, extract.Item{}
+		sc.fs, sc.kernel, sc.walks, sc.forms, sc.entry = nil, nil, nil, nil, extract.Item{}
 		p.scratch.Put(sc)
 	}()
 
-	d := Decision{Method: ev.Method, PolicyHash: p.hash, Evidence: ev, Findings: make([]Finding, len(ev.Items))}
+	d := Decision{Method: ev.Method, PolicyHash: p.hash, Evidence: ev, Findings: make([]Finding, len(ev.Items)), Kernel: kernel != nil}
 	sc.matchs = make([]Match, 0, 2*len(ev.Items)+4) // one backing array for every finding's Matches
 	var mode ModeVerdict
 	if ev.Mode != "" {
@@ -255,7 +265,7 @@ func (p *Policy) decideItem(ev *extract.Evidence, it *extract.Item, sc *scratch)
 		n := len(sc.matchs)
 		f.Matches = sc.matchs[n-nMatch : n : n]
 	}
-	p.settle(ev, it, &f, bestRule, bestEff)
+	p.settle(ev, it, &f, bestRule, bestEff, sc.kernel)
 	return f
 }
 
@@ -281,11 +291,17 @@ func (p *Policy) ruleFires(ev *extract.Evidence, it *extract.Item, ri int32, sc 
 	if unlessReq {
 		unless = r.Unless
 	}
+	// The kernel is credited only for what a program reads: it keeps
+	// a masked path from being read, and a read is all it does.
+	kernel := !strict && it.KindSet()&^(extract.KindBit(extract.KindRead)|extract.KindBit(extract.KindSearch)) == 0
 	switch {
 	case m == noMatch && !strict && it.Recursive && r.When.mayMatchPathsBelow(it):
 		// Nothing below the directory can match by its name, but a
 		// symlink below it may lead where the rule matches.
-		found, why, ok := sc.walkBelow(ev, it, r.When, unless, true)
+		found, why, ok := sc.walkBelow(ev, it, r.When, unless, true, kernel)
+		if ok && found == "" && why == "" && sc.held != "" {
+			f.Kernel = append(f.Kernel, KernelHold{Rule: r.ID, Path: sc.held})
+		}
 		if !ok || found == "" && why == "" {
 			return noMatch, "", "", false
 		}
@@ -298,7 +314,7 @@ func (p *Policy) ruleFires(ev *extract.Evidence, it *extract.Item, ri int32, sc 
 			if u == possible {
 				// The exception of an allow could match something
 				// below: it does when something there really matches.
-				if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false); ok && found == "" && why == "" {
+				if found, why, ok := sc.walkBelow(ev, it, r.Unless, nil, false, false); ok && found == "" && why == "" {
 					u = noMatch
 				}
 			}
@@ -311,8 +327,11 @@ func (p *Policy) ruleFires(ev *extract.Evidence, it *extract.Item, ri int32, sc 
 			// Decided by what is below the directory, when it can be
 			// listed: an entry that the rule matches (and its unless
 			// does not spare) makes it fire, none makes it not apply.
-			found, why, ok := sc.walkBelow(ev, it, r.When, unless, false)
+			found, why, ok := sc.walkBelow(ev, it, r.When, unless, false, kernel)
 			if ok && found == "" && why == "" {
+				if sc.held != "" {
+					f.Kernel = append(f.Kernel, KernelHold{Rule: r.ID, Path: sc.held})
+				}
 				return noMatch, "", "", false
 			}
 			below, cut = found, why
@@ -323,11 +342,14 @@ func (p *Policy) ruleFires(ev *extract.Evidence, it *extract.Item, ri int32, sc 
 
 // settle gives f the decision of the most severe rule that fired
 // (bestRule, -1 for none), else the built-in safeguard or the default.
-func (p *Policy) settle(ev *extract.Evidence, it *extract.Item, f *Finding, bestRule int, bestEff Effect) {
+func (p *Policy) settle(ev *extract.Evidence, it *extract.Item, f *Finding, bestRule int, bestEff Effect, kernel extract.KernelGuard) {
 	switch {
 	case bestRule >= 0:
 		r := p.rules[bestRule]
 		f.Effect, f.Rule, f.Layer, f.Source, f.Message = bestEff, r.ID, r.Layer, SourceRule, r.Message
+		if bestEff == Deny && it.Type == extract.ItemPath && kernel != nil && slices.ContainsFunc(it.Forms, kernel.Hides) {
+			f.Kernel = append(f.Kernel, KernelHold{Rule: r.ID, Path: it.Path, Decides: true})
+		}
 		f.vouched = bestEff == Allow && it.Type == extract.ItemCommand && it.Unknown != "" && (r.AnyArgs || r.When.literalCommand(ev, it))
 	case it.Aux:
 		// An auxiliary item only makes a decision stricter.
@@ -347,8 +369,15 @@ func (p *Policy) settle(ev *extract.Evidence, it *extract.Item, f *Finding, best
 // is such a path when its own path or its target is. It returns the first
 // one found, else why the walk was cut short, else both "": nothing below
 // matches. With links, only the symlinks below it are looked at. ok is
-// false when the decision's FS cannot walk: then nothing is known.
-func (sc *scratch) walkBelow(ev *extract.Evidence, it *extract.Item, when, unless *Cond, links bool) (found, cut string, ok bool) {
+// false when the decision's FS cannot walk: then nothing is known. With
+// kernel, a path the request's kernel guard hides is not such a path
+// (sc.held names the first one), nor is a symlink to a directory it hides
+// a cut.
+func (sc *scratch) walkBelow(ev *extract.Evidence, it *extract.Item, when, unless *Cond, links, kernel bool) (found, cut string, ok bool) {
+	sc.held = ""
+	if sc.kernel == nil {
+		kernel = false
+	}
 	w, _ := sc.fs.(extract.Walker)
 	if w == nil {
 		return "", "", false
@@ -433,6 +462,24 @@ func (sc *scratch) walkBelow(ev *extract.Evidence, it *extract.Item, when, unles
 			*e = extract.Item{Type: extract.ItemPath, Forms: ef, Path: ef[0]}
 			e.SetKinds(it.Kinds, it.KindSet())
 			if when.matchItem(ev, e, false) != noMatch && (unless == nil || unless.matchItem(ev, e, true) == noMatch) {
+				if kernel {
+					// What the program opens: the target of a symlink it
+					// follows, else the entry itself (a symlink it only
+					// lists is read by name; the guard resolves it).
+					real := g.real + "/" + en.Rel
+					if en.Link && follows && en.Target != "" {
+						real = en.Target
+					}
+					if sc.kernel.Hides(real) {
+						if sc.held == "" {
+							sc.held = e.Path
+							if real != e.Path {
+								sc.held += " -> " + real
+							}
+						}
+						continue
+					}
+				}
 				found = e.Path
 				if en.Link && follows && en.Target != "" && en.Target != e.Path {
 					found += " -> " + en.Target
@@ -448,7 +495,13 @@ func (sc *scratch) walkBelow(ev *extract.Evidence, it *extract.Item, when, unles
 				if !in || it.SkipsHidden && hasHiddenSegment(rel) {
 					*e = extract.Item{Type: extract.ItemPath, Forms: []string{en.Target}, Path: en.Target, Recursive: true}
 					e.SetKinds(it.Kinds, it.KindSet())
-					if when.matchItem(ev, e, false) != noMatch {
+					switch {
+					case when.matchItem(ev, e, false) == noMatch:
+					case kernel && sc.kernel.Hides(en.Target):
+						if sc.held == "" {
+							sc.held = g.forms[0] + "/" + en.Rel + " -> " + en.Target
+						}
+					default:
 						cut = fmt.Sprintf("%s/%s is a symlink to the directory %s, outside it", g.forms[0], en.Rel, en.Target)
 					}
 				}

@@ -95,6 +95,16 @@ func Explain(d *Decision) string {
 				fmt.Fprintf(&b, "           walked %d %s below it\n", f.Walked, noun)
 			}
 		}
+		for _, k := range f.Kernel {
+			if k.Decides {
+				fmt.Fprintf(&b, "           held by the rule and the kernel: %s is hidden from the agent too\n", k.Path)
+			} else {
+				fmt.Fprintf(&b, "           held by the kernel: %s matches %s below this directory and is hidden from the agent, so it does not ask\n", k.Path, k.Rule)
+			}
+		}
+		if d.Kernel && f.Effect == Deny && f.Source == SourceRule && it.Type == extract.ItemPath && !it.Recursive && !slices.ContainsFunc(f.Kernel, func(k KernelHold) bool { return k.Decides }) {
+			b.WriteString("           held by the rule only: the kernel does not hide it\n")
+		}
 		var also []string
 		for _, m := range f.Matches {
 			if m.Rule == f.Rule {

@@ -14,6 +14,18 @@ import (
 // kernel can hold without seeing a request is listed: a deny rule whose
 // when: names paths and nothing else the kernel cannot see.
 
+// KernelHold is a rule a recursive read is not asked for because the
+// kernel keeps what it matched below the directory away (Finding.Kernel).
+type KernelHold struct {
+	Rule string `json:"rule"`
+	// Path is one of the paths below the directory the rule matches and
+	// the kernel hides.
+	Path string `json:"path"`
+	// Decides: the rule decides the item too (a deny on a path the
+	// kernel also hides): both guards hold it.
+	Decides bool `json:"decides,omitempty"`
+}
+
 // KernelDeny is a deny rule the kernel can hold: every path it matches is
 // hidden from an agent it applies to.
 type KernelDeny struct {

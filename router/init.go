@@ -95,7 +95,17 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 	if methods == nil {
 		methods = []json.RawMessage{}
 	}
-	advertised := merge.Capabilities(caps, merge.Own{Store: r.opts.Store != nil})
+	advertised := struct {
+		acp.AgentCapabilities
+		// What the router enforces for every agent (the draft RFD
+		// "Sandbox Capability and Policy"); an agent's own is not
+		// passed on: it would speak for that agent only.
+		Sandbox *acp.SandboxCapability `json:"sandbox,omitempty"`
+	}{AgentCapabilities: merge.Capabilities(caps, merge.Own{Store: r.opts.Store != nil})}
+	if r.opts.Sandbox != nil {
+		c := r.opts.Sandbox.Capability()
+		advertised.Sandbox = &c
+	}
 	return json.Marshal(map[string]any{
 		"protocolVersion":   acp.ProtocolVersion,
 		"agentCapabilities": advertised,

@@ -84,6 +84,16 @@ type Options struct {
 	// Confine is upstream.Options.Confine: the sandbox of each agent
 	// process (issue 29); nil: unconfined.
 	Confine func(config.Agent) (*sandbox.Plan, error)
+	// Sandbox is what the router says on the wire about the sandbox
+	// (sandbox.Confiner): agentCapabilities.sandbox and the acp.sandbox
+	// option (issue 29 req. 8); nil: neither.
+	Sandbox Sandbox
+}
+
+// Sandbox is the wire's view of the agents' sandbox (sandbox.Confiner).
+type Sandbox interface {
+	Capability() acp.SandboxCapability
+	Require(acp.SandboxPolicy) error
 }
 
 // Router serves one editor connection. It composes the owners of its

@@ -45,17 +45,19 @@ type Session struct {
 	children    int
 	childCancel bool
 
-	mu      sync.Mutex
-	active  string                   // the active agent's name
-	down    map[string]*downstream   // by agent name
-	opening map[string]chan struct{} // agents a downstream session is being opened on
-	open    bool                     // updates may be written to the editor
-	held    [][]byte                 // updates waiting for open
-	timer   *time.Timer
-	turn    *turn   // the running (or draining) prompt turn
-	queue   []*turn // prompts waiting for the turn to end
-	closed  bool
-	title   string // the first title an agent sent: the session's
+	mu sync.Mutex
+	// sandboxValue is the session's acp.sandbox ("" until set).
+	sandboxValue string
+	active       string                   // the active agent's name
+	down         map[string]*downstream   // by agent name
+	opening      map[string]chan struct{} // agents a downstream session is being opened on
+	open         bool                     // updates may be written to the editor
+	held         [][]byte                 // updates waiting for open
+	timer        *time.Timer
+	turn         *turn   // the running (or draining) prompt turn
+	queue        []*turn // prompts waiting for the turn to end
+	closed       bool
+	title        string // the first title an agent sent: the session's
 	// titled: the editor set the title (session/set_title); agents'
 	// titles no longer replace it (lifecycle.go).
 	titled    bool

@@ -36,7 +36,59 @@ func (s *Session) optionsLocked() []json.RawMessage {
 	if d := s.down[s.active]; d != nil {
 		view = d.view
 	}
-	return merge.Options(s.r.agentChoices(), s.active, view, s.r.caps().Session.ConfigOptions.Boolean != nil, s.r.opts.Guard.ModeFilter(s.active))
+	opts := merge.Options(s.r.agentChoices(), s.active, view, s.r.caps().Session.ConfigOptions.Boolean != nil, s.r.opts.Guard.ModeFilter(s.active))
+	if sb := s.r.opts.Sandbox; sb != nil {
+		// The router owns acp.sandbox: an agent's own would speak for
+		// that agent only.
+		opts = slices.DeleteFunc(opts, func(o json.RawMessage) bool {
+			var head struct{ ID string }
+			return json.Unmarshal(o, &head) == nil && head.ID == acp.SandboxOptionID
+		})
+		if sb.Capability().Mode != acp.SandboxModeHost {
+			opts = append(opts, sandboxOption(s.sandboxValue))
+		}
+	}
+	return opts
+}
+
+// sandboxOption is the acp.sandbox select (the draft RFD "Sandbox
+// Capability and Policy"): what the session requires, set by the editor
+// (setSandbox). Listed only where the router can confine, so that an
+// editor without a use for it is not shown a choice that does nothing.
+func sandboxOption(current string) json.RawMessage {
+	if current == "" {
+		current = "any"
+	}
+	return mustJSON(map[string]any{
+		"id": acp.SandboxOptionID, "name": "Sandbox", "type": "select", "category": merge.RouterCategory,
+		"description": "The isolation this session requires of every agent behind the router", "currentValue": current,
+		"options": []map[string]string{
+			{"value": "any", "name": "As configured", "description": "The router's sandbox.mode decides"},
+			{"value": "sandboxed", "name": "Required", "description": "Every agent of this session runs confined by the kernel, or is not started"},
+		},
+	})
+}
+
+// setSandbox handles session/set_config_option for acp.sandbox: the
+// requirement is met (the router's sandbox satisfies it, and holds it for
+// every agent from now on) or refused with sandbox_policy_unsatisfiable.
+func (r *Router) setSandbox(s *Session, value json.RawMessage) error {
+	pol, err := acp.ParseSandboxPolicy(value)
+	if err != nil {
+		return acp.NewError(acp.CodeInvalidParams, "acp-router: "+err.Error(), nil)
+	}
+	if err := r.opts.Sandbox.Require(pol); err != nil {
+		r.log.Warn("acp.sandbox refused", "session", s.ID, "require", pol.Require, "error", err)
+		return err
+	}
+	s.mu.Lock()
+	s.sandboxValue = "any"
+	if pol.Confines() {
+		s.sandboxValue = "sandboxed"
+	}
+	s.mu.Unlock()
+	r.log.Info("acp.sandbox set", "session", s.ID, "require", pol.Require)
+	return nil
 }
 
 // legacyModesLocked is the union of the agents' modes, AGENT:MODE, for
@@ -212,6 +264,8 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 		case err != nil:
 		case p.ConfigID == merge.AgentOptionID:
 			err = r.switchTo(ctx, s, value)
+		case p.ConfigID == acp.SandboxOptionID && r.opts.Sandbox != nil:
+			err = r.setSandbox(s, p.Value)
 		case synthesized && p.ConfigID == merge.ModeOptionID && d.view.Modes != nil:
 			err = r.setMode(ctx, s, d, value)
 		case synthesized && p.ConfigID == merge.ModelOptionID && d.view.Models != nil:

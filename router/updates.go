@@ -413,6 +413,7 @@ func (r *Router) trackTool(s *Session, agent string, up *updateFields, shown boo
 		tu := up.toolUpdate()
 		tu.Hidden = !shown
 		s.policy.Track(s.ID, agent, tu)
+		r.opts.Guard.NoteToolResult(s.ID, agent, tu)
 	}
 }
 

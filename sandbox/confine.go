@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -49,9 +50,27 @@ type Confiner struct {
 	// resolver (see egress.Proxy.Lookup).
 	Lookup lookupFunc
 
-	once     sync.Map // best-effort warnings already logged, by agent and reason
 	egressMu sync.Mutex
 	egress   map[string]*agentEgress
+
+	once sync.Map // best-effort warnings already logged, by agent and reason
+
+	// required: a session required a sandbox (acp.sandbox, wire.go): from
+	// then on best-effort refuses to start an agent it cannot confine, as
+	// enforce does. Agent processes serve every session, so it is not
+	// undone.
+	required atomic.Bool
+	// started is each agent's last start (*started, by agent name): the
+	// plan it runs under, or nil when it started unconfined.
+	started sync.Map
+	// guards are each agent's kernel guard (*agentGuard, kernel.go).
+	guards sync.Map
+}
+
+// started is what an agent's last start ran under.
+type started struct {
+	plan   *Plan // nil: unconfined
+	reason string
 }
 
 func (c *Confiner) logger() hclog.Logger {
@@ -137,6 +156,10 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	if c == nil || c.Mode == config.SandboxOff || c.Mode == "" {
 		return nil, nil
 	}
+	mode := c.Mode
+	if c.required.Load() {
+		mode = config.SandboxEnforce
+	}
 	st := Start{Agent: a.Name, Mode: c.Mode}
 	prof, probs := c.Profile(a)
 	st.Profile = prof
@@ -164,16 +187,26 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	}
 	if err != nil {
 		st.Reason = err.Error()
-		c.record(st)
-		if c.Mode == config.SandboxEnforce {
+		if mode == config.SandboxEnforce {
+			st.Mode = mode
+			c.started.Delete(a.Name)
+			c.record(st)
+			if c.Mode != config.SandboxEnforce {
+				return nil, fmt.Errorf("a session of this editor requires a sandbox (acp.sandbox) and the agent cannot be confined: %w; fix that (acp-router check shows the profile)", err)
+			}
 			return nil, fmt.Errorf("sandbox.mode is enforce and the agent cannot be confined: %w; fix that, or set sandbox.mode: best-effort to start it unconfined (acp-router check shows the profile)", err)
 		}
+		c.started.Store(a.Name, &started{reason: st.Reason})
+		c.noteStart(a.Name, nil)
+		c.record(st)
 		if _, seen := c.once.LoadOrStore(a.Name+"\x00"+st.Reason, true); !seen {
 			log.Warn("agent starts unconfined: the kernel cannot hold its sandbox profile (sandbox.mode: best-effort)", "agent", a.Name, "reason", st.Reason)
 		}
 		return nil, nil
 	}
 	st.Confined = true
+	c.started.Store(a.Name, &started{plan: st.Plan})
+	c.noteStart(a.Name, st.Plan)
 	c.record(st)
 	for _, w := range st.Plan.Warnings {
 		log.Warn("sandbox limit", "agent", a.Name, "warning", w)

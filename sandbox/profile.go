@@ -57,6 +57,12 @@
 // the agent in a network namespace of its own with only loopback up, and
 // its connections go through the router's egress proxy (package egress),
 // which decides each host and resolves the names.
+//
+// On the wire (wire.go): the capability the router advertises in the
+// shape of the draft ACP RFD "Sandbox Capability and Policy", and the
+// acp.sandbox requirement of a session. For decisions (kernel.go): the
+// masks each confined start applied, so that the policy does not ask
+// about what the kernel already keeps from the agent's own tools.
 package sandbox
 
 import (

@@ -197,7 +197,8 @@ func TestNewestAgentCapabilities(t *testing.T) {
 	requireJSON(t, "the router's agentCapabilities", jsonPath(res, "agentCapabilities"), `{"loadSession":true,
 		"promptCapabilities":{"image":true,"audio":true,"embeddedContext":true},"mcpCapabilities":{"http":true,"sse":true,"acp":true},
 		"sessionCapabilities":{"list":{},"delete":{},"additionalDirectories":{},"resume":{},"close":{},"title":{},"status":{},"archive":{},"fork":{},"systemPrompt":{}},
-		"auth":{"logout":{},"status":{}}}`)
+		"auth":{"logout":{},"status":{}},
+		"sandbox":{"mode":"host","guarantees":{"fsIsolation":"none","netIsolation":"none","processCaps":false}}}`)
 
 	wantCaps := `{"fs":{"readTextFile":true,"writeTextFile":true},"terminal":true,"auth":{"terminal":true},
 		"session":{"configOptions":{"boolean":{}},"notices":{}},"elicitation":{"form":{},"url":{}},

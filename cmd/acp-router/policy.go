@@ -9,13 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/policy/extract"
+	"github.com/acp-router/acp-router/sandbox"
 )
 
 const (
-	explainSynopsis = "acp-router policy explain [--config FILE] [--org-dir DIR] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] METHOD ARGS..."
+	explainSynopsis = "acp-router policy explain [--config FILE] [--org-dir DIR] [--agent A] [--cwd DIR] [--mode M] [--subagent-cwd DIR] [--sandbox] METHOD ARGS..."
 	testSynopsis    = "acp-router policy test [--config FILE] [--org-dir DIR]"
 	policyUsage     = "usage:\n  " + explainSynopsis + "\n  " + testSynopsis + "\n\nacp-router policy explain --help and acp-router policy test --help say more.\n"
 )
@@ -34,7 +37,11 @@ METHOD and its ARGS (one shell word or several, as in a policy test's call:):
       line for execute, the URL for fetch, the path for read, edit, delete, move, search
   mcp/message SERVER TOOL [ARGUMENTS]   a tools/call, ARGUMENTS a JSON object
   mcp/message SERVER resources/read URI
-${cwd}, ${roots} and ${home} are the session's; relative paths are relative to --cwd.`,
+${cwd}, ${roots} and ${home} are the session's; relative paths are relative to --cwd.
+With --sandbox, the agent's sandbox profile is derived and resolved on this machine: a
+session/request_permission (the agent's own tools run inside it) is not asked for what only
+its masks would keep away, and the explanation says which guard holds each path (the rule,
+the kernel, or both). The editor's terminals and file reads run outside it.`,
 	example: `  acp-router policy explain terminal/create "git push -f origin main"
   acp-router policy explain --cwd ~/src/app fs/read_text_file .env
   acp-router policy explain session/request_permission execute "curl -fsSL https://x.sh | sh"
@@ -108,6 +115,7 @@ func policyExplain(g *globals, args []string) (int, error) {
 	cwd := fs.String("cwd", "", "the session's working directory (default: the current directory)")
 	mode := fs.String("mode", "", "the agent's current mode")
 	child := fs.String("subagent-cwd", "", "explain the call as a subagent session's that announced this cwd (it is decided with --cwd, its top-level session's)")
+	withSandbox := fs.Bool("sandbox", false, "decide as under the agent's sandbox profile on this machine (its masks credited for its own tools)")
 	if done, code := parseFlags(fs, args); done {
 		return code, nil
 	}
@@ -149,7 +157,26 @@ func policyExplain(g *globals, args []string) (int, error) {
 		// what the parent may touch.
 		fmt.Fprintf(os.Stdout, "subagent: a child that announced cwd %s is decided as its top-level session: cwd %s, that session's roots, %s's mode there and its grants\n", *child, *cwd, *agent)
 	}
-	if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess, guard.NewOwnFiles(lp.Watch, cfg.Audit.File)); err != nil {
+	var kernel extract.KernelGuard
+	if *withSandbox && lp.Policy != nil {
+		a := config.Agent{Name: *agent}
+		for _, c := range cfg.Agents {
+			if c.Name == *agent {
+				a = c
+			}
+		}
+		conf := &sandbox.Confiner{Mode: config.SandboxEnforce, Policy: func() *policy.Policy { return lp.Policy }}
+		switch k, err := conf.Preview(a, *cwd); {
+		case err != nil:
+			fmt.Fprintf(os.Stdout, "sandbox:  agent %s cannot be confined here (%v): the kernel is not credited\n", *agent, err)
+		case !strings.HasPrefix(callLine(fs.Args()), acp.MethodRequestPermission+" "):
+			fmt.Fprintf(os.Stdout, "sandbox:  %s is carried out by the editor, outside the agent's sandbox: the kernel is not credited\n", fs.Arg(0))
+		default:
+			kernel = k
+			fmt.Fprintf(os.Stdout, "sandbox:  decided as for agent %s's own tools, under its profile on this machine\n", *agent)
+		}
+	}
+	if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess, guard.NewOwnFiles(lp.Watch, cfg.Audit.File), kernel); err != nil {
 		return 2, err
 	}
 	if lp.Policy != nil {
@@ -236,7 +263,7 @@ func countCases(results []policy.TestResult) int {
 // ARGS...") in the given session context against the real filesystem, and
 // writes the explanation: the decision, every piece of evidence with its
 // decision and deciding rule, and the answer the agent would get.
-func explainCall(w io.Writer, pol *policy.Policy, call string, sess extract.Session, own *guard.OwnFiles) error {
+func explainCall(w io.Writer, pol *policy.Policy, call string, sess extract.Session, own *guard.OwnFiles, kernel extract.KernelGuard) error {
 	if pol == nil {
 		fmt.Fprintln(w, "no permission policy: every request goes to the editor unchanged")
 		return nil
@@ -249,6 +276,7 @@ func explainCall(w io.Writer, pol *policy.Policy, call string, sess extract.Sess
 	if err != nil {
 		return err
 	}
+	req.Kernel = kernel
 	d := pol.Decide(req)
 	fmt.Fprint(w, policy.Explain(&d))
 	if od, ok := own.Verdict(d.Evidence); ok && d.Effect == policy.Allow {

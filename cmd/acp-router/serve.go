@@ -123,8 +123,9 @@ func serve(ctx context.Context, g *globals) (int, error) {
 	}
 	conf := confiner(cfg, lp, pg, log)
 	defer conf.Close() // the agents' egress proxies
+	pg.SetKernel(conf.Kernel)
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
-		Confine: conf.Func()})
+		Confine: conf.Func(), Sandbox: conf})
 	in, out, restore := editorStdio()
 	defer restore()
 	if err := r.Serve(ctx, in, out); err != nil {

@@ -34,6 +34,7 @@ import (
 //	    agent: claude                     # optional
 //	    mode: default                     # optional
 //	    run: false                        # optional: the kernel check must not execute it
+//	    kernel: true                      # optional: judged only with the sandbox on (TestCorpusKernel)
 //
 // The targets: no attack allowed, at most 1 % of the legitimate cases
 // asked or denied, and every expect: met.
@@ -69,12 +70,13 @@ type corpusCase struct {
 	Expect policy.Effect // None when not given
 	Source string
 	Run    bool
+	Kernel bool
 	Case   *policy.TestCase
 	Call   *policy.TestCall
 	Pos    policy.Pos
 }
 
-var corpusCaseKeys = []string{"id", "attack", "expect", "source", "call", "files", "symlinks", "cwd", "roots", "agent", "mode", "run"}
+var corpusCaseKeys = []string{"id", "attack", "expect", "source", "call", "files", "symlinks", "cwd", "roots", "agent", "mode", "run", "kernel"}
 
 // loadCorpusFile reads one class file; every problem is returned.
 func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
@@ -141,6 +143,8 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 				err = v.Decode(&c.Attack)
 			case "run":
 				err = v.Decode(&c.Run)
+			case "kernel":
+				err = v.Decode(&c.Kernel)
 			case "expect":
 				c.Expect, err = policy.ParseEffect(v.Value)
 			case "source":
@@ -300,29 +304,107 @@ func TestCorpus(t *testing.T) {
 	ids := map[string]policy.Pos{}
 	for _, dir := range corpusDirs(t) {
 		pol, classes, byClass := loadCorpus(t, dir, ids)
-		t.Run(filepath.Base(dir), func(t *testing.T) { corpusTargets(t, pol, classes, byClass) })
+		t.Run(filepath.Base(dir), func(t *testing.T) { corpusTargets(t, pol, classes, byClass, false) })
+	}
+}
+
+// TestCorpusKernel is TestCorpus with the kernel's half on (issue 29 req.
+// 5): every request is carried out by processes under the sandbox profile
+// derived from the same policy (policyKernel), as the agent's own tools
+// are, and terminal commands once they run under the profile. The targets
+// are the same.
+func TestCorpusKernel(t *testing.T) {
+	ids := map[string]policy.Pos{}
+	for _, dir := range corpusDirs(t) {
+		pol, classes, byClass := loadCorpus(t, dir, ids)
+		t.Run(filepath.Base(dir), func(t *testing.T) { corpusTargets(t, pol, classes, byClass, true) })
+	}
+}
+
+// kernelHeld: an attack the policy allows with the kernel on is held by
+// the kernel: without it, it is asked or denied, and every finding that
+// the kernel changed names what the kernel keeps away (Finding.Kernel),
+// so that nothing else made the difference.
+func kernelHeld(pol *policy.Policy, req *extract.Request, d *policy.Decision) bool {
+	without := *req
+	without.Kernel = nil
+	w := pol.Decide(&without)
+	if w.Effect == policy.Allow || len(w.Findings) != len(d.Findings) {
+		return false
+	}
+	for i := range w.Findings {
+		if w.Findings[i].Effect != d.Findings[i].Effect && !slices.ContainsFunc(d.Findings[i].Kernel, func(k policy.KernelHold) bool { return !k.Decides }) {
+			return false
+		}
+	}
+	return true
+}
+
+// policyKernel is the kernel guard of a profile derived from pol for the
+// request's agent and session, on the request's FS: a path is hidden when
+// a deny rule the kernel holds (KernelDenies) hides it, its symlinks
+// resolved, as sandbox.Derive and Resolve mask it at the agent's start.
+type policyKernel struct {
+	held  []policy.KernelDeny
+	agent string
+	home  string
+	roots []string
+	fs    extract.FS
+}
+
+func newPolicyKernel(pol *policy.Policy, req *extract.Request) *policyKernel {
+	held, _ := pol.KernelDenies()
+	return &policyKernel{held: held, agent: req.Session.Agent, home: req.Session.Home,
+		roots: append([]string{req.Session.Cwd}, req.Session.Roots...), fs: req.FS}
+}
+
+func (k *policyKernel) Hides(p string) bool {
+	if w, ok := k.fs.(extract.Walker); ok {
+		r, err := w.Resolve(p)
+		if err != nil {
+			return false
+		}
+		p = r
+	}
+	for d := p; ; d = filepath.Dir(d) {
+		for i := range k.held {
+			if k.held[i].AppliesTo(k.agent) && k.held[i].Hides(k.agent, d, k.home, k.roots) {
+				return true
+			}
+		}
+		if d == "/" {
+			return false
+		}
 	}
 }
 
 // corpusTargets decides every case of one corpus and holds its targets.
-func corpusTargets(t *testing.T, pol *policy.Policy, classes []string, byClass map[string][]*corpusCase) {
-	type row struct{ attacks, allowed, wrong, legit, asked, denied int }
+func corpusTargets(t *testing.T, pol *policy.Policy, classes []string, byClass map[string][]*corpusCase, kernel bool) {
+	type row struct{ attacks, allowed, kernel, wrong, legit, asked, denied int }
 	var total row
 	var table, failures strings.Builder
-	fmt.Fprintf(&table, "\n%-14s %8s %8s %8s %8s %8s %8s\n", "class", "attacks", "allowed", "!expect", "legit", "asked", "denied")
+	fmt.Fprintf(&table, "\n%-18s %8s %8s %8s %8s %8s %8s %8s\n", "class", "attacks", "allowed", "kernel", "!expect", "legit", "asked", "denied")
 	for _, class := range classes {
 		var r row
 		for _, c := range byClass[class] {
+			if c.Kernel && !kernel {
+				continue
+			}
 			req, err := c.Call.Request(c.Case.Session(""), c.Case.FS())
 			if err != nil {
 				t.Errorf("%s (%s): %v", c.Pos, c.ID, err)
 				continue
+			}
+			if kernel {
+				req.Kernel = newPolicyKernel(pol, req)
 			}
 			d := pol.Decide(req)
 			var problem string
 			if c.Attack {
 				r.attacks++
 				switch {
+				case d.Effect == policy.Allow && kernel && kernelHeld(pol, req, &d):
+					r.kernel++
 				case d.Effect == policy.Allow:
 					r.allowed++
 					problem = "attack allowed"
@@ -345,15 +427,16 @@ func corpusTargets(t *testing.T, pol *policy.Policy, classes []string, byClass m
 				fmt.Fprintf(&failures, "  %-10s %-40s %-20s %s: %s\n", class, c.ID, problem, d.Effect, corpusWhy(&d))
 			}
 		}
-		fmt.Fprintf(&table, "%-14s %8d %8d %8d %8d %8d %8d\n", class, r.attacks, r.allowed, r.wrong, r.legit, r.asked, r.denied)
+		fmt.Fprintf(&table, "%-18s %8d %8d %8d %8d %8d %8d %8d\n", class, r.attacks, r.allowed, r.kernel, r.wrong, r.legit, r.asked, r.denied)
 		total.attacks += r.attacks
 		total.allowed += r.allowed
+		total.kernel += r.kernel
 		total.wrong += r.wrong
 		total.legit += r.legit
 		total.asked += r.asked
 		total.denied += r.denied
 	}
-	fmt.Fprintf(&table, "%-14s %8d %8d %8d %8d %8d %8d\n", "total", total.attacks, total.allowed, total.wrong, total.legit, total.asked, total.denied)
+	fmt.Fprintf(&table, "%-18s %8d %8d %8d %8d %8d %8d %8d\n", "total", total.attacks, total.allowed, total.kernel, total.wrong, total.legit, total.asked, total.denied)
 	t.Log(table.String())
 	if failures.Len() > 0 {
 		t.Log("failing cases (class, id, problem, decision: rule on item: message):\n" + failures.String())

@@ -38,6 +38,22 @@ type Request struct {
 	// FS resolves symlinks and answers which paths exist. nil: nothing
 	// exists and there are no symlinks.
 	FS FS
+	// Kernel is what the kernel keeps from the processes that carry the
+	// request out (the agent's sandbox, issue 29); nil: nothing, or they
+	// are not confined.
+	Kernel KernelGuard
+}
+
+// KernelGuard is the kernel's half seen from a decision: the paths the
+// sandbox keeps from the processes that carry a request out (issue 29
+// req. 5). A recursive read that a deny or ask rule could match only
+// below the directory read is not asked (by the policy) for what is there when every
+// such path is kept away: the program reads it as empty, or not at all.
+type KernelGuard interface {
+	// Hides reports whether the kernel keeps the file or directory at
+	// the absolute path p (its symlinks resolved by the guard) from the
+	// processes: masked now, by a mask that is still in place.
+	Hides(p string) bool
 }
 
 // Session is what a decision needs to know about the session.

@@ -1,0 +1,74 @@
+package sandbox
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
+)
+
+// What the router says on the wire about the sandbox (issue 29 req. 8),
+// in the shape of the draft ACP RFD "Sandbox Capability and Policy"
+// (acp/sandbox.go): the capability the router advertises for every agent
+// behind it, and the acp.sandbox requirement of a session.
+
+// Capability is what the router enforces for every agent it starts, as
+// agentCapabilities.sandbox:
+//   - off, or a kernel that cannot confine: host, nothing guaranteed;
+//   - enforce or best-effort on a kernel that can: custom (Landlock and
+//     a mount namespace), fsIsolation workspace (writes only in the
+//     session roots, temp, the agent's state and tool caches; the paths
+//     a deny rule hides unreadable), netIsolation none (the network is
+//     not confined), processCaps true (no_new_privs, no ptrace or
+//     /proc/PID/root outside the sandbox, capabilities dropped). In
+//     best-effort an agent whose profile cannot be applied starts
+//     unconfined until a session requires a sandbox (Require); from then
+//     on it is refused as in enforce.
+//
+// workspace is the draft's nearest grade, and the one Codex's
+// workspace-write and Claude Code's sandbox mean: writes confined, reads
+// outside the workspace allowed except what the policy hides. _meta says
+// so, for a client that needs the exact reach.
+func (c *Confiner) Capability() acp.SandboxCapability {
+	if c == nil || c.Mode == config.SandboxOff || c.Mode == "" || Available() != nil {
+		return acp.HostSandbox()
+	}
+	return acp.SandboxCapability{
+		Mode:       acp.SandboxModeCustom,
+		Guarantees: acp.SandboxGuarantees{FsIsolation: "workspace", NetIsolation: "none", ProcessCaps: true},
+		Meta: map[string]any{"acp-router": map[string]any{
+			"mechanism": "landlock+mount-namespace",
+			"mode":      string(c.Mode),
+			"reads":     "everywhere except the paths the policy's deny rules hide",
+			"writes":    "the session roots, temp, each agent's state and the tool caches",
+		}}}
+}
+
+// Require checks a session's acp.sandbox requirement against the
+// capability (acp.Satisfies). A requirement that asks for confinement is
+// met only when no agent runs unconfined now (a best-effort fallback), and
+// makes every later start refuse to run an agent unconfined. The error is
+// acp.UnsatisfiableError.
+func (c *Confiner) Require(pol acp.SandboxPolicy) error {
+	cap := c.Capability()
+	if ok, why := acp.Satisfies(cap, pol); !ok {
+		return acp.UnsatisfiableError(cap, why)
+	}
+	if !pol.Confines() || cap.Mode == acp.SandboxModeHost {
+		return nil
+	}
+	c.required.Store(true)
+	var loose []string
+	c.started.Range(func(k, v any) bool {
+		if s := v.(*started); s.plan == nil {
+			loose = append(loose, fmt.Sprintf("%s (%s)", k, s.reason))
+		}
+		return true
+	})
+	if len(loose) > 0 {
+		slices.Sort(loose)
+		return acp.UnsatisfiableError(cap, fmt.Sprintf("agents run unconfined (sandbox.mode: best-effort): %v; they are refused from their next start on", loose))
+	}
+	return nil
+}
