@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/upstream"
 )
 
@@ -26,11 +25,11 @@ func confineTerminal(inst *upstream.Instance, p json.RawMessage) (json.RawMessag
 	var args []string
 	if json.Unmarshal(p, &fields) != nil || json.Unmarshal(fields["command"], &command) != nil || command == "" ||
 		fields["args"] != nil && json.Unmarshal(fields["args"], &args) != nil {
-		return nil, acp.NewError(acp.CodeInvalidParams, "acp-router: terminal/create needs a command (a string) and args (strings)", nil)
+		return nil, fail(errParams, "acp-router: terminal/create needs a command (a string) and args (strings)", nil)
 	}
 	exe, wrapped, err := plan.Terminal(command, args)
 	if err != nil {
-		return nil, acp.NewError(acp.CodeInternalError, fmt.Sprintf("acp-router: agent %q runs in a sandbox and its command cannot: %v", inst.Agent.Name(), err), nil)
+		return nil, fail(errInternal, fmt.Sprintf("acp-router: agent %q runs in a sandbox and its command cannot: %v", inst.Agent.Name(), err), nil)
 	}
 	fields["command"], _ = json.Marshal(exe)
 	fields["args"], _ = json.Marshal(wrapped)

@@ -63,11 +63,14 @@ func (c *Confiner) noteStart(agent string, plan *Plan) {
 
 // Kernel is the kernel guard of a request agent sends with method:
 // session/request_permission asks for the agent's own tools, which run in
-// its process tree, under its profile. The editor's terminals and file
-// reads (terminal/create, fs/*) run outside it: nil, as for an agent that
-// ever ran unconfined or was never started confined.
+// its process tree, under its profile; terminal/create of a confined agent
+// runs under the same plan (the router rewrites it for the terminal
+// helper, which resolves the masks again when it starts and refuses to run
+// the command unconfined), so what every start of the agent hides, the
+// terminal hides too. The editor's file reads (fs/*) run outside it: nil,
+// as for an agent that ever ran unconfined or was never started confined.
 func (c *Confiner) Kernel(agent, method string) extract.KernelGuard {
-	if c == nil || method != acp.MethodRequestPermission {
+	if c == nil || method != acp.MethodRequestPermission && method != acp.MethodTerminalCreate {
 		return nil
 	}
 	v, ok := c.guards.Load(agent)

@@ -47,8 +47,11 @@ func TestKernelGuardCredits(t *testing.T) {
 	if err != nil || plan == nil {
 		t.Fatalf("Confine: %v %v", plan, err)
 	}
-	if k := c.Kernel("claude", acp.MethodTerminalCreate); k != nil {
-		t.Error("a guard for terminal/create, which the editor runs outside the sandbox")
+	if k := c.Kernel("claude", "fs/read_text_file"); k != nil {
+		t.Error("a guard for fs/read_text_file, which the editor carries out outside the sandbox")
+	}
+	if k := c.Kernel("claude", acp.MethodTerminalCreate); k == nil {
+		t.Error("no guard for terminal/create, which runs under the agent's plan (the terminal helper)")
 	}
 	k := c.Kernel("claude", acp.MethodRequestPermission)
 	if k == nil {
@@ -83,7 +86,9 @@ func TestKernelGuardCredits(t *testing.T) {
 	if plan, err := c.Confine(agent); plan != nil || err != nil {
 		t.Fatalf("fallback: %v %v", plan, err)
 	}
-	if k := c.Kernel("claude", acp.MethodRequestPermission); k != nil {
-		t.Error("a guard after an unconfined start")
+	for _, m := range []string{acp.MethodRequestPermission, acp.MethodTerminalCreate} {
+		if k := c.Kernel("claude", m); k != nil {
+			t.Errorf("a guard for %s after an unconfined start", m)
+		}
 	}
 }
