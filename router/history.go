@@ -469,16 +469,11 @@ func (r *Router) emptySession(id string) *Session {
 func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorParams json.RawMessage) (finish func()) {
 	extra := r.storedExtra(h.Meta.ID, h.Meta.Extra)
 	newParams := rewriteNewParams(extra.NewParams, editorParams, cwd)
-	var roots []string
 	var np struct {
 		Dirs []string `json:"additionalDirectories"`
 	}
 	json.Unmarshal(newParams, &np)
-	for _, dir := range np.Dirs {
-		if filepath.IsAbs(dir) {
-			roots = append(roots, filepath.Clean(dir))
-		}
-	}
+	roots := cleanDirs(np.Dirs)
 	active := h.Meta.ActiveAgent
 	if r.byName[active] == nil {
 		active = r.routingDefault()
@@ -664,6 +659,11 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 	}
 	r.spawn(func() {
 		downs := map[string]string{} // agent → downstream session id
+		// The session's roots: under the sandbox each agent runs one
+		// process per set of roots (upstream/roots.go), and the session
+		// lives at the process of its own.
+		var cwd string
+		var dirs []string
 		r.mu.Lock()
 		s := r.sessions[id]
 		r.closedIDs.add(id)
@@ -673,12 +673,14 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 			for name, d := range s.down {
 				downs[name] = d.id
 			}
+			cwd, dirs = s.Cwd, s.roots
 			s.mu.Unlock()
 			r.forget(s)
 		} else if h, err := r.opts.Store.Load(ctx, id); err == nil {
 			for name, a := range h.Meta.Agents {
 				downs[name] = a.SessionID
 			}
+			cwd, dirs = h.Meta.Cwd, cleanDirs(h.Meta.AdditionalDirectories)
 		}
 		if err := r.opts.Store.Delete(ctx, id); err != nil {
 			r.log.Warn("cannot delete the stored session", "session", id, "error", err)
@@ -688,7 +690,7 @@ func (r *Router) deleteSession(ctx context.Context, req *jsonrpc2.Request) {
 			if a == nil {
 				continue
 			}
-			inst := a.Current()
+			inst := a.ForRoots(cwd, dirs).Current()
 			if inst == nil || inst.Init() == nil {
 				continue
 			}

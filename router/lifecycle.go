@@ -175,9 +175,11 @@ func (r *Router) archiveSession(ctx context.Context, req *jsonrpc2.Request, arch
 	}
 	r.spawn(func() {
 		var downs map[string]store.Agent
+		var cwd string
+		var dirs []string
 		mark := func(m *store.Meta) {
 			m.Archived = archive
-			downs = m.Agents
+			downs, cwd, dirs = m.Agents, m.Cwd, m.AdditionalDirectories
 		}
 		if s != nil {
 			r.endTurnFirst(ctx, s)
@@ -200,7 +202,7 @@ func (r *Router) archiveSession(ctx context.Context, req *jsonrpc2.Request, arch
 		if closeAgents != nil {
 			first = closeAgents(ctx, true)
 		} else {
-			first = r.archiveStoredAgents(ctx, req.Method, downs)
+			first = r.archiveStoredAgents(ctx, req.Method, downs, cwd, dirs)
 		}
 		if first != nil {
 			r.replyTo(req)(nil, first)
@@ -249,15 +251,16 @@ func cancelTimeoutOf(t *turn) time.Duration {
 
 // archiveStoredAgents sends method (archive or unarchive) to each agent of
 // a session the router does not run that supports archive, with its stored
-// session id. Agents not running are left alone: their session is not in
-// memory either.
-func (r *Router) archiveStoredAgents(ctx context.Context, method string, downs map[string]store.Agent) error {
+// session id, at the agent's process for the session's roots (cwd, dirs:
+// one per set of roots under the sandbox, upstream/roots.go). Agents not
+// running are left alone: their session is not in memory either.
+func (r *Router) archiveStoredAgents(ctx context.Context, method string, downs map[string]store.Agent, cwd string, dirs []string) error {
 	for name, a := range downs {
 		ag := r.byName[name]
 		if ag == nil || a.SessionID == "" {
 			continue
 		}
-		inst := ag.Current()
+		inst := ag.ForRoots(cwd, cleanDirs(dirs)).Current()
 		if inst == nil || !acp.Supported(agentCaps(inst).SessionCapabilities.Archive) {
 			continue
 		}
@@ -362,12 +365,7 @@ func (r *Router) fork(ctx context.Context, req *jsonrpc2.Request, s *Session, d 
 		Dirs []string `json:"additionalDirectories"`
 	}
 	json.Unmarshal(newParams, &np)
-	var roots []string
-	for _, dir := range np.Dirs {
-		if filepath.IsAbs(dir) {
-			roots = append(roots, filepath.Clean(dir))
-		}
-	}
+	roots := cleanDirs(np.Dirs)
 	ns := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: newParams, active: inst.Agent.Name(), down: map[string]*downstream{}, opening: map[string]chan struct{}{},
 		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, policy: guard.NewSession(cwd, roots), lastUse: time.Now(),
 		history: history, histBytes: histBytes, nextSeq: nextSeq}

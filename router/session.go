@@ -199,10 +199,7 @@ func (r *Router) newSession(ctx context.Context, req *jsonrpc2.Request) {
 		return
 	}
 	cwd := filepath.Clean(np.Cwd)
-	var roots []string
-	for _, dir := range np.Dirs {
-		roots = append(roots, filepath.Clean(dir))
-	}
+	roots := cleanDirs(np.Dirs)
 	r.spawn(func() {
 		held, release := r.hold(ctx, req)
 		head, enforce := r.route(cwd)
@@ -690,4 +687,17 @@ func errRelativeDir(method string, dirs []string) *jsonrpc2.Error {
 		}
 	}
 	return nil
+}
+
+// cleanDirs is a session's additionalDirectories as its roots: each
+// cleaned, relative ones (refused where the editor sends them, possible in
+// an old store) left out.
+func cleanDirs(dirs []string) []string {
+	var roots []string
+	for _, dir := range dirs {
+		if filepath.IsAbs(dir) {
+			roots = append(roots, filepath.Clean(dir))
+		}
+	}
+	return roots
 }

@@ -632,6 +632,16 @@ func (a *fakeAgent) handleRequest(m wireMsg) {
 			}
 		}
 	case "session/delete":
+		// Which process the router reached: one that knows the session
+		// (test/sandbox_terminal_test.go, a process per set of roots).
+		var p struct {
+			SessionID string `json:"sessionId"`
+		}
+		json.Unmarshal(m.Params, &p)
+		a.mu.Lock()
+		_, known := a.sessions[p.SessionID]
+		a.mu.Unlock()
+		a.logf("delete %s known=%v", p.SessionID, known)
 		a.reply(m.ID, map[string]any{})
 	case "session/set_mode", "session/close", "session/set_model":
 		if !a.knownSession(m) {

@@ -135,3 +135,29 @@ func TestSandboxTerminalPerProcess(t *testing.T) {
 		t.Errorf("the crash of B's process killed A's terminal")
 	}
 }
+
+// TestSandboxDeleteReachesRootsProcess: under the sandbox a session lives
+// at the agent's process for its roots (issue 29 point 3), so
+// session/delete goes there, to the process that knows the session, not to
+// the agent's own process, which never had it (archive of a stored session
+// finds its process the same way: cleanDirs and ForRoots).
+func TestSandboxDeleteReachesRootsProcess(t *testing.T) {
+	t.Parallel()
+	logFile := filepath.Join(t.TempDir(), "claude.log")
+	init := `{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"sessionCapabilities":{"delete":{}}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`
+	cfg, _ := sandboxYAML(t, "enforce", fakeOpts{InitResult: json.RawMessage(init), LogFile: logFile, UniqueSessionIDs: true}, nil, "**/.env")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "say hello", "end_turn")
+	e.MustCall(t, "session/delete", map[string]any{"sessionId": sid})
+	var deletes []string
+	for _, l := range agentLog(logFile) {
+		if strings.HasPrefix(l, "delete ") {
+			deletes = append(deletes, l)
+		}
+	}
+	if len(deletes) != 1 || !strings.HasSuffix(deletes[0], " known=true") {
+		t.Errorf("session/delete at the agent: %q, want one, at the process that has the session", deletes)
+	}
+}
