@@ -749,16 +749,8 @@ func TestTouchInterval(t *testing.T) {
 			return st.sessions["s"].meta.UpdatedAt
 		}
 
-		// Turns for 1.2 s, one every 2 ms (a commit window each).
 		before := metaWrites.Load()
-		start := time.Now()
-		for time.Since(start) < 3*interval {
-			must(t, st.TurnStart("s"))
-			must(t, st.Append("s", []byte(`{"u":1}`)))
-			must(t, st.TurnEnd("s"))
-			time.Sleep(2 * time.Millisecond)
-		}
-		took := time.Since(start)
+		took := turnsFor(t, st, "s", 3*interval)
 		if n, most := metaWrites.Load()-before, int64(took/interval)+2; n > most {
 			t.Errorf("%d metadata writes in %v of turns, want at most %d (one per %v)", n, took, most, interval)
 		}
@@ -919,14 +911,7 @@ func TestSyncInterval(t *testing.T) {
 		must(t, st.Sync(t.Context()))
 
 		before := syncs.Load()
-		start := time.Now()
-		for time.Since(start) < 3*interval {
-			must(t, st.TurnStart("s"))
-			must(t, st.Append("s", []byte(`{"u":1}`)))
-			must(t, st.TurnEnd("s"))
-			time.Sleep(2 * time.Millisecond)
-		}
-		took := time.Since(start)
+		took := turnsFor(t, st, "s", 3*interval)
 		if n, most := syncs.Load()-before, int64(took/interval)+2; n < 1 || n > most {
 			t.Errorf("%d fsyncs of the log in %v of turns, want 1 to %d (one per %v)", n, took, most, interval)
 		}
@@ -991,6 +976,20 @@ func TestSyncIntervalDirectory(t *testing.T) {
 			t.Fatal("the deferred fsync of the turn's end came without an fsync of the directory its roll changed")
 		}
 	}
+}
+
+// turnsFor runs turns of one update in session id, one every 2 ms (a
+// commit window each), for d, and returns how long they took.
+func turnsFor(t *testing.T, st *Store, id string, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		must(t, st.TurnStart(id))
+		must(t, st.Append(id, []byte(`{"u":1}`)))
+		must(t, st.TurnEnd(id))
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // openCounting opens a store in dir whose failpoint counts each time the
