@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/internal/leaktest"
 )
 
 // TestStreamWaitJoins: every goroutine a stream starts is its own: once
@@ -31,7 +33,7 @@ func TestStreamWaitJoins(t *testing.T) {
 	// This stream's: its methods and w's show their receivers; OnFail is
 	// this test's.
 	marks := []string{fmt.Sprintf("%p", s), fmt.Sprintf("%p", pw), "TestStreamWaitJoins.func"}
-	if n := countGoroutines(marks...); n != 2 {
+	if n := leaktest.Count(marks...); n != 2 {
 		t.Fatalf("%d goroutines of the stream, want 2: the writer and the stall watchdog", n)
 	}
 	s.Close()
@@ -40,7 +42,7 @@ func TestStreamWaitJoins(t *testing.T) {
 	if n := s.Wait(10 * time.Second); n != 0 {
 		t.Fatalf("Wait: %d goroutines still run", n)
 	}
-	if n := countGoroutines(marks...); n != 0 {
+	if n := leaktest.Count(marks...); n != 0 {
 		t.Errorf("%d goroutines of the stream still run after Wait returned", n)
 	}
 }
@@ -50,29 +52,4 @@ func (s *Stream) writingNow() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.writing
-}
-
-// countGoroutines counts the goroutines whose stack (the frame that
-// created it included) holds one of marks (a function's name, a pointer
-// passed as an argument).
-func countGoroutines(marks ...string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		for _, m := range marks {
-			if strings.Contains(g, m) {
-				count++
-				break
-			}
-		}
-	}
-	return count
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/audit/audittest"
 )
 
 // TestMain runs the writer processes of TestProcessesShareTheLog when the
@@ -94,26 +96,6 @@ func writeT(t testing.TB, l *Log, id string) {
 	if err := l.Write(testRecord(id)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// readLines reads one file of the log: every line must be a JSON object.
-func readLines(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
 }
 
 // readAll reads the rotated generations, oldest first, then the live log.
@@ -321,7 +303,7 @@ func TestLogWritesOneFlushedLinePerRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Flushed per line: readable before Close.
-	lines := readLines(t, path)
+	lines := audittest.ReadLines(t, path)
 	if len(lines) != 2 {
 		t.Fatalf("%d lines, want 2", len(lines))
 	}
@@ -389,7 +371,7 @@ func TestLogTightensAndRotates(t *testing.T) {
 				if _, err := os.Stat(p); err != nil {
 					break
 				}
-				got = append(got, len(readLines(t, p)))
+				got = append(got, len(audittest.ReadLines(t, p)))
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("records a file (live, .1, .2, ...): %v, want %v", got, tc.want)
@@ -489,7 +471,7 @@ func TestLogFollowsAnotherProcess(t *testing.T) {
 			writeT(t, b, "b-0")
 			tc.do(t, path, a)
 			writeT(t, b, "b-1")
-			lines := readLines(t, path)
+			lines := audittest.ReadLines(t, path)
 			if len(lines) == 0 || lines[len(lines)-1]["decisionId"] != "b-1" {
 				t.Errorf("b's record is not at the end of the live file: %v", lines)
 			}
@@ -561,7 +543,7 @@ func TestLogRecoversWhenTheFileComesBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			writeT(t, l, "after-0")
-			lines := readLines(t, path)
+			lines := audittest.ReadLines(t, path)
 			if len(lines) == 0 || lines[len(lines)-1]["decisionId"] != "after-0" {
 				t.Errorf("after the restore, the live file holds %v", lines)
 			}
@@ -667,24 +649,6 @@ func BenchmarkWrite(b *testing.B) {
 	})
 }
 
-// holdLock takes the log's lock through a descriptor of its own, as another
-// router stopped while writing (^Z) holds it, until the test ends or the
-// returned func is called.
-func holdLock(t *testing.T, path string) (release func()) {
-	t.Helper()
-	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release = func() { once.Do(func() { f.Close() }) }
-	t.Cleanup(release)
-	return release
-}
-
 // A lock held elsewhere and never released fails each Write at its
 // deadline, those queued behind another writer of this process included
 // (issue 27: flock waited for ever), and writing resumes once it is free.
@@ -692,7 +656,7 @@ func TestLogLockHeldElsewhere(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	l := openT(t, path, Options{LockTimeout: timeout})
-	release := holdLock(t, path)
+	release := audittest.HoldLock(t, path)
 	const writers = 4
 	errs := make(chan error, writers)
 	start := time.Now()
@@ -714,7 +678,7 @@ func TestLogLockHeldElsewhere(t *testing.T) {
 	}
 	release()
 	writeT(t, l, "after")
-	lines := readLines(t, path)
+	lines := audittest.ReadLines(t, path)
 	if len(lines) != 1 || lines[0]["decisionId"] != "after" {
 		t.Errorf("log holds %v; want only the record written once the lock was free", lines)
 	}

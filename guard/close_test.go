@@ -2,12 +2,11 @@ package guard
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/internal/leaktest"
 )
 
 // TestCloseStopsWatch: the policy watcher is the guard's: Close stops it
@@ -25,13 +24,13 @@ func TestCloseStopsWatch(t *testing.T) {
 	}}
 	g.StartWatch(context.Background(), opts) // a context that never ends
 	<-applied                                // running
-	if n := countGoroutines("guard.(*Guard).watch("); n != 1 {
+	if n := leaktest.Count("guard.(*Guard).watch("); n != 1 {
 		t.Fatalf("%d watchers running, want 1", n)
 	}
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := countGoroutines("guard.(*Guard).watch("); n != 0 {
+	if n := leaktest.Count("guard.(*Guard).watch("); n != 0 {
 		t.Errorf("%d watchers still run after Close returned", n)
 	}
 	g.StartWatch(context.Background(), opts)
@@ -53,38 +52,17 @@ func TestCloseJoinsDecisions(t *testing.T) {
 	if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
 		t.Fatalf("Decide = %+v, want %+v", got, want)
 	}
-	if n := countGoroutines("guard.(*Guard).decideBounded"); n != 1 {
+	if n := leaktest.Count("guard.(*Guard).decideBounded"); n != 1 {
 		t.Errorf("%d decisions running on the blocked resolver, want 1 (no waiter besides)", n)
 	}
 	time.AfterFunc(100*time.Millisecond, func() { close(fs.release) }) // within closeWait
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := countGoroutines("guard.(*Guard).decideBounded"); n != 0 {
+	if n := leaktest.Count("guard.(*Guard).decideBounded"); n != 0 {
 		t.Errorf("%d decisions still run after Close returned", n)
 	}
 	if n := g.stuck.Load(); n != 0 {
 		t.Errorf("stuck = %d after the decision ended", n)
 	}
-}
-
-// countGoroutines counts the goroutines whose stack (the frame that
-// created it included) names fn.
-func countGoroutines(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
 }

@@ -10,13 +10,13 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit/audittest"
 	"github.com/acp-router/acp-router/policy"
 )
 
@@ -653,7 +653,7 @@ func TestRecord(t *testing.T) {
 			if err := g.Record(v, tt.choice); err != nil {
 				t.Fatal(err)
 			}
-			recs := readAudit(t, file)
+			recs := audittest.ReadLines(t, file)
 			if len(recs) != 1 {
 				t.Fatalf("%d records", len(recs))
 			}
@@ -676,7 +676,7 @@ func TestRecord(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		recs := readAudit(t, file)
+		recs := audittest.ReadLines(t, file)
 		if len(recs) != n {
 			t.Fatalf("%d records, want %d", len(recs), n)
 		}
@@ -894,24 +894,6 @@ func TestDecideOSFS(t *testing.T) {
 	}
 }
 
-// holdAuditLock takes the audit log's lock through a descriptor of its
-// own, as a sibling router stopped with ^Z while writing holds it, until
-// the returned func is called (or the test ends).
-func holdAuditLock(t *testing.T, file string) (release func()) {
-	t.Helper()
-	f, err := os.OpenFile(file+".lock", os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release = func() { once.Do(func() { f.Close() }) }
-	t.Cleanup(release)
-	return release
-}
-
 // TestAuditLockHeldElsewhere (issue 27): with the audit log's lock held by
 // another process and never released, a decision that would allow fails
 // closed within the lock's deadline, its cause logged; nothing of the
@@ -923,7 +905,7 @@ func TestAuditLockHeldElsewhere(t *testing.T) {
 	log := &syncBuffer{}
 	file := filepath.Join(t.TempDir(), "audit.jsonl")
 	g := newTestGuard(t, "", Options{AuditFile: file, AuditLockTimeout: timeout, Logger: hclogTo(log)})
-	release := holdAuditLock(t, file)
+	release := audittest.HoldLock(t, file)
 	s := NewSession(testCwd, nil)
 
 	start := time.Now()
@@ -986,14 +968,14 @@ func TestAuditLockHeldElsewhere(t *testing.T) {
 	answered = make(chan struct{})
 	g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
 	<-answered
-	if recs := readAudit(t, file); len(recs) != 1 {
+	if recs := audittest.ReadLines(t, file); len(recs) != 1 {
 		t.Fatalf("audit log when the refusal was answered: %v; want its record", recs)
 	}
 	v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
 	if err := g.Record(v, ""); err != nil || v.Effect != policy.Allow {
 		t.Fatalf("with the lock free: %v, %+v", err, outcomeOf(v))
 	}
-	recs := readAudit(t, file)
+	recs := audittest.ReadLines(t, file)
 	if len(recs) != 2 || recs[0]["method"] != acp.MethodReadTextFile || recs[1]["decision"] != "allow" {
 		t.Errorf("audit log once the lock was free: %v; want the refusal, then the allow", recs)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit/audittest"
 )
 
 // TestNew: a guard opens its audit log with its first policy, and refuses
@@ -67,7 +68,7 @@ func TestNew(t *testing.T) {
 			t.Fatalf("Set: %v", err)
 		}
 		g.Record(g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/x")}), "")
-		if n := len(readAudit(t, file)); n != 1 {
+		if n := len(audittest.ReadLines(t, file)); n != 1 {
 			t.Errorf("%d records", n)
 		}
 		if err := g.Set(nil); err != nil || g.Enforcing() {
@@ -119,7 +120,7 @@ func TestSetAuditFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			for file, n := range st.counts {
-				if got := len(readAudit(t, file)); got != n {
+				if got := len(audittest.ReadLines(t, file)); got != n {
 					t.Errorf("%s: %d records, want %d", filepath.Base(file), got, n)
 				}
 			}

@@ -3,10 +3,8 @@ package guard
 import (
 	"io"
 
-	"bufio"
 	"encoding/json"
 	"github.com/hashicorp/go-hclog"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -177,26 +175,6 @@ type outcome struct {
 }
 
 func outcomeOf(v *Verdict) outcome { return outcome{v.Effect, v.Source, v.Rule, v.Layer} }
-
-// readAudit reads the audit log at path, one decoded object a line.
-func readAudit(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("audit log: %v", err)
-	}
-	defer f.Close()
-	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("audit line %q: %v", sc.Text(), err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // requireRecord compares an audit record with want (JSON), structurally,
 // after checking and removing the members that vary: time, decisionId,

@@ -103,6 +103,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/internal/slowtest"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/policy/extract"
 )
@@ -259,9 +260,7 @@ const (
 )
 
 func TestEvidenceAgainstKernel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs every allowed corpus command under strace, minutes (over 10 on a loaded 2-core machine); not in -short (scripts/test.sh runs it)")
-	}
+	slowtest.Require(t, "runs every allowed corpus command under strace, minutes (over 10 on a loaded 2-core machine)")
 	if runtime.GOOS != "linux" {
 		t.Skip("needs Linux namespaces and strace")
 	}

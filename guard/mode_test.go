@@ -10,6 +10,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit/audittest"
 	"github.com/acp-router/acp-router/policy"
 )
 
@@ -138,7 +139,7 @@ func TestAdmitAgent(t *testing.T) {
 			t.Errorf("data %v", data)
 		}
 	}
-	recs := readAudit(t, file)
+	recs := audittest.ReadLines(t, file)
 	if len(recs) != 2 {
 		t.Fatalf("%d records, want 2", len(recs))
 	}
@@ -164,7 +165,7 @@ func TestRecordModeReset(t *testing.T) {
 	mustNew(t, nil, Options{AuditFile: file}).RecordModeReset("rs", "claude", "yolo", "default", nil)
 	g.SetAgentInfo("work", "codex-acp")
 	g.RecordModeReset("rs", "work", "agent", "read-only", nil) // the built-in table
-	recs := readAudit(t, file)
+	recs := audittest.ReadLines(t, file)
 	if len(recs) != 4 {
 		t.Fatalf("%d records, want 4", len(recs))
 	}

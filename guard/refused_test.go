@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit/audittest"
 	"github.com/acp-router/acp-router/policy/extract"
 )
 
@@ -38,7 +39,7 @@ func TestNoteToolResult(t *testing.T) {
 	g.NoteToolResult("s1", "claude", &ToolUpdate{ID: "t5", Status: "failed", Content: refused})
 	var recs []map[string]any
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		recs = readAudit(t, g.AuditFile())
+		recs = audittest.ReadLines(t, g.AuditFile())
 		if len(recs) > 0 {
 			break
 		}

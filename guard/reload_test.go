@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit/audittest"
 	"github.com/acp-router/acp-router/config"
 )
 
@@ -192,7 +193,7 @@ func TestWatch(t *testing.T) {
 				if err := f.g.Record(f.g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/x")}), ""); err != nil {
 					t.Fatal(err)
 				}
-				if n := len(readAudit(t, auditB)); n != 1 {
+				if n := len(audittest.ReadLines(t, auditB)); n != 1 {
 					t.Errorf("%d records in the new audit file", n)
 				}
 				if f.decide(t) != Allow || strings.Contains(f.log.String(), "restart to apply") {

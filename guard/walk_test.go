@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/audit/audittest"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/policy/extract"
 )
@@ -164,7 +165,7 @@ func TestDecideWalk(t *testing.T) {
 	if err := g.Record(v, ""); err != nil {
 		t.Fatal(err)
 	}
-	recs := readAudit(t, auditFile)
+	recs := audittest.ReadLines(t, auditFile)
 	if ev, _ := recs[len(recs)-1]["evidence"].([]any); len(ev) < 2 || ev[1].(map[string]any)["below"] != filepath.Join(cwd, "src/certs/server.pem") {
 		t.Errorf("the audit record lacks the key below: %v", recs[len(recs)-1]["evidence"])
 	}

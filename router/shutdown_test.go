@@ -6,11 +6,11 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/internal/leaktest"
 )
 
 // TestServeJoinsEditorWriter: when the editor quits without reading what
@@ -49,32 +49,7 @@ func TestServeJoinsEditorWriter(t *testing.T) {
 	}
 	// The stream's methods and the pipe it writes to show their
 	// receivers in the stacks.
-	if n := countGoroutines(fmt.Sprintf("%p", s), fmt.Sprintf("%p", routerOut)); n != 0 {
+	if n := leaktest.Count(fmt.Sprintf("%p", s), fmt.Sprintf("%p", routerOut)); n != 0 {
 		t.Errorf("%d goroutines of the editor's stream still run after Serve returned", n)
 	}
-}
-
-// countGoroutines counts the goroutines whose stack (the frame that
-// created it included) holds one of marks (a function's name, a pointer
-// passed as an argument).
-func countGoroutines(marks ...string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		for _, m := range marks {
-			if strings.Contains(g, m) {
-				count++
-				break
-			}
-		}
-	}
-	return count
 }

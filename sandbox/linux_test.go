@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/internal/slowtest"
 )
 
 func TestMain(m *testing.M) {
@@ -146,6 +147,7 @@ func run(t *testing.T, plan *Plan, dir, script string) string {
 // nowhere outside the writable set, and refuses the escapes of issue 29;
 // what the profile allows works.
 func TestConfinedTree(t *testing.T) {
+	slowtest.Require(t, "confines a process tree with the kernel's Landlock and checks every escape, 15 s of CPU")
 	if err := Available(); err != nil {
 		t.Skipf("this kernel cannot confine: %v", err)
 	}
@@ -274,6 +276,7 @@ func TestConfinedTreeUnprivileged(t *testing.T) {
 		checkConfined(t, home, proj, outside)
 		return
 	}
+	slowtest.Require(t, "TestConfinedTree again as nobody in a user namespace, 12 s of CPU")
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run the checks as nobody (CI runs as root)")
 	}

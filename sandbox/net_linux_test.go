@@ -19,6 +19,7 @@ import (
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/egress"
+	"github.com/acp-router/acp-router/internal/slowtest"
 	"github.com/acp-router/acp-router/policy"
 )
 
@@ -115,6 +116,7 @@ func nameserver() string {
 // undeclared loopback port), nor send a DNS query. Unconfined, the same
 // direct attempts reach their servers: the checks can fail.
 func TestConfinedNetwork(t *testing.T) {
+	slowtest.Require(t, "confines a process tree's network with the kernel's namespaces and checks every way out, 14 s")
 	if err := Available(); err != nil {
 		t.Skipf("this kernel cannot confine: %v", err)
 	}
@@ -134,6 +136,7 @@ func TestConfinedNetworkUnprivileged(t *testing.T) {
 		checkNetwork(t, dir)
 		return
 	}
+	slowtest.Require(t, "TestConfinedNetwork again as nobody in a user namespace, 8 s")
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run the checks as nobody (CI runs as root)")
 	}

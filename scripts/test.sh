@@ -32,6 +32,10 @@ elif [ $# -gt 0 ]; then
   echo "usage: scripts/test.sh [--quick]" >&2
   exit 2
 fi
+# The tests that take minutes (the kernel checks of guard and sandbox, the
+# store crashed at every write boundary) skip without this
+# (internal/slowtest): CI runs them, through this script.
+export ACP_TEST_SLOW=1
 
 # The ACP Go SDK's example agent and client (go.mod tool dependencies).
 go build -o /dev/null github.com/coder/acp-go-sdk/example/agent github.com/coder/acp-go-sdk/example/client

@@ -10,10 +10,10 @@ import (
 	"testing"
 )
 
-// fake is a command that logs its arguments and the ACP_E2E_NO_GEMINI the
-// script passed it, one line per call.
+// fake is a command that logs its arguments and the ACP_TEST_SLOW and
+// ACP_E2E_NO_GEMINI the script passed it, one line per call.
 const fake = `#!/bin/sh
-echo "$(basename "$0") $* NO_GEMINI=${ACP_E2E_NO_GEMINI-unset}" >> "$FAKE_LOG"
+echo "$(basename "$0") $* SLOW=${ACP_TEST_SLOW-unset} NO_GEMINI=${ACP_E2E_NO_GEMINI-unset}" >> "$FAKE_LOG"
 `
 
 // runScript runs script (relative to the repository root) with args and
@@ -29,7 +29,15 @@ func runScript(t *testing.T, env []string, script string, args ...string) (strin
 	log := filepath.Join(t.TempDir(), "log")
 	root, _ := filepath.Abs("..")
 	cmd := exec.Command(filepath.Join(root, script), args...)
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FAKE_LOG="+log)
+	// Without the caller's ACP_TEST_SLOW: scripts/test.sh runs this test
+	// with it set, and the scripts must set it themselves.
+	var environ []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ACP_TEST_SLOW=") {
+			environ = append(environ, kv)
+		}
+	}
+	cmd.Env = append(environ, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "FAKE_LOG="+log)
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	data, _ := os.ReadFile(log)
@@ -50,6 +58,9 @@ func TestQuickMode(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("--quick did not run %q:\n%s", want, log)
 		}
+	}
+	if !hasLine(log, "go test -short ./...", "SLOW=unset NO_GEMINI=unset") {
+		t.Errorf("--quick ran the slow tests (ACP_TEST_SLOW set):\n%s", log)
 	}
 	for _, not := range []string{"npm ", "go build", "-race"} {
 		if strings.Contains(log, not) {
@@ -82,6 +93,13 @@ func TestSkipSwitches(t *testing.T) {
 	}
 	if !hasLine(log, "go test -race ./...", "NO_GEMINI=unset") || !strings.Contains(log, "gemini-cli") {
 		t.Errorf(".ci/run let ACP_E2E_NO_GEMINI=1 through:\n%s", log)
+	}
+	// CI runs the slow tests: the kernel checks and the crash tests
+	// (internal/slowtest) skip without ACP_TEST_SLOW=1.
+	for _, prefix := range []string{"go test -race ./...", "go test -count=1 -timeout 30m -run ^TestEvidenceAgainstKernel$ ./guard/"} {
+		if !hasLine(log, prefix, "SLOW=1 NO_GEMINI=unset") {
+			t.Errorf(".ci/run: %q without ACP_TEST_SLOW=1:\n%s", prefix, log)
+		}
 	}
 }
 

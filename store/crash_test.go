@@ -14,15 +14,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/internal/slowtest"
 )
 
 // The last record, and every other prefix of a log, cut at every byte: the
 // store opens, returns exactly the updates stored whole, and the next write
 // cuts the torn tail and continues the history.
 func TestTruncatedAtEveryOffset(t *testing.T) {
-	if testing.Short() {
-		t.Skip("opens the store once per byte of a log, about 5 s on a loaded 2-core machine; not in -short (scripts/test.sh runs it)")
-	}
+	slowtest.Require(t, "opens the store once per byte of a log, about 5 s on a loaded 2-core machine")
 	src := t.TempDir()
 	st := openT(t, src, Options{})
 	must(t, st.Create(Meta{ID: "x", Title: "t"}))
@@ -186,9 +186,7 @@ func crashWorkload(st *Store, note func(string)) error {
 }
 
 func TestCrashAtEveryWriteBoundary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the workload once per write boundary (about a hundred processes); not in -short")
-	}
+	slowtest.Require(t, "runs the workload once per write boundary (about a hundred processes)")
 	exe, err := os.Executable()
 	must(t, err)
 	common := []string{"log.init", "log.write", "log.write.shared", "log.sync", "meta.write", "meta.sync", "meta.rename",

@@ -7,12 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/internal/leaktest"
 )
 
 // segmentsOf returns the sealed segments of id's log, oldest first (as the
@@ -322,28 +323,7 @@ func TestCloseJoinsSealFsync(t *testing.T) {
 	}
 	must(t, st.Delete(t.Context(), "x"))
 	must(t, st.Close())
-	if n := countGoroutines("(*Store).fsyncSealed"); n != 0 {
+	if n := leaktest.Count("(*Store).fsyncSealed"); n != 0 {
 		t.Errorf("%d fsyncs of sealed segments still run after Close returned", n)
 	}
-}
-
-// countGoroutines counts the goroutines whose stack (the frame that
-// created it included) names fn.
-func countGoroutines(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -725,98 +726,95 @@ func TestChunkFor(t *testing.T) {
 // window), the last UpdatedAt reaches the disk within the interval without
 // further activity, and Sync writes it at once; other changes are written
 // with the next commit.
+//
+// In a synctest bubble: the intervals pass on the bubble's clock, so what
+// is measured is exact whatever the machine's load, and takes no time.
 func TestTouchInterval(t *testing.T) {
-	const interval = 400 * time.Millisecond
-	dir := t.TempDir()
-	st, metaWrites := openCounting(t, dir, Options{CommitInterval: 5 * time.Millisecond, TouchInterval: interval}, "meta.write")
-	defer st.Close()
-	ctx := t.Context()
-	must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
-	must(t, st.Sync(ctx))
-	onDisk := func() time.Time {
-		mf, err := readMeta(st.metaPath(fileName("s")), fileName("s"))
-		must(t, err)
-		return mf.Session.UpdatedAt
-	}
-	held := func() time.Time {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return st.sessions["s"].meta.UpdatedAt
-	}
-
-	// Turns for 1.2 s, one every 2 ms (a commit window each).
-	before := metaWrites.Load()
-	start := time.Now()
-	for time.Since(start) < 3*interval {
-		must(t, st.TurnStart("s"))
-		must(t, st.Append("s", []byte(`{"u":1}`)))
-		must(t, st.TurnEnd("s"))
-		time.Sleep(2 * time.Millisecond)
-	}
-	took := time.Since(start)
-	if n, most := metaWrites.Load()-before, int64(took/interval)+2; n > most {
-		t.Errorf("%d metadata writes in %v of turns, want at most %d (one per %v)", n, took, most, interval)
-	}
-	// While its UpdatedAt waits, the session's (and any other's) updates
-	// are committed within a commit window, not at the interval.
-	logSize := func(id string) int64 {
-		fi, err := os.Stat(st.logPath(fileName(id)))
-		if err != nil {
-			return 0
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 400 * time.Millisecond
+		dir := t.TempDir()
+		st, metaWrites := openCounting(t, dir, Options{CommitInterval: 5 * time.Millisecond, TouchInterval: interval}, "meta.write")
+		defer st.Close()
+		ctx := t.Context()
+		must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
+		must(t, st.Sync(ctx))
+		onDisk := func() time.Time {
+			mf, err := readMeta(st.metaPath(fileName("s")), fileName("s"))
+			must(t, err)
+			return mf.Session.UpdatedAt
 		}
-		return fi.Size()
-	}
-	must(t, st.Create(Meta{ID: "other", Cwd: "/p"}))
-	must(t, st.Sync(ctx))      // both metadata files written: s's UpdatedAt waits from now
-	must(t, st.TurnStart("s")) // moved: it waits for the interval
-	time.Sleep(20 * time.Millisecond)
-	for _, id := range []string{"s", "other"} {
-		size := logSize(id)
-		must(t, st.Append(id, []byte(`{"u":2}`)))
-		for deadline := time.Now().Add(interval / 4); logSize(id) == size; time.Sleep(2 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: an update waited for the touch interval of a session whose UpdatedAt waits", id)
+		held := func() time.Time {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return st.sessions["s"].meta.UpdatedAt
+		}
+
+		before := metaWrites.Load()
+		took := turnsFor(t, st, "s", 3*interval)
+		if n, most := metaWrites.Load()-before, int64(took/interval)+2; n > most {
+			t.Errorf("%d metadata writes in %v of turns, want at most %d (one per %v)", n, took, most, interval)
+		}
+		// While its UpdatedAt waits, the session's (and any other's) updates
+		// are committed within a commit window, not at the interval.
+		logSize := func(id string) int64 {
+			fi, err := os.Stat(st.logPath(fileName(id)))
+			if err != nil {
+				return 0
+			}
+			return fi.Size()
+		}
+		must(t, st.Create(Meta{ID: "other", Cwd: "/p"}))
+		must(t, st.Sync(ctx))      // both metadata files written: s's UpdatedAt waits from now
+		must(t, st.TurnStart("s")) // moved: it waits for the interval
+		time.Sleep(20 * time.Millisecond)
+		for _, id := range []string{"s", "other"} {
+			size := logSize(id)
+			must(t, st.Append(id, []byte(`{"u":2}`)))
+			for deadline := time.Now().Add(interval / 4); logSize(id) == size; time.Sleep(2 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: an update waited for the touch interval of a session whose UpdatedAt waits", id)
+				}
 			}
 		}
-	}
-	// The last turn's UpdatedAt reaches the disk by itself within the
-	// interval (and a commit window).
-	last := held()
-	deadline := time.Now().Add(interval + time.Second)
-	for !onDisk().Equal(last) {
-		if time.Now().After(deadline) {
-			t.Fatalf("UpdatedAt on disk %v, held %v, %v after the last turn", onDisk(), last, interval+time.Second)
+		// The last turn's UpdatedAt reaches the disk by itself within the
+		// interval (and a commit window).
+		last := held()
+		deadline := time.Now().Add(interval + time.Second)
+		for !onDisk().Equal(last) {
+			if time.Now().After(deadline) {
+				t.Fatalf("UpdatedAt on disk %v, held %v, %v after the last turn", onDisk(), last, interval+time.Second)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	// Sync writes a moved UpdatedAt at once.
-	must(t, st.TurnStart("s"))
-	must(t, st.Sync(ctx))
-	if !onDisk().Equal(held()) {
-		t.Error("Sync left UpdatedAt behind")
-	}
-	// Another change is not held back.
-	must(t, st.TurnStart("s"))
-	must(t, st.Update("s", func(m *Meta) { m.Title = "renamed" }))
-	deadline = time.Now().Add(interval / 2)
-	for {
-		mf, err := readMeta(st.metaPath(fileName("s")), fileName("s"))
-		must(t, err)
-		if mf.Session.Title == "renamed" {
-			break
+		// Sync writes a moved UpdatedAt at once.
+		must(t, st.TurnStart("s"))
+		must(t, st.Sync(ctx))
+		if !onDisk().Equal(held()) {
+			t.Error("Sync left UpdatedAt behind")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a title change waited for the touch interval")
+		// Another change is not held back.
+		must(t, st.TurnStart("s"))
+		must(t, st.Update("s", func(m *Meta) { m.Title = "renamed" }))
+		deadline = time.Now().Add(interval / 2)
+		for {
+			mf, err := readMeta(st.metaPath(fileName("s")), fileName("s"))
+			must(t, err)
+			if mf.Session.Title == "renamed" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a title change waited for the touch interval")
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	// Close writes what waits.
-	must(t, st.TurnEnd("s"))
-	last = held()
-	must(t, st.Close())
-	if !onDisk().Equal(last) {
-		t.Error("Close left UpdatedAt behind")
-	}
+		// Close writes what waits.
+		must(t, st.TurnEnd("s"))
+		last = held()
+		must(t, st.Close())
+		if !onDisk().Equal(last) {
+			t.Error("Close left UpdatedAt behind")
+		}
+	})
 }
 
 // TestScanLog: scanLog finds the records parseRecords finds in the same
@@ -901,43 +899,40 @@ func TestLoadRepairsUTF8(t *testing.T) {
 // session's log fsynced at most once per SyncInterval (not once per
 // window), the last turn's end is fsynced within the interval without
 // further activity, and Sync fsyncs at once.
+//
+// In a synctest bubble, as TestTouchInterval.
 func TestSyncInterval(t *testing.T) {
-	const interval = 300 * time.Millisecond
-	dir := t.TempDir()
-	st, syncs := openCounting(t, dir, Options{CommitInterval: 5 * time.Millisecond, SyncInterval: interval}, "log.sync")
-	defer st.Close()
-	must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
-	must(t, st.Sync(t.Context()))
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 300 * time.Millisecond
+		dir := t.TempDir()
+		st, syncs := openCounting(t, dir, Options{CommitInterval: 5 * time.Millisecond, SyncInterval: interval}, "log.sync")
+		defer st.Close()
+		must(t, st.Create(Meta{ID: "s", Cwd: "/p"}))
+		must(t, st.Sync(t.Context()))
 
-	before := syncs.Load()
-	start := time.Now()
-	for time.Since(start) < 3*interval {
-		must(t, st.TurnStart("s"))
-		must(t, st.Append("s", []byte(`{"u":1}`)))
-		must(t, st.TurnEnd("s"))
-		time.Sleep(2 * time.Millisecond)
-	}
-	took := time.Since(start)
-	if n, most := syncs.Load()-before, int64(took/interval)+2; n < 1 || n > most {
-		t.Errorf("%d fsyncs of the log in %v of turns, want 1 to %d (one per %v)", n, took, most, interval)
-	}
-	// The last turn's end is fsynced by itself within the interval.
-	must(t, st.TurnStart("s"))
-	must(t, st.TurnEnd("s"))
-	last := syncs.Load()
-	for deadline := time.Now().Add(interval + time.Second); syncs.Load() == last; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the last turn's end was not fsynced within the interval")
+		before := syncs.Load()
+		took := turnsFor(t, st, "s", 3*interval)
+		if n, most := syncs.Load()-before, int64(took/interval)+2; n < 1 || n > most {
+			t.Errorf("%d fsyncs of the log in %v of turns, want 1 to %d (one per %v)", n, took, most, interval)
 		}
-	}
-	// Sync fsyncs at once.
-	must(t, st.TurnStart("s"))
-	must(t, st.TurnEnd("s"))
-	last = syncs.Load()
-	must(t, st.Sync(t.Context()))
-	if syncs.Load() == last {
-		t.Error("Sync returned without an fsync of the log")
-	}
+		// The last turn's end is fsynced by itself within the interval.
+		must(t, st.TurnStart("s"))
+		must(t, st.TurnEnd("s"))
+		last := syncs.Load()
+		for deadline := time.Now().Add(interval + time.Second); syncs.Load() == last; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the last turn's end was not fsynced within the interval")
+			}
+		}
+		// Sync fsyncs at once.
+		must(t, st.TurnStart("s"))
+		must(t, st.TurnEnd("s"))
+		last = syncs.Load()
+		must(t, st.Sync(t.Context()))
+		if syncs.Load() == last {
+			t.Error("Sync returned without an fsync of the log")
+		}
+	})
 }
 
 // A turn's end whose fsync waited (SyncInterval) in a segment sealed since
@@ -981,6 +976,20 @@ func TestSyncIntervalDirectory(t *testing.T) {
 			t.Fatal("the deferred fsync of the turn's end came without an fsync of the directory its roll changed")
 		}
 	}
+}
+
+// turnsFor runs turns of one update in session id, one every 2 ms (a
+// commit window each), for d, and returns how long they took.
+func turnsFor(t *testing.T, st *Store, id string, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		must(t, st.TurnStart(id))
+		must(t, st.Append(id, []byte(`{"u":1}`)))
+		must(t, st.TurnEnd(id))
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // openCounting opens a store in dir whose failpoint counts each time the

@@ -19,6 +19,7 @@ import (
 //
 // Run it many times: go test -race -count=50 -run TestCancel ./test/
 func TestCancelTimeout(t *testing.T) {
+	skipShort(t, "measures the cancel timeout's window (0.7 to 2.5 s)")
 	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "agent.log")
 	cfg := writeConfig(t, routerYAML(t,

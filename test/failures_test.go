@@ -17,6 +17,7 @@ import (
 // still completes; hangy's pending prompts fail with an error naming it
 // within stall_timeout (2 s), and hangy is killed.
 func TestHungAgent(t *testing.T) {
+	skipShort(t, "waits out stall_timeout and measures it")
 	t.Parallel()
 	dirS := t.TempDir()
 	pidFile := filepath.Join(t.TempDir(), "hangy.pid")
@@ -131,6 +132,7 @@ func TestCrashMidPrompt(t *testing.T) {
 // minute; every session/new gets an error naming it, and once the limit is
 // reached the error says so instead of starting it again.
 func TestCrashLoop(t *testing.T) {
+	skipShort(t, "crashes an agent until the restart limit")
 	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "loopy.log")
 	cfg := writeConfig(t, routerYAML(t,
@@ -218,6 +220,7 @@ func TestFallback(t *testing.T) {
 // (state_dir), so a slow agent's capabilities and sign-in methods are
 // advertised from the second run on.
 func TestInitializeBudgetAndCache(t *testing.T) {
+	skipShort(t, "waits out the 3 s initialize budget twice and measures it")
 	t.Parallel()
 	slowInit := json.RawMessage(`{"protocolVersion":1,"agentCapabilities":{"promptCapabilities":{"image":true}},"authMethods":[{"id":"slow-key","name":"Slow key"}]}`)
 	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("slow", fakeOpts{InitDelay: "4s", InitResult: slowInit}, "startup_timeout: 20s")}))

@@ -87,6 +87,7 @@ func checkFlood(t *testing.T, e *Editor, sid string, resp *Msg) int {
 // the cancel waited for that lock: until the editor read again). The flood
 // then ends "cancelled", with nothing lost or reordered.
 func TestFairnessCancelDuringFlood(t *testing.T) {
+	skipShort(t, "floods the editor and measures a cancel's way through it (50 ms)")
 	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "agent.log")
 	cfg := writeConfig(t, routerYAML(t,
@@ -138,6 +139,7 @@ func TestFairnessCancelDuringFlood(t *testing.T) {
 // updates). The editor reads all the time, at 2 MiB/s: how long "behind
 // the queue" takes depends on how fast the editor reads.
 func TestFairnessPromptDuringFlood(t *testing.T) {
+	skipShort(t, "floods the editor and measures another session's answer through it (1 s)")
 	t.Parallel()
 	dirA, dirB := t.TempDir(), t.TempDir()
 	cfg := writeConfig(t, routerYAML(t,

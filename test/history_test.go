@@ -265,6 +265,7 @@ func TestHistoryMetadataOnly(t *testing.T) {
 // restart budget and the session gets a clear error; `/agent restart NAME`
 // brings it back and the thread continues.
 func TestHistoryCrashLoopRestart(t *testing.T) {
+	skipShort(t, "crashes an agent until the restart limit, 7 s")
 	t.Parallel()
 	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{InitResult: json.RawMessage(initLoad), UniqueSessionIDs: true})}))
 	e := historyRouter(t, cfg)

@@ -16,6 +16,7 @@ import (
 // starts a new process, which gets the session re-attached with the
 // earlier turn in its brief.
 func TestIdleAgent(t *testing.T) {
+	skipShort(t, "waits out idle_timeout")
 	t.Parallel()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "idler.pid")

@@ -65,6 +65,7 @@ func TestMalformedInput(t *testing.T) {
 // in both directions: a 20 MiB prompt reaches the agent whole, and a 20 MiB
 // update reaches the editor before the prompt response.
 func TestHugeMessages(t *testing.T) {
+	skipShort(t, "relays 20 MiB messages both ways, 12 s of CPU")
 	t.Parallel()
 	const size = 20 << 20
 	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}, "default: alpha"))
@@ -149,6 +150,7 @@ func TestIdlessErrorAgent(t *testing.T) {
 // (the fake agent refuses session/new before its initialize is answered) and
 // succeeds.
 func TestSlowAgentStartup(t *testing.T) {
+	skipShort(t, "measures that initialize does not wait for a slow agent (1.5 s)")
 	t.Parallel()
 	dirS := t.TempDir()
 	cfg := writeConfig(t, routerYAML(t,

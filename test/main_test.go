@@ -14,11 +14,13 @@
 package test
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -70,7 +72,27 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
+// shortParallel sets -parallel to 4 tests a core under -short, unless the
+// command line gives one: the end-to-end tests wait on their routers and
+// fake agents far more than they compute (at go test's default of one a
+// core this package alone took 105 s of a quiet 2-core machine for 64 s of
+// CPU), and those that measure time skip under -short (skipShort).
+func shortParallel() {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	if !testing.Short() {
+		return
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(4*runtime.GOMAXPROCS(0)))
+	}
+}
+
 func runTests(m *testing.M) int {
+	shortParallel()
 	var err error
 	if testBin, err = os.Executable(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: cannot find the test binary:", err)
@@ -110,8 +132,10 @@ func runTests(m *testing.M) int {
 }
 
 // skipShort skips a test under -short: running a real agent from npm,
-// building Jaeger or measuring memory takes minutes on a 2-core machine.
-// scripts/test.sh (CI) does not pass -short and runs them all.
+// building Jaeger or measuring memory takes minutes on a 2-core machine, and
+// a test that waits out a timeout or measures one would make -short slow,
+// or flaky at -short's parallelism (shortParallel). scripts/test.sh (CI)
+// does not pass -short and runs them all.
 func skipShort(t testing.TB, what string) {
 	t.Helper()
 	if testing.Short() {

@@ -132,23 +132,6 @@ func TestSessionParamsNeedSessionID(t *testing.T) {
 	}
 }
 
-// TestInitializeNeedsProtocolVersion: initialize without a protocolVersion
-// that is an integer is -32602 (it was answered as if version 0 had been
-// asked); the editor's next, valid initialize works.
-func TestInitializeNeedsProtocolVersion(t *testing.T) {
-	t.Parallel()
-	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{})}))
-	e := StartRouter(t, cfg, nil)
-	for _, p := range []any{map[string]any{"clientCapabilities": map[string]any{}}, map[string]any{"protocolVersion": "1"}, map[string]any{"protocolVersion": -1}, map[string]any{"protocolVersion": 1.5}} {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		_, rerr := e.Call(ctx, "initialize", p)
-		cancel()
-		requireRPCError(t, fmt.Sprintf("initialize %v", p), rerr, -32602, "needs params with protocolVersion")
-	}
-	e.Initialize(t, nil)
-	e.MustPrompt(t, e.NewSession(t, t.TempDir()), "say hello", "end_turn")
-}
-
 // TestPolicyAmbiguousMembers: an agent's fs/read_text_file whose params
 // name the path twice, as "path" (a secret) and "PATH" (a project file), is
 // denied and never reaches the editor. Go's encoding/json reads the last of

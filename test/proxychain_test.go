@@ -236,6 +236,7 @@ func TestProxyChain(t *testing.T) {
 // log line; sessions on other agents keep working, and the successor's own
 // session reconnects on its next use.
 func TestProxyChainSuccessorGone(t *testing.T) {
+	skipShort(t, "waits for the successor's idle stop")
 	t.Parallel()
 	cwd, dirB := t.TempDir(), t.TempDir()
 	y := routerYAML(t, []string{"  - name: successor\n    idle_timeout: 500ms\n", fakeAgentYAML("claude", fakeOpts{})},

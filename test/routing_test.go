@@ -8,60 +8,6 @@ import (
 	"testing"
 )
 
-// TestInitializeAndRouting pins the router's initialize answer (protocol 1,
-// agentInfo.name "acp-router"), routing by routing.default and cwd rules,
-// and session ids: the first downstream id passes unchanged, a colliding one
-// from a second agent is rewritten and translated back.
-func TestInitializeAndRouting(t *testing.T) {
-	t.Parallel()
-	dirA, dirB := t.TempDir(), t.TempDir()
-	cfg := writeConfig(t, routerYAML(t,
-		[]string{
-			fakeAgentYAML("alpha", fakeOpts{}),
-			fakeAgentYAML("beta", fakeOpts{}), // same "sess-" prefix: ids collide
-		},
-		"default: alpha",
-		"rules:",
-		cwdRule(dirB, "beta"),
-	))
-	e := StartRouter(t, cfg, nil)
-
-	res := e.Initialize(t, capsAll)
-	requireJSON(t, "protocolVersion", jsonPath(res, "protocolVersion"), `1`)
-	if got := jsonString(res, "agentInfo", "name"); got != "acp-router" {
-		t.Fatalf("agentInfo.name = %q, want acp-router (result %s)", got, res)
-	}
-
-	sidA := e.NewSession(t, dirA)
-	if sidA != "sess-1" {
-		t.Errorf("first session id = %q, want the downstream id sess-1 unchanged", sidA)
-	}
-	sidB := e.NewSession(t, dirB)
-	sidB2 := e.NewSession(t, filepath.Join(dirB, "sub", "dir")) // "DIR/**" matches below DIR
-	sidA2 := e.NewSession(t, t.TempDir())                       // no rule matches: default
-	ids := map[string]bool{}
-	for _, id := range []string{sidA, sidB, sidB2, sidA2} {
-		if ids[id] {
-			t.Fatalf("session ids %q, %q, %q, %q are not distinct", sidA, sidB, sidB2, sidA2)
-		}
-		ids[id] = true
-	}
-
-	for sid, want := range map[string]string{sidA: "alpha", sidB: "beta", sidB2: "beta", sidA2: "alpha"} {
-		e.MustPrompt(t, sid, "whoami", "end_turn")
-		if got := e.Texts(sid); len(got) != 1 || got[0] != want {
-			t.Errorf("session %s answered by %q, want %q", sid, got, want)
-		}
-	}
-	// Updates carry the editor's ids, never a downstream id that the router
-	// rewrote.
-	for _, m := range e.Rec.Filter(func(m *Msg) bool { return m.Method == "session/update" }) {
-		if !ids[m.SessionID()] {
-			t.Errorf("update for unknown session %q: %s", m.SessionID(), m)
-		}
-	}
-}
-
 // requireAgentError checks the error the router returns for a failed agent:
 // -32603, the agent named in message, data.agent = agent.
 func requireAgentError(t testing.TB, what string, e *RPCError, agent string) {

@@ -14,6 +14,7 @@ import (
 // (so the router exits after about 4 s); one leaves a SIGTERM-ignoring
 // grandchild in its group. Afterwards no process of theirs is alive.
 func TestShutdown(t *testing.T) {
+	skipShort(t, "waits out the shutdown's two 2 s graces")
 	t.Parallel()
 	dir := t.TempDir()
 	pid := func(name string) string { return filepath.Join(dir, name+".pid") }

@@ -383,6 +383,7 @@ func TestMcpOverAcp(t *testing.T) {
 // reaches the editor, attributed) while another session's prompts keep
 // being answered, and the router's memory stays bounded.
 func TestAuthStatus(t *testing.T) {
+	skipShort(t, "floods 100,000 auth/status_update, 15 s")
 	t.Parallel()
 	dirA, dirB := t.TempDir(), t.TempDir()
 	e, _, _ := unstableRouter(t, dirB)

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envProbeAgent) != "" {
 		os.Exit(probeAgent())
 	}
+	if os.Getenv(envFakeRouter) == "1" {
+		os.Exit(fakeRouter())
+	}
 	if os.Getenv(envFakeAgent) != "" {
 		os.Exit(fakeAgent())
 	}

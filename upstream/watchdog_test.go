@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/internal/leaktest"
 )
 
 // startShell starts an agent running an sh script under the watchdog (this
@@ -263,28 +264,7 @@ func TestWatchdogAbandonedReaped(t *testing.T) {
 		t.Fatalf("agent %v (%v), want failed: the watchdog did not report", st, err)
 	}
 	a.Stop()
-	if n := countGoroutines("(*watchdog).abandon"); n != 0 {
+	if n := leaktest.Count("(*watchdog).abandon"); n != 0 {
 		t.Errorf("%d goroutines reaping an abandoned watchdog still run after Stop returned", n)
 	}
-}
-
-// countGoroutines counts the goroutines whose stack (the frame that
-// created it included) names fn.
-func countGoroutines(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
 }
