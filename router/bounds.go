@@ -32,7 +32,7 @@ import (
 //     running per session, the rest queued) and at most maxForwards others.
 //   - held: one per editor request the router holds while an agent starts
 //     (bounded by its startup_timeout) or a prompt is queued (maxQueued).
-//   - toEditor, pending: maxPending per agent instance (agentside.go).
+//   - toEditor, pending: maxPending per agent instance (agentcalls.go).
 //   - terminals: maxTerminals per agent; gone with the agent's instance.
 //   - elicits: maxElicits URL elicitations waiting for their completion.
 //   - watched: one per agent instance with a turn, gone when it exits.

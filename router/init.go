@@ -126,7 +126,7 @@ func (r *Router) initialize(ctx context.Context, req *jsonrpc2.Request) (json.Ra
 var routedClientCaps = map[string]bool{
 	// fs/read_text_file and fs/write_text_file: checked against the
 	// editor's capabilities and the policy, relayed with ids translated
-	// (agentside.go, enforce.go).
+	// (agentcalls.go, permission.go, enforce.go).
 	"fs": true,
 	// terminal/*: relayed; each terminal is usable only by the agent that
 	// created it.
