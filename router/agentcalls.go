@@ -220,7 +220,7 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 	}
 	r.watchCalls.Do(func() { r.spawn(r.watchEditorCalls) })
 	o := &outgoing{inst: inst, agentID: agentID, session: sid, end: end}
-	id, err := r.editor.CallRaw(method, p, agentID, func(m *acp.Message) {
+	id, key, err := r.editor.CallRaw(method, p, agentID, func(m *acp.Message) {
 		var res json.RawMessage
 		var err error
 		if m.Error != nil {
@@ -243,7 +243,7 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 		return errEditorClosed
 	}
 	if !o.ended { // else answered already
-		o.editorID, o.key = id, acp.IDKey(id)
+		o.editorID, o.key = id, key
 		r.toEditor[o.key] = o
 	}
 	r.mu.Unlock()

@@ -221,7 +221,8 @@ type outgoing struct {
 	editorID json.RawMessage
 	session  string // router session id, or ""
 	// key is editorID's in Router.toEditor, kept with it on the fast path
-	// (the answer ends it without reading the id again).
+	// (as Peer.CallRaw keyed it: the answer ends it without reading the id
+	// again).
 	key string
 	// A request sent on the fast path (callEditorRaw): end relays its
 	// answer (once: ended, under Router.mu), from the editor's read path
