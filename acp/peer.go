@@ -370,9 +370,10 @@ func (p *Peer) Call(ctx context.Context, method string, params any, prefer json.
 // are: the line is built around them, without the Conn (which would decode
 // nothing but encode params once more). The response is consumed in the
 // read path: onResponse is how it is received (Wait has nothing to wait
-// for). It returns the id used on the wire; jsonrpc2.ErrClosed when the
-// connection is closed.
-func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMessage, onResponse func(*Message)) (json.RawMessage, error) {
+// for). It returns the id used on the wire and its IDKey (the caller's
+// tables are keyed by it too); jsonrpc2.ErrClosed when the connection is
+// closed.
+func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMessage, onResponse func(*Message)) (json.RawMessage, string, error) {
 	p.mu.Lock()
 	raw, key := p.reserveLocked(prefer, onResponse)
 	p.raw[key] = true
@@ -383,7 +384,7 @@ func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMes
 	p.messages.Add(1)
 	err := p.stream.WriteRaw(line)
 	if err == nil {
-		return raw, nil
+		return raw, key, nil
 	}
 	p.mu.Lock()
 	delete(p.pending, key)
@@ -393,7 +394,7 @@ func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMes
 		err = jsonrpc2.ErrClosed
 	}
 	p.unobserve(key, err)
-	return nil, err
+	return nil, "", err
 }
 
 // ReplyRaw answers the peer's request id (as it was received) with result,

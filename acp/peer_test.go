@@ -457,8 +457,10 @@ func TestPeerObserveCalls(t *testing.T) {
 		if e := next(); e != (ended{method: "ok", result: `{"a":1}`}) {
 			t.Errorf("answered: %+v", e)
 		}
-		if _, err := p.CallRaw("raw", json.RawMessage(`{}`), json.RawMessage("2"), nil); err != nil {
+		if id, key, err := p.CallRaw("raw", json.RawMessage(`{}`), json.RawMessage("2"), nil); err != nil {
 			t.Fatal(err)
+		} else if key != IDKey(id) {
+			t.Errorf("CallRaw's key %q for id %s, not its IDKey", key, id)
 		}
 		recv(t, remote.Out)
 		write(t, remote.In, `{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"no"}}`+"\n")

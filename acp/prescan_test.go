@@ -287,24 +287,24 @@ func TestReplaceInParams(t *testing.T) {
 		reps []Replacement
 		ok   bool
 	}{
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x\"y"}}}}`, []Replacement{{sid, "r-1"}}, true},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"t1","sessionUpdate":"tool_call","_meta":{"claudeCode":{"toolUseId":"t1"}}},"sessionId":"a"},"x":1}`, []Replacement{{sid, "r\"1\n"}, {tool, "t9"}, {meta, "t9"}}, true},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","sessionId":"b","update":{}}}`, []Replacement{{sid, "r"}}, true},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"s\u0065ssionId":"a"}}`, []Replacement{{sid, "r"}}, true},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":7}}`, []Replacement{{sid, "r"}}, true},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"a"},"update":{"toolCallId":"b"}}}`, []Replacement{{tool, "t"}}, false},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":"x"}}`, []Replacement{{tool, "t"}}, false},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{}}}`, []Replacement{{tool, "t"}}, false},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"},"params":{"sessionId":"b"}}`, []Replacement{{sid, "r"}}, false},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"a"}}}`, []Replacement{{[]string{"update"}, "u"}, {tool, "t"}}, false},
-		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"}}`, []Replacement{{sid, "r"}, {sid, "q"}}, false},
-		{`{"jsonrpc":"2.0","method":"session/update","params":[1]}`, []Replacement{{sid, "r"}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x\"y"}}}}`, []Replacement{{sid, "r-1", nil}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"t1","sessionUpdate":"tool_call","_meta":{"claudeCode":{"toolUseId":"t1"}}},"sessionId":"a"},"x":1}`, []Replacement{{sid, "r\"1\n", nil}, {tool, "t9", nil}, {meta, "t9", nil}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","sessionId":"b","update":{}}}`, []Replacement{{sid, "r", nil}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"s\u0065ssionId":"a"}}`, []Replacement{{sid, "r", nil}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":7}}`, []Replacement{{sid, "r", nil}}, true},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"a"},"update":{"toolCallId":"b"}}}`, []Replacement{{tool, "t", nil}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":"x"}}`, []Replacement{{tool, "t", nil}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{}}}`, []Replacement{{tool, "t", nil}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"},"params":{"sessionId":"b"}}`, []Replacement{{sid, "r", nil}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"update":{"toolCallId":"a"}}}`, []Replacement{{[]string{"update"}, "u", nil}, {tool, "t", nil}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a"}}`, []Replacement{{sid, "r", nil}, {sid, "q", nil}}, false},
+		{`{"jsonrpc":"2.0","method":"session/update","params":[1]}`, []Replacement{{sid, "r", nil}}, false},
 	} {
 		if got := checkReplace(t, []byte(tt.line), tt.reps); got != tt.ok {
 			t.Errorf("%s: ReplaceInParams ok = %v, want %v", tt.line, got, tt.ok)
 		}
 	}
-	if _, ok := (&Message{Raw: []byte(`{"params":{"sessionId":"a"}}`), Params: []byte(`{"sessionId":"a"}`)}).ReplaceInParams([]Replacement{{sid, "r"}}); ok {
+	if _, ok := (&Message{Raw: []byte(`{"params":{"sessionId":"a"}}`), Params: []byte(`{"sessionId":"a"}`)}).ReplaceInParams([]Replacement{{sid, "r", nil}}); ok {
 		t.Error("a Message Classify did not read: replaced")
 	}
 	// Every real agent's update, with its session id replaced.
@@ -313,7 +313,7 @@ func TestReplaceInParams(t *testing.T) {
 		if err != nil || m.Method != MethodSessionUpdate {
 			continue
 		}
-		if !checkReplace(t, line, []Replacement{{sid, "router-session"}}) {
+		if !checkReplace(t, line, []Replacement{{sid, "router-session", nil}}) {
 			t.Errorf("a real agent's update took the slow path: %.200s", line)
 		}
 	}
@@ -327,6 +327,31 @@ func FuzzReplaceInParams(f *testing.F) {
 	}
 	f.Add([]byte(`{"method":"m","params":{"a":{"b":1,"b":2},"c":3}}`), "c", "a", "b", "v\u2028")
 	f.Fuzz(func(t *testing.T, line []byte, k1, k2, k3, v string) {
-		checkReplace(t, line, []Replacement{{[]string{k1}, v}, {[]string{k2, k3}, v + "2"}})
+		checkReplace(t, line, []Replacement{{[]string{k1}, v, nil}, {[]string{k2, k3}, v + "2", nil}})
 	})
+}
+
+// TestRewrite: a permission request's options (raw), session id and tool
+// call id written in one pass, every other byte kept; where one pass cannot
+// (a member absent, a path under another name), each set in turn, and one
+// that cannot be set left out, the others made.
+func TestRewrite(t *testing.T) {
+	opts := json.RawMessage(`[{"optionId":"o","name":"Allow once","kind":"allow_once"}]`)
+	reps := []Replacement{{Path: []string{"options"}, Raw: opts}, {Path: []string{"sessionId"}, Value: "r-1"}, {Path: []string{"toolCall", "toolCallId"}, Value: "t9"}}
+	for _, c := range []struct{ in, want string }{
+		{`{"toolCall": {"toolCallId":"t1","title":"x"}, "sessionId":"a","options":[{"optionId":"o","name":"Reject","kind":"allow_once"}],"z":1}`,
+			`{"toolCall": {"toolCallId":"t9","title":"x"}, "sessionId":"r-1","options":[{"optionId":"o","name":"Allow once","kind":"allow_once"}],"z":1}`},
+		{`{"sessionId":"a","toolCall":{"toolCallId":"t1"}}`,
+			`{"options":[{"optionId":"o","name":"Allow once","kind":"allow_once"}],"sessionId":"r-1","toolCall":{"toolCallId":"t9"}}`},
+	} {
+		out, err := Rewrite(json.RawMessage(c.in), reps)
+		if err != nil || string(out) != c.want {
+			t.Errorf("Rewrite(%s) = %s, %v; want %s", c.in, out, err, c.want)
+		}
+	}
+	in := `{"sessionId":"a","ToolCall":{"toolCallId":"t1"},"options":[]}`
+	out, err := Rewrite(json.RawMessage(in), reps)
+	if want := `{"sessionId":"r-1","ToolCall":{"toolCallId":"t1"},"options":[{"optionId":"o","name":"Allow once","kind":"allow_once"}]}`; err == nil || string(out) != want {
+		t.Errorf("Rewrite(%s) = %s, %v; want %s and an error for toolCall.toolCallId", in, out, err, want)
+	}
 }

@@ -1,13 +1,22 @@
 package acp
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
 
-// Replacement is a string value written in place of the value at Path:
+// Replacement is a string value (or a raw JSON one) written in place of the value at Path:
 // member names from the params object down, matched exactly (after
 // escapes), as a map decode names them.
 type Replacement struct {
 	Path  []string
 	Value string
+	// Raw, when not nil, is written in Value's stead as it is: a JSON
+	// value, valid and on one line (the router's options of a permission
+	// request, say).
+	Raw json.RawMessage
 }
 
 // maxReplaced bounds the values ReplaceInParams replaces in one line (a
@@ -109,14 +118,66 @@ func replaceIn(line []byte, at int, p []byte, reps []Replacement) ([]byte, bool)
 	}
 	size := len(line)
 	for _, sp := range spans[:n] {
-		size += len(reps[sp.rep].Value) + 2 - (sp.end - sp.start)
+		if raw := reps[sp.rep].Raw; raw != nil {
+			size += len(raw) - (sp.end - sp.start)
+		} else {
+			size += len(reps[sp.rep].Value) + 2 - (sp.end - sp.start)
+		}
 	}
 	out := make([]byte, 0, size+16)
 	from := 0
 	for _, sp := range spans[:n] { // in the line's order: the walk is
 		out = append(out, line[from:sp.start]...)
-		out = AppendString(out, reps[sp.rep].Value)
+		if raw := reps[sp.rep].Raw; raw != nil {
+			out = append(out, raw...)
+		} else {
+			out = AppendString(out, reps[sp.rep].Value)
+		}
 		from = sp.end
 	}
 	return append(out, line[from:]...), true
+}
+
+// Rewrite returns obj (a valid JSON object) with each replacement's value
+// written at its path: in one pass, every other byte kept, when
+// ReplaceInValid can; else set one after the other, in the order given, as
+// SetPath sets them (a member that is not there is added). A replacement
+// that cannot be set is left out, the others still made, and err says why.
+func Rewrite(obj json.RawMessage, reps []Replacement) (json.RawMessage, error) {
+	if out, ok := ReplaceInValid(obj, reps); ok {
+		return out, nil
+	}
+	var errs []error
+	for _, rep := range reps {
+		var v any = rep.Value
+		if rep.Raw != nil {
+			v = rep.Raw
+		}
+		out, err := SetPath(obj, rep.Path, v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", strings.Join(rep.Path, "."), err))
+			continue
+		}
+		obj = out
+	}
+	return obj, errors.Join(errs...)
+}
+
+// SetPath returns obj with the value at path replaced, every other byte of
+// meaning kept: SetField for a path of one member; deeper, the objects on
+// the way are decoded and encoded again.
+func SetPath(obj json.RawMessage, path []string, value any) (json.RawMessage, error) {
+	if len(path) == 1 {
+		return SetField(obj, path[0], value)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &fields); err != nil {
+		return nil, err
+	}
+	inner, err := SetPath(fields[path[0]], path[1:], value)
+	if err != nil {
+		return nil, err
+	}
+	fields[path[0]] = inner
+	return json.Marshal(fields)
 }

@@ -140,9 +140,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 		// cwd (nothing is "in the project"), and Record keeps nothing.
 		s = &Session{}
 	}
-	preq := &extract.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, McpAmbiguous: req.McpAmbiguous, FS: requestFS(g.opts.FS, s),
-		Session: extract.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode},
-		Kernel:  g.kernelOf(req.Agent, req.Method)}
+	preq := g.policyRequest(s, req)
 	overflow := false
 	forgotten := false
 	s.mu.Lock()
@@ -208,6 +206,14 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	}
 	v.Latency = time.Since(start)
 	return v
+}
+
+// policyRequest is req as the policy reads it, in session s: its cwd,
+// roots and filesystem, the agent's identity and kernel guard.
+func (g *Guard) policyRequest(s *Session, req Request) *extract.Request {
+	return &extract.Request{Method: req.Method, Params: req.Params, McpServer: req.McpServer, McpAmbiguous: req.McpAmbiguous, FS: requestFS(g.opts.FS, s),
+		Session: extract.Session{Agent: req.Agent, AgentInfo: g.agentID(req.Agent).Info, Cwd: s.cwd, Roots: s.roots, Home: g.opts.Home, Mode: req.Mode},
+		Kernel:  g.kernelOf(req.Agent, req.Method)}
 }
 
 // decideBounded is pol.Decide that fails closed: a panic, or a filesystem

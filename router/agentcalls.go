@@ -87,7 +87,12 @@ func (r *Router) agentReply(inst *upstream.Instance, req *jsonrpc2.Request) func
 // agentSession is the router session of an agent's message by its
 // params.sessionId, nil if none.
 func (r *Router) agentSession(inst *upstream.Instance, p json.RawMessage) *Session {
-	id := acp.SessionID(p)
+	return r.sessionOfAgent(inst, acp.SessionID(p))
+}
+
+// sessionOfAgent is the router session of agent session id of inst's, nil
+// if none.
+func (r *Router) sessionOfAgent(inst *upstream.Instance, id string) *Session {
 	if id == "" {
 		return nil
 	}
@@ -118,19 +123,17 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 			return
 		}
 	}
-	r.sendToEditor(ctx, inst, req, sid, p, reply, answer)
+	r.sendToEditor(ctx, inst, acp.RawID(req.ID), req.Method, sid, p, reply, answer)
 }
 
-// sendToEditor sends an agent's request, its params p translated for the
-// editor (router session sid), and answers the agent with the editor's
-// answer, passed through answer when it is not nil.
-func (r *Router) sendToEditor(ctx context.Context, inst *upstream.Instance, req *jsonrpc2.Request, sid string, p json.RawMessage,
+// sendToEditor sends an agent's request (agentID, method), its params p
+// translated for the editor (router session sid), and answers the agent
+// with the editor's answer, passed through answer when it is not nil.
+func (r *Router) sendToEditor(ctx context.Context, inst *upstream.Instance, agentID json.RawMessage, method, sid string, p json.RawMessage,
 	reply func(json.RawMessage, error), answer func(json.RawMessage, error) (json.RawMessage, error)) {
-	agentID := acp.RawID(req.ID)
 	if answer == nil && p != nil && bytes.IndexByte(p, '\n') < 0 {
 		// The fast path: the editor's answer is relayed from the
 		// editor's read path, no goroutine waits for it.
-		method := req.Method
 		err := r.callEditorRaw(inst, agentID, sid, method, p, func(res json.RawMessage, err error) {
 			if err == nil {
 				r.trackTerminal(inst, method, sid, p, res)
@@ -142,7 +145,7 @@ func (r *Router) sendToEditor(ctx context.Context, inst *upstream.Instance, req 
 		}
 		return
 	}
-	c, done, err := r.callEditor(ctx, inst, agentID, sid, req.Method, p)
+	c, done, err := r.callEditor(ctx, inst, agentID, sid, method, p)
 	if err != nil {
 		reply(nil, err)
 		return
@@ -154,7 +157,7 @@ func (r *Router) sendToEditor(ctx context.Context, inst *upstream.Instance, req 
 			err = errEditorClosed
 		}
 		if err == nil {
-			r.trackTerminal(inst, req.Method, sid, p, res)
+			r.trackTerminal(inst, method, sid, p, res)
 		}
 		if answer != nil {
 			res, err = answer(res, err)
@@ -217,7 +220,7 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 	}
 	r.watchCalls.Do(func() { r.spawn(r.watchEditorCalls) })
 	o := &outgoing{inst: inst, agentID: agentID, session: sid, end: end}
-	id, err := r.editor.CallRaw(method, p, agentID, func(m *acp.Message) {
+	id, key, err := r.editor.CallRaw(method, p, agentID, func(m *acp.Message) {
 		var res json.RawMessage
 		var err error
 		if m.Error != nil {
@@ -240,8 +243,8 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 		return errEditorClosed
 	}
 	if !o.ended { // else answered already
-		o.editorID = id
-		r.toEditor[acp.IDKey(id)] = o
+		o.editorID, o.key = id, key
+		r.toEditor[o.key] = o
 	}
 	r.mu.Unlock()
 	select {
@@ -260,8 +263,8 @@ func (r *Router) endOutgoing(o *outgoing, res json.RawMessage, err error) {
 		return
 	}
 	o.ended = true
-	if o.editorID != nil && r.toEditor[acp.IDKey(o.editorID)] == o {
-		delete(r.toEditor, acp.IDKey(o.editorID))
+	if o.editorID != nil && r.toEditor[o.key] == o {
+		delete(r.toEditor, o.key)
 	}
 	if r.pending[o.inst]--; r.pending[o.inst] == 0 {
 		delete(r.pending, o.inst)
@@ -453,7 +456,7 @@ func (r *Router) toEditorSessionOf(inst *upstream.Instance, s *Session, method, 
 		r.toolDrops.add(retired, "session", s.ID, "agent", agent)
 	}
 	if edit != nil {
-		if out, err := setPath(p, edit.path, edit.id); err == nil {
+		if out, err := acp.SetPath(p, edit.path, edit.id); err == nil {
 			p = out
 		} else {
 			r.log.Debug("an agent's request whose tool call id cannot be rewritten relayed as it is", "agent", agent, "method", method, "error", err)

@@ -138,7 +138,7 @@ func prependText(p json.RawMessage, text string) json.RawMessage {
 	}
 	block, _ := json.Marshal(map[string]string{"type": "text", "text": text})
 	prompt, _ := json.Marshal(append([]json.RawMessage{block}, fields.Prompt...))
-	out, err := setPath(p, []string{"prompt"}, json.RawMessage(prompt))
+	out, err := acp.SetPath(p, []string{"prompt"}, json.RawMessage(prompt))
 	if err != nil {
 		return p
 	}
@@ -323,7 +323,7 @@ func carrySystemPrompt(s *Session, d *downstream, p json.RawMessage) json.RawMes
 	json.Unmarshal(p, &fields)
 	block, _ := json.Marshal(map[string]string{"type": "text", "text": merge.SystemPromptHeader + "\n" + text})
 	prompt, _ := json.Marshal(append([]json.RawMessage{block}, fields.Prompt...))
-	out, err := setPath(p, []string{"prompt"}, json.RawMessage(prompt))
+	out, err := acp.SetPath(p, []string{"prompt"}, json.RawMessage(prompt))
 	if err != nil {
 		return p
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
 
@@ -23,6 +24,7 @@ import (
 type permCall struct {
 	inst   *upstream.Instance
 	req    *jsonrpc2.Request
+	id     json.RawMessage // req's id, as the agent wrote it
 	params json.RawMessage // as the agent sent them
 	// session is params.sessionId by its exact name, as toEditorSession
 	// and the editor read it; toolCallID is params.toolCall.toolCallId:
@@ -40,7 +42,7 @@ type permCall struct {
 // readPermission reads an agent's permission request.
 func readPermission(inst *upstream.Instance, req *jsonrpc2.Request, reply func(json.RawMessage, error)) *permCall {
 	p := params(req)
-	pc := &permCall{inst: inst, req: req, params: p, session: acp.SessionID(p), reply: reply}
+	pc := &permCall{inst: inst, req: req, id: acp.RawID(req.ID), params: p, session: acp.SessionID(p), reply: reply}
 	// Apart from perm: a toolCall that decodes is looked up even when
 	// another member does not.
 	var tc struct {
@@ -83,8 +85,8 @@ func (r *Router) decidePermission(ctx context.Context, pc *permCall) {
 		})
 		return
 	}
-	relay := func() { r.relayPermission(ctx, pc, pc.params, nil) }
-	if s := r.agentSession(pc.inst, pc.params); s != nil && s.order().busy() {
+	relay := func() { r.relayPermission(ctx, pc, nil, nil) }
+	if s := r.sessionOfAgent(pc.inst, pc.session); s != nil && s.order().busy() {
 		s.order().do(r, len(pc.params), relay)
 		return
 	}
@@ -150,14 +152,14 @@ func chosenKind(res json.RawMessage, err error, options []permOption) string {
 	return "unknown option"
 }
 
-// relayPermission relays a permission request to the editor, its params p
-// (the agent's, or with the router's labelled options) with the session
-// and tool call ids translated, and answers the agent with the editor's
-// answer, passed through answer when it is not nil. What the editor shows
-// of the tool call stays what was decided until its user has answered
-// (asking.go).
-func (r *Router) relayPermission(ctx context.Context, pc *permCall, p json.RawMessage, answer func(json.RawMessage, error) (json.RawMessage, error)) {
-	reply, sid := pc.reply, ""
+// relayPermission relays a permission request to the editor, with the
+// session and tool call ids translated and, when options is not nil, those
+// options (the router's labelled ones) in the agent's stead, and answers the
+// agent with the editor's answer, passed through answer when it is not nil.
+// What the editor shows of the tool call stays what was decided until its
+// user has answered (asking.go).
+func (r *Router) relayPermission(ctx context.Context, pc *permCall, options json.RawMessage, answer func(json.RawMessage, error) (json.RawMessage, error)) {
+	reply, sid, p := pc.reply, "", pc.params
 	if pc.session != "" {
 		r.mu.Lock()
 		s := r.downLocked(pc.inst, pc.session)
@@ -166,11 +168,7 @@ func (r *Router) relayPermission(ctx context.Context, pc *permCall, p json.RawMe
 			reply(nil, errUnknownSession(pc.session))
 			return
 		}
-		var err error
-		if sid, p, err = r.toEditorSessionOf(pc.inst, s, acp.MethodRequestPermission, pc.session, p, pc.tool); err != nil {
-			reply(nil, err)
-			return
-		}
+		sid, p = s.ID, r.editorPermission(pc, s, options)
 		if end := askingToolOf(s, p); end != nil {
 			inner := reply
 			reply = func(res json.RawMessage, err error) {
@@ -178,14 +176,64 @@ func (r *Router) relayPermission(ctx context.Context, pc *permCall, p json.RawMe
 				inner(res, err)
 			}
 		}
+	} else if options != nil {
+		if shown, err := acp.Rewrite(p, []acp.Replacement{{Path: optionsPath, Raw: options}}); err == nil {
+			p = shown
+		}
 	}
-	r.sendToEditor(ctx, pc.inst, pc.req, sid, p, reply, answer)
+	r.sendToEditor(ctx, pc.inst, pc.id, pc.req.Method, sid, p, reply, answer)
+}
+
+// optionsPath and toolCallIDPath are where a permission request's options
+// and tool call id are in its params.
+var (
+	optionsPath    = []string{"options"}
+	toolCallIDPath = []string{"toolCall", "toolCallId"}
+)
+
+// editorPermission is an agent's permission request of router session s as
+// the editor is sent it, built in one place: its session id and tool call
+// id the editor's, its options, when not nil, options; every other byte the
+// agent's, in one pass when that can be done (acp.Rewrite). Its tool call
+// is shown (created) in the editor, so later updates for it may be
+// forwarded.
+func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMessage) json.RawMessage {
+	agent := pc.inst.Agent.Name()
+	var reps [3]acp.Replacement
+	rs := reps[:0]
+	if options != nil {
+		rs = append(rs, acp.Replacement{Path: optionsPath, Raw: options})
+	}
+	if pc.session != s.ID {
+		rs = append(rs, acp.Replacement{Path: sessionIDPath, Value: s.ID})
+	}
+	retired := 0
+	s.mu.Lock()
+	s.lastUse = time.Now()
+	if id := pc.tool.ToolCall.ToolCallID; id != "" {
+		if out := s.toolIDs.Out(agent, id); out != id {
+			rs = append(rs, acp.Replacement{Path: toolCallIDPath, Value: out})
+		}
+		retired = s.toolIDs.Trim(maxToolIDs)
+	}
+	s.mu.Unlock()
+	if retired > 0 {
+		r.toolDrops.add(retired, "session", s.ID, "agent", agent)
+	}
+	if len(rs) == 0 {
+		return pc.params
+	}
+	p, err := acp.Rewrite(pc.params, rs)
+	if err != nil {
+		r.log.Debug("an agent's permission request whose ids or options cannot all be rewritten relayed with the others", "agent", agent, "error", err)
+	}
+	return p
 }
 
 // enforcePermission carries out a decision on session/request_permission.
 func (r *Router) enforcePermission(ctx context.Context, s *Session, pc *permCall, v *guard.Verdict) {
 	g := r.opts.Guard
-	p, reply, pr := pc.params, pc.reply, pc.perm
+	reply, pr := pc.reply, pc.perm
 	if v.Effect == guard.Allow {
 		once := pr.option(allowOnce)
 		if once == nil { // only "always" offered: the user must choose
@@ -209,10 +257,7 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, pc *permCall
 	// read them (permOptions), so that the kind it records is the kind of
 	// the button the user pressed and the option the agent gets, each
 	// labelled with what it does (askLabels).
-	if shown, err := acp.SetField(p, "options", labelled(pr.Options)); err == nil {
-		p = shown
-	}
-	r.relayPermission(ctx, pc, p, func(res json.RawMessage, err error) (json.RawMessage, error) {
+	r.relayPermission(ctx, pc, mustJSON(labelled(pr.Options)), func(res json.RawMessage, err error) (json.RawMessage, error) {
 		choice := chosenKind(res, err, pr.Options)
 		if g.Record(v, choice) != nil && v.AuditFailed() {
 			r.denyNotice(s, v, &pr)

@@ -359,7 +359,7 @@ func (r *Router) dispatch(ctx context.Context, s *Session, t *turn, d *downstrea
 	// with a newline (then the Conn encodes them).
 	var agentID json.RawMessage
 	if p != nil && bytes.IndexByte(p, '\n') < 0 {
-		agentID, err = inst.Peer().CallRaw(acp.MethodSessionPrompt, p, editorID, answered)
+		agentID, _, err = inst.Peer().CallRaw(acp.MethodSessionPrompt, p, editorID, answered)
 	} else {
 		var c *acp.Call
 		if c, err = inst.Peer().Call(ctx, acp.MethodSessionPrompt, paramsAny(p), editorID, answered); err == nil {

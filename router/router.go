@@ -220,6 +220,10 @@ type outgoing struct {
 	agentID  json.RawMessage
 	editorID json.RawMessage
 	session  string // router session id, or ""
+	// key is editorID's in Router.toEditor, kept with it on the fast path
+	// (as Peer.CallRaw keyed it: the answer ends it without reading the id
+	// again).
+	key string
 	// A request sent on the fast path (callEditorRaw): end relays its
 	// answer (once: ended, under Router.mu), from the editor's read path
 	// or, when the connection closes first, from watchEditorCalls.

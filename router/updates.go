@@ -511,24 +511,6 @@ func pathString(obj json.RawMessage, path []string) (string, bool) {
 	return id, true
 }
 
-// setPath returns obj with the value at path replaced, every other byte of
-// meaning kept.
-func setPath(obj json.RawMessage, path []string, value any) (json.RawMessage, error) {
-	if len(path) == 1 {
-		return acp.SetField(obj, path[0], value)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &fields); err != nil {
-		return nil, err
-	}
-	inner, err := setPath(fields[path[0]], path[1:], value)
-	if err != nil {
-		return nil, err
-	}
-	fields[path[0]] = inner
-	return json.Marshal(fields)
-}
-
 // agentLine is an agent's update as the editor gets it: the agent's own
 // bytes, unless the session id or another id must be translated.
 func (s *Session) agentLine(d *downstream, m *acp.Message, edits []idEdit) []byte {
@@ -553,12 +535,12 @@ func (s *Session) agentLine(d *downstream, m *acp.Message, edits []idEdit) []byt
 	p := m.Params
 	for _, e := range edits {
 		var err error
-		if p, err = setPath(p, e.path, e.id); err != nil {
+		if p, err = acp.SetPath(p, e.path, e.id); err != nil {
 			return m.Raw
 		}
 	}
 	// The envelope is written around the params as they are (valid JSON on
-	// one line: the agent's, spliced by setPath), not re-encoded.
+	// one line: the agent's, spliced by acp.SetPath), not re-encoded.
 	line := make([]byte, 0, len(p)+len(m.Method)+40)
 	line = acp.AppendString(append(line, `{"jsonrpc":"2.0","method":`...), m.Method)
 	line = append(line, `,"params":`...)
