@@ -206,6 +206,9 @@ func TestSandboxOnTheWire(t *testing.T) {
 	}
 	res = e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "acp.sandbox",
 		"value": map[string]any{"require": "sandboxed", "minFsIsolation": "workspace"}})
+	if v := jsonString(option(t, jsonPath(res, "configOptions"), "acp.sandbox"), "currentValue"); v != "sandboxed" {
+		t.Errorf("acp.sandbox after requiring a sandbox in the RFD's object form: %q", v)
+	}
 	// The agent's own option still goes to the agent; acp.sandbox never did.
 	e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": sid, "configId": "mode", "value": "yolo"})
 	waitAgentLog(t, logFile, waitTimeout, "set_config_option on the agent", func(l string) bool { return l == "session/set_config_option" })
