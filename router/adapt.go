@@ -48,7 +48,12 @@ func adaptNewSession(p json.RawMessage, caps acp.AgentCapabilities, agent string
 				Name string `json:"name"`
 				Type string `json:"type"`
 			}
-			json.Unmarshal(srv, &s)
+			if err := json.Unmarshal(srv, &s); err != nil {
+				// A server the router cannot read is no transport it knows
+				// the agent lacks: passed on as sent, the agent answers it.
+				kept = append(kept, srv)
+				continue
+			}
 			if (s.Type == "http" && !caps.MCPCapabilities.HTTP) || (s.Type == "sse" && !caps.MCPCapabilities.SSE) || (s.Type == "acp" && !caps.MCPCapabilities.ACP) {
 				log.Warn("agent does not support this MCP transport; server left out", "agent", agent, "server", s.Name, "transport", s.Type)
 				changed = true
@@ -148,7 +153,9 @@ func adaptSystemPrompt(p json.RawMessage, caps acp.AgentCapabilities, agent stri
 			Text string `json:"text"`
 		} `json:"content"`
 	}
-	json.Unmarshal(raw, &sp)
+	if err := json.Unmarshal(raw, &sp); err != nil {
+		return nil, "", fail(errParams, "acp-router: malformed systemPrompt: "+err.Error(), map[string]string{"agent": agent})
+	}
 	if acp.SystemPromptMode(caps.SessionCapabilities.SystemPrompt, sp.Mode) {
 		return p, "", nil
 	}

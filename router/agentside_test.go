@@ -188,13 +188,26 @@ func TestDescribeCall(t *testing.T) {
 			"A wants to run: LD_PRELOAD=/tmp/x.so A='1 2' ls -l (in /etc)"},
 		{`{"command":"ls","args":[""]}`, "A wants to run: ls ''"},
 	} {
-		title, kind, tc := describeCall("A", "terminal/create", "", json.RawMessage(c.params))
+		title, kind, tc, err := describeCall("A", "terminal/create", "", json.RawMessage(c.params))
+		if err != nil {
+			t.Fatalf("%s: %v", c.params, err)
+		}
 		if title != c.title || kind != "execute" {
 			t.Errorf("%s: %q %s, want %q", c.params, title, kind, c.title)
 		}
 		if in, _ := tc["rawInput"].(map[string]any); strings.Contains(c.params, "env") && in["env"] == nil {
 			t.Errorf("%s: rawInput %v without env", c.params, in)
 		}
+	}
+	// Params that do not decode are no command to show the user: the
+	// caller refuses them (-32602) rather than ask about zero values.
+	for _, p := range []string{`{"command":5}`, `{"command":"ls","args":"-l"}`, `[1]`} {
+		if title, _, _, err := describeCall("A", "terminal/create", "", json.RawMessage(p)); err == nil {
+			t.Errorf("%s: described as %q, want a decode error", p, title)
+		}
+	}
+	if title, _, _, err := describeCall("A", "mcp/message", "srv", json.RawMessage(`{"method":5}`)); err != nil || !strings.Contains(title, "cannot read") {
+		t.Errorf("undecodable mcp/message: %q, %v; want a message the router cannot read", title, err)
 	}
 }
 

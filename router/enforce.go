@@ -188,7 +188,13 @@ func (r *Router) denyNotice(s *Session, v *guard.Verdict, pr *permRequest) {
 	if tsContent != nil {
 		existing = tsContent
 	}
-	json.Unmarshal(existing, &content)
+	if len(existing) > 0 {
+		if err := json.Unmarshal(existing, &content); err != nil {
+			// The agent's content is not a list of blocks: the editor is
+			// shown the policy's note alone, which is what it must see.
+			r.log.Warn("a denied tool call's content does not decode; the note replaces it", "session", s.ID, "agent", agent, "error", err)
+		}
+	}
 	content = append(content, mustJSON(note))
 	update := map[string]any{"toolCallId": editorID, "status": "failed", "content": content}
 	if seen {
@@ -235,7 +241,14 @@ var askSeq atomic.Uint64
 // in its own goroutine.
 func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict,
 	reply func(json.RawMessage, error), mcpServer string, relay func()) {
-	title, kind, toolCall := describeCall(inst.Agent.Title(), req.Method, mcpServer, p)
+	title, kind, toolCall, err := describeCall(inst.Agent.Title(), req.Method, mcpServer, p)
+	if err != nil {
+		// The user is never asked about a call the router cannot show:
+		// recorded as the policy's ask, unanswered, and refused.
+		r.opts.Guard.Record(v, "")
+		reply(nil, errMalformed(req.Method, err))
+		return
+	}
 	toolID := fmt.Sprintf("acp-router-ask-%d", askSeq.Add(1))
 	s.mu.Lock()
 	editorToolID := s.toolIDs.Out("", toolID)
@@ -279,7 +292,7 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 // on that the editor will use: its environment (names and values: an
 // LD_PRELOAD is why it asks), each argument as one shell word, its
 // directory.
-func describeCall(agentTitle, method, mcpServer string, p json.RawMessage) (string, string, map[string]any) {
+func describeCall(agentTitle, method, mcpServer string, p json.RawMessage) (string, string, map[string]any, error) {
 	if method == acp.MethodMcpMessage {
 		return describeMcp(agentTitle, mcpServer, p)
 	}
@@ -290,15 +303,17 @@ func describeCall(agentTitle, method, mcpServer string, p json.RawMessage) (stri
 		Env     []envVar `json:"env"`
 		Cwd     string   `json:"cwd"`
 	}
-	json.Unmarshal(p, &c)
+	if err := json.Unmarshal(p, &c); err != nil {
+		return "", "", nil, err
+	}
 	tc := map[string]any{}
 	switch method {
 	case acp.MethodReadTextFile:
 		tc["locations"] = []map[string]string{{"path": c.Path}}
-		return fmt.Sprintf("%s wants to read %s", agentTitle, c.Path), "read", tc
+		return fmt.Sprintf("%s wants to read %s", agentTitle, c.Path), "read", tc, nil
 	case acp.MethodWriteTextFile:
 		tc["locations"] = []map[string]string{{"path": c.Path}}
-		return fmt.Sprintf("%s wants to write %s", agentTitle, c.Path), "edit", tc
+		return fmt.Sprintf("%s wants to write %s", agentTitle, c.Path), "edit", tc, nil
 	default:
 		var words []string
 		for _, e := range c.Env {
@@ -322,13 +337,13 @@ func describeCall(agentTitle, method, mcpServer string, p json.RawMessage) (stri
 			title += " (in " + c.Cwd + ")"
 		}
 		tc["rawInput"] = in
-		return title, "execute", tc
+		return title, "execute", tc, nil
 	}
 }
 
 // describeMcp is describeCall for an mcp/message: the tool it calls (as
 // the policy names it) and its arguments, or the resource it reads.
-func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, map[string]any) {
+func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, map[string]any, error) {
 	var m struct {
 		ServerID string `json:"serverId"`
 		Method   string `json:"method"`
@@ -338,7 +353,12 @@ func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, 
 			URI       string          `json:"uri"`
 		} `json:"params"`
 	}
-	json.Unmarshal(p, &m)
+	if err := json.Unmarshal(p, &m); err != nil {
+		// Params the router cannot read are decided all the same
+		// (guard.DecidesMcp): the user is asked about a message the
+		// router cannot read, the last case below, never about a part.
+		m.Method, m.Params.Name, m.Params.Arguments, m.Params.URI = "", "", nil, ""
+	}
 	if server == "" {
 		server = m.ServerID
 	}
@@ -350,13 +370,13 @@ func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, 
 			in["arguments"] = m.Params.Arguments
 		}
 		tc["rawInput"] = in
-		return fmt.Sprintf("%s wants to call the MCP tool %s", agentTitle, guard.McpToolName(server, m.Params.Name)), "other", tc
+		return fmt.Sprintf("%s wants to call the MCP tool %s", agentTitle, guard.McpToolName(server, m.Params.Name)), "other", tc, nil
 	case m.Method == acp.McpResourcesRead && m.Params.URI != "":
 		if u, err := url.Parse(m.Params.URI); err == nil && strings.EqualFold(u.Scheme, "file") && u.Path != "" {
 			tc["locations"] = []map[string]string{{"path": u.Path}}
 		}
 		tc["rawInput"] = map[string]any{"server": server, "uri": m.Params.URI}
-		return fmt.Sprintf("%s wants to read %s from the MCP server %s", agentTitle, m.Params.URI, server), "read", tc
+		return fmt.Sprintf("%s wants to read %s from the MCP server %s", agentTitle, m.Params.URI, server), "read", tc, nil
 	}
 	in := map[string]any{"server": server, "method": m.Method}
 	var inner [1]json.RawMessage
@@ -367,9 +387,9 @@ func describeMcp(agentTitle, server string, p json.RawMessage) (string, string, 
 	if m.Method != "" && m.Method != acp.McpToolsCall && m.Method != acp.McpResourcesRead {
 		// prompts/get, completion/complete, a method the policy does not
 		// know: the user sees what it is and what it is given.
-		return fmt.Sprintf("%s wants to send %s to the MCP server %s", agentTitle, m.Method, server), "other", tc
+		return fmt.Sprintf("%s wants to send %s to the MCP server %s", agentTitle, m.Method, server), "other", tc, nil
 	}
-	return fmt.Sprintf("%s sends the MCP server %s a message the router cannot read", agentTitle, server), "other", tc
+	return fmt.Sprintf("%s sends the MCP server %s a message the router cannot read", agentTitle, server), "other", tc, nil
 }
 
 // envVar is one of terminal/create's env (schema EnvVariable).

@@ -116,10 +116,16 @@ func decodeBlocks(p json.RawMessage) []promptBlock {
 	var fields struct {
 		Prompt []json.RawMessage `json:"prompt"`
 	}
-	json.Unmarshal(p, &fields)
+	if err := json.Unmarshal(p, &fields); err != nil {
+		// The brief is told of the turn's blocks only: a prompt the
+		// router cannot read (the agent answers it) adds none.
+		return nil
+	}
 	blocks := make([]promptBlock, len(fields.Prompt))
 	for i, b := range fields.Prompt {
-		json.Unmarshal(b, &blocks[i])
+		if json.Unmarshal(b, &blocks[i]) != nil {
+			blocks[i] = promptBlock{} // a kind the brief does not tell
+		}
 	}
 	return blocks
 }
@@ -320,7 +326,12 @@ func carrySystemPrompt(s *Session, d *downstream, p json.RawMessage) json.RawMes
 	var fields struct {
 		Prompt []json.RawMessage `json:"prompt"`
 	}
-	json.Unmarshal(p, &fields)
+	if err := json.Unmarshal(p, &fields); err != nil {
+		// Never a prompt of the system prompt alone in place of the
+		// editor's: the params go as sent, for the agent to answer.
+		s.r.log.Warn("prompt params do not decode; the session's system prompt is not carried", "session", s.ID, "agent", d.agent.Name(), "error", err)
+		return p
+	}
 	block, _ := json.Marshal(map[string]string{"type": "text", "text": merge.SystemPromptHeader + "\n" + text})
 	prompt, _ := json.Marshal(append([]json.RawMessage{block}, fields.Prompt...))
 	out, err := acp.SetPath(p, []string{"prompt"}, json.RawMessage(prompt))

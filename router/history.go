@@ -468,12 +468,8 @@ func (r *Router) emptySession(id string) *Session {
 // before s is used for a turn (and in any case: it ends a goroutine).
 func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorParams json.RawMessage) (finish func()) {
 	extra := r.storedExtra(h.Meta.ID, h.Meta.Extra)
-	newParams := rewriteNewParams(extra.NewParams, editorParams, cwd)
-	var np struct {
-		Dirs []string `json:"additionalDirectories"`
-	}
-	json.Unmarshal(newParams, &np)
-	roots := cleanDirs(np.Dirs)
+	newParams := r.rewriteNewParams(h.Meta.ID, extra.NewParams, editorParams, cwd)
+	roots := cleanDirs(r.newParamsDirs(h.Meta.ID, newParams))
 	active := h.Meta.ActiveAgent
 	if r.byName[active] == nil {
 		active = r.routingDefault()
@@ -533,14 +529,25 @@ func (r *Router) replay(h *store.History) {
 	}
 }
 
-// rewriteNewParams are the params to open the session on an agent again:
+// rewriteNewParams are the params to open session id on an agent again:
 // the stored session/new params with the cwd, MCP servers and directories
-// the editor sends now.
-func rewriteNewParams(stored, editor json.RawMessage, cwd string) json.RawMessage {
+// the editor sends now. Stored params that do not decode (the router wrote
+// them: a damaged file) are logged and the session opens with the editor's
+// alone; the editor's were decoded by the caller (none: evict.go's reopen).
+func (r *Router) rewriteNewParams(id string, stored, editor json.RawMessage, cwd string) json.RawMessage {
 	fields := map[string]json.RawMessage{}
-	json.Unmarshal(stored, &fields)
+	if len(stored) > 0 {
+		if err := json.Unmarshal(stored, &fields); err != nil {
+			r.log.Warn("stored session/new params do not decode; the session opens with the editor's", "session", id, "error", err)
+			fields = map[string]json.RawMessage{}
+		}
+	}
 	var now map[string]json.RawMessage
-	json.Unmarshal(editor, &now)
+	if len(editor) > 0 {
+		if err := json.Unmarshal(editor, &now); err != nil {
+			r.log.Warn("session params do not decode; the stored ones are kept", "session", id, "error", err)
+		}
+	}
 	for _, k := range []string{"mcpServers", "additionalDirectories", "systemPrompt"} {
 		if v, ok := now[k]; ok {
 			fields[k] = v
@@ -614,7 +621,10 @@ func (r *Router) reattach(ctx context.Context, s *Session, inst *upstream.Instan
 			Models        *merge.ModelState `json:"models"`
 			ConfigOptions json.RawMessage   `json:"configOptions"`
 		}
-		json.Unmarshal(m.Result, &res)
+		if err := json.Unmarshal(m.Result, &res); err != nil && m.Error == nil {
+			// Read as an agent that reports no options, modes or models.
+			r.log.Warn("an agent's answer to reopening a session does not decode", "session", s.ID, "agent", name, "method", method, "error", err)
+		}
 		s.mu.Lock()
 		d.replayAt = time.Now()
 		if m.Error == nil {
@@ -733,10 +743,29 @@ func (r *Router) restoreChoices(ctx context.Context, s *Session, d *downstream, 
 	}
 }
 
+// jsonText is the JSON string v, "" when v is no string: an option value
+// that is not a string (a boolean option's) names no mode and no agent.
 func jsonText(v json.RawMessage) string {
 	var s string
-	json.Unmarshal(v, &s)
+	if json.Unmarshal(v, &s) != nil {
+		return ""
+	}
 	return s
+}
+
+// newParamsDirs is the additionalDirectories of session id's session/new
+// params, which the router built (rewriteNewParams) from its store and
+// the editor's checked params: a damage is logged, and the session has no
+// directories but its cwd.
+func (r *Router) newParamsDirs(id string, newParams json.RawMessage) []string {
+	var np struct {
+		Dirs []string `json:"additionalDirectories"`
+	}
+	if err := json.Unmarshal(newParams, &np); err != nil {
+		r.log.Warn("the session's additionalDirectories do not decode; it has none", "session", id, "error", err)
+		return nil
+	}
+	return np.Dirs
 }
 
 // An agent's replay of a session/load can trail its answer (Gemini CLI

@@ -357,15 +357,11 @@ func (r *Router) fork(ctx context.Context, req *jsonrpc2.Request, s *Session, d 
 		return
 	}
 	s.mu.Lock()
-	newParams := rewriteNewParams(s.newParams, params(req), cwd)
+	newParams := r.rewriteNewParams(s.ID, s.newParams, params(req), cwd)
 	history := append([]merge.TurnRecord(nil), s.history...)
 	histBytes, nextSeq, enforce := s.histBytes, s.nextSeq, s.Enforce
 	s.mu.Unlock()
-	var np struct {
-		Dirs []string `json:"additionalDirectories"`
-	}
-	json.Unmarshal(newParams, &np)
-	roots := cleanDirs(np.Dirs)
+	roots := cleanDirs(r.newParamsDirs(s.ID, newParams))
 	ns := &Session{Cwd: cwd, Enforce: enforce, r: r, newParams: newParams, active: inst.Agent.Name(), down: map[string]*downstream{}, opening: map[string]chan struct{}{},
 		toolIDs: merge.NewIDTable(), msgIDs: merge.NewIDTable(), roots: roots, policy: guard.NewSession(cwd, roots), lastUse: time.Now(),
 		history: history, histBytes: histBytes, nextSeq: nextSeq}

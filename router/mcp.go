@@ -103,7 +103,11 @@ func mcpParams(p json.RawMessage) (serverID string, requestID json.RawMessage) {
 		ServerID  string          `json:"serverId"`
 		RequestID json.RawMessage `json:"requestId"`
 	}
-	json.Unmarshal(p, &mp)
+	if json.Unmarshal(p, &mp) != nil {
+		// Params that do not decode name no server: both callers answer
+		// "" with errMcpServer (-32602), or drop it if a notification.
+		return "", nil
+	}
 	return mp.ServerID, mp.RequestID
 }
 
@@ -167,7 +171,11 @@ func mcpServerOf(s *Session, serverID string) mcpTarget {
 			ServerID string `json:"serverId"`
 		} `json:"mcpServers"`
 	}
-	json.Unmarshal(s.newParams, &np)
+	if err := json.Unmarshal(s.newParams, &np); err != nil {
+		// The router wrote them: the policy names the server by its
+		// serverId, as one declared without a name.
+		s.r.log.Warn("the session's mcpServers do not decode", "session", s.ID, "error", err)
+	}
 	var t mcpTarget
 	var names []string // as the policy names them: the name, else the serverId
 	for _, srv := range np.Servers {

@@ -251,8 +251,7 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 	}
 	// A value that is no string (a boolean option's) names no agent: it
 	// goes to the active agent as it is.
-	var value string
-	_ = json.Unmarshal(p.Value, &value)
+	value := jsonText(p.Value)
 	d := s.activeDown()
 	synthesized := d != nil && d.view.Options == nil
 	r.spawn(func() {
@@ -432,7 +431,12 @@ func (r *Router) cachedModes(agent string) []merge.Mode {
 		return modes
 	}
 	if b, err := os.ReadFile(r.modesFile(agent)); err == nil {
-		json.Unmarshal(b, &modes)
+		if err := json.Unmarshal(b, &modes); err != nil {
+			// The router wrote it (cacheModes): a damaged cache is no
+			// modes known, learned again from the agent's next session.
+			r.log.Warn("the agent's cached modes do not decode; none are known until its next session", "agent", agent, "file", r.modesFile(agent), "error", err)
+			modes = nil
+		}
 	}
 	r.mu.Lock()
 	r.modeCache[agent] = modes
@@ -489,7 +493,10 @@ func Warnings(cfg *config.Config) []string {
 			continue
 		}
 		var names []string
-		json.Unmarshal(b, &names)
+		if err := json.Unmarshal(b, &names); err != nil {
+			out = append(out, fmt.Sprintf("cannot read %s's commands learned earlier (%s: %v); its next session writes them again", a.Name, commandsFile(cfg.StateDir, a.Name), err))
+			continue
+		}
 		for _, n := range names {
 			if router[n] {
 				out = append(out, fmt.Sprintf("the router's /%s hides %s's own /%s; type `/%s /%s` to reach it", n, a.Name, n, a.Name, n))

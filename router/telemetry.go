@@ -72,7 +72,11 @@ func (r *Router) traceAgentCall(ctx context.Context, inst *upstream.Instance, re
 		return ctx, reply
 	}
 	var ref acp.SessionRef
-	json.Unmarshal(params(req), &ref)
+	if json.Unmarshal(params(req), &ref) != nil {
+		// Its handler answers params that do not decode; its span is
+		// then under no session's turn.
+		ref.SessionID = ""
+	}
 	r.mu.Lock()
 	s := r.downLocked(inst, ref.SessionID)
 	r.mu.Unlock()
