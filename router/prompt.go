@@ -191,6 +191,16 @@ func (r *Router) agentCommand(ctx context.Context, s *Session, arg string) strin
 				state = " — stopped while idle; starts again on its next use"
 			}
 		}
+		// Under the sandbox the sessions of other roots run on processes
+		// of their own (upstream.Agent.Family): said, so that "not
+		// started" never hides the ones that run.
+		n := len(a.Running())
+		if a.Current() != nil {
+			n--
+		}
+		if n > 0 {
+			state += fmt.Sprintf("; %d more process(es) running for sessions in other directories", n)
+		}
 		fmt.Fprintf(&b, "%s %s (%s)%s\n", mark, a.Name(), a.Title(), state)
 	}
 	b.WriteString("\n/agent NAME switches this session; /NAME TEXT asks one agent for one turn; /agent restart NAME restarts an agent.")

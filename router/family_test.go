@@ -1,0 +1,121 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/sandbox"
+	"github.com/acp-router/acp-router/telemetry"
+)
+
+// envTestAgentLog is the file testAgent's logout writes to (family).
+const envTestAgentLog = "ACP_ROUTER_TEST_AGENT_LOG"
+
+// TestAgentFamilySeen: under the sandbox an agent runs one process per set
+// of session roots (upstream.Agent.ForRoots); what the router says or does
+// about an agent is about all of them: logout reaches every process,
+// auth/status asks every one (one signed out makes the agent
+// unauthenticated), /agent says the others run, and the bytes-relayed
+// gauge counts what went to each.
+func TestAgentFamilySeen(t *testing.T) {
+	if err := sandbox.Available(); err != nil {
+		t.Skipf("this kernel cannot confine: %v", err)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	own, other, signedOut := filepath.Join(dir, "own"), filepath.Join(dir, "other"), filepath.Join(dir, "signed-out")
+	for _, d := range []string{own, other, signedOut} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logFile := filepath.Join(dir, "agent.log")
+	yaml := fmt.Sprintf("version: 1\nstate_dir: '%s'\nagents:\n  - name: a\n    command: '%s'\n    cwd: '%s'\n    state_dirs: []\n    env: {%s: family, %s: '%s'}\nrouting: {default: a}\n",
+		dir, bin, own, envTestAgent, envTestAgentLog, logFile)
+	reader := sdkmetric.NewManualReader()
+	conf := &sandbox.Confiner{Mode: config.SandboxEnforce}
+	r, e := startRouterYAML(t, dir, yaml, Options{Confine: conf.Confine, Telemetry: testTelemetry(t, tracetest.NewInMemoryExporter(), reader)})
+
+	var sids []string
+	for _, cwd := range []string{other, signedOut} {
+		var res struct {
+			SessionID string `json:"sessionId"`
+		}
+		json.Unmarshal(e.mustCall(t, acp.MethodSessionNew, map[string]any{"cwd": cwd, "mcpServers": []any{}}), &res)
+		e.mustCall(t, acp.MethodSessionPrompt, prompt(res.SessionID, "hello"))
+		sids = append(sids, res.SessionID)
+	}
+	a := r.byName["a"]
+	running := a.Running()
+	if len(running) != 3 {
+		t.Fatalf("%d processes of agent a run, want 3 (its own and one per other set of roots)", len(running))
+	}
+
+	// auth/status: the process of signed-out says unauthenticated.
+	var status struct{ State string }
+	json.Unmarshal(e.mustCall(t, acp.MethodAuthStatus, map[string]any{}), &status)
+	if status.State != "unauthenticated" {
+		t.Errorf("auth/status: %q, want unauthenticated (one of a's processes is signed out)", status.State)
+	}
+
+	// /agent: the other processes are said to run.
+	e.mustCall(t, acp.MethodSessionPrompt, prompt(sids[0], "/agent"))
+	if got := strings.Join(e.texts(sids[0]), ""); !strings.Contains(got, "2 more process(es) running for sessions in other directories") {
+		t.Errorf("/agent says %q, want the 2 processes of other roots", got)
+	}
+
+	// The gauge: the bytes relayed to every process of a.
+	var want int64
+	for _, inst := range a.Running() {
+		want += inst.Peer().Stream().Written()
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var got int64 = -1
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "acp_router.agent.bytes_relayed" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				if v, _ := dp.Attributes.Value(telemetry.KeyAgent); v.AsString() == "a" {
+					got = dp.Value
+				}
+			}
+		}
+	}
+	if got != want {
+		t.Errorf("bytes relayed to agent a: %d, want %d (its three processes)", got, want)
+	}
+
+	// logout: every process.
+	e.mustCall(t, acp.MethodLogout, map[string]any{})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(logFile)
+		n := strings.Count(string(b), "logout ")
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("logout reached %d processes, want 3:\n%s", n, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
