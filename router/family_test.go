@@ -29,26 +29,9 @@ const envTestAgentLog = "ACP_ROUTER_TEST_AGENT_LOG"
 // unauthenticated), /agent says the others run, and the bytes-relayed
 // gauge counts what went to each.
 func TestAgentFamilySeen(t *testing.T) {
-	if err := sandbox.Available(); err != nil {
-		t.Skipf("this kernel cannot confine: %v", err)
-	}
-	bin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	own, other, signedOut := filepath.Join(dir, "own"), filepath.Join(dir, "other"), filepath.Join(dir, "signed-out")
-	for _, d := range []string{own, other, signedOut} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	logFile := filepath.Join(dir, "agent.log")
-	yaml := fmt.Sprintf("version: 1\nstate_dir: '%s'\nagents:\n  - name: a\n    command: '%s'\n    cwd: '%s'\n    state_dirs: []\n    env: {%s: family, %s: '%s'}\nrouting: {default: a}\n",
-		dir, bin, own, envTestAgent, envTestAgentLog, logFile)
 	reader := sdkmetric.NewManualReader()
-	conf := &sandbox.Confiner{Mode: config.SandboxEnforce}
-	r, e := startRouterYAML(t, dir, yaml, Options{Confine: conf.Confine, Telemetry: testTelemetry(t, tracetest.NewInMemoryExporter(), reader)})
+	dir, r, e := startFamily(t, "", Options{Telemetry: testTelemetry(t, tracetest.NewInMemoryExporter(), reader)})
+	other, signedOut, logFile := filepath.Join(dir, "other"), filepath.Join(dir, "signed-out"), filepath.Join(dir, "agent.log")
 
 	var sids []string
 	for _, cwd := range []string{other, signedOut} {
@@ -118,4 +101,67 @@ func TestAgentFamilySeen(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// startFamily serves a router whose agent a (testAgent, family) runs
+// confined in dir/own, with directories other and signed-out beside it
+// for sessions of other roots; extra is more of a's config.
+func startFamily(t *testing.T, extra string, opts Options) (string, *Router, *testEditor) {
+	t.Helper()
+	if err := sandbox.Available(); err != nil {
+		t.Skipf("this kernel cannot confine: %v", err)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, d := range []string{"own", "other", "signed-out"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yaml := fmt.Sprintf("version: 1\nstate_dir: '%s'\nagents:\n  - name: a\n    command: '%s'\n    cwd: '%s'\n    state_dirs: []\n    env: {%s: family, %s: '%s'}\n%srouting: {default: a}\n",
+		dir, bin, filepath.Join(dir, "own"), envTestAgent, envTestAgentLog, filepath.Join(dir, "agent.log"), extra)
+	opts.Confine = (&sandbox.Confiner{Mode: config.SandboxEnforce}).Confine
+	r, e := startRouterYAML(t, dir, yaml, opts)
+	return dir, r, e
+}
+
+// TestHungTurnRestartsItsProcessOnly: a turn that does not end after
+// session/cancel restarts the process it runs on, not the other processes
+// of its agent, whose sessions have nothing to do with it (under the
+// sandbox, one per set of session roots).
+func TestHungTurnRestartsItsProcessOnly(t *testing.T) {
+	dir, r, e := startFamily(t, "    cancel_timeout: 50ms\n", Options{DrainGrace: 50 * time.Millisecond})
+	newSession := func(cwd string) string {
+		var res struct {
+			SessionID string `json:"sessionId"`
+		}
+		json.Unmarshal(e.mustCall(t, acp.MethodSessionNew, map[string]any{"cwd": cwd, "mcpServers": []any{}}), &res)
+		return res.SessionID
+	}
+	mine, others := newSession(filepath.Join(dir, "own")), newSession(filepath.Join(dir, "other"))
+	e.mustCall(t, acp.MethodSessionPrompt, prompt(others, "hello"))
+	before := r.byName["a"].Running()
+	if len(before) != 2 {
+		t.Fatalf("%d processes of agent a run, want 2", len(before))
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.call(acp.MethodSessionPrompt, prompt(mine, "slow")) // a second: longer than cancel_timeout and the drain
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := e.peer.Notify(t.Context(), acp.MethodSessionCancel, map[string]any{"sessionId": mine}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the cancelled turn: %v", err)
+	}
+	waitFor(t, func() bool { return r.byName["a"].Current() != before[0] })
+	if cur := before[1].Agent.Current(); cur != before[1] {
+		t.Errorf("the process of the other roots was restarted (now %v) with the one of the hung turn", cur)
+	}
+	e.mustCall(t, acp.MethodSessionPrompt, prompt(others, "still there"))
 }

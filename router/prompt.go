@@ -559,7 +559,7 @@ func (r *Router) syntheticCancel(s *Session, t *turn) {
 		stuck := !t.done
 		s.mu.Unlock()
 		if stuck {
-			inst.Agent.Restart(fmt.Errorf("did not end a cancelled turn within %s", r.opts.DrainGrace+inst.Agent.Config.CancelTimeout))
+			inst.Agent.RestartInstance(inst, fmt.Errorf("did not end a cancelled turn within %s", r.opts.DrainGrace+inst.Agent.Config.CancelTimeout))
 		}
 	})
 }
