@@ -28,7 +28,8 @@ const envTestAgent = "ACP_ROUTER_TEST_AGENT"
 // testAgent is a minimal ACP agent on stdin/stdout: initialize (with
 // loadSession), session/new (ids t-1, t-2, ...), session/load,
 // session/set_mode, and session/prompt, which sends one agent_message_chunk
-// "echo: TEXT" and ends the turn (after a second when TEXT is "slow").
+// "echo: TEXT" and ends the turn (after a second when TEXT is "slow", 5 s
+// when "slower").
 // With envTestAgent "family" it also advertises and answers logout (a
 // line in the file envTestAgentLog names) and auth/status.
 func testAgent() int {
@@ -90,8 +91,11 @@ func testAgent() int {
 			json.Unmarshal(m.Params, &p)
 			text := p.Prompt[len(p.Prompt)-1].Text
 			go func() {
-				if text == "slow" {
+				switch text {
+				case "slow":
 					time.Sleep(time.Second)
+				case "slower":
+					time.Sleep(5 * time.Second)
 				}
 				write(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": p.SessionID,
 					"update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]string{"type": "text", "text": "echo: " + text}}}})

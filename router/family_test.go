@@ -17,6 +17,7 @@ import (
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/telemetry"
+	"github.com/acp-router/acp-router/upstream"
 )
 
 // envTestAgentLog is the file testAgent's logout writes to (family).
@@ -164,4 +165,38 @@ func TestHungTurnRestartsItsProcessOnly(t *testing.T) {
 		t.Errorf("the process of the other roots was restarted (now %v) with the one of the hung turn", cur)
 	}
 	e.mustCall(t, acp.MethodSessionPrompt, prompt(others, "still there"))
+}
+
+// TestRestartCommandReachesFamily: /agent restart NAME restarts the
+// agent's processes for other session roots too, also when its own process
+// is stopped idle meanwhile.
+func TestRestartCommandReachesFamily(t *testing.T) {
+	dir, r, e := startFamily(t, "    idle_timeout: 300ms\n", Options{})
+	newSession := func(cwd string) string {
+		var res struct {
+			SessionID string `json:"sessionId"`
+		}
+		json.Unmarshal(e.mustCall(t, acp.MethodSessionNew, map[string]any{"cwd": cwd, "mcpServers": []any{}}), &res)
+		return res.SessionID
+	}
+	a := r.byName["a"]
+	mine, others := newSession(filepath.Join(dir, "own")), newSession(filepath.Join(dir, "other"))
+	e.mustCall(t, acp.MethodSessionPrompt, prompt(others, "hello"))
+	running := a.Running()
+	if len(running) != 2 {
+		t.Fatalf("%d processes of agent a run, want 2", len(running))
+	}
+	child := running[1]
+	go e.call(acp.MethodSessionPrompt, prompt(others, "slower")) // keeps the other process from idling
+	waitFor(t, func() bool { st, _ := a.Status(); return st == upstream.Stopped })
+	if child.Agent.Current() != child {
+		t.Fatal("the process of the other roots stopped before the restart")
+	}
+	e.mustCall(t, acp.MethodSessionPrompt, prompt(mine, "/agent restart a"))
+	if got := strings.Join(e.texts(mine), ""); !strings.Contains(got, "Restarted a.") {
+		t.Errorf("/agent restart a says %q", got)
+	}
+	if child.Agent.Current() == child {
+		t.Error("the process of the other roots was not restarted")
+	}
 }

@@ -216,7 +216,9 @@ func (r *Router) restartCommand(ctx context.Context, name string) string {
 		return fmt.Sprintf("No agent %q (agents: %s).", name, strings.Join(r.agentNames(), ", "))
 	}
 	a.ForgetFailures()
-	if st, _ := a.Status(); st == upstream.Running || st == upstream.Starting {
+	// Its processes for other session roots (under the sandbox) may run
+	// while its own is stopped idle: Restart ends every one that runs.
+	if st, _ := a.Status(); st == upstream.Running || st == upstream.Starting || len(a.Running()) > 0 {
 		a.Restart(errors.New("restarted by the user (/agent restart)"))
 	}
 	if _, err := a.Ready(ctx); err != nil {
