@@ -1,9 +1,11 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -23,48 +25,79 @@ import (
 // agent could answer). accounts are all the agents' accounts, each naming
 // its agent in _meta["acp-router"].agent; _meta["acp-router"].agents has
 // each configured agent's own answer, or state "unknown" and why. Agents
-// that are not running are not started for it.
+// that are not running are not started for it. An agent's answer is its
+// family's (under the sandbox, one process per set of session roots,
+// upstream.Agent.Family): every running process is asked and their states
+// merged the same way, since a session may live on any of them.
 func (r *Router) authStatus(ctx context.Context, req *jsonrpc2.Request) (json.RawMessage, error) {
 	type answer struct {
 		State    string            `json:"state"`
 		Accounts []json.RawMessage `json:"accounts,omitempty"`
 		Reason   string            `json:"reason,omitempty"` // the router's: why it is unknown
 	}
-	answers := make([]answer, len(r.agents))
+	answers := make([][]answer, len(r.agents))
 	var wg sync.WaitGroup
 	wait, cancel := context.WithTimeout(ctx, r.opts.InitBudget)
 	defer cancel()
 	for i, a := range r.agents {
-		inst := a.Current()
-		switch {
-		case inst == nil || inst.Init() == nil:
-			answers[i] = answer{State: "unknown", Reason: "not running"}
-			continue
-		case !acp.Supported(agentCaps(inst).Auth.Status):
-			answers[i] = answer{State: "unknown", Reason: "does not support auth/status"}
+		running := a.Running()
+		if len(running) == 0 {
+			answers[i] = []answer{{State: "unknown", Reason: "not running"}}
 			continue
 		}
-		wg.Go(func() {
-			res, err := callWait(wait, inst, acp.MethodAuthStatus, params(req))
-			if err == nil && json.Unmarshal(res, &answers[i]) == nil && answers[i].State != "" {
-				return
+		answers[i] = make([]answer, len(running))
+		for j, inst := range running {
+			switch {
+			case inst.Init() == nil:
+				answers[i][j] = answer{State: "unknown", Reason: "not running"}
+				continue
+			case !acp.Supported(agentCaps(inst).Auth.Status):
+				answers[i][j] = answer{State: "unknown", Reason: "does not support auth/status"}
+				continue
 			}
-			if err == nil {
-				err = errors.New("malformed answer")
-			}
-			answers[i] = answer{State: "unknown", Reason: "auth/status failed: " + errorText(inst.Agent.Error(inst, err))}
-		})
+			wg.Go(func() {
+				ans := &answers[i][j]
+				res, err := callWait(wait, inst, acp.MethodAuthStatus, params(req))
+				if err == nil && json.Unmarshal(res, ans) == nil && ans.State != "" {
+					return
+				}
+				if err == nil {
+					err = errors.New("malformed answer")
+				}
+				*ans = answer{State: "unknown", Reason: "auth/status failed: " + errorText(inst.Agent.Error(inst, err))}
+			})
+		}
 	}
 	wg.Wait()
 	var states []string
 	var accounts []json.RawMessage
 	agents := map[string]answer{}
 	for i, a := range r.agents {
-		ans := answers[i]
-		agents[a.Name()] = ans
-		if ans.Reason == "" {
-			states = append(states, ans.State)
+		// The family's answer: the processes' states merged, their
+		// accounts each once; unknown and why when none answered.
+		var ans answer
+		var own []string
+		for _, p := range answers[i] {
+			if p.Reason != "" {
+				if ans.Reason == "" {
+					ans.Reason = p.Reason
+				}
+				continue
+			}
+			own = append(own, p.State)
+			for _, acc := range p.Accounts {
+				if !slices.ContainsFunc(ans.Accounts, func(b json.RawMessage) bool { return bytes.Equal(acc, b) }) {
+					ans.Accounts = append(ans.Accounts, acc)
+				}
+			}
 		}
+		if len(own) > 0 {
+			ans.State, ans.Reason = mergeAuthStates(own), ""
+			states = append(states, ans.State)
+		} else {
+			ans.State = "unknown"
+		}
+		agents[a.Name()] = ans
 		for _, acc := range ans.Accounts {
 			if tagged, err := attribute(acc, a.Name()); err == nil {
 				accounts = append(accounts, tagged)

@@ -28,7 +28,10 @@ const envTestAgent = "ACP_ROUTER_TEST_AGENT"
 // testAgent is a minimal ACP agent on stdin/stdout: initialize (with
 // loadSession), session/new (ids t-1, t-2, ...), session/load,
 // session/set_mode, and session/prompt, which sends one agent_message_chunk
-// "echo: TEXT" and ends the turn (after a second when TEXT is "slow").
+// "echo: TEXT" and ends the turn (after a second when TEXT is "slow", 5 s
+// when "slower").
+// With envTestAgent "family" it also advertises and answers logout (a
+// line in the file envTestAgentLog names) and auth/status.
 func testAgent() int {
 	var mu sync.Mutex
 	write := func(v any) {
@@ -40,6 +43,7 @@ func testAgent() int {
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(nil, 1<<20)
 	sessions := 0
+	family := os.Getenv(envTestAgent) == "family"
 	for sc.Scan() {
 		var m struct {
 			ID     json.RawMessage `json:"id"`
@@ -53,7 +57,25 @@ func testAgent() int {
 		reply := func(res any) { write(map[string]any{"jsonrpc": "2.0", "id": id, "result": res}) }
 		switch m.Method {
 		case "initialize":
+			if family {
+				reply(json.RawMessage(`{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"auth":{"logout":{},"status":{}}}}`))
+				break
+			}
 			reply(json.RawMessage(`{"protocolVersion":1,"agentCapabilities":{"loadSession":true}}`))
+		case "logout":
+			if f, err := os.OpenFile(os.Getenv(envTestAgentLog), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintf(f, "logout %d\n", os.Getpid())
+				f.Close()
+			}
+			reply(map[string]any{})
+		case "auth/status":
+			// Signed out in a directory of that name (family_test.go).
+			cwd, _ := os.Getwd()
+			state := "authenticated"
+			if filepath.Base(cwd) == "signed-out" {
+				state = "unauthenticated"
+			}
+			reply(map[string]any{"state": state, "accounts": []any{map[string]string{"label": "the key"}}})
 		case "session/new":
 			sessions++
 			reply(map[string]string{"sessionId": fmt.Sprintf("t-%d", sessions)})
@@ -69,8 +91,11 @@ func testAgent() int {
 			json.Unmarshal(m.Params, &p)
 			text := p.Prompt[len(p.Prompt)-1].Text
 			go func() {
-				if text == "slow" {
+				switch text {
+				case "slow":
 					time.Sleep(time.Second)
+				case "slower":
+					time.Sleep(5 * time.Second)
 				}
 				write(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": p.SessionID,
 					"update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]string{"type": "text", "text": "echo: " + text}}}})
@@ -158,6 +183,13 @@ func startRouter(t *testing.T, opts Options) (*Router, *testEditor) {
 	}
 	dir := t.TempDir()
 	yaml := fmt.Sprintf("version: 1\nstate_dir: '%s'\nagents:\n  - name: a\n    command: '%s'\n    env: {%s: '1'}\nrouting: {default: a}\n", dir, bin, envTestAgent)
+	return startRouterYAML(t, dir, yaml, opts)
+}
+
+// startRouterYAML is startRouter with the config yaml and the session
+// store in dir.
+func startRouterYAML(t *testing.T, dir, yaml string, opts Options) (*Router, *testEditor) {
+	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml), os.LookupEnv)
 	if err != nil {
 		t.Fatal(err)

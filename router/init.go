@@ -231,8 +231,8 @@ func (r *Router) agentInits() ([]acp.AgentCapabilities, []merge.AgentAuth) {
 	var auth []merge.AgentAuth
 	for _, a := range order {
 		var res *acp.InitializeResult
-		if inst := a.Current(); inst != nil {
-			res = inst.Init()
+		if running := a.Running(); len(running) > 0 {
+			res = running[0].Init()
 		} else if raw := a.CachedInit(); raw != nil {
 			res = new(acp.InitializeResult)
 			if json.Unmarshal(raw, res) != nil {
@@ -297,25 +297,28 @@ func (r *Router) authenticate(ctx context.Context, req *jsonrpc2.Request) (json.
 	return res, nil
 }
 
-// logout goes to every running agent that supports it.
+// logout goes to every running agent that supports it: to each of its
+// processes (under the sandbox, one per set of session roots), each of
+// which may hold the sign-in.
 func (r *Router) logout(ctx context.Context, req *jsonrpc2.Request) (json.RawMessage, error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
 	for _, a := range r.agents {
-		inst := a.Current()
-		if inst == nil || inst.Init() == nil || !acp.Supported(inst.Init().AgentCapabilities.Auth.Logout) {
-			continue
-		}
-		wg.Go(func() {
-			if _, err := callWait(ctx, inst, acp.MethodLogout, params(req)); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = inst.Agent.Error(inst, err)
-				}
-				mu.Unlock()
+		for _, inst := range a.Running() {
+			if inst.Init() == nil || !acp.Supported(inst.Init().AgentCapabilities.Auth.Logout) {
+				continue
 			}
-		})
+			wg.Go(func() {
+				if _, err := callWait(ctx, inst, acp.MethodLogout, params(req)); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = inst.Agent.Error(inst, err)
+					}
+					mu.Unlock()
+				}
+			})
+		}
 	}
 	wg.Wait()
 	if first != nil {

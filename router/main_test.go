@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/acp-router/acp-router/sandbox"
 )
 
 // envFakeAgent makes the test binary a scripted ACP agent (TestMain), for
@@ -18,6 +20,7 @@ const envFakeAgent = "ROUTER_TEST_FAKE_AGENT"
 // TestMain runs the test binary as one of the tests' agents when asked:
 // fakeAgent (scripted prompts) or testAgent (evict_test.go).
 func TestMain(m *testing.M) {
+	sandbox.RunIfRequested() // family_test.go confines its agent
 	switch {
 	case os.Getenv(envFakeAgent) != "":
 		os.Exit(fakeAgent())

@@ -191,6 +191,16 @@ func (r *Router) agentCommand(ctx context.Context, s *Session, arg string) strin
 				state = " — stopped while idle; starts again on its next use"
 			}
 		}
+		// Under the sandbox the sessions of other roots run on processes
+		// of their own (upstream.Agent.Family): said, so that "not
+		// started" never hides the ones that run.
+		n := len(a.Running())
+		if a.Current() != nil {
+			n--
+		}
+		if n > 0 {
+			state += fmt.Sprintf("; %d more process(es) running for sessions in other directories", n)
+		}
 		fmt.Fprintf(&b, "%s %s (%s)%s\n", mark, a.Name(), a.Title(), state)
 	}
 	b.WriteString("\n/agent NAME switches this session; /NAME TEXT asks one agent for one turn; /agent restart NAME restarts an agent.")
@@ -206,7 +216,9 @@ func (r *Router) restartCommand(ctx context.Context, name string) string {
 		return fmt.Sprintf("No agent %q (agents: %s).", name, strings.Join(r.agentNames(), ", "))
 	}
 	a.ForgetFailures()
-	if st, _ := a.Status(); st == upstream.Running || st == upstream.Starting {
+	// Its processes for other session roots (under the sandbox) may run
+	// while its own is stopped idle: Restart ends every one that runs.
+	if st, _ := a.Status(); st == upstream.Running || st == upstream.Starting || len(a.Running()) > 0 {
 		a.Restart(errors.New("restarted by the user (/agent restart)"))
 	}
 	if _, err := a.Ready(ctx); err != nil {
@@ -549,7 +561,7 @@ func (r *Router) syntheticCancel(s *Session, t *turn) {
 		stuck := !t.done
 		s.mu.Unlock()
 		if stuck {
-			inst.Agent.Restart(fmt.Errorf("did not end a cancelled turn within %s", r.opts.DrainGrace+inst.Agent.Config.CancelTimeout))
+			inst.Agent.RestartInstance(inst, fmt.Errorf("did not end a cancelled turn within %s", r.opts.DrainGrace+inst.Agent.Config.CancelTimeout))
 		}
 	})
 }

@@ -146,24 +146,35 @@ func (r *Router) observeTelemetry() {
 		defer r.mu.Unlock()
 		return int64(len(r.sessions))
 	}, func(yield func(string, int64)) {
-		for _, a := range r.agents {
-			if inst := a.Current(); inst != nil && inst.Peer() != nil {
-				yield(a.Name(), inst.Peer().Stream().Written())
-			}
-		}
+		r.perAgent(yield, func(s *acp.Stream) int64 { return s.Written() })
 	}, func(yield func(string, int64)) {
 		select {
 		case <-r.editorReady: // Serve has set r.editor
 			yield("", int64(r.editor.Stream().Queued()))
 		default:
 		}
-		for _, a := range r.agents {
-			if inst := a.Current(); inst != nil && inst.Peer() != nil {
-				yield(a.Name(), int64(inst.Peer().Stream().Queued()))
-			}
-		}
+		r.perAgent(yield, func(s *acp.Stream) int64 { return int64(s.Queued()) })
 	})
 	if err != nil {
 		r.log.Warn("telemetry: cannot observe sessions and agents", "error", err)
+	}
+}
+
+// perAgent yields, for each agent with a running process, f of its
+// processes' streams summed: a point is per agent, and under the sandbox
+// an agent runs one process per set of session roots (Family).
+func (r *Router) perAgent(yield func(string, int64), f func(*acp.Stream) int64) {
+	for _, a := range r.agents {
+		var sum int64
+		running := false
+		for _, inst := range a.Running() {
+			if p := inst.Peer(); p != nil {
+				sum += f(p.Stream())
+				running = true
+			}
+		}
+		if running {
+			yield(a.Name(), sum)
+		}
 	}
 }

@@ -39,6 +39,10 @@ type Confiner struct {
 	Logger hclog.Logger
 	// Record is called at every start the sandbox is on for; nil: none.
 	Record func(Start)
+	// Agents are the agents the config declares: the network grade
+	// advertised on the wire (Capability) is the one every one of them
+	// gets.
+	Agents []config.Agent
 	// Env returns the environment of the derivation for an agent; nil:
 	// AgentEnv.
 	Env func(config.Agent) Env

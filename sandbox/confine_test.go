@@ -97,3 +97,60 @@ func TestConfinerRequire(t *testing.T) {
 		t.Errorf("Require once no agent runs unconfined: %v", err)
 	}
 }
+
+// TestCapabilityNetGrade: netIsolation is restricted only when every
+// agent the config declares runs behind the egress proxy under the policy
+// in force, and a client that requires restricted is then satisfied;
+// one agent the policy leaves on the host's network (a deny rule for
+// another agent only, an allow rule on any host, a deny rule on its model
+// API that keeps it from being confined) makes it none. _meta names each
+// agent's reach.
+func TestCapabilityNetGrade(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	if err := netAvailable(); err != nil {
+		t.Skip(err)
+	}
+	env := func(config.Agent) Env { return Env{Home: "/home/u", TempDir: "/tmp", Roots: []string{"/home/u/p"}} }
+	claude := config.Agent{Name: "claude", Command: "claude-agent-acp"}
+	codex := config.Agent{Name: "codex", Command: "codex-acp"}
+	for _, tt := range []struct {
+		name   string
+		policy string
+		agents []config.Agent
+		grade  string
+		reach  map[string]string // substrings
+	}{
+		{"no host rule", "rules:\n  - {id: no-env, decision: deny, when: {paths: [\"**/.env\"]}}\n",
+			[]config.Agent{claude}, "none", map[string]string{"claude": "every host (the policy names none"}},
+		{"a deny rule on a host", "rules:\n  - {id: no-paste, decision: deny, when: {domains: [pastebin.com]}}\n",
+			[]config.Agent{claude, codex}, "restricted", map[string]string{"claude": "every host but pastebin.com (rule no-paste)", "codex": "but pastebin.com"}},
+		{"default deny", "default: deny\nrules:\n  - {id: gh, decision: allow, when: {domains: [github.com]}}\n",
+			[]config.Agent{claude}, "restricted", map[string]string{"claude": "only api.anthropic.com"}},
+		{"a deny rule for one agent only", "rules:\n  - {id: no-paste, decision: deny, when: {agent: [codex], domains: [pastebin.com]}}\n",
+			[]config.Agent{claude, codex}, "none", map[string]string{"claude": "every host (the policy names none", "codex": "but pastebin.com"}},
+		{"a deny rule on an agent's model API", "rules:\n  - {id: no-openai, decision: deny, when: {domains: [api.openai.com]}}\n",
+			[]config.Agent{claude, codex}, "none", map[string]string{"claude": "but api.openai.com", "codex": "its profile cannot be applied"}},
+		{"no agent", "rules:\n  - {id: no-paste, decision: deny, when: {domains: [pastebin.com]}}\n", nil, "none", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pol := compile(t, tt.policy)
+			c := &Confiner{Mode: config.SandboxEnforce, Policy: func() *policy.Policy { return pol }, Env: env, Agents: tt.agents}
+			got := c.Capability()
+			if got.Guarantees != (acp.SandboxGuarantees{FsIsolation: "workspace", NetIsolation: tt.grade, ProcessCaps: true}) {
+				t.Errorf("guarantees %+v, want netIsolation %s", got.Guarantees, tt.grade)
+			}
+			reach, _ := got.Meta["acp-router"].(map[string]any)["network"].(map[string]string)
+			for a, want := range tt.reach {
+				if !strings.Contains(reach[a], want) {
+					t.Errorf("_meta network of %s: %q, want it to say %q", a, reach[a], want)
+				}
+			}
+			ok, why := acp.Satisfies(got, acp.SandboxPolicy{Require: "sandboxed", MinNetIsolation: "restricted"})
+			if ok != (tt.grade == "restricted") {
+				t.Errorf("a requirement of restricted network: %v (%s)", ok, why)
+			}
+		})
+	}
+}

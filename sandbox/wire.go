@@ -19,30 +19,81 @@ import (
 //   - enforce or best-effort on a kernel that can: custom (Landlock and
 //     a mount namespace), fsIsolation workspace (writes only in the
 //     session roots, temp, the agent's state and tool caches; the paths
-//     a deny rule hides unreadable), netIsolation none (the network is
-//     not confined), processCaps true (no_new_privs, no ptrace or
-//     /proc/PID/root outside the sandbox, capabilities dropped). In
-//     best-effort an agent whose profile cannot be applied starts
-//     unconfined until a session requires a sandbox (Require); from then
-//     on it is refused as in enforce.
+//     a deny rule hides unreadable), processCaps true (no_new_privs, no
+//     ptrace or /proc/PID/root outside the sandbox, capabilities
+//     dropped), and netIsolation as netGrade says. In best-effort an
+//     agent whose profile cannot be applied starts unconfined until a
+//     session requires a sandbox (Require); from then on it is refused as
+//     in enforce.
 //
 // workspace is the draft's nearest grade, and the one Codex's
 // workspace-write and Claude Code's sandbox mean: writes confined, reads
 // outside the workspace allowed except what the policy hides. _meta says
-// so, for a client that needs the exact reach.
+// so, and what each agent's network reaches, for a client that needs the
+// exact reach.
 func (c *Confiner) Capability() acp.SandboxCapability {
 	if c == nil || c.Mode == config.SandboxOff || c.Mode == "" || Available() != nil {
 		return acp.HostSandbox()
 	}
+	grade, reach := c.netGrade()
+	mech := "landlock+mount-namespace"
+	if grade != "none" {
+		mech += "+network-namespace+egress-proxy"
+	}
 	return acp.SandboxCapability{
 		Mode:       acp.SandboxModeCustom,
-		Guarantees: acp.SandboxGuarantees{FsIsolation: "workspace", NetIsolation: "none", ProcessCaps: true},
+		Guarantees: acp.SandboxGuarantees{FsIsolation: "workspace", NetIsolation: grade, ProcessCaps: true},
 		Meta: map[string]any{"acp-router": map[string]any{
-			"mechanism": "landlock+mount-namespace",
+			"mechanism": mech,
 			"mode":      string(c.Mode),
 			"reads":     "everywhere except the paths the policy's deny rules hide",
 			"writes":    "the session roots, temp, each agent's state and the tool caches",
+			"network":   reach,
 		}}}
+}
+
+// netGrade is the draft's network grade the router can promise for every
+// agent the config declares under the policy in force, and what each one
+// reaches. restricted only when each of them runs in a network namespace
+// of its own behind the egress proxy (the policy denies a host it may
+// reach, or allows only listed hosts): one agent left with the host's
+// network, or a kernel without network namespaces, makes it none, since
+// a session cannot choose which agent it is switched to. Never denyAll:
+// a confined agent still reaches its model API.
+func (c *Confiner) netGrade() (string, map[string]string) {
+	reach := map[string]string{}
+	grade := "restricted"
+	if len(c.Agents) == 0 {
+		grade = "none"
+	}
+	netErr := netAvailable()
+	for _, a := range c.Agents {
+		if a.Command == "" {
+			reach[a.Name], grade = "its own (not started by the router)", "none"
+			continue
+		}
+		prof, probs := c.Profile(a)
+		var why string
+		for _, p := range probs {
+			if p.Error {
+				why = "every host (its profile cannot be applied: " + p.Msg + ")"
+				break
+			}
+		}
+		switch {
+		case why != "":
+		case !prof.Network.Confined:
+			why = prof.Network.Reachable()
+		case netErr != nil:
+			why = "every host (" + netErr.Error() + ")"
+		}
+		if why != "" {
+			reach[a.Name], grade = why, "none"
+			continue
+		}
+		reach[a.Name] = prof.Network.Reachable()
+	}
+	return grade, reach
 }
 
 // Require checks a session's acp.sandbox requirement against the

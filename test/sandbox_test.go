@@ -180,7 +180,7 @@ func TestSandboxOnTheWire(t *testing.T) {
 		Sandbox *struct {
 			Mode       string
 			Guarantees map[string]any
-			Meta       map[string]map[string]string `json:"_meta"`
+			Meta       map[string]map[string]any `json:"_meta"`
 		}
 	}
 	json.Unmarshal(jsonPath(res, "agentCapabilities"), &caps)
@@ -234,6 +234,27 @@ func TestSandboxOnTheWire(t *testing.T) {
 		}
 	}
 	unsatisfiable(e, sid, map[string]any{"require": "sandboxed", "minNetIsolation": "restricted"}, "custom")
+	if reach := fmt.Sprint(caps.Sandbox.Meta["acp-router"]["network"]); !strings.Contains(reach, "claude:every host (the policy names none the kernel holds)") {
+		t.Errorf("_meta network without a host rule: %s", reach)
+	}
+
+	// A deny rule on a host: the agent runs behind the egress proxy, the
+	// network is restricted, and a session that requires it gets it.
+	cfg, _ = sandboxYAML(t, "enforce", fakeOpts{}, nil, filepath.Join(cwd, ".env"))
+	data, _ := os.ReadFile(cfg)
+	data = []byte(strings.Replace(string(data), "rules:\n", "rules:\n    - {id: no-paste, decision: deny, when: {domains: [pastebin.com]}}\n", 1))
+	must(t, os.WriteFile(cfg, data, 0o644))
+	e = StartRouter(t, cfg, nil)
+	res = e.Initialize(t, capsAll)
+	caps.Sandbox = nil
+	json.Unmarshal(jsonPath(res, "agentCapabilities"), &caps)
+	if caps.Sandbox == nil || fmt.Sprint(caps.Sandbox.Guarantees) != "map[fsIsolation:workspace netIsolation:restricted processCaps:true]" ||
+		!strings.Contains(fmt.Sprint(caps.Sandbox.Meta["acp-router"]["network"]), "claude:every host but pastebin.com (rule no-paste)") {
+		t.Fatalf("agentCapabilities.sandbox with a deny rule on a host: %s", jsonPath(res, "agentCapabilities", "sandbox"))
+	}
+	res = e.MustCall(t, "session/new", map[string]any{"cwd": cwd, "mcpServers": []any{}})
+	e.MustCall(t, "session/set_config_option", map[string]any{"sessionId": jsonString(res, "sessionId"), "configId": "acp.sandbox",
+		"value": map[string]any{"require": "sandboxed", "minNetIsolation": "restricted"}})
 
 	// The sandbox off: host advertised, no option listed, a requirement
 	// refused.

@@ -890,6 +890,16 @@ func (a *Agent) Restart(reason error) {
 	}
 }
 
+// RestartInstance ends inst as failed (reason), when it is a's process;
+// the next Ready starts a new one. Unlike Restart it leaves the family's
+// other processes alone: what one process did (a hung turn) is no reason
+// to end the sessions of other roots.
+func (a *Agent) RestartInstance(inst *Instance, reason error) {
+	if inst != nil && inst.Agent == a {
+		a.failInstance(inst, reason)
+	}
+}
+
 // stopInstance shuts an instance down and waits until it is gone. An
 // instance still being spawned is ended by run once its process exists.
 func (a *Agent) stopInstance(inst *Instance) {

@@ -518,3 +518,21 @@ func TestIdleStopCallError(t *testing.T) {
 	<-inst.Exited()
 	ia.checkLog(t)
 }
+
+// TestRestartLeavesIdleStopped: Restart of an agent stopped idle ends
+// nothing: no failure is logged or reported, and it stays stopped idle
+// until its next use. /agent restart relies on it: it restarts an agent
+// whose own process is stopped idle when its processes of other session
+// roots run.
+func TestRestartLeavesIdleStopped(t *testing.T) {
+	ticks := make(chan time.Time)
+	ia := newIdleAgentTicks(t, time.Minute, 3, false, ticks)
+	inst, pid := ia.ready(t)
+	ia.tickUntilStopped(t, inst, time.Now(), time.Minute)
+	ia.waitIdleStop(t, inst, pid)
+	ia.Restart(errors.New("restarted by the user"))
+	if st, err := ia.Status(); st != Stopped || !errors.Is(err, ErrIdle) {
+		t.Errorf("Status after Restart = %v, %v; want stopped, %v", st, err, ErrIdle)
+	}
+	ia.checkLog(t)
+}

@@ -139,6 +139,29 @@ func (a *Agent) children() []*Agent {
 	return out
 }
 
+// Family is every process of a's configured agent: that agent first, then
+// those of other session roots, by their roots. The router's views of an
+// agent (its state, its gauges, its sign-out) are the family's: a session
+// may live on any of them.
+func (a *Agent) Family() []*Agent {
+	h := a.top()
+	rest := h.children()
+	slices.SortFunc(rest, func(x, y *Agent) int { return slices.Compare(x.Config.Roots, y.Config.Roots) })
+	return append([]*Agent{h}, rest...)
+}
+
+// Running is the running instance of each process of a's family, in
+// Family's order.
+func (a *Agent) Running() []*Instance {
+	var out []*Instance
+	for _, m := range a.Family() {
+		if inst := m.Current(); inst != nil {
+			out = append(out, inst)
+		}
+	}
+	return out
+}
+
 // stopChildren stops the family's other processes, concurrently.
 func (a *Agent) stopChildren() {
 	var wg sync.WaitGroup

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -54,14 +55,75 @@ func probeAgent() int {
 // talk to different processes of one agent, each started with the profile
 // of its own roots: it writes there and nowhere else (issue 29 point 3).
 // The configured agent's own process keeps its own root; stopping the
-// agent stops them all; their instances never share a Gen.
+// agent stops them all; their instances never share a Gen. It runs as root
+// and as nobody: an unprivileged router starts the processes of other roots
+// through a user namespace, as it does its agents' own.
 func TestForRootsConfined(t *testing.T) {
+	if base := os.Getenv(envRootsTestBase); base != "" {
+		if err := sandbox.Available(); err != nil {
+			t.Fatalf("as uid %d: %v", os.Getuid(), err)
+		}
+		checkForRoots(t, base)
+		return
+	}
 	if err := sandbox.Available(); err != nil {
 		t.Skipf("this kernel cannot confine: %v", err)
 	}
 	// Outside /tmp and the home directory, which a profile may write.
 	base := filepath.Join("/var/tmp", fmt.Sprintf("acp-roots-test-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Run("root", func(t *testing.T) { checkForRoots(t, filepath.Join(base, "root")) })
+	t.Run("nobody", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("needs root to run the checks as nobody (CI runs as root)")
+		}
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Skip("needs setpriv (util-linux)")
+		}
+		dir := filepath.Join(base, "nobody")
+		if err := os.MkdirAll(filepath.Join(dir, "home"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The go test binary's directory is root's alone: a copy nobody
+		// can run, which is then the agent's command too.
+		bin := filepath.Join(dir, "upstream.test")
+		copyExe(t, os.Args[0], bin)
+		if out, err := exec.Command("chown", "-R", "65534:65534", base).CombinedOutput(); err != nil {
+			t.Fatalf("chown: %v: %s", err, out)
+		}
+		cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", bin,
+			"-test.run=^TestForRootsConfined$", "-test.v")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), envRootsTestBase+"="+filepath.Join(dir, "roots"), "HOME="+filepath.Join(dir, "home"))
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestForRootsConfined") {
+			t.Fatalf("as nobody: %v\n%s", err, out)
+		}
+		if testing.Verbose() {
+			t.Logf("as nobody:\n%s", out)
+		}
+	})
+}
+
+// envRootsTestBase runs TestForRootsConfined's checks in that directory
+// (the run as nobody).
+const envRootsTestBase = "UPSTREAM_TEST_ROOTS_BASE"
+
+func copyExe(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkForRoots is TestForRootsConfined's checks, with the projects below
+// base.
+func checkForRoots(t *testing.T, base string) {
 	dirs := map[string]string{}
 	for _, n := range []string{"a", "b", "c"} {
 		dirs[n] = filepath.Join(base, n)

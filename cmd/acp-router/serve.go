@@ -141,7 +141,7 @@ func confiner(cfg *config.Config, lp *guard.LoadedPolicy, pg *guard.Guard, log h
 		log.Warn("sandbox mode locked by the org", "ignored", eff.Ignored)
 	}
 	log.Info("sandbox", "mode", eff.Mode, "from", eff.From)
-	return &sandbox.Confiner{Mode: eff.Mode, Policy: pg.Policy, Logger: log.Named("sandbox"),
+	return &sandbox.Confiner{Mode: eff.Mode, Policy: pg.Policy, Logger: log.Named("sandbox"), Agents: cfg.Agents,
 		Record: func(s sandbox.Start) {
 			rec := guard.AgentStart{Agent: s.Agent, Mode: string(s.Mode), Confined: s.Confined, Reason: s.Reason,
 				Refused: !s.Confined && s.Mode == config.SandboxEnforce}
