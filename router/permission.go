@@ -30,8 +30,10 @@ type permCall struct {
 	// and the editor read it; toolCallID is params.toolCall.toolCallId:
 	// both the agent's.
 	session, toolCallID string
-	// tool is the tool call as the ids' translation reads it.
-	tool toolCallRef
+	// tool is the tool call as the ids' translation reads it;
+	// toolPartial: some member of it did not decode (kept empty).
+	tool        toolCallRef
+	toolPartial bool
 	// perm is what the router reads of the request, its options as
 	// permOptions reads them; empty but for those when the params do not
 	// decode (the policy denies it).
@@ -53,8 +55,14 @@ func readPermission(inst *upstream.Instance, req *jsonrpc2.Request, reply func(j
 	if json.Unmarshal(p, &tc) == nil {
 		pc.toolCallID = tc.ToolCall.ToolCallID
 	}
-	// As toEditorSession reads it: what decodes of it.
-	_ = json.Unmarshal(p, &pc.tool)
+	if err := json.Unmarshal(p, &pc.tool); err != nil {
+		// Kept as far as it decoded, as toEditorSession reads the same
+		// params: a member of another type (a numeric top-level
+		// toolCallId) leaves only its own field empty, and params that do
+		// not decode at all are refused below (pc.perm); logged when it
+		// is relayed.
+		pc.toolPartial = true
+	}
 	if json.Unmarshal(p, &pc.perm) != nil {
 		pc.perm = permRequest{} // the policy refuses it: denied
 	}
@@ -160,6 +168,9 @@ func chosenKind(res json.RawMessage, err error, options []permOption) string {
 // user has answered (asking.go).
 func (r *Router) relayPermission(ctx context.Context, pc *permCall, options json.RawMessage, answer func(json.RawMessage, error) (json.RawMessage, error)) {
 	reply, sid, p := pc.reply, "", pc.params
+	if pc.toolPartial {
+		r.log.Warn("an agent's permission request has a tool call member of the wrong type; its ids are translated as far as they decoded", "agent", pc.inst.Agent.Name(), "session", pc.session)
+	}
 	if pc.session != "" {
 		r.mu.Lock()
 		s := r.downLocked(pc.inst, pc.session)
