@@ -94,7 +94,7 @@ func BenchmarkResolveHome(b *testing.B) {
 // 20 MB binary), and npm install of two packages (1,000 files) from npm's
 // local cache, offline, into a fresh folder. The confined runs use the
 // fixture's policy over this machine's home (its caches are writable).
-// The figures of BENCHMARKS.md come from
+// The figures of docs/performance.md come from
 //
 //	go test -run '^$' -bench BenchmarkWorkload -benchtime 5x -count 6 ./sandbox/ | benchstat -col /run -
 func BenchmarkWorkload(b *testing.B) {
