@@ -163,8 +163,30 @@ func DefaultStateDirs(command, home string, getenv func(string) string) []string
 		return []string{h(".gemini")}
 	case "opencode":
 		return []string{h(".local", "share", "opencode"), h(".config", "opencode"), h(".cache", "opencode"), h(".local", "state", "opencode")}
+	case "go":
+		// An agent run by `go run PKG@VERSION` (the example config's):
+		// go downloads the module into its module cache and builds into
+		// its build cache before the agent runs a line.
+		return goCaches(h, getenv)
 	}
 	return nil
+}
+
+// goCaches are the go command's module cache (GOMODCACHE, else the first
+// GOPATH's pkg/mod, else ~/go/pkg/mod) and its build cache when GOCACHE
+// names one (else ~/.cache/go-build, which toolCaches covers).
+func goCaches(h func(...string) string, getenv func(string) string) []string {
+	mod := h("go", "pkg", "mod")
+	if d := getenv("GOMODCACHE"); filepath.IsAbs(d) {
+		mod = filepath.Clean(d)
+	} else if gp, _, _ := strings.Cut(getenv("GOPATH"), string(filepath.ListSeparator)); filepath.IsAbs(gp) {
+		mod = filepath.Join(gp, "pkg", "mod")
+	}
+	dirs := []string{mod}
+	if d := getenv("GOCACHE"); filepath.IsAbs(d) {
+		dirs = append(dirs, filepath.Clean(d))
+	}
+	return dirs
 }
 
 // toolCaches are written by the package managers and runtimes the agents

@@ -19,6 +19,7 @@ type deriveCase struct {
 		Name      string
 		Command   string
 		StateDirs []string `yaml:"state_dirs"`
+		Env       map[string]string
 	}
 	Roots            []string
 	Executable       string
@@ -68,7 +69,8 @@ func TestDerive(t *testing.T) {
 			}
 			agent := config.Agent{Name: c.Agent.Name, Command: c.Agent.Command, StateDirs: c.Agent.StateDirs}
 			prof, probs := Derive(compile(t, c.Policy), agent, Env{Home: "/home/u", TempDir: "/tmp", Roots: roots,
-				Executable: c.Executable, ExecutableTarget: c.ExecutableTarget, Links: c.Links})
+				Executable: c.Executable, ExecutableTarget: c.ExecutableTarget, Links: c.Links,
+				Getenv: func(k string) string { return c.Agent.Env[k] }})
 			var hidden, wire []string
 			for _, h := range prof.Hidden {
 				hidden = append(hidden, h.Rule)
