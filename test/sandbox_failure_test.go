@@ -68,18 +68,7 @@ func TestSandboxWithoutLandlock(t *testing.T) {
 	enforce, _ := sandboxYAML(t, "enforce", fakeOpts{}, nil, "**/.env")
 	bestEffort, _ := sandboxYAML(t, "best-effort", fakeOpts{PidFile: pidFile}, nil, "**/.env")
 	env := []string{envNoLandlock + "=1"}
-	run := func(args ...string) (int, string) {
-		cmd := exec.Command(testBin, append([]string{needRouter(t)}, args...)...)
-		cmd.Env = append(os.Environ(), env...)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, string(out)
-	}
+	run := func(args ...string) (int, string) { return runUnder(t, needRouter(t), env, args...) }
 	code, out := run("check", "--config", enforce)
 	if code != 1 || !strings.Contains(out, "sandbox.mode is enforce but this kernel cannot enforce it: "+missing) {
 		t.Errorf("check, enforce, without Landlock: exit %d\n%s", code, out)
@@ -196,16 +185,7 @@ sandbox: {mode: %s}
 	const missing = "unprivileged user namespaces are disabled (/proc/sys/user/max_user_namespaces is 0): fix with sysctl -w user.max_user_namespaces="
 
 	run := func(args ...string) (int, string) {
-		cmd := exec.Command(testBin, append([]string{bin}, args...)...)
-		cmd.Env = append(os.Environ(), envNoUserns+"=1", "HOME="+base)
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return code, string(out)
+		return runUnder(t, bin, []string{envNoUserns + "=1", "HOME=" + base}, args...)
 	}
 	code, out := run("check", "--config", enforce)
 	if code != 1 || !strings.Contains(out, "sandbox.mode is enforce but this kernel cannot enforce it: "+missing) {
@@ -232,4 +212,21 @@ func copyBinary(t *testing.T, from, to string) {
 	b, err := os.ReadFile(from)
 	must(t, err)
 	must(t, os.WriteFile(to, b, 0o755))
+}
+
+// runUnder runs the router binary bin with args through this test binary,
+// which takes away the kernel feature env names before it execs bin, and
+// returns its exit code and output.
+func runUnder(t *testing.T, bin string, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(testBin, append([]string{bin}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out)
 }
