@@ -74,6 +74,21 @@ type secretRead struct {
 	control bool
 }
 
+// eachRead runs turn for every read at once, each in a session of its
+// own (the agent serves them concurrently, so the wall time is the slowest
+// turn's), and returns the reads with the results turn returned.
+func eachRead(t *testing.T, reads []secretRead, turn func(t *testing.T, i int) []string) []secretRead {
+	t.Run("reads", func(t *testing.T) {
+		for i := range reads {
+			t.Run(reads[i].name, func(t *testing.T) {
+				t.Parallel()
+				reads[i].results = turn(t, i)
+			})
+		}
+	})
+	return reads
+}
+
 // requireSecretReads checks each call's single result. A control read
 // notes.txt; a refused call was refused by the agent; any other must not
 // hold the secret under the sandbox and must hold it without, or the turn
@@ -141,7 +156,7 @@ func TestSandboxGeminiSecret(t *testing.T) {
 		env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
 		agent := peerAgent{"gemini", "Gemini CLI", []string{bin, "--acp", "--approval-mode", "yolo"}, env}
 		rig := secretRig(t, agent.yaml(), "gemini", dir, mode, `allow_modes: ["gemini:yolo"]`+"\n")
-		sid, resp := rig.newSession(t, dir)
+		_, resp := rig.newSession(t, dir)
 		if got := optionValue(jsonPath(resp.Result, "configOptions"), "mode"); got != "yolo" {
 			t.Fatalf("session/new mode %q, want yolo: %s", got, truncate(string(resp.Result), 1000))
 		}
@@ -152,22 +167,25 @@ func TestSandboxGeminiSecret(t *testing.T) {
 		shell := func(command string) geminiCall {
 			return geminiCall{"run_shell_command", map[string]any{"command": command, "description": "Show the settings"}}
 		}
-		var reads []secretRead
-		for _, c := range []struct {
-			read secretRead
-			call geminiCall
-		}{
-			{secretRead{name: "read_file", refusal: "Path not in workspace"}, geminiCall{"read_file", map[string]any{"file_path": filepath.Join(dir, ".env")}}},
-			{secretRead{name: "grep_search"}, geminiCall{"grep_search", map[string]any{"pattern": "API_KEY", "dir_path": dir, "no_ignore": true}}},
-			{secretRead{name: "cat .env"}, shell("cat .env")},
-			{secretRead{name: "python3 -c"}, shell(readEnvPython)},
-			{secretRead{name: "control", control: true}, shell(readNotes)},
-		} {
-			s := fake.Script(geminiScript{Call: &c.call, Text: []string{"Read."}})
-			requireGeminiStop(t, rig.prompt(t, sid, "Show .env "+s.token), "end_turn")
-			c.read.results = s.FunctionResponses()
-			reads = append(reads, c.read)
+		calls := []geminiCall{
+			{"read_file", map[string]any{"file_path": filepath.Join(dir, ".env")}},
+			{"grep_search", map[string]any{"pattern": "API_KEY", "dir_path": dir, "no_ignore": true}},
+			shell("cat .env"),
+			shell(readEnvPython),
+			shell(readNotes),
 		}
+		reads := eachRead(t, []secretRead{
+			{name: "read_file", refusal: "Path not in workspace"},
+			{name: "grep_search"},
+			{name: "cat .env"},
+			{name: "python3 -c"},
+			{name: "control", control: true},
+		}, func(t *testing.T, i int) []string {
+			s := fake.Script(geminiScript{Call: &calls[i], Text: []string{"Read."}})
+			sid, _ := rig.newSession(t, dir)
+			requireGeminiStop(t, rig.prompt(t, sid, "Show .env "+s.token), "end_turn")
+			return s.FunctionResponses()
+		})
 		requireSecretReads(t, reads, secret, confined)
 		requireSecretKept(t, fake.Received(), secret, confined)
 		requireEditorKept(t, rig.e, secret, confined)
@@ -201,7 +219,7 @@ func TestSandboxOpencodeSecret(t *testing.T) {
 		agent, fake := opencodeSetup(t, opencodeAllowAll)
 		dir, secret := secretProjectNotes(t)
 		rig := secretRig(t, agent.yaml(), "opencode", dir, mode, "")
-		sid, resp := rig.newSession(t, dir)
+		_, resp := rig.newSession(t, dir)
 		if v := optionValue(jsonPath(resp.Result, "configOptions"), "mode"); v != "build" {
 			t.Errorf("mode option %q, want build", v)
 		}
@@ -212,22 +230,24 @@ func TestSandboxOpencodeSecret(t *testing.T) {
 		bash := func(command string) map[string]any {
 			return map[string]any{"command": command, "description": "Show the settings"}
 		}
-		var reads []secretRead
-		for _, c := range []struct {
-			read  secretRead
-			tool  string
-			input map[string]any
-		}{
-			{secretRead{name: "read"}, "read", map[string]any{"filePath": filepath.Join(dir, ".env")}},
-			{secretRead{name: "cat .env"}, "bash", bash("cat .env")},
-			{secretRead{name: "python3 -c"}, "bash", bash(readEnvPython)},
-			{secretRead{name: "control", control: true}, "bash", bash(readNotes)},
-		} {
-			s := fake.Script(chatScript{Tool: c.tool, Input: c.input, Text: []string{"Read."}})
-			requireGeminiStop(t, rig.prompt(t, sid, "Show .env "+s.token), "end_turn")
-			c.read.results = s.Results()
-			reads = append(reads, c.read)
+		calls := []chatScript{
+			{Tool: "read", Input: map[string]any{"filePath": filepath.Join(dir, ".env")}},
+			{Tool: "bash", Input: bash("cat .env")},
+			{Tool: "bash", Input: bash(readEnvPython)},
+			{Tool: "bash", Input: bash(readNotes)},
 		}
+		reads := eachRead(t, []secretRead{
+			{name: "read"},
+			{name: "cat .env"},
+			{name: "python3 -c"},
+			{name: "control", control: true},
+		}, func(t *testing.T, i int) []string {
+			calls[i].Text = []string{"Read."}
+			s := fake.Script(calls[i])
+			sid, _ := rig.newSession(t, dir)
+			requireGeminiStop(t, rig.prompt(t, sid, "Show .env "+s.token), "end_turn")
+			return s.Results()
+		})
 		requireSecretReads(t, reads, secret, confined)
 		requireSecretKept(t, fake.Received(), secret, confined)
 		requireEditorKept(t, rig.e, secret, confined)
