@@ -291,4 +291,14 @@ func TestFakeChatAPI(t *testing.T) {
 	if ctype != "application/json" || !strings.Contains(body, `"content":"Hello from the fake chat API."`) {
 		t.Errorf("no script, not streamed: %s %s", ctype, body)
 	}
+	// Any tool: the call carries the script's input as its arguments.
+	bash := f.Script(chatScript{Tool: "bash", Input: map[string]any{"command": "cat x"}, Text: []string{"Ran."}})
+	bashTools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "bash"}}}
+	_, _, body = postJSON(t, url, map[string]any{"stream": true, "tools": bashTools, "messages": []any{user("run " + bash.token)}})
+	if !strings.Contains(body, `"name":"bash"`) || !strings.Contains(body, `{\"command\":\"cat x\"}`) || bash.ToolCalls() != 1 {
+		t.Errorf("bash call: %s", body)
+	}
+	if !strings.Contains(string(f.Received()), "run "+bash.token) {
+		t.Errorf("Received lacks the last request")
+	}
 }

@@ -458,6 +458,18 @@ func TestFakeGeminiAPI(t *testing.T) {
 			t.Errorf("got %q, want %q", body, want)
 		}
 	})
+	t.Run("any tool", func(t *testing.T) {
+		shell := f.Script(geminiScript{Call: &geminiCall{"run_shell_command", map[string]any{"command": "cat x"}}, Text: []string{"Ran."}})
+		_, _, body := post(streamPath, user(map[string]any{"text": "run " + shell.token}))
+		want := sse(geminiCandidate([]any{map[string]any{"functionCall": map[string]any{
+			"name": "run_shell_command", "args": map[string]any{"command": "cat x"}}}}, true))
+		if body != want {
+			t.Errorf("tool call: got %q, want %q", body, want)
+		}
+		if !strings.Contains(string(f.Received()), "run "+shell.token) {
+			t.Errorf("Received lacks the request")
+		}
+	})
 	t.Run("side calls", func(t *testing.T) {
 		code, ctype, body := post("/v1beta/models/gemini-x:generateContent", user(map[string]any{"text": "route this"}))
 		var resp struct {
