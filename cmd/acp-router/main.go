@@ -38,6 +38,8 @@ usage:
       run the tests: of every policy layer; exit 1 on any failure
   acp-router login AGENT [-- ARGS...]
       run an agent's own login in this terminal (ARGS: its terminal sign-in method's)
+  acp-router token create [--role controller|observer] [--own] NAME | token list | token revoke NAME
+      the named bearer tokens of clients of a listening router; create prints the secret once
   acp-router version, acp-router --version
   acp-router help [COMMAND], acp-router COMMAND --help
       this text, or one command's flags and an example
@@ -153,6 +155,8 @@ func run(args []string) (int, error) {
 		return policyCmd(&g, rest)
 	case "login":
 		return login(ctx, &g, rest)
+	case "token":
+		return tokenCmd(&g, rest)
 	case "version":
 		fmt.Println("acp-router", router.Version())
 		return 0, nil
