@@ -32,6 +32,13 @@ const profile = opt('--profile', 'ws');
 const url = opt('--url');
 const cwd = path.resolve(opt('--cwd', process.cwd()));
 const token = process.env.ACP_ROUTER_TOKEN || '';
+// --agent fake: remote/'s test agent; router: the router with test/'s
+// scripted fake agent behind it. The prompts and what each must produce.
+const script = opt('--agent', 'fake') === 'router'
+  ? { hello: 'say hello', helloText: 'hello', ask: 'permission', askText: (t) => t.startsWith('permission:') && t.includes('allow'),
+      wait: 'say waiting\nsleep 30s', history: (h) => h.includes('hello'), flood: (n) => `updates ${n} 200` }
+  : { hello: 'hello', helloText: 'echo: hello', ask: 'ask', askText: (t) => t === 'permission: allow',
+      wait: 'wait', history: (h, sid) => h[0] === `history of ${sid}`, flood: (n) => `flood ${n}` };
 
 const summary = { sdk: sdkVersion, profile, errors: [], steps: {} };
 let done = false;
@@ -92,11 +99,11 @@ try {
   summary.steps.new = { sessionId: ns.sessionId };
   if (opt('--bench')) {
     const n = Number(opt('--bench'));
-    await prompt(agent, ns.sessionId, 'hello'); // warm up
+    await prompt(agent, ns.sessionId, script.hello); // warm up
     const rt = [];
     for (let i = 0; i < n; i++) {
       const t = performance.now();
-      await prompt(agent, ns.sessionId, 'hello');
+      await prompt(agent, ns.sessionId, script.hello);
       rt.push(performance.now() - t);
     }
     rt.sort((a, b) => a - b);
@@ -104,21 +111,21 @@ try {
     let got = 0;
     onChunk = () => { got++; };
     const t = performance.now();
-    await prompt(agent, ns.sessionId, `flood ${updates}`);
+    await prompt(agent, ns.sessionId, script.flood(updates));
     const ms = performance.now() - t;
     summary.bench = { prompts: n, p50ms: rt[Math.floor(n / 2)], p90ms: rt[Math.floor(n * 0.9)], updates, received: got, updatesPerSec: Math.round(updates / (ms / 1000)) };
     conn.close();
     finish(got === updates ? null : `received ${got} of ${updates} chunks`);
   }
-  const p1 = await prompt(agent, ns.sessionId, 'hello');
+  const p1 = await prompt(agent, ns.sessionId, script.hello);
   summary.steps.prompt = { stopReason: p1.stopReason, text: texts.at(-1) };
-  if (p1.stopReason !== 'end_turn' || texts.at(-1) !== 'echo: hello') throw new Error('prompt: ' + JSON.stringify(summary.steps.prompt));
-  const p2 = await prompt(agent, ns.sessionId, 'ask');
+  if (p1.stopReason !== 'end_turn' || texts.at(-1) !== script.helloText) throw new Error('prompt: ' + JSON.stringify(summary.steps.prompt));
+  const p2 = await prompt(agent, ns.sessionId, script.ask);
   summary.steps.permission = { stopReason: p2.stopReason, text: texts.at(-1), asked: summary.permissions };
-  if (p2.stopReason !== 'end_turn' || texts.at(-1) !== 'permission: allow' || summary.permissions !== 1) throw new Error('permission: ' + JSON.stringify(summary.steps.permission));
+  if (p2.stopReason !== 'end_turn' || !script.askText(texts.at(-1)) || summary.permissions !== 1) throw new Error('permission: ' + JSON.stringify(summary.steps.permission));
   // Cancel once the agent has started the turn.
   const started = new Promise((r) => { onChunk = (u) => { if (u.content.text === 'waiting') r(); }; });
-  const p3 = prompt(agent, ns.sessionId, 'wait');
+  const p3 = prompt(agent, ns.sessionId, script.wait);
   await started;
   await agent.notify(acp.methods.agent.session.cancel, { sessionId: ns.sessionId });
   summary.steps.cancel = { stopReason: (await p3).stopReason };
@@ -133,9 +140,9 @@ try {
   await conn2.agent.request(acp.methods.agent.session.load, { sessionId: ns.sessionId, cwd, mcpServers: [] });
   // The replay comes on the session's stream, the response on the
   // connection's (HTTP): let the stream catch up.
-  for (let i = 0; i < 50 && history.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; i < 50 && !script.history(history, ns.sessionId); i++) await new Promise((r) => setTimeout(r, 20));
   summary.steps.load = { history };
-  if (history[0] !== `history of ${ns.sessionId}`) throw new Error('load: ' + JSON.stringify(summary.steps.load));
+  if (!script.history(history, ns.sessionId)) throw new Error('load: ' + JSON.stringify(summary.steps.load));
   conn2.close();
   await conn2.closed.catch(() => {});
   finish(null);
