@@ -342,3 +342,35 @@ func TestCloseReason(t *testing.T) {
 		t.Errorf("sse: %q, want the reason as a last comment", b)
 	}
 }
+
+// A request authenticated by ?token= gets the token back as an HttpOnly,
+// SameSite=Strict cookie on /acp, which authenticates later requests
+// alone (the SDK clients send back every cookie they got).
+func TestTokenCookie(t *testing.T) {
+	_, url, _ := startServer(t, Options{Serve: newFakeAgent().Serve, Auth: tokenAuth})
+	req, _ := http.NewRequest("POST", url+"?token="+secret, strings.NewReader(initMsg))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var c *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == TokenCookie {
+			c = ck
+		}
+	}
+	if resp.StatusCode != 200 || c == nil || c.Value != secret || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != Path {
+		t.Fatalf("got %d, cookie %+v", resp.StatusCode, c)
+	}
+	req, _ = http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","method":"x"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderConnectionID, resp.Header.Get(HeaderConnectionID))
+	req.AddCookie(&http.Cookie{Name: TokenCookie, Value: c.Value})
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 202 {
+		t.Fatalf("with the cookie alone: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}

@@ -2,7 +2,7 @@
 // (experimental/ws-client and experimental/http-client), for the tests of
 // remote/ and `acp-router serve` (issue 30).
 //
-//   node remote.mjs --profile ws|http --url URL [--cwd DIR] [--timeout MS]
+//   node remote.mjs --profile ws|http|stdio --url URL [--cwd DIR] [--timeout MS]
 //        [--bench N] [--updates N]
 //
 // The token, when needed, is ACP_ROUTER_TOKEN: sent as a bearer header over
@@ -16,7 +16,9 @@
 //
 // With --bench N it runs N prompts ("hello") and one prompt asking for
 // --updates updates ("flood N"), timing each, and prints the timings.
+import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
+import { Readable, Writable } from 'node:stream';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { acp, prefix, sdkVersion } from './peer.mjs';
@@ -55,6 +57,14 @@ setTimeout(() => finish(`timed out after ${opt('--timeout', '60000')} ms`), Numb
 // constructor takes (url, protocols): the SDK passes headers as a third
 // argument, which it ignores, so the token goes in the URL.
 function stream() {
+  if (profile === 'stdio') {
+    // The same client over stdio, for comparison: --url is then the
+    // command line of the router, space-separated.
+    const [cmd, ...args] = url.split(' ');
+    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'inherit'] });
+    process.on('exit', () => child.kill());
+    return acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+  }
   if (profile === 'http') {
     return createHttpStream(url, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
   }
