@@ -62,6 +62,12 @@
 // belongs to the identity that opened it: another identity's requests for
 // it get 404, as for an unknown id.
 //
+// Besides the Server: Listen opens the listening socket and refuses an
+// address other than loopback without TLS and authentication (the router
+// then does not start); Bridge is acp-router connect's stdio <-> WebSocket
+// bridge; LineConn is the stdio editor as one more Conn, for a router an
+// editor launched that also listens.
+//
 // Flow control: remote/ keeps no queue of its own beyond one bounded
 // buffer a stream (Options.StreamBuffer): Conn.Write blocks while the
 // client does not read, and gives up after Options.WriteTimeout or when
