@@ -66,11 +66,11 @@ func (r remoteRouter) listening(t *testing.T, n int) []string {
 
 // startServe runs acp-router serve; its stderr is returned for the
 // test's checks once it exits.
-func startServe(t *testing.T, r remoteRouter, args ...string) *bytes.Buffer {
+func startServe(t *testing.T, r remoteRouter, args ...string) *tailBuffer {
 	t.Helper()
 	cmd := exec.Command(needRouter(t), append([]string{"serve", "--config", r.cfg, "--log-level", "trace"}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &tailBuffer{max: 4 << 20}
+	cmd.Stderr = stderr
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func startServe(t *testing.T, r remoteRouter, args ...string) *bytes.Buffer {
 			t.Error("serve did not stop on SIGINT")
 		}
 	})
-	return &stderr
+	return stderr
 }
 
 func TestServeSDKClients(t *testing.T) {
