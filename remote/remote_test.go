@@ -374,3 +374,36 @@ func TestTokenCookie(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// A client that opens no stream for the sessions it is sent cannot make
+// the router hold a buffer for each: the connection's streams together
+// hold at most connBuffer StreamBuffers, then Write waits and gives up.
+func TestConnectionBufferBound(t *testing.T) {
+	accepted := make(chan int, 1)
+	serve := func(ctx context.Context, c Conn, id Identity) error {
+		c.Read(ctx)
+		c.Write(ctx, []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+		pad := strings.Repeat("a", 60<<10)
+		for i := range 100 {
+			msg := fmt.Sprintf(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s%d","pad":%q}}`, i, pad)
+			if c.Write(ctx, []byte(msg)) != nil {
+				accepted <- i
+				return nil
+			}
+		}
+		accepted <- 100
+		return nil
+	}
+	_, url, _ := startServer(t, Options{Serve: serve, Auth: tokenAuth, StreamBuffer: 64 << 10, WriteTimeout: 200 * time.Millisecond})
+	open(t, url)
+	select {
+	case n := <-accepted:
+		// 4 StreamBuffers of 64 KiB: 4 messages of 60 KiB, and one more
+		// taken while the first were counted.
+		if n > 5 {
+			t.Errorf("%d messages of 60 KiB buffered for sessions nobody reads, want at most 5", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Write blocked past its timeout")
+	}
+}

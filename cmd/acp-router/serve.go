@@ -171,7 +171,7 @@ func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 		// router ends as it always has (DESIGN §7).
 		in, out, restore := editorStdio()
 		defer restore()
-		editor := remote.NewLineConn(in, out, 0, 0, nil)
+		editor := remote.NewLineConn(in, out, 0, -1, nil)
 		go func() {
 			if err := side.hub.Serve(ctx, editor, editorIdentity); err != nil {
 				log.Debug("the editor's connection ended", "error", err)
