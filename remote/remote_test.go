@@ -407,3 +407,43 @@ func TestConnectionBufferBound(t *testing.T) {
 		t.Fatal("Write blocked past its timeout")
 	}
 }
+
+// The event stream's refusals: 406 without Accept: text/event-stream,
+// 400 without a connection id, 404 for an unknown one, 409 for a second
+// reader of one stream (the SDK's client fails that session only).
+func TestSSERefusals(t *testing.T) {
+	_, url, _ := startServer(t, Options{Serve: newFakeAgent().Serve, Auth: tokenAuth})
+	id := open(t, url)
+	get := func(hdr map[string]string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	sse := "text/event-stream"
+	for _, tc := range []struct {
+		name string
+		hdr  map[string]string
+		code int
+	}{
+		{"no accept", map[string]string{HeaderConnectionID: id}, 406},
+		{"no connection id", map[string]string{"Accept": sse}, 400},
+		{"unknown connection", map[string]string{"Accept": sse, HeaderConnectionID: "nope"}, 404},
+		{"session stream", map[string]string{"Accept": sse, HeaderConnectionID: id, HeaderSessionID: "s1"}, 200},
+		{"second reader of it", map[string]string{"Accept": sse, HeaderConnectionID: id, HeaderSessionID: "s1"}, 409},
+		{"connection stream", map[string]string{"Accept": sse, HeaderConnectionID: id}, 200},
+		{"second reader of it", map[string]string{"Accept": sse, HeaderConnectionID: id}, 409},
+	} {
+		if resp := get(tc.hdr); resp.StatusCode != tc.code {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.code)
+		}
+	}
+}
