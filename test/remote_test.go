@@ -12,12 +12,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // remoteRouter is a config whose state dir the test knows, a token for
@@ -207,6 +211,41 @@ func TestStdioRoutersListen(t *testing.T) {
 		if _, err := e.Prompt(10*time.Second, sid, "say still here"); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A remote client reaches an editor's router while the editor uses it.
+	for _, u := range urls {
+		if strings.HasSuffix(u, ":"+port+"/acp") {
+			continue // the serve router
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		c, _, err := websocket.Dial(ctx, strings.Replace(u, "http", "ws", 1), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + r.token}}})
+		if err != nil {
+			cancel()
+			t.Fatalf("dial %s: %v", u, err)
+		}
+		call := func(id int, method string, params any) []byte {
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+			c.Write(ctx, websocket.MessageText, b)
+			for {
+				_, msg, err := c.Read(ctx)
+				if err != nil {
+					t.Fatalf("%s: %v", method, err)
+				}
+				if bytes.Contains(msg, []byte(fmt.Sprintf(`"id":%d,`, id))) || bytes.HasSuffix(msg, []byte(fmt.Sprintf(`"id":%d}`, id))) {
+					return msg
+				}
+			}
+		}
+		call(1, "initialize", map[string]any{"protocolVersion": 1})
+		var ns struct {
+			Result struct{ SessionID string }
+		}
+		json.Unmarshal(call(2, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}), &ns)
+		if got := call(3, "session/prompt", map[string]any{"sessionId": ns.Result.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "say remote"}}}); !bytes.Contains(got, []byte("end_turn")) {
+			t.Errorf("remote prompt on %s: %s", u, got)
+		}
+		c.CloseNow()
+		cancel()
 	}
 	out, _ := exec.Command(needRouter(t), "check", "--config", cfg).CombinedOutput()
 	for u := range seen {
