@@ -197,11 +197,58 @@ type env struct {
 	t   *testing.T
 	hub *Hub
 	dir string
+	tap *tap // what the hub wrote to the Router
+}
+
+// tap records the lines written through it.
+type tap struct {
+	io.WriteCloser
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *tap) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.lines = append(t.lines, string(p))
+	t.mu.Unlock()
+	return t.WriteCloser.Write(p)
+}
+
+// sentWith returns the lines written to the Router that contain s.
+func (t *tap) sentWith(s string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, l := range t.lines {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // startHub serves a Router (one fake agent, a session store) and a Hub
 // with opts in front of it.
 func startHub(t *testing.T, opts Options) *env {
+	t.Helper()
+	return startHubSlow(t, opts, 0)
+}
+
+// slowReader sleeps before each read: the Router's queue to the hub then
+// holds a backlog, as with a busy machine.
+type slowReader struct {
+	io.ReadCloser
+	d time.Duration
+}
+
+func (r slowReader) Read(p []byte) (int, error) {
+	time.Sleep(r.d)
+	return r.ReadCloser.Read(p[:min(len(p), 4096)])
+}
+
+// startHubSlow is startHub with the hub reading the Router's stream
+// slowly (a pause of slow before each read of at most 4 KiB).
+func startHubSlow(t *testing.T, opts Options, slow time.Duration) *env {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -236,9 +283,14 @@ func startHub(t *testing.T, opts Options) *env {
 		r.Serve(ctx, routerIn, routerOut)
 		routerOut.Close()
 	}()
+	tp := &tap{WriteCloser: hubOut}
+	var from io.ReadCloser = hubIn
+	if slow > 0 {
+		from = slowReader{hubIn, slow}
+	}
 	go func() {
 		defer close(ran)
-		h.Run(ctx, hubOut, hubIn)
+		h.Run(ctx, tp, from)
 	}()
 	t.Cleanup(func() {
 		hubOut.Close() // the editor side quits: the Router stops
@@ -252,7 +304,7 @@ func startHub(t *testing.T, opts Options) *env {
 		cancel()
 		st.Close()
 	})
-	return &env{t: t, hub: h, dir: dir}
+	return &env{t: t, hub: h, dir: dir, tap: tp}
 }
 
 type testWriter struct{ t *testing.T }
