@@ -308,9 +308,6 @@ func (h *Hub) Serve(ctx context.Context, c Conn, id Identity) error {
 	}
 	reason := cl.failure()
 	if reason == nil {
-		if errors.Is(err, io.EOF) {
-			err = nil
-		}
 		reason = err
 	}
 	h.remove(cl)
@@ -318,11 +315,10 @@ func (h *Hub) Serve(ctx context.Context, c Conn, id Identity) error {
 	cancel()
 	<-wrote
 	h.log.Debug("client gone", "client", id.Name, "reason", reason)
-	if errors.Is(err, io.EOF) {
-		err = nil
+	// The hub's own reasons are the caller's to know; a client that went
+	// (its end closed, or its transport failed) is the normal end.
+	if errors.Is(reason, ErrSlowClient) || errors.Is(reason, ErrRouterGone) {
+		return reason
 	}
-	if r := cl.failure(); r != nil && !errors.Is(r, errClosed) {
-		return r
-	}
-	return err
+	return nil
 }
