@@ -83,6 +83,15 @@ func TestSecondControllerAnswers(t *testing.T) {
 	if n := len(resolvedOf(phone, sid)); n != 0 {
 		t.Errorf("the client that answered was told %d times it was resolved", n)
 	}
+	// The editor's dialog is withdrawn the standard way too.
+	ed.mu.Lock()
+	withdrawn := slices.ContainsFunc(ed.all, func(m msg) bool {
+		return m.Method == "$/cancel_request" && strings.Contains(string(m.Params), string(edReq.ID))
+	})
+	ed.mu.Unlock()
+	if !withdrawn {
+		t.Error("the editor got no $/cancel_request of its copy of the request")
+	}
 	sent := e.tap.sentWith(metaAnsweredBy)
 	if len(sent) != 1 || !strings.Contains(sent[0], `"name":"phone"`) || !strings.Contains(sent[0], `"editor":false`) {
 		t.Errorf("answers to the Router with answeredBy = %q", sent)

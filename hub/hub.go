@@ -141,6 +141,7 @@ type Hub struct {
 	init     initState
 	owners   *owners
 	marks    map[string]*member // attach marks not seen yet
+	idle     chan struct{}      // closed when the last client goes; nil while none came since
 }
 
 // New returns a Hub; Run connects it to the Router.
@@ -287,6 +288,9 @@ func (h *Hub) Serve(ctx context.Context, c Conn, id Identity) error {
 	default:
 	}
 	h.clients[cl] = struct{}{}
+	if h.idle == nil {
+		h.idle = make(chan struct{})
+	}
 	h.mu.Unlock()
 	h.log.Debug("client connected", "client", id.Name, "role", id.Role)
 
@@ -321,4 +325,24 @@ func (h *Hub) Serve(ctx context.Context, c Conn, id Identity) error {
 		return reason
 	}
 	return nil
+}
+
+// WaitIdle returns once no client is connected (at once when none is), or
+// with ctx's error: a router an editor started lives on while remote
+// clients are connected after the editor closed (issue 30).
+func (h *Hub) WaitIdle(ctx context.Context) error {
+	for {
+		h.mu.Lock()
+		if len(h.clients) == 0 {
+			h.mu.Unlock()
+			return nil
+		}
+		idle := h.idle
+		h.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

@@ -224,3 +224,29 @@ func hubGoroutines() int {
 	}
 	return n
 }
+
+// TestWaitIdle: WaitIdle returns once the last client went (a router an
+// editor started lives on while remote clients are connected), not before.
+func TestWaitIdle(t *testing.T) {
+	e := startHub(t, Options{})
+	a, b := e.connect(editorID), e.connect(phoneID)
+	a.initialize()
+	b.initialize()
+	idle := make(chan error, 1)
+	go func() { idle <- e.hub.WaitIdle(t.Context()) }()
+	a.conn.Close(nil)
+	select {
+	case <-idle:
+		t.Fatal("WaitIdle returned with a client still connected")
+	case <-time.After(200 * time.Millisecond):
+	}
+	b.conn.Close(nil)
+	select {
+	case err := <-idle:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitIdle did not return once every client went")
+	}
+}

@@ -338,6 +338,10 @@ func (h *Hub) remove(c *client) {
 	}
 	c.gone = true
 	delete(h.clients, c)
+	if len(h.clients) == 0 && h.idle != nil {
+		close(h.idle)
+		h.idle = nil
+	}
 	var toRouter [][]byte
 	for _, mb := range c.sessions {
 		toRouter = append(toRouter, h.detachLocked(mb)...)
