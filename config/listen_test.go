@@ -58,3 +58,26 @@ func TestListeningRecords(t *testing.T) {
 		t.Errorf("after RemoveListening: %+v", got)
 	}
 }
+
+// TestSessionsConfig: sessions.on_last_detach is read (finish by default,
+// cancel), in the fingerprint, and a wrong value is an error.
+func TestSessionsConfig(t *testing.T) {
+	bin := fakeBin(t, fakeAgents...)
+	base := "version: 1\nagents:\n  - name: claude\n    command: claude-agent-acp\n"
+	for _, tc := range []struct {
+		yaml   string
+		cancel bool
+	}{{"", false}, {"sessions: {on_last_detach: finish}\n", false}, {"sessions: {on_last_detach: cancel}\n", true}} {
+		cfg, err := Parse("c.yaml", []byte(base+tc.yaml), testEnv(bin, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Sessions.CancelOnLastDetach != tc.cancel {
+			t.Errorf("%q: CancelOnLastDetach = %v", tc.yaml, cfg.Sessions.CancelOnLastDetach)
+		}
+	}
+	_, err := Parse("c.yaml", []byte(base+"sessions: {on_last_detach: stop}\n"), testEnv(bin, nil))
+	if err == nil || !strings.Contains(err.Error(), `sessions.on_last_detach: must be "finish" or "cancel"`) {
+		t.Errorf("a wrong on_last_detach: %v", err)
+	}
+}

@@ -121,8 +121,9 @@ func answerersOf(params json.RawMessage) []string {
 
 // clientAnswer takes a client's answer to one of the Router's questions:
 // the first answer wins and goes to the Router, marked with who gave it;
-// the other clients of the session are told (permission_resolved) and
-// their answers, if any come, dropped.
+// the other clients asked get a $/cancel_request of their copy, every
+// other client of the session RFD #533's permission_resolved, and their
+// answers, if any come, are dropped.
 func (h *Hub) clientAnswer(c *client, m *acp.Message) {
 	h.mu.Lock()
 	a := c.asks[string(m.ID)]
@@ -153,11 +154,19 @@ func (h *Hub) clientAnswer(c *client, m *acp.Message) {
 			}
 		}
 	}
+	// The others asked withdraw their dialog: ACP's $/cancel_request of
+	// the request they were sent (clients that do not know RFD #533's
+	// permission_resolved still close it).
+	var withdraw []sendTo
 	for other, id := range a.targets {
 		delete(other.asks, id)
+		withdraw = append(withdraw, sendTo{other, notification("$/cancel_request", map[string]json.RawMessage{"requestId": json.RawMessage(id)})})
 	}
 	clear(a.targets)
 	h.mu.Unlock()
+	for _, w := range withdraw {
+		w.c.enqueue(w.line)
+	}
 	var out []byte
 	switch {
 	case isErr:

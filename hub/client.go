@@ -19,6 +19,7 @@ type client struct {
 	// Under Hub.mu.
 	sessions map[string]*member // by session id
 	asks     map[string]*ask    // the Router's requests sent to it, by the id it was given
+	calls    map[string]string  // its requests at the Router: its id → the hub's
 	gone     bool
 
 	qmu      sync.Mutex
@@ -31,7 +32,7 @@ type client struct {
 }
 
 func newClient(h *Hub, c Conn, id Identity) *client {
-	return &client{h: h, conn: c, id: id, sessions: map[string]*member{}, asks: map[string]*ask{},
+	return &client{h: h, conn: c, id: id, sessions: map[string]*member{}, asks: map[string]*ask{}, calls: map[string]string{},
 		wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 

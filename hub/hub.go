@@ -141,6 +141,7 @@ type Hub struct {
 	init     initState
 	owners   *owners
 	marks    map[string]*member // attach marks not seen yet
+	idle     chan struct{}      // closed when the last client goes; nil while none came since
 }
 
 // New returns a Hub; Run connects it to the Router.
@@ -287,6 +288,9 @@ func (h *Hub) Serve(ctx context.Context, c Conn, id Identity) error {
 	default:
 	}
 	h.clients[cl] = struct{}{}
+	if h.idle == nil {
+		h.idle = make(chan struct{})
+	}
 	h.mu.Unlock()
 	h.log.Debug("client connected", "client", id.Name, "role", id.Role)
 
@@ -308,9 +312,6 @@ func (h *Hub) Serve(ctx context.Context, c Conn, id Identity) error {
 	}
 	reason := cl.failure()
 	if reason == nil {
-		if errors.Is(err, io.EOF) {
-			err = nil
-		}
 		reason = err
 	}
 	h.remove(cl)
@@ -318,11 +319,30 @@ func (h *Hub) Serve(ctx context.Context, c Conn, id Identity) error {
 	cancel()
 	<-wrote
 	h.log.Debug("client gone", "client", id.Name, "reason", reason)
-	if errors.Is(err, io.EOF) {
-		err = nil
+	// The hub's own reasons are the caller's to know; a client that went
+	// (its end closed, or its transport failed) is the normal end.
+	if errors.Is(reason, ErrSlowClient) || errors.Is(reason, ErrRouterGone) {
+		return reason
 	}
-	if r := cl.failure(); r != nil && !errors.Is(r, errClosed) {
-		return r
+	return nil
+}
+
+// WaitIdle returns once no client is connected (at once when none is), or
+// with ctx's error: a router an editor started lives on while remote
+// clients are connected after the editor closed (issue 30).
+func (h *Hub) WaitIdle(ctx context.Context) error {
+	for {
+		h.mu.Lock()
+		if len(h.clients) == 0 {
+			h.mu.Unlock()
+			return nil
+		}
+		idle := h.idle
+		h.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return err
 }

@@ -194,14 +194,61 @@ func fakeAgent() int {
 // env is a Router with the fake agent and a store, behind a Hub, all in
 // process on pipes.
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	hub *Hub
 	dir string
+	tap *tap // what the hub wrote to the Router
+}
+
+// tap records the lines written through it.
+type tap struct {
+	io.WriteCloser
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *tap) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	t.lines = append(t.lines, string(p))
+	t.mu.Unlock()
+	return t.WriteCloser.Write(p)
+}
+
+// sentWith returns the lines written to the Router that contain s.
+func (t *tap) sentWith(s string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, l := range t.lines {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // startHub serves a Router (one fake agent, a session store) and a Hub
 // with opts in front of it.
-func startHub(t *testing.T, opts Options) *env {
+func startHub(t testing.TB, opts Options) *env {
+	t.Helper()
+	return startHubSlow(t, opts, 0)
+}
+
+// slowReader sleeps before each read: the Router's queue to the hub then
+// holds a backlog, as with a busy machine.
+type slowReader struct {
+	io.ReadCloser
+	d time.Duration
+}
+
+func (r slowReader) Read(p []byte) (int, error) {
+	time.Sleep(r.d)
+	return r.ReadCloser.Read(p[:min(len(p), 4096)])
+}
+
+// startHubSlow is startHub with the hub reading the Router's stream
+// slowly (a pause of slow before each read of at most 4 KiB).
+func startHubSlow(t testing.TB, opts Options, slow time.Duration) *env {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -236,9 +283,14 @@ func startHub(t *testing.T, opts Options) *env {
 		r.Serve(ctx, routerIn, routerOut)
 		routerOut.Close()
 	}()
+	tp := &tap{WriteCloser: hubOut}
+	var from io.ReadCloser = hubIn
+	if slow > 0 {
+		from = slowReader{hubIn, slow}
+	}
 	go func() {
 		defer close(ran)
-		h.Run(ctx, hubOut, hubIn)
+		h.Run(ctx, tp, from)
 	}()
 	t.Cleanup(func() {
 		hubOut.Close() // the editor side quits: the Router stops
@@ -252,10 +304,10 @@ func startHub(t *testing.T, opts Options) *env {
 		cancel()
 		st.Close()
 	})
-	return &env{t: t, hub: h, dir: dir}
+	return &env{t: t, hub: h, dir: dir, tap: tp}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
@@ -275,8 +327,11 @@ type pipeConn struct {
 	delayed time.Duration
 }
 
-func newPipeConn() *pipeConn {
-	return &pipeConn{in: make(chan []byte, 64), out: make(chan []byte, 1<<16), closed: make(chan struct{})}
+func newPipeConn() *pipeConn { return newPipeConnCap(1 << 16) }
+
+// newPipeConnCap is a pipeConn whose out channel holds n messages.
+func newPipeConnCap(n int) *pipeConn {
+	return &pipeConn{in: make(chan []byte, 4), out: make(chan []byte, n), closed: make(chan struct{})}
 }
 
 func (c *pipeConn) Read(ctx context.Context) ([]byte, error) {
@@ -344,7 +399,7 @@ type msg struct {
 // sends it in order (all), answers waiting calls, and hands requests to
 // reqs.
 type tclient struct {
-	t      *testing.T
+	t      testing.TB
 	conn   *pipeConn
 	served chan error
 	mu     sync.Mutex
@@ -552,7 +607,7 @@ func (c *tclient) updates(sid, kind string) []json.RawMessage {
 }
 
 // waitFor polls cond for up to 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {

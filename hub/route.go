@@ -34,8 +34,7 @@ const (
 type session struct {
 	id       string
 	members  []*member // in attach order: the first controller is the fallback for fs and terminal requests
-	running  bool      // a prompt is at the Router
-	queue    []*queued // prompts waiting for the running turn
+	running  int       // prompts at the Router (running or queued there)
 	asks     []*ask    // the Router's permission requests not answered yet
 	children []string  // subagent session ids aliasing this one in Hub.sessions
 }
@@ -52,14 +51,6 @@ type member struct {
 	// replayed: the attach's replay and answer are queued; the mark, when
 	// it comes, makes the member live at once.
 	replayed bool
-}
-
-// queued is a prompt waiting for its session's running turn.
-type queued struct {
-	c    *client
-	id   json.RawMessage
-	line []byte // the prompt as the Router gets it, but for its id
-	prm  json.RawMessage
 }
 
 // call is a request of a client (or of the hub: c nil) at the Router.
@@ -233,11 +224,11 @@ func (h *Hub) routerAnswer(m *acp.Message) {
 			result = h.visibleList(cl.c.id, result)
 		}
 	case acp.MethodSessionPrompt:
-		if s := h.sessions[cl.sid]; s != nil {
-			s.running = false
-			toRouter = append(toRouter, h.nextPromptLocked(s)...)
+		if s := h.sessions[cl.sid]; s != nil && s.running > 0 {
+			s.running--
 		}
 	}
+	delete(cl.c.calls, string(cl.id))
 	c := cl.c
 	h.mu.Unlock()
 	for _, l := range toRouter {
@@ -319,15 +310,6 @@ func (h *Hub) detachLocked(mb *member) [][]byte {
 		delete(h.marks, mb.mark)
 	}
 	mb.buf = nil
-	// Its queued prompts go with it.
-	kept := s.queue[:0]
-	for _, q := range s.queue {
-		if q.c != mb.c {
-			kept = append(kept, q)
-		}
-	}
-	clear(s.queue[len(kept):])
-	s.queue = kept
 	// The questions only it was asked: to the others, or back to pending.
 	for _, a := range s.asks {
 		if id, ok := a.targets[mb.c]; ok {
@@ -335,7 +317,7 @@ func (h *Hub) detachLocked(mb *member) [][]byte {
 			delete(mb.c.asks, id)
 		}
 	}
-	if len(s.members) == 0 && s.running && h.opts.CancelOnLastDetach {
+	if len(s.members) == 0 && s.running > 0 && h.opts.CancelOnLastDetach {
 		h.log.Info("last client of the session gone: its turn is cancelled", "session", s.id)
 		return [][]byte{notification(acp.MethodSessionCancel, map[string]string{"sessionId": s.id})}
 	}
@@ -356,6 +338,10 @@ func (h *Hub) remove(c *client) {
 	}
 	c.gone = true
 	delete(h.clients, c)
+	if len(h.clients) == 0 && h.idle != nil {
+		close(h.idle)
+		h.idle = nil
+	}
 	var toRouter [][]byte
 	for _, mb := range c.sessions {
 		toRouter = append(toRouter, h.detachLocked(mb)...)
@@ -478,17 +464,26 @@ func (h *Hub) clientCall(c *client, m *acp.Message) {
 			return
 		}
 		if m.Method == acp.MethodSessionPrompt {
-			s := h.sessions[sid]
-			if s.running {
-				// One turn at a time: the prompt waits for the running
-				// one (RFD #533: prompts from two controllers never
-				// interleave).
-				s.queue = append(s.queue, &queued{c: c, id: m.ID, prm: m.Params})
-				h.mu.Unlock()
-				return
-			}
-			s.running = true
+			// The Router runs one turn at a time per session and queues
+			// the others (FIFO, bounded, withdrawn by $/cancel_request):
+			// prompts from several controllers never interleave. The hub
+			// only counts them, for on_last_detach.
+			h.sessions[sid].running++
 		}
+	}
+	if m.Method == "$/cancel_request" {
+		// Names one of the client's own requests: the Router knows it by
+		// the hub's id.
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		json.Unmarshal(m.Params, &p)
+		hid, ok := c.calls[string(p.RequestID)]
+		h.mu.Unlock()
+		if ok {
+			h.toRouter(notification("$/cancel_request", map[string]json.RawMessage{"requestId": json.RawMessage(hid)}))
+		}
+		return
 	}
 	if m.Kind == acp.KindNotification {
 		h.mu.Unlock()
@@ -497,24 +492,7 @@ func (h *Hub) clientCall(c *client, m *acp.Message) {
 	}
 	hid := h.idLocked()
 	h.calls[string(hid)] = cl
+	c.calls[string(m.ID)] = string(hid)
 	h.mu.Unlock()
 	h.toRouter(acp.AppendRequest(nil, hid, m.Method, m.Params))
-}
-
-// nextPromptLocked starts the next queued prompt of s, if any: the line
-// for the Router is returned.
-func (h *Hub) nextPromptLocked(s *session) [][]byte {
-	for len(s.queue) > 0 {
-		q := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		if q.c.gone || q.c.sessions[s.id] == nil {
-			continue
-		}
-		s.running = true
-		hid := h.idLocked()
-		h.calls[string(hid)] = &call{c: q.c, id: q.id, method: acp.MethodSessionPrompt, sid: s.id}
-		return [][]byte{acp.AppendRequest(nil, hid, acp.MethodSessionPrompt, q.prm)}
-	}
-	return nil
 }

@@ -110,7 +110,8 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *
 	if err != nil {
 		return nil, nil, err
 	}
-	h := hub.New(hub.Options{Logger: log, History: r, OwnersFile: filepath.Join(cfg.StateDir, "hub", "owners.json")})
+	h := hub.New(hub.Options{Logger: log, History: r, OwnersFile: filepath.Join(cfg.StateDir, "hub", "owners.json"),
+		CancelOnLastDetach: cfg.Sessions.CancelOnLastDetach})
 	routerIn, hubOut := io.Pipe()
 	hubIn, routerOut := io.Pipe()
 	routerDone := make(chan error, 1)

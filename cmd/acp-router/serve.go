@@ -167,8 +167,10 @@ func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 	}
 	defer config.RemoveListening(cfg.StateDir)
 	if l.stdio {
-		// The editor is one client among the others; when it goes the
-		// router ends as it always has (DESIGN §7).
+		// The editor is one client among the others. When it goes, the
+		// router ends as it always has (DESIGN §7), unless remote clients
+		// are connected: it then lives until the last of them goes too,
+		// their sessions with it.
 		in, out, restore := editorStdio()
 		defer restore()
 		editor := remote.NewLineConn(in, out, 0, -1, nil)
@@ -176,6 +178,8 @@ func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 			if err := side.hub.Serve(ctx, editor, editorIdentity); err != nil {
 				log.Debug("the editor's connection ended", "error", err)
 			}
+			log.Info("the editor closed: the router stops once no remote client is connected")
+			side.hub.WaitIdle(ctx)
 			cancel()
 		}()
 	}
