@@ -493,6 +493,13 @@ func (g *Guard) RecordAnswer(v *Verdict, choice string, by Answerer) error {
 	return g.record(v, choice, &by, refused)
 }
 
+// RecordUnanswered records v, an ask that ended without an answer (the
+// editor's side answered with an error, or the request was withdrawn), as
+// cancelled, answered by no one.
+func (g *Guard) RecordUnanswered(v *Verdict) error {
+	return g.record(v, Cancelled, nil, "")
+}
+
 // RecordUnanswerable records v, an ask that cannot be answered (why: no
 // client that may answer it can, see Answerers), and makes it a deny
 // (AnswerRefused) whose message says why.
