@@ -149,7 +149,10 @@ func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 	defer conf.Close() // the agents' egress proxies
 	pg.SetKernel(conf.Kernel)
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
-		Confine: conf.Func(), Sandbox: conf})
+		Confine: conf.Func(), Sandbox: conf,
+		// With a hub in front, who answered an ask is read from the
+		// answer's _meta (the hub strips what clients write there).
+		ClientMeta: ln != nil})
 	if ln == nil {
 		// Plain stdio: exactly as before, no hub, no extra hop.
 		in, out, restore := editorStdio()
