@@ -57,6 +57,12 @@ type Config struct {
 	// (set by guard.LoadPolicy). EffectiveSandbox merges them.
 	Sandbox    Sandbox
 	OrgSandbox []Sandbox
+	// Listen is the listen: block (issue 30): where the router also
+	// serves ACP's remote transport; Address "" without it.
+	Listen Listen
+	// Sessions is the sessions: block (issue 30): a session whose last
+	// client went.
+	Sessions Sessions
 }
 
 // EnvInherit selects which of the router's environment variables an agent

@@ -72,6 +72,8 @@ func (c *Config) Keys() map[string]string {
 		sb = append(sb, o.Mode, o.Lock)
 	}
 	put("sandbox", sb)
+	put("listen", []any{c.Listen.Address, c.Listen.TLSCert, c.Listen.TLSKey})
+	put("sessions", c.Sessions.CancelOnLastDetach)
 	return out
 }
 

@@ -90,7 +90,7 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 }
 
 var (
-	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history", "telemetry", "sandbox"}
+	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history", "telemetry", "sandbox", "listen", "sessions"}
 	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
 	// this build does not implement yet. They are rejected rather than
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
@@ -167,6 +167,12 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if v := f["sandbox"]; v != nil {
 		cfg.Sandbox = p.sandbox(v)
+	}
+	if v := f["listen"]; v != nil {
+		cfg.Listen = p.listen(v)
+	}
+	if v := f["sessions"]; v != nil {
+		cfg.Sessions = p.sessions(v)
 	}
 	return cfg
 }

@@ -89,3 +89,80 @@ func alive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
+
+// A router that listens (listen:, serve --listen) records where, in
+// StateDir/running/PID.listen, so that several routers on one machine are
+// each found (`acp-router check`, a client looking for the router of an
+// editor window) whatever port each one got.
+
+// Listening is one listening router's record.
+type Listening struct {
+	PID int `json:"pid"`
+	// URL is the /acp endpoint, with the port the router really has.
+	URL string `json:"url"`
+	// File is the config file the router runs ("" without one).
+	File string `json:"file,omitempty"`
+	// Stdio: the router also serves an editor on stdio.
+	Stdio bool `json:"stdio,omitempty"`
+}
+
+func listeningPath(stateDir string, pid int) string {
+	return filepath.Join(runningDir(stateDir), strconv.Itoa(pid)+".listen")
+}
+
+// WriteListening records this process's listening address, replacing
+// the file atomically.
+func WriteListening(stateDir string, l Listening) error {
+	dir := runningDir(stateDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("config: listening record: %w", err)
+	}
+	l.PID = os.Getpid()
+	b, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	path := listeningPath(stateDir, l.PID)
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		return fmt.Errorf("config: listening record: %w", err)
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// RemoveListening deletes this process's listening record (at exit).
+func RemoveListening(stateDir string) {
+	os.Remove(listeningPath(stateDir, os.Getpid()))
+}
+
+// ReadListening returns the records of the listening routers alive now,
+// whatever config they run, by pid; records of routers that are gone are
+// removed.
+func ReadListening(stateDir string) ([]Listening, error) {
+	entries, err := os.ReadDir(runningDir(stateDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config: listening records: %w", err)
+	}
+	var out []Listening
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".listen")
+		pid, err := strconv.Atoi(name)
+		if !ok || err != nil {
+			continue
+		}
+		path := filepath.Join(runningDir(stateDir), e.Name())
+		if !alive(pid) {
+			os.Remove(path)
+			continue
+		}
+		b, err := os.ReadFile(path)
+		var l Listening
+		if err != nil || json.Unmarshal(b, &l) != nil || l.PID != pid {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}

@@ -518,7 +518,7 @@ func (r *Router) fillFromStore(s *Session, h *store.History, cwd string, editorP
 // fast as the editor takes them.
 func (r *Router) replay(h *store.History) {
 	st := r.editor.Stream()
-	for lines := h.Updates; len(lines) > 0; {
+	for lines := withoutMarks(h.Updates); len(lines) > 0; {
 		n, err := st.WriteRawLines(h.Meta.ID, lines)
 		if err != nil {
 			r.log.Debug("cannot write to the editor", "error", err)

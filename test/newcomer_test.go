@@ -51,6 +51,8 @@ func TestSubcommandHelp(t *testing.T) {
 		{[]string{"help", "try"}, []string{"-agent", "-yes"}, nil, "acp-router try "},
 		{[]string{"token", "create", "--help"}, []string{"-role", "-own", "-config", "NAME"}, []string{"-org-dir", "-agent"}, "acp-router token create "},
 		{[]string{"token", "list", "-h"}, []string{"-config"}, []string{"-role", "-own", "-org-dir"}, "acp-router token list"},
+		{[]string{"serve", "--help"}, []string{"-listen", "-config"}, []string{"-token", "-org-dir", "-agent"}, "acp-router serve "},
+		{[]string{"connect", "-h"}, []string{"-token", "URL"}, []string{"-listen", "-org-dir", "-agent"}, "acp-router connect "},
 		{[]string{"token", "revoke", "--help"}, []string{"-config", "NAME"}, []string{"-role", "-own", "-org-dir"}, "acp-router token revoke "},
 	} {
 		name := strings.Join(c.args, " ")

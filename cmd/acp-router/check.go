@@ -84,6 +84,7 @@ func check(g *globals, args []string) (int, error) {
 	sbWarnings, sbErrs := describeSandbox(os.Stdout, cfg, lp)
 	warnings = append(warnings, sbWarnings...)
 	warnings = append(warnings, pendingRestarts(cfg)...)
+	describeListening(os.Stdout, cfg)
 	config.Warn(os.Stdout, warnings)
 	if lp.TestsError() != nil {
 		return 1, errors.New("the permission policy's tests fail (acp-router policy test)")
@@ -339,4 +340,37 @@ func describeTelemetry(w io.Writer, eff config.EffectiveTelemetry, getenv func(s
 	fmt.Fprintf(w, "  service_name: %s   (%s)\n", service, from("service_name"))
 	fmt.Fprintf(w, "  export_prompts: %t   (%s)\n", eff.ExportPrompts, from("export_prompts"))
 	return warnings
+}
+
+// describeListening lists the routers listening on this machine (each
+// records its address in the state directory, issue 30), whatever config
+// they run, and where this config asks to listen.
+func describeListening(w io.Writer, cfg *config.Config) {
+	if cfg.Listen.Address != "" {
+		tls := "no TLS"
+		if cfg.Listen.TLSCert != "" {
+			tls = "TLS"
+		}
+		fmt.Fprintf(w, "listen: %s (%s)   (%s)\n", cfg.Listen.Address, tls, cfg.Listen.Pos)
+	}
+	ls, err := config.ReadListening(cfg.StateDir)
+	if err != nil {
+		fmt.Fprintf(w, "listening routers: %v\n", err)
+		return
+	}
+	if len(ls) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "listening routers:")
+	for _, l := range ls {
+		how := "serve"
+		if l.Stdio {
+			how = "an editor's, also on stdio"
+		}
+		file := l.File
+		if file == "" {
+			file = "no config file"
+		}
+		fmt.Fprintf(w, "  pid %d  %s  (%s; %s)\n", l.PID, l.URL, how, file)
+	}
 }

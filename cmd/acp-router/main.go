@@ -28,6 +28,10 @@ const usage = `acp-router routes an editor's ACP sessions to several coding agen
 usage:
   acp-router [--config FILE] [--log-level L] [--log-file FILE] [--log-format text|json]
       run as an ACP agent on stdin/stdout (what the editor launches)
+  acp-router serve [--config FILE] [--listen ADDR]
+      run for remote clients (ACP over HTTP/WebSocket on /acp) until interrupted
+  acp-router connect [--token TOKEN] URL
+      bridge stdin/stdout to a remote router (an editor's command-line agent)
   acp-router try [--config FILE] [--agent NAME] [--yes|--no] "PROMPT"
       run one prompt through the router and print the stream
   acp-router check [--config FILE] [--org-dir DIR]
@@ -155,6 +159,11 @@ func run(args []string) (int, error) {
 		return policyCmd(&g, rest)
 	case "login":
 		return login(ctx, &g, rest)
+	case "serve":
+		g.logLevel = orDefault(g.logLevel, "info")
+		return serveCmd(ctx, &g, rest)
+	case "connect":
+		return connectCmd(ctx, &g, rest)
 	case "token":
 		return tokenCmd(&g, rest)
 	case "version":

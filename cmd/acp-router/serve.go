@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,6 +15,7 @@ import (
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/egress"
 	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/remote"
 	"github.com/acp-router/acp-router/router"
 	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/store"
@@ -79,13 +81,35 @@ func startPolicy(ctx context.Context, cfg *config.Config, lp *guard.LoadedPolicy
 	}, nil
 }
 
-// serve runs the router for an editor on stdin/stdout.
+// serve runs the router for an editor on stdin/stdout (and, with
+// listen: in the config, for remote clients too).
 func serve(ctx context.Context, g *globals) (int, error) {
+	return runRouter(ctx, g, listening{stdio: true})
+}
+
+// runRouter runs the router for the stdio editor, remote clients, or
+// both (l).
+func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 	log, closer, cfg, code, err := start(g)
 	if err != nil {
 		return code, err
 	}
 	defer closer.Close()
+	// The listener first: an address that must be refused (no TLS off
+	// loopback) stops the router before any agent starts.
+	if l.addr == "" {
+		l.addr = cfg.Listen.Address
+	}
+	var ln *remote.Listener
+	switch {
+	case l.addr != "":
+		if ln, err = openListener(cfg, l, log); err != nil {
+			return 1, err
+		}
+		defer ln.Close()
+	case !l.stdio:
+		return 2, errors.New("serve: no address to listen on: give --listen ADDR or set listen: in the config")
+	}
 	// The policy first: the org's files may set and lock telemetry:.
 	lp, err := loadPolicy(cfg)
 	if err != nil {
@@ -125,10 +149,44 @@ func serve(ctx context.Context, g *globals) (int, error) {
 	defer conf.Close() // the agents' egress proxies
 	pg.SetKernel(conf.Kernel)
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
-		Confine: conf.Func(), Sandbox: conf})
-	in, out, restore := editorStdio()
-	defer restore()
-	if err := r.Serve(ctx, in, out); err != nil {
+		Confine: conf.Func(), Sandbox: conf,
+		// With a hub in front, who answered an ask is read from the
+		// answer's _meta (the hub strips what clients write there).
+		ClientMeta: ln != nil})
+	if ln == nil {
+		// Plain stdio: exactly as before, no hub, no extra hop.
+		in, out, restore := editorStdio()
+		defer restore()
+		if err := r.Serve(ctx, in, out); err != nil {
+			return 1, err
+		}
+		return 0, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	side, routerDone, err := startRemote(ctx, cfg, r, ln, l.stdio, log)
+	if err != nil {
+		return 1, err
+	}
+	defer config.RemoveListening(cfg.StateDir)
+	if l.stdio {
+		// The editor is one client among the others. When it goes, the
+		// router ends as it always has (DESIGN §7), unless remote clients
+		// are connected: it then lives until the last of them goes too,
+		// their sessions with it.
+		in, out, restore := editorStdio()
+		defer restore()
+		editor := remote.NewLineConn(in, out, 0, -1, nil)
+		go func() {
+			if err := side.hub.Serve(ctx, editor, editorIdentity); err != nil {
+				log.Debug("the editor's connection ended", "error", err)
+			}
+			log.Info("the editor closed: the router stops once no remote client is connected")
+			side.hub.WaitIdle(ctx)
+			cancel()
+		}()
+	}
+	if err := <-routerDone; err != nil && ctx.Err() == nil {
 		return 1, err
 	}
 	return 0, nil

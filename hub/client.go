@@ -1,0 +1,156 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// errClosed is the reason of a client that went by itself.
+var errClosed = errors.New("hub: client closed")
+
+// client is one connected client: its identity, its sessions (under
+// Hub.mu) and its outgoing queue (under qmu), written by one goroutine.
+type client struct {
+	h    *Hub
+	conn Conn
+	id   Identity
+
+	// Under Hub.mu.
+	sessions map[string]*member // by session id
+	asks     map[string]*ask    // the Router's requests sent to it, by the id it was given
+	calls    map[string]string  // its requests at the Router: its id → the hub's
+	gone     bool
+
+	qmu      sync.Mutex
+	q        [][]byte
+	qbytes   int
+	wake     chan struct{} // capacity 1: the writer has work, or the client failed
+	room     chan struct{} // capacity 1: the writer took something (enqueueWait)
+	reason   error         // set once: why the client ends
+	failOnce sync.Once
+}
+
+func newClient(h *Hub, c Conn, id Identity) *client {
+	return &client{h: h, conn: c, id: id, sessions: map[string]*member{}, asks: map[string]*ask{}, calls: map[string]string{},
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue queues line for the client without waiting. A client whose
+// queue is over its bounds is dropped (ErrSlowClient): it never delays the
+// Router nor the other clients. False when the line was not queued.
+func (c *client) enqueue(line []byte) bool {
+	c.qmu.Lock()
+	if c.reason != nil {
+		c.qmu.Unlock()
+		return false
+	}
+	if len(c.q) >= c.h.opts.QueueMessages || c.qbytes+len(line) > c.h.opts.QueueBytes && len(c.q) > 0 {
+		c.qmu.Unlock()
+		c.h.log.Warn("client dropped: its queue overflowed", "client", c.id.Name, "messages", len(c.q), "bytes", c.qbytes)
+		go c.h.drop(c, ErrSlowClient)
+		return false
+	}
+	c.q = append(c.q, line)
+	c.qbytes += len(line)
+	c.qmu.Unlock()
+	signal(c.wake)
+	return true
+}
+
+// enqueueWait queues line, waiting for room first (a replay: what the
+// client asked for, as fast as it takes it). False when the client ended.
+func (c *client) enqueueWait(ctx context.Context, line []byte) bool {
+	for {
+		c.qmu.Lock()
+		if c.reason != nil {
+			c.qmu.Unlock()
+			return false
+		}
+		if len(c.q) < c.h.opts.QueueMessages/2 && (len(c.q) == 0 || c.qbytes+len(line) <= c.h.opts.QueueBytes/2) {
+			c.q = append(c.q, line)
+			c.qbytes += len(line)
+			c.qmu.Unlock()
+			signal(c.wake)
+			return true
+		}
+		c.qmu.Unlock()
+		select {
+		case <-c.room:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// writeLoop writes the queue to the client until ctx ends or the client
+// fails.
+func (c *client) writeLoop(ctx context.Context) {
+	for {
+		c.qmu.Lock()
+		if c.reason != nil {
+			c.q, c.qbytes = nil, 0
+			c.qmu.Unlock()
+			return
+		}
+		if len(c.q) == 0 {
+			c.qmu.Unlock()
+			select {
+			case <-c.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		line := c.q[0]
+		c.q[0] = nil
+		c.q = c.q[1:]
+		c.qbytes -= len(line)
+		c.qmu.Unlock()
+		signal(c.room)
+		if err := c.conn.Write(ctx, line); err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// fail ends the client for reason (once): its connection is closed, which
+// ends Serve's read.
+func (c *client) fail(reason error) {
+	if reason == nil {
+		reason = errClosed
+	}
+	c.failOnce.Do(func() {
+		c.qmu.Lock()
+		c.reason = reason
+		c.qmu.Unlock()
+		signal(c.wake)
+		signal(c.room)
+		if errors.Is(reason, errClosed) {
+			c.conn.Close(nil)
+		} else {
+			c.conn.Close(reason)
+		}
+	})
+}
+
+// failure is why the client ended (nil while it lasts).
+func (c *client) failure() error {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.reason
+}
+
+// drop removes a client from every session and closes it with reason.
+func (h *Hub) drop(c *client, reason error) {
+	c.fail(reason)
+	h.remove(c)
+}
