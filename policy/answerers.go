@@ -34,9 +34,13 @@ import (
 // (Answerers.Allows), so a token named "editor" is not the editor.
 const AnswererEditor = "editor"
 
-// answererName is what a name in answered_by may be: the token names of
-// `acp-router token create`, or editor.
-var answererName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+// answererName is what a name in answered_by may be: a token name as
+// `acp-router token create` takes it (token.CheckName: letters, digits,
+// '.', '_', '@', '-', not first), or editor.
+var answererName = regexp.MustCompile(`^[A-Za-z0-9._@][A-Za-z0-9._@-]*$`)
+
+// maxAnswererName is the longest token name (token.MaxNameLen).
+const maxAnswererName = 64
 
 // Answerers is who may answer a request the policy asks about, when a rule
 // says so (answered_by).
@@ -94,8 +98,10 @@ func (p *parser) answerers(path string, n *yaml.Node) []string {
 		s, ok := p.str(ip, item)
 		switch {
 		case !ok:
-		case !answererName.MatchString(s):
-			p.errorf(item, ip, "invalid name %q: a token name (letters, digits, '.', '_' and '-') or %s", s, AnswererEditor)
+		case strings.EqualFold(s, AnswererEditor) && s != AnswererEditor:
+			p.errorf(item, ip, "%q: the stdio editor is written %s (no token may be named so)", s, AnswererEditor)
+		case len(s) > maxAnswererName || !answererName.MatchString(s):
+			p.errorf(item, ip, "invalid name %q: a token name (letters, digits, '.', '_', '@', '-' but not first) or %s", s, AnswererEditor)
 		case slices.Contains(out, s):
 			p.errorf(item, ip, "%q is listed twice", s)
 		default:
