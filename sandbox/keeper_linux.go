@@ -454,7 +454,10 @@ func (k *keeper) unwatch(n *wnode) {
 
 // searchAll watches and searches every searched place.
 func (k *keeper) searchAll() error {
-	if err := k.search("/"); err != nil {
+	// No lstat of every file for other names of hidden files: the start
+	// searched for them (Resolve), and what is linked from now on is an
+	// event.
+	if err := k.search("/", false); err != nil {
 		return err
 	}
 	return k.flush()
@@ -462,8 +465,9 @@ func (k *keeper) searchAll() error {
 
 // search looks at p, which appeared or may have: masks it if a rule
 // hides it, else watches and reads it if it is a directory whose names
-// can be hidden, else masks it if it is another name of a hidden file.
-func (k *keeper) search(p string) error {
+// can be hidden, else (links) masks it if it is another name of a hidden
+// file.
+func (k *keeper) search(p string, links bool) error {
 	return filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if d != nil && d.IsDir() && q != p {
@@ -479,14 +483,15 @@ func (k *keeper) search(p string) error {
 			return nil
 		}
 		if d.IsDir() {
-			if !k.wantWatch(q) || k.isMasked(q) {
+			// (A directory a rule does not hide is no mask: no statx.)
+			if !k.wantWatch(q) {
 				return fs.SkipDir
 			}
 			// Watched before it is read: what is created meanwhile is an
 			// event.
 			return k.watch(q)
 		}
-		if d.Type().IsRegular() && len(k.hidden) > 0 && k.linkScope(q) {
+		if links && d.Type().IsRegular() && len(k.hidden) > 0 && k.linkScope(q) {
 			if fi, err := d.Info(); err == nil {
 				if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 && k.hidden[fileKey{uint64(st.Dev), st.Ino}] {
 					k.mask(q)
@@ -587,7 +592,7 @@ func (k *keeper) events(buf []byte) error {
 func (k *keeper) event(wd int, mask uint32, name string) error {
 	if mask&unix.IN_Q_OVERFLOW != 0 {
 		// Events were lost: search everything again.
-		return k.search("/")
+		return k.search("/", true)
 	}
 	n := k.byWd[wd]
 	if n == nil {
@@ -623,7 +628,7 @@ func (k *keeper) event(wd int, mask uint32, name string) error {
 		if !ok {
 			return nil // moved out of sight; searched again if it comes back
 		}
-		return k.search(filepath.Join(dir, name))
+		return k.search(filepath.Join(dir, name), true)
 	}
 	return nil
 }
