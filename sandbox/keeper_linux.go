@@ -91,6 +91,12 @@ type Keeper struct {
 // that: then warn says why). The caller must end the agent when the
 // keeper exits, and call it from the thread that stays (the keeper dies
 // with it).
+//
+// The start waits for the keeper to watch everything (its first search
+// costs about what Resolve's does): an agent started beside it could
+// kill it, or use up the user's inotify watches, before it watched, and
+// a best-effort start would then carry on without it. Once the agent
+// runs, any end of the keeper stops the agent.
 func EnterKeeping() (k *Keeper, warn string, entered bool, err error) {
 	runtime.LockOSThread()
 	entered, err = enter(func(pl *Plan, hidden [][2]uint64) error {
