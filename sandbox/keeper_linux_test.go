@@ -398,6 +398,9 @@ func TestLateFilesWindow(t *testing.T) {
 			if p99 > lateWindow {
 				t.Errorf("p99 window %v is over %v (TestLateFiles' wait)", p99, lateWindow)
 			}
+			if leaks == 0 {
+				t.Errorf("no file was read before its mask in %d tries: the window may be closed, update the limits in the docs", n)
+			}
 		})
 	}
 }
