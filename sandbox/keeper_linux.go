@@ -218,10 +218,8 @@ func runKeeper() int {
 	}
 	os.Stdout.WriteString("ready\n")
 	os.Stdout.Close()
-	if err := k.run(); err != nil {
-		return fail("%v; the agent is stopped, files appearing now could not be masked", err)
-	}
-	return 0
+	// It runs until it fails (or dies with its watchdog).
+	return fail("%v; the agent is stopped, files appearing now could not be masked", k.run())
 }
 
 // profile rebuilds the profile's rules in the keeper's process.
@@ -555,7 +553,7 @@ func (k *keeper) flush() error {
 	return nil
 }
 
-// run reads events until the inotify descriptor fails.
+// run reads and handles events until it fails: it returns the error.
 func (k *keeper) run() error {
 	buf := make([]byte, 64<<10)
 	for {
