@@ -141,6 +141,17 @@ func (k *KernelDeny) Hides(agent, p, home string, roots []string) bool {
 	return !anyPath(u.paths, p, v)
 }
 
+// ExceptFor are the rule's Except globs that apply to agent: an unless:
+// that names other agents exempts nothing for this one. A rule rebuilt
+// from Paths and ExceptFor(agent) hides, for agent, exactly what this one
+// does (the sandbox's mask keeper rebuilds it in another process).
+func (k *KernelDeny) ExceptFor(agent string) []string {
+	if u := k.unless; u == nil || u.paths == nil || u.agents != nil && !anyText(u.agents, agent) {
+		return nil
+	}
+	return k.Except
+}
+
 // KernelPath is one of a rule's globs, split where a walk starts: Base is
 // the deepest directory without glob characters (after expanding its
 // variable), Literal says the whole glob is that path, Subtree that it is

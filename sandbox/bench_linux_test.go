@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/acp-router/acp-router/config"
 )
@@ -63,6 +65,15 @@ func BenchmarkStart(b *testing.B) {
 	b.Run("helper-confined", func(b *testing.B) {
 		for b.Loop() {
 			start(b, (*Plan).Wrap)
+		}
+	})
+	// The watchdog without its mask keeper: what the keeper adds.
+	b.Run("watchdog-confined-nokeeper", func(b *testing.B) {
+		for b.Loop() {
+			start(b, func(pl *Plan, cmd *exec.Cmd) error {
+				pl.Keeper = nil
+				return pl.Handoff(cmd)
+			})
 		}
 	})
 }
@@ -141,11 +152,13 @@ func BenchmarkWorkload(b *testing.B) {
 		for _, run := range []struct {
 			name    string
 			confine bool
-		}{{"unconfined", false}, {"confined", true}} {
+			keeper  bool
+		}{{"unconfined", false, false}, {"confined", true, true}, {"confined-nokeeper", true, false}} {
 			b.Run("workload="+w.name+"/run="+run.name, func(b *testing.B) {
 				if w.skip != nil {
 					b.Skip(w.skip)
 				}
+				var cpu, keeperCPU time.Duration
 				for b.Loop() {
 					b.StopTimer()
 					os.RemoveAll(filepath.Join(proj, "npm"))
@@ -153,16 +166,107 @@ func BenchmarkWorkload(b *testing.B) {
 					cmd.Env = append(os.Environ(), envMiniWatchdog+"=1")
 					cmd.Dir = w.dir
 					if run.confine {
+						plan := *plan
+						if !run.keeper {
+							plan.Keeper = nil
+						}
 						if err := plan.Handoff(cmd); err != nil {
 							b.Fatal(err)
 						}
 					}
 					b.StartTimer()
-					if out, err := cmd.CombinedOutput(); err != nil {
+					out, err := cmd.CombinedOutput()
+					if err != nil {
 						b.Fatalf("%v: %s", err, out)
 					}
+					cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+					if _, k, ok := strings.Cut(string(out), "KEEPER-CPU "); ok {
+						var ms int
+						fmt.Sscan(k, &ms)
+						keeperCPU += time.Duration(ms) * time.Millisecond
+					}
 				}
+				// The whole tree's CPU, the keeper's included (the
+				// watchdog reaps it), and the keeper's alone.
+				b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+				b.ReportMetric(float64(keeperCPU.Milliseconds())/float64(b.N), "keeper-cpu-ms/op")
 			})
 		}
 	}
+}
+
+// BenchmarkKeeperTree measures the mask keeper over a large tree: the
+// agent's root is ACP_SANDBOX_TREE (read only: nothing is written there),
+// searched and watched whole. It reports the agent's start with and
+// without the keeper, and the keeper's watches and resident memory:
+//
+//	ACP_SANDBOX_TREE=$PWD/.peers go test -run '^$' -bench BenchmarkKeeperTree -benchtime 10x ./sandbox/
+func BenchmarkKeeperTree(b *testing.B) {
+	tree := os.Getenv("ACP_SANDBOX_TREE")
+	if tree == "" {
+		b.Skip("ACP_SANDBOX_TREE names no tree")
+	}
+	if err := Available(); err != nil {
+		b.Skipf("this kernel cannot confine: %v", err)
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		b.Skip("no home directory")
+	}
+	prof, _ := Derive(compile(&testing.T{}, fixturePolicy), config.Agent{Name: "x"}, Env{Home: home, TempDir: os.TempDir(), Roots: []string{tree}})
+	plan, err := Resolve(prof, ResolveOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	noKeeper := *plan
+	noKeeper.Keeper = nil
+	for _, run := range []struct {
+		name string
+		plan *Plan
+	}{{"keeper", plan}, {"no-keeper", &noKeeper}} {
+		b.Run(run.name, func(b *testing.B) {
+			for b.Loop() {
+				cmd := exec.Command(os.Args[0], "/bin/true")
+				cmd.Env = append(os.Environ(), envMiniWatchdog+"=1")
+				cmd.Dir = tree
+				if err := run.plan.Handoff(cmd); err != nil {
+					b.Fatal(err)
+				}
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v: %s", err, out)
+				}
+			}
+		})
+	}
+	// The keeper's footprint, read while an agent runs.
+	cmd := exec.Command(os.Args[0], "/bin/sh", "-c", `echo $KEEPER_PID; sleep 3`)
+	cmd.Env = append(os.Environ(), envMiniWatchdog+"=1")
+	cmd.Dir = tree
+	if err := plan.Handoff(cmd); err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer cmd.Wait()
+	var pid int
+	fmt.Fscan(out, &pid)
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var rssKB int
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			fmt.Sscan(strings.TrimPrefix(l, "VmRSS:"), &rssKB)
+		}
+	}
+	watches := 0
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fdinfo", pid))
+	for _, fd := range fds {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		watches += strings.Count(string(b), "inotify wd:")
+	}
+	b.Logf("tree %s: %d entries searched, %d masks at the start; keeper pid %d: %d watches, %d KB resident", tree, plan.Visited, len(plan.HideFiles)+len(plan.HideDirs), pid, watches, rssKB)
 }

@@ -180,6 +180,10 @@ func (c *Confiner) Confine(a config.Agent) (*Plan, error) {
 	if err == nil {
 		st.Plan, err = Resolve(prof, ResolveOptions{CreateStateDirs: true})
 	}
+	if err == nil && st.Plan.Keeper != nil {
+		// enforce: no agent runs without the keeper of its late files.
+		st.Plan.Keeper.Required = mode == config.SandboxEnforce
+	}
 	if err == nil && prof.Network != nil && prof.Network.Confined {
 		if err = netAvailable(); err == nil {
 			st.Plan.Net, err = c.egressFor(a, prof.Network)

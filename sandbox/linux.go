@@ -67,6 +67,9 @@ func RunIfRequested() {
 	if len(os.Args) > 1 && os.Args[1] == terminalArg {
 		os.Exit(runTerminal(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == keeperArg {
+		os.Exit(runKeeper())
+	}
 	if len(os.Args) > 1 && os.Args[1] == helperArg {
 		err := runHelper(os.Args[2:])
 		fmt.Fprintf(os.Stderr, "acp-router sandbox: %v\n", err)
@@ -230,7 +233,12 @@ func (pl *Plan) Handoff(cmd *exec.Cmd) error {
 // to itself and to every process it starts from then on: masks, Landlock,
 // no_new_privs, capabilities. It reports whether there was a plan; the
 // plan's variable is removed from the environment.
-func Enter() (bool, error) {
+func Enter() (bool, error) { return enter(nil) }
+
+// enter is Enter; masked, when set, runs once the masks are mounted and
+// before the confinement, with the identities of the hidden files read
+// before they were masked (the mask keeper's start).
+func enter(masked func(pl *Plan, hidden [][2]uint64) error) (bool, error) {
 	raw, ok := os.LookupEnv(planEnv)
 	if !ok {
 		return false, nil
@@ -240,8 +248,17 @@ func Enter() (bool, error) {
 	if err := json.Unmarshal([]byte(raw), &pl); err != nil {
 		return true, fmt.Errorf("sandbox plan: %v", err)
 	}
+	var hidden [][2]uint64
+	if masked != nil && pl.Keeper != nil {
+		hidden = hiddenIdentities(&pl)
+	}
 	if err := pl.mountMasks(); err != nil {
 		return true, err
+	}
+	if masked != nil {
+		if err := masked(&pl, hidden); err != nil {
+			return true, err
+		}
 	}
 	if err := pl.enterNet(); err != nil {
 		return true, err
@@ -271,19 +288,30 @@ func Enter() (bool, error) {
 	return true, nil
 }
 
-// mountMasks makes the mounts private and masks every hidden path: files
-// with an empty read-only file, directories with an empty read-only tmpfs.
+// mountMasks makes the mounts private and masks every hidden path.
 func (pl *Plan) mountMasks() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
+	return maskPaths(pl.HideFiles, pl.HideDirs, false)
+}
+
+// maskPaths masks files with an empty read-only file and directories with
+// an empty read-only tmpfs, in this process's mount namespace: at a start
+// (mountMasks) and for the paths that appear later (the mask keeper,
+// which passes gone: a path removed or replaced by another kind of file
+// since its event is skipped; the replacement has an event of its own).
+func maskPaths(files, dirs []string, gone bool) error {
+	skip := func(err error) bool {
+		return gone && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EISDIR))
+	}
 	const ro = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	for _, d := range pl.HideDirs {
-		if err := unix.Mount("tmpfs", d, "tmpfs", ro, "size=4k,nr_inodes=1,mode=0555"); err != nil {
+	for _, d := range dirs {
+		if err := unix.Mount("tmpfs", d, "tmpfs", ro, "size=4k,nr_inodes=1,mode=0555"); err != nil && !skip(err) {
 			return fmt.Errorf("hide %s: %w", d, err)
 		}
 	}
-	if len(pl.HideFiles) == 0 {
+	if len(files) == 0 {
 		return nil
 	}
 	// The empty file lives on a tmpfs of this namespace, staged in a
@@ -302,8 +330,11 @@ func (pl *Plan) mountMasks() error {
 	if err := os.WriteFile(empty, nil, 0o444); err != nil {
 		return fmt.Errorf("stage the masks: %w", err)
 	}
-	for _, f := range pl.HideFiles {
+	for _, f := range files {
 		if err := unix.Mount(empty, f, "", unix.MS_BIND, ""); err != nil {
+			if skip(err) {
+				continue
+			}
 			return fmt.Errorf("hide %s: %w", f, err)
 		}
 		if err := unix.Mount("", f, "", unix.MS_BIND|unix.MS_REMOUNT|ro, ""); err != nil {

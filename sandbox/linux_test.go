@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envMiniWatchdog) != "" {
 		os.Exit(miniWatchdog())
 	}
+	if spec := os.Getenv(envPoller); spec != "" {
+		os.Exit(poll(spec))
+	}
 	os.Exit(m.Run())
 }
 
@@ -32,17 +37,58 @@ func TestMain(m *testing.M) {
 const envMiniWatchdog = "ACP_SANDBOX_MINI_WATCHDOG"
 
 func miniWatchdog() int {
-	if _, err := Enter(); err != nil {
+	keeper, warn, _, err := EnterKeeping()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 126
 	}
+	if warn != "" {
+		fmt.Fprintln(os.Stderr, "warning:", warn)
+	}
 	agent := exec.Command(os.Args[1], os.Args[2:]...)
 	agent.Stdin, agent.Stdout, agent.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := agent.Run(); err != nil {
+	agent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, envMiniWatchdog+"=") })
+	agent.Env = append(env, "KEEPER_PID="+strconv.Itoa(keeperPid(keeper)))
+	if err := agent.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return 0
+	// As upstream's watchdog: the agent's end, or the keeper's, which
+	// ends the agent.
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		switch {
+		case err == syscall.EINTR:
+		case err != nil:
+			return 1
+		case pid == agent.Process.Pid:
+			if keeper != nil {
+				// Reaped, so that its CPU time counts in this process's
+				// (BenchmarkWorkload).
+				syscall.Kill(keeper.Pid, syscall.SIGKILL)
+				var ru syscall.Rusage
+				syscall.Wait4(keeper.Pid, nil, 0, &ru)
+				fmt.Fprintf(os.Stderr, "KEEPER-CPU %d\n", (ru.Utime.Nano()+ru.Stime.Nano())/1e6)
+			}
+			if ws.ExitStatus() != 0 || ws.Signaled() {
+				return 1
+			}
+			return 0
+		case keeper != nil && pid == keeper.Pid:
+			fmt.Fprintln(os.Stderr, "KEEPER-ENDED: the agent is stopped")
+			syscall.Kill(-agent.Process.Pid, syscall.SIGKILL)
+			return 125
+		}
+	}
+}
+
+func keeperPid(k *Keeper) int {
+	if k == nil {
+		return 0
+	}
+	return k.Pid
 }
 
 // The secrets the fixture holds; no confined process may print one.

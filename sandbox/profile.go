@@ -18,12 +18,14 @@
 // Limits, each pinned by a test: the masks are resolved when a process
 // starts. A glob that may match anywhere (**/.env) is searched in the
 // roots (whole) and HomeDepth levels of home, and a rule's directory
-// (~/.aws/**) is masked if it exists. A matching file or directory that
-// appears later (a .env a build writes, a new ~/.aws) stays readable by
-// the agent's process until it is started again (a restart, an idle
-// stop, another set of roots); the commands its terminals run are not
-// affected: each terminal resolves the masks when it is created
-// (TestLateFiles). A matching file outside the searched places is never
+// (~/.aws/**) is masked if it exists. For an agent's process, a mask
+// keeper (keeper_linux.go) watches the same places from then on and masks
+// what appears there (a .env a build writes, a new ~/.aws, a directory
+// renamed into place, a new hard link to a hidden file) within a window
+// of milliseconds (TestLateFiles, TestLateFilesWindow); a descriptor the
+// agent opened before the mask keeps reading (TestLateFilesLimit). A
+// command its terminals run resolves the masks when it is created, and
+// has no keeper. A matching file outside the searched places is never
 // masked. A mask hides a name, not a file: another hard link to a hidden
 // file is masked only when the search finds it (Plan.Warnings names the
 // others).

@@ -51,6 +51,10 @@ type Plan struct {
 	// Net, when set, confines the network (net_linux.go); the Confiner
 	// sets it once the agent's egress proxy listens.
 	Net *NetPlan `json:"net,omitempty"`
+	// Keeper is what the mask keeper needs to mask the paths matching
+	// the profile's rules that appear after the start (keeper_linux.go);
+	// nil when nothing is hidden.
+	Keeper *KeeperPlan `json:"keeper,omitempty"`
 	// Warnings are limits that apply to this plan (a hard link the walk
 	// could not find), for the log and check.
 	Warnings []string `json:"-"`
@@ -60,6 +64,34 @@ type Plan struct {
 	// profile is what the plan was resolved from (nil in a plan handed
 	// over): Terminal resolves it again.
 	profile *Profile
+}
+
+// KeeperPlan is a profile's hidden paths as the mask keeper rebuilds
+// them in its own process: the rules, and the places they expand in.
+type KeeperPlan struct {
+	Agent string       `json:"agent"`
+	Home  string       `json:"home"`
+	Roots []string     `json:"roots"`
+	Rules []KeeperRule `json:"rules"`
+	// Required: the agent may not run without a keeper (sandbox.mode
+	// enforce); otherwise one that cannot start is said on stderr and the
+	// agent runs with the masks of its start.
+	Required bool `json:"required,omitempty"`
+	// MaxWatches bounds the directories the keeper watches (each pins
+	// about 1 KB of kernel memory); DefaultMaxWatches when 0. Past it the
+	// keeper cannot hold the profile, as past the inotify limit.
+	MaxWatches int `json:"maxWatches,omitempty"`
+}
+
+// DefaultMaxWatches is the keeper's bound on watched directories, as
+// DefaultWalkLimit bounds a start's search.
+const DefaultMaxWatches = DefaultWalkLimit
+
+// KeeperRule is one kernel-held deny rule: its path globs as written, and
+// the unless: globs that apply to the agent.
+type KeeperRule struct {
+	Paths  []string `json:"paths"`
+	Except []string `json:"except,omitempty"`
 }
 
 // ResolveOptions tune Resolve; the zero value is the defaults.
@@ -77,35 +109,18 @@ func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
 		o.WalkLimit = DefaultWalkLimit
 	}
 	r := &resolver{p: p, limit: o.WalkLimit, hidden: map[string]bool{}}
-	type walk struct {
-		base  string
-		depth int // -1: no limit
-		rule  string
-	}
-	var walks []walk
-	for _, k := range p.rules {
-		for _, b := range k.Bases(p.Home, p.Roots) {
-			switch {
-			case b.AnyDir:
-				for _, root := range p.Roots {
-					walks = append(walks, walk{root, -1, k.Rule})
-				}
-				if p.Home != "" && p.Home != "/" {
-					walks = append(walks, walk{p.Home, HomeDepth, k.Rule})
-				}
-			case b.Literal || b.Subtree && len(k.Except) == 0:
-				if _, err := os.Lstat(b.Base); err == nil && p.Hides(b.Base) {
-					r.hide(b.Base)
-				}
-			default:
-				walks = append(walks, walk{b.Base, -1, k.Rule})
-			}
+	var walks []search
+	for _, s := range p.searches() {
+		if s.walk {
+			walks = append(walks, s)
+		} else if _, err := os.Lstat(s.base); err == nil && p.Hides(s.base) {
+			r.hide(s.base)
 		}
 	}
 	walkAll := func() error {
-		done := map[walk]bool{}
+		done := map[search]bool{}
 		for _, w := range walks {
-			key := walk{w.base, w.depth, ""}
+			key := search{base: w.base, depth: w.depth, walk: true}
 			if done[key] {
 				continue
 			}
@@ -132,6 +147,12 @@ func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
 		}
 	}
 	plan := &Plan{Visited: r.visited, Warnings: r.linkWarnings(ids), profile: p}
+	if len(p.rules) > 0 {
+		plan.Keeper = &KeeperPlan{Agent: p.Agent, Home: p.Home, Roots: p.Roots}
+		for _, k := range p.rules {
+			plan.Keeper.Rules = append(plan.Keeper.Rules, KeeperRule{Paths: k.Paths, Except: k.ExceptFor(p.Agent)})
+		}
+	}
 	for path := range r.hidden {
 		if r.coveredAbove(path) {
 			continue
@@ -167,6 +188,42 @@ func Resolve(p *Profile, o ResolveOptions) (*Plan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// search is where a rule's paths are looked for: base, and when walk is
+// set everything below it, at most depth levels deep (-1: no limit).
+// Resolve searches these places once; the mask keeper watches them.
+type search struct {
+	base  string
+	depth int
+	walk  bool
+	rule  string
+}
+
+// searches are the places the profile's rules can match: a glob that may
+// match anywhere (**/.env) in the roots, whole, and in home HomeDepth
+// levels deep; a literal path or a whole directory (~/.aws/**) at its
+// base only; any other glob below its base.
+func (p *Profile) searches() []search {
+	var out []search
+	for _, k := range p.rules {
+		for _, b := range k.Bases(p.Home, p.Roots) {
+			switch {
+			case b.AnyDir:
+				for _, root := range p.Roots {
+					out = append(out, search{root, -1, true, k.Rule})
+				}
+				if p.Home != "" && p.Home != "/" {
+					out = append(out, search{p.Home, HomeDepth, true, k.Rule})
+				}
+			case b.Literal || b.Subtree && len(k.Except) == 0:
+				out = append(out, search{b.Base, 0, false, k.Rule})
+			default:
+				out = append(out, search{b.Base, -1, true, k.Rule})
+			}
+		}
+	}
+	return out
 }
 
 type fileKey struct{ dev, ino uint64 }

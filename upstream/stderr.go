@@ -63,10 +63,22 @@ func (a *Agent) relayStderr(r io.ReadCloser) {
 			}
 			line = Redact(line)
 			a.tail.add(line)
-			a.log.Info("stderr", "line", line)
+			if watchdogLine(line) {
+				a.log.Warn("stderr", "line", line)
+			} else {
+				a.log.Info("stderr", "line", line)
+			}
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			return
 		}
 	}
+}
+
+// watchdogLine: a line the agent's watchdog or its sandbox wrote (a mask
+// keeper that could not start, or ended and stopped the agent; a signal
+// handled), logged as a warning. The agent shares the stream and could
+// write such a line too: that changes only its level.
+func watchdogLine(line string) bool {
+	return strings.HasPrefix(line, "acp-router sandbox: ") || strings.HasPrefix(line, "acp-router: agent watchdog: ")
 }

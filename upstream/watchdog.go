@@ -267,10 +267,21 @@ func runWatchdog(args []string) int {
 	lifeline := os.NewFile(lifelineFD, "lifeline")
 	report := os.NewFile(reportFD, "report")
 	// A confined agent's watchdog confines itself first (sandbox.Handoff):
-	// the agent inherits it from its first instruction on.
-	if _, err := sandbox.Enter(); err != nil {
+	// the agent inherits it from its first instruction on. Its mask
+	// keeper, started on the way, is this process's child: when it ends,
+	// the agent is ended too (fail closed: files that appear from then on
+	// would stay readable).
+	keeper, warn, _, err := sandbox.EnterKeeping()
+	if err != nil {
 		fmt.Fprintf(report, "error sandbox: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		return 126
+	}
+	if warn != "" {
+		fmt.Fprintf(os.Stderr, "acp-router sandbox: warning: %s\n", warn)
+	}
+	keeperPid := -1
+	if keeper != nil {
+		keeperPid = keeper.Pid
 	}
 	ppid := os.Getppid()
 	setSubreaper()
@@ -304,6 +315,7 @@ func runWatchdog(args []string) int {
 	// that the watchdog could wait for.
 	status := make(chan syscall.WaitStatus, 1)
 	noChildren := make(chan struct{})
+	keeperGone := make(chan syscall.WaitStatus, 1)
 	go func() {
 		for {
 			var ws syscall.WaitStatus
@@ -315,6 +327,8 @@ func runWatchdog(args []string) int {
 				return
 			case pid == pgid:
 				status <- ws
+			case pid == keeperPid:
+				keeperGone <- ws
 			}
 		}
 	}()
@@ -357,6 +371,9 @@ func runWatchdog(args []string) int {
 			endTree(pgid, grace, noChildren)
 			return exit(ws)
 		case <-routerGone:
+			return endAll()
+		case ws := <-keeperGone:
+			fmt.Fprintf(os.Stderr, "acp-router: agent watchdog: the sandbox's mask keeper ended (%s): the agent is stopped, since files that appear from now on could not be masked\n", waitStatusString(ws))
 			return endAll()
 		case sig := <-sigs:
 			if os.Getppid() != ppid { // the router is gone (its Pdeathsig, SIGHUP)
