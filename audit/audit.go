@@ -120,8 +120,20 @@ type Record struct {
 	Layer         string  `json:"layer,omitempty"`
 	Source        string  `json:"source"` // rule | default | grant | user | builtin
 	UserChoice    string  `json:"userChoice,omitempty"`
-	PolicyHash    string  `json:"policyHash"`
-	LatencyUs     int64   `json:"latencyUs"`
+	// AnsweredBy is who answered an ask (issue 30): a client of the
+	// router's by its token's name (never the token), or "editor" for the
+	// editor that launched it; "" when no one answered.
+	AnsweredBy string `json:"answeredBy,omitempty"`
+	// Answerers are who the policy lets answer the ask (answered_by), when
+	// a rule says so; absent when anyone may, and when the rules name no
+	// one in common (AnswerRefused then says so).
+	Answerers []string `json:"answerers,omitempty"`
+	// AnswerRefused says why an answer, or the ask itself, was not taken:
+	// the answer came from a client the policy does not let answer, or no
+	// client that may answer can (UserChoice is then cancelled).
+	AnswerRefused string `json:"answerRefused,omitempty"`
+	PolicyHash    string `json:"policyHash"`
+	LatencyUs     int64  `json:"latencyUs"`
 }
 
 // Options configure a Log. The zero value is the defaults.

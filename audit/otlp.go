@@ -47,6 +47,11 @@ func OTLPRecord(r *Record) otellog.Record {
 	opt("toolCallId", r.ToolCallID)
 	opt("layer", r.Layer)
 	opt("userChoice", r.UserChoice)
+	opt("answeredBy", r.AnsweredBy)
+	opt("answerRefused", r.AnswerRefused)
+	if r.Answerers != nil {
+		kv = append(kv, attribute.StringSlice("answerers", r.Answerers))
+	}
 	if r.Rule != nil {
 		kv = append(kv, attribute.String("rule", *r.Rule))
 	}

@@ -90,7 +90,53 @@ type Verdict struct {
 	// made under (the agent's request in its turn), for its own span.
 	start time.Time
 	trace trace.SpanContext
+	// answeredBy is who answered the ask (RecordAnswer); the zero value
+	// for the policy. refused: that answer, or the ask, was not taken.
+	answeredBy Answerer
+	refused    bool
 }
+
+// Answerer is who answered an ask (issue 30): a client of the router's,
+// by its token's name, or the editor that launched the router over stdio.
+type Answerer struct {
+	Name   string
+	Editor bool
+}
+
+// EditorAnswerer is the editor that launched the router: the one client
+// there is when no hub is in front of it.
+var EditorAnswerer = Answerer{Name: policy.AnswererEditor, Editor: true}
+
+func (a Answerer) String() string {
+	switch {
+	case a.Editor:
+		return "the editor"
+	case a.Name == "":
+		return "a client that did not say who it is"
+	}
+	return fmt.Sprintf("client %q", a.Name)
+}
+
+// may: a may answer an ask only answerers may answer (nil: anyone). The
+// zero Answerer is the policy's own allow, which an ask restricted to
+// some answerers is not.
+func may(answerers *policy.Answerers, a Answerer) bool {
+	return answerers.Allows(a.Name, a.Editor)
+}
+
+// Answerers is who may answer v's ask when a rule says so (answered_by);
+// nil when anyone may, or v is not an ask. Names is empty when no one
+// may: carry such an ask out with RecordUnanswerable.
+func (v *Verdict) Answerers() *policy.Answerers {
+	if v.Effect != policy.Ask {
+		return nil
+	}
+	return v.dec.Answerers
+}
+
+// AnswerRefused: RecordAnswer did not take the answer (its client may not
+// answer the ask), or RecordUnanswerable refused the ask; v is a deny.
+func (v *Verdict) AnswerRefused() bool { return v.refused }
 
 // ErrorMessage is the message of the error a denied direct call gets.
 func (v *Verdict) ErrorMessage() string {
@@ -184,7 +230,9 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	// covers only what the router still sees of it.
 	if v.Effect == policy.Ask && d.Evidence != nil && d.Rule != policy.RuleDeniedMode && !overflow {
 		for _, gr := range grants {
-			if gr.agent == req.Agent && gr.effect == policy.Allow && gr.ev.Covers(d.Evidence) {
+			// An "always" given by someone the ask's rules do not let
+			// answer it covers nothing of it.
+			if gr.agent == req.Agent && gr.effect == policy.Allow && may(d.Answerers, gr.by) && gr.ev.Covers(d.Evidence) {
 				v.Effect, v.Source, v.Rule, v.Layer, v.Message = policy.Allow, "grant", "", "session", ""
 				break
 			}
@@ -198,7 +246,7 @@ func (g *Guard) Decide(ctx context.Context, s *Session, req Request) *Verdict {
 	}
 	if v.Effect == policy.Ask && req.Method != acp.MethodRequestPermission && d.Evidence != nil {
 		for _, a := range approvals {
-			if a.agent == req.Agent && a.ev.Covers(d.Evidence) {
+			if a.agent == req.Agent && may(d.Answerers, a.by) && a.ev.Covers(d.Evidence) {
 				v.Effect, v.Source, v.Rule, v.Layer, v.Message = policy.Allow, a.source, a.rule, "turn", ""
 				break
 			}
@@ -422,7 +470,46 @@ const (
 // an approval for the turn (a permission request allowed), a grant for
 // the session (an "always" choice). An allow that cannot be audited must
 // not happen: v becomes a deny (AuditFailed) and the error is returned.
+//
+// A choice is the editor's answer (RecordAnswer with EditorAnswerer).
 func (g *Guard) Record(v *Verdict, choice string) error {
+	if choice == "" {
+		return g.record(v, "", nil, "")
+	}
+	return g.RecordAnswer(v, choice, EditorAnswerer)
+}
+
+// RecordAnswer is Record of the answer choice that by gave to v's ask. An
+// answer from someone the ask's rules do not let answer it (answered_by)
+// is not taken (fail closed): it is recorded as cancelled with the
+// reason, approves and grants nothing, and v becomes a deny
+// (AnswerRefused) whose message says why, to be carried out as one.
+func (g *Guard) RecordAnswer(v *Verdict, choice string, by Answerer) error {
+	refused := ""
+	if a := v.Answerers(); !may(a, by) {
+		refused = fmt.Sprintf("%s answered %s, but only %s may answer (%s)", by, choice, a, a.Why())
+		choice = Cancelled
+	}
+	return g.record(v, choice, &by, refused)
+}
+
+// RecordUnanswered records v, an ask that ended without an answer (the
+// editor's side answered with an error, or the request was withdrawn), as
+// cancelled, answered by no one.
+func (g *Guard) RecordUnanswered(v *Verdict) error {
+	return g.record(v, Cancelled, nil, "")
+}
+
+// RecordUnanswerable records v, an ask that cannot be answered (why: no
+// client that may answer it can, see Answerers), and makes it a deny
+// (AnswerRefused) whose message says why.
+func (g *Guard) RecordUnanswerable(v *Verdict, why string) error {
+	return g.record(v, "", nil, why)
+}
+
+// record writes v with choice, answered by by (nil: no one answered);
+// refused says why the answer or the ask was not taken.
+func (g *Guard) record(v *Verdict, choice string, by *Answerer, refused string) error {
 	if g == nil {
 		return nil
 	}
@@ -433,10 +520,22 @@ func (g *Guard) Record(v *Verdict, choice string) error {
 	}
 	rec := audit.Record{Time: time.Now(), Session: v.SessionID, ParentSession: v.ParentID, Agent: v.Agent,
 		Method: v.Method, ToolCallID: v.ToolCallID, Evidence: auditEvidence(&v.dec), Decision: v.Effect.String(),
-		Layer: v.Layer, Source: v.Source, UserChoice: choice, PolicyHash: v.dec.PolicyHash,
+		Layer: v.Layer, Source: v.Source, UserChoice: choice, AnswerRefused: refused, PolicyHash: v.dec.PolicyHash,
 		LatencyUs: v.Latency.Microseconds()}
 	if v.Rule != "" {
 		rec.Rule = &v.Rule
+	}
+	if by != nil {
+		// The name only: a client's token never reaches the guard.
+		rec.AnsweredBy = by.Name
+		v.answeredBy = *by
+	}
+	if a := v.Answerers(); a != nil {
+		rec.Answerers = a.Names
+	}
+	if refused != "" {
+		allowed = false
+		v.Effect, v.Message, v.refused = policy.Deny, refused, true
 	}
 	start := v.start
 	if start.IsZero() {

@@ -642,7 +642,7 @@ func TestRecord(t *testing.T) {
 				"evidence":[{"type":"command","kinds":["execute"],"command":["git","status"],"env":["TOKEN"],"decision":"allow","rule":"safe-commands"}]}`},
 		{name: "the user's choice", method: acp.MethodRequestPermission, choice: AllowAlways,
 			params: permParams("t1", map[string]any{"kind": "edit", "locations": locations(testCwd + "/src/a.go"), "content": []map[string]any{{"type": "diff", "path": testCwd + "/src/a.go", "newText": "secret content"}}}),
-			want: `{"session":"rs","agent":"claude","method":"session/request_permission","toolCallId":"t1","decision":"ask","rule":null,"layer":"user","source":"user","userChoice":"allow_always",
+			want: `{"session":"rs","agent":"claude","method":"session/request_permission","toolCallId":"t1","decision":"ask","rule":null,"layer":"user","source":"user","userChoice":"allow_always","answeredBy":"editor",
 				"evidence":[{"type":"path","kinds":["edit"],"path":"/p/src/a.go","decision":"ask"}]}`},
 	}
 	for _, tt := range tests {

@@ -239,6 +239,8 @@ type approval struct {
 	ev     *extract.Evidence
 	source string
 	rule   string
+	// by answered the ask that approved it; the zero value: the policy.
+	by Answerer
 }
 
 // grant is an "always" choice of the user, held by the router for the
@@ -248,6 +250,8 @@ type grant struct {
 	agent  string
 	effect policy.Effect
 	ev     *extract.Evidence
+	// by is who chose "always".
+	by Answerer
 }
 
 func (s *Session) approve(v *Verdict) {
@@ -268,7 +272,7 @@ func (s *Session) approve(v *Verdict) {
 		// grow them without bound. A forgotten approval asks again.
 		s.approvals = s.approvals[1:]
 	}
-	s.approvals = append(s.approvals, approval{agent: v.Agent, ev: v.dec.Evidence, source: v.Source, rule: v.Rule})
+	s.approvals = append(s.approvals, approval{agent: v.Agent, ev: v.dec.Evidence, source: v.Source, rule: v.Rule, by: v.answeredBy})
 	s.mu.Unlock()
 }
 
@@ -282,6 +286,6 @@ func (s *Session) grant(v *Verdict, effect policy.Effect) {
 		// never less safe.
 		s.grants = s.grants[1:]
 	}
-	s.grants = append(s.grants, grant{agent: v.Agent, effect: effect, ev: v.dec.Evidence})
+	s.grants = append(s.grants, grant{agent: v.Agent, effect: effect, ev: v.dec.Evidence, by: v.answeredBy})
 	s.mu.Unlock()
 }

@@ -76,7 +76,10 @@ type Policy struct {
 	warnings []string
 	hash     string
 	idx      index
-	scratch  sync.Pool
+	// answeredBy are the ask rules in force with answered_by, by layer
+	// and id; empty when none has one (Decide then looks no further).
+	answeredBy map[string]*Rule
+	scratch    sync.Pool
 }
 
 // DefaultEffect is the effective default when no layer sets one.
@@ -139,6 +142,14 @@ func Compile(layers ...*Layer) (*Policy, error) {
 				ids[r.ID] = r
 			}
 			kept = append(kept, r)
+		}
+		for _, r := range kept {
+			if r.Decision == Ask && len(r.AnsweredBy) > 0 {
+				if p.answeredBy == nil {
+					p.answeredBy = map[string]*Rule{}
+				}
+				p.answeredBy[r.Layer+"\x00"+r.ID] = r
+			}
 		}
 		slices.SortStableFunc(kept, func(a, b *Rule) int { return strings.Compare(a.ID, b.ID) })
 		p.rules = append(p.rules, kept...)
@@ -207,6 +218,8 @@ func (p *Policy) computeHash() string {
 	type ruleDoc struct {
 		ID, Layer, Decision, Message string
 		When, Unless                 map[string][]string
+		// AnsweredBy changes who may answer: the decision.
+		AnsweredBy []string `json:",omitempty"`
 	}
 	norm := func(c *Cond) map[string][]string {
 		if c == nil {
@@ -256,7 +269,9 @@ func (p *Policy) computeHash() string {
 	}
 	slices.Sort(doc.AgentModes)
 	for _, r := range p.rules {
-		doc.Rules = append(doc.Rules, ruleDoc{r.ID, r.Layer, r.Decision.String(), r.Message, norm(r.When), norm(r.Unless)})
+		by := slices.Clone(r.AnsweredBy)
+		slices.Sort(by)
+		doc.Rules = append(doc.Rules, ruleDoc{r.ID, r.Layer, r.Decision.String(), r.Message, norm(r.When), norm(r.Unless), by})
 	}
 	b, _ := json.Marshal(doc) // maps marshal with sorted keys
 	sum := sha256.Sum256(b)

@@ -34,6 +34,9 @@ type Decision struct {
 	Evidence *extract.Evidence `json:"-"`
 	// Kernel: the request was decided with a kernel guard (Request.Kernel).
 	Kernel bool `json:"kernel,omitempty"`
+	// Answerers, for an ask, is who may answer it when a rule that asks
+	// says so (answered_by); nil: any controller.
+	Answerers *Answerers `json:"answeredBy,omitempty"`
 }
 
 // Finding is one evidence item and how it was decided.
@@ -175,6 +178,9 @@ func (p *Policy) evaluate(ev *extract.Evidence, fs extract.FS, kernel extract.Ke
 	}
 	f := &d.Findings[best]
 	d.Effect, d.Rule, d.Layer, d.Source, d.Message = f.Effect, f.Rule, f.Layer, f.Source, f.Message
+	if d.Effect == Ask && len(p.answeredBy) > 0 {
+		d.Answerers = p.answerersOf(&d)
+	}
 	return d
 }
 

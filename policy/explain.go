@@ -19,6 +19,13 @@ func Explain(d *Decision) string {
 	if d.Message != "" {
 		fmt.Fprintf(&b, "message:  %s\n", d.Message)
 	}
+	if a := d.Answerers; a != nil {
+		if len(a.Names) == 0 {
+			fmt.Fprintf(&b, "answered: by no one: the %s name no one in common, so the ask is refused\n", a.Why())
+		} else {
+			fmt.Fprintf(&b, "answered: only by %s   (%s)\n", a, a.Why())
+		}
+	}
 	fmt.Fprintf(&b, "policy:   %s\n", d.PolicyHash)
 	if ev := d.Evidence; ev != nil {
 		ctx := []string{d.Method}
@@ -152,6 +159,16 @@ func decider(rule, layer string, src Source) string {
 
 // Answer describes what the agent gets for a decision (DESIGN §6).
 func Answer(d *Decision) string {
+	if a := d.Answerers; a != nil && d.Effect == Ask {
+		if len(a.Names) == 0 {
+			return "refused at once as if rejected (no one may answer); the editor is told why"
+		}
+		return answer(d) + "; only " + a.String() + " may answer (an answer from another client is taken as a reject)"
+	}
+	return answer(d)
+}
+
+func answer(d *Decision) string {
 	if d.Method == acp.MethodRequestPermission {
 		switch d.Effect {
 		case Allow:

@@ -151,6 +151,9 @@ type Rule struct {
 	// AnyArgs (arguments: any): an allow rule that covers commands whose
 	// arguments the router does not all understand (Item.Unknown).
 	AnyArgs bool
+	// AnsweredBy (ask rules only) are who may answer the ask: token names
+	// and AnswererEditor; nil: any controller (answerers.go).
+	AnsweredBy []string
 }
 
 // Keys of a permissions mapping, a rule and a matcher.
@@ -158,8 +161,8 @@ var (
 	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "agent_modes", "rules", "tests", "telemetry", "sandbox"}
 	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
-	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments"}
-	testKeys    = []string{"call", "expect", "rule", "agent", "mode", "cwd", "roots", "files", "symlinks"}
+	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments", "answered_by"}
+	testKeys    = []string{"call", "expect", "rule", "answered_by", "agent", "mode", "cwd", "roots", "files", "symlinks"}
 	matcherKeys = []string{"agent", "kind", "method", "title", "tool", "paths", "command", "program", "flags_any",
 		"domains", "mode", "cwd", "env"}
 
@@ -443,6 +446,12 @@ func (p *parser) rule(path string, n *yaml.Node, seen map[string]*Rule) *Rule {
 	if v := f["message"]; v != nil {
 		r.Message, _ = p.str(path+".message", v)
 	}
+	if v := f["answered_by"]; v != nil {
+		r.AnsweredBy = p.answerers(path+".answered_by", v)
+		if r.Decision != None && r.Decision != Ask {
+			p.errorf(v, path+".answered_by", "only an ask rule may say who answers (this rule is %s: no one is asked)", r.Decision)
+		}
+	}
 	if v := f["arguments"]; v != nil {
 		if a, ok := p.str(path+".arguments", v); ok {
 			switch a {
@@ -557,6 +566,12 @@ func (p *parser) test(path string, n *yaml.Node) *TestCase {
 	}
 	if v := f["rule"]; v != nil {
 		t.Rule, _ = p.str(path+".rule", v)
+	}
+	if v := f["answered_by"]; v != nil {
+		t.AnsweredBy = p.answerers(path+".answered_by", v)
+		if t.Expect != None && t.Expect != Ask {
+			p.errorf(v, path+".answered_by", "only an ask is answered: expect must be ask, not %s", t.Expect)
+		}
 	}
 	if v := f["agent"]; v != nil {
 		t.Agent, _ = p.str(path+".agent", v)

@@ -21,6 +21,7 @@ import (
 //	  - call: "fs/read_text_file ${cwd}/.env"  # or a list of calls, or {method: M, params: {...}}
 //	    expect: deny                            # allow | ask | deny
 //	    rule: no-secrets                        # optional: the rule that must decide (see below)
+//	    answered_by: [lead]                     # optional, with expect: ask: who may answer (answerers.go)
 //	    agent: claude                           # optional session context
 //	    mode: default
 //	    cwd: /home/user/project                 # default /home/user/project
@@ -36,18 +37,21 @@ import (
 // passes when that rule fires with the expected decision but a rule of a
 // layer above, with the same decision, decides first (the user layer
 // repeats what the org enforces): the result says so in its Note.
+// answered_by: states who may answer the ask, exactly (in any order); a
+// test without it says nothing of who answers.
 type TestCase struct {
-	Pos      Pos
-	Layer    string
-	Calls    []*TestCall
-	Expect   Effect
-	Rule     string
-	Agent    string
-	Mode     string
-	Cwd      string
-	Roots    []string
-	Files    []string
-	Symlinks map[string]string
+	Pos        Pos
+	Layer      string
+	Calls      []*TestCall
+	Expect     Effect
+	Rule       string
+	AnsweredBy []string
+	Agent      string
+	Mode       string
+	Cwd        string
+	Roots      []string
+	Files      []string
+	Symlinks   map[string]string
 }
 
 // TestCall is one call of a test. The string form is "METHOD ARGS...":
@@ -528,7 +532,28 @@ func (p *Policy) runCall(t *TestCase, c *TestCall, opts TestOptions) TestResult 
 	default:
 		res.Pass = true
 	}
+	if res.Pass && t.AnsweredBy != nil && !sameNames(t.AnsweredBy, d.Answerers) {
+		res.Pass, res.Note = false, ""
+		got := "anyone (no rule that asks says who answers)"
+		if a := d.Answerers; a != nil {
+			got = a.String() + " (" + a.Why() + ")"
+		}
+		res.Problem = fmt.Sprintf("expected ask answered by %s, got ask answered by %s", strings.Join(t.AnsweredBy, ", "), got)
+	}
 	return res
+}
+
+// sameNames: a holds exactly the names want, in any order.
+func sameNames(want []string, a *Answerers) bool {
+	if a == nil || len(a.Names) != len(want) {
+		return false
+	}
+	for _, n := range want {
+		if !slices.Contains(a.Names, n) {
+			return false
+		}
+	}
+	return true
 }
 
 // repeats returns the finding a rule of a layer above layer decided,
@@ -634,6 +659,13 @@ func (p *Policy) Shadowed() []Shadow {
 // shadows reports whether s decides every item r matches, so that r
 // never decides; first is whether s comes before r in Rules.
 func shadows(s, r *Rule, first bool) bool {
+	if len(r.AnsweredBy) > 0 && (s.Decision == Ask || r.When.has("paths")) &&
+		!(s.Decision == Ask && len(s.AnsweredBy) > 0 && s.Layer == LayerOrg && r.Layer != LayerOrg) {
+		// Where s asks, r's answered_by still says who answers (it is
+		// intersected with those of its layer, or holds over a weaker
+		// layer's): r takes effect though it never names the decision.
+		return false
+	}
 	switch {
 	case s.Decision < r.Decision:
 		return false

@@ -69,7 +69,8 @@
 // editor launched that also listens.
 //
 // Flow control: remote/ keeps no queue of its own beyond one bounded
-// buffer a stream (Options.StreamBuffer): Conn.Write blocks while the
+// buffer a stream (Options.StreamBuffer; an HTTP connection's streams
+// together at most four of them): Conn.Write blocks while the
 // client does not read, and gives up after Options.WriteTimeout or when
 // its ctx ends, so that a dead peer holds no goroutine for ever. The hub
 // calls Write from one goroutine a client and bounds its own queue.

@@ -19,11 +19,10 @@ type stream struct {
 	bytes    int
 	receiver bool
 	wake     chan struct{} // a message queued: for the receiver
-	room     chan struct{} // the receiver took the queue: for Write
 }
 
 func newStream() *stream {
-	return &stream{wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	return &stream{wake: make(chan struct{}, 1)}
 }
 
 func signal(ch chan struct{}) {
@@ -57,6 +56,10 @@ type httpConn struct {
 	initID    string
 	initReply chan []byte // the initialize response, taken once
 	idle      *time.Timer
+	// buffered is what all the streams hold; room is signalled when a
+	// receiver takes some (Write's one goroutine waits on it).
+	buffered int
+	room     chan struct{}
 }
 
 // maxPending bounds the request ids a connection remembers each way; the
@@ -96,12 +99,8 @@ func (c *httpConn) Write(ctx context.Context, msg []byte) error {
 			c.asked[m.id] = route
 		}
 	}
-	st, err := c.streamLocked(route)
 	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return c.put(ctx, st, msg)
+	return c.put(ctx, route, msg)
 }
 
 // streamLocked is the stream of route ("" the connection's), created for
@@ -121,10 +120,14 @@ func (c *httpConn) streamLocked(route string) (*stream, error) {
 	return st, nil
 }
 
-// put queues msg on st, waiting while st holds StreamBuffer bytes its
-// client has not taken.
-func (c *httpConn) put(ctx context.Context, st *stream, msg []byte) error {
+// put queues msg on route's stream, waiting while that stream holds
+// StreamBuffer bytes its client has not taken, or the connection's
+// streams together connBuffer. The stream is looked up again each time:
+// a session stream whose receiver left empty is gone, and the next
+// message for it starts a new one.
+func (c *httpConn) put(ctx context.Context, route string, msg []byte) error {
 	var timeout <-chan time.Time
+	limit := c.s.opts.StreamBuffer
 	for {
 		c.mu.Lock()
 		select {
@@ -133,9 +136,15 @@ func (c *httpConn) put(ctx context.Context, st *stream, msg []byte) error {
 			return errClosed
 		default:
 		}
-		if st.bytes == 0 || st.bytes+len(msg) <= c.s.opts.StreamBuffer {
+		st, err := c.streamLocked(route)
+		if err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		if c.buffered == 0 || (st.bytes+len(msg) <= limit && c.buffered+len(msg) <= connBuffer*limit) {
 			st.q = append(st.q, msg)
 			st.bytes += len(msg)
+			c.buffered += len(msg)
 			c.mu.Unlock()
 			signal(st.wake)
 			return nil
@@ -147,7 +156,7 @@ func (c *httpConn) put(ctx context.Context, st *stream, msg []byte) error {
 			timeout = t.C
 		}
 		select {
-		case <-st.room:
+		case <-c.room:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timeout:
@@ -157,6 +166,11 @@ func (c *httpConn) put(ctx context.Context, st *stream, msg []byte) error {
 		}
 	}
 }
+
+// connBuffer: a connection's streams together hold at most this many
+// StreamBuffers (a client that opens no stream for sessions it is sent
+// cannot make the router keep MaxSessionStreams buffers).
+const connBuffer = 4
 
 func (c *httpConn) Close(reason error) error {
 	c.once.Do(func() {
@@ -288,7 +302,7 @@ func (s *Server) initialize(w http.ResponseWriter, r *http.Request, id Identity,
 	initReply := make(chan []byte, 1)
 	c := &httpConn{s: s, id: newID(), ident: id, in: make(chan []byte), done: make(chan struct{}),
 		main: newStream(), sessions: map[string]*stream{}, pending: map[string]string{}, asked: map[string]string{},
-		initID: m.id, initReply: initReply}
+		initID: m.id, initReply: initReply, room: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.conns[c.id] = c
 	s.mu.Unlock()
@@ -427,10 +441,11 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, c *httpConn, st *s
 	for {
 		c.mu.Lock()
 		batch := st.q
+		c.buffered -= st.bytes
 		st.q, st.bytes = nil, 0
 		c.mu.Unlock()
 		if len(batch) > 0 {
-			signal(st.room)
+			signal(c.room)
 			for _, msg := range batch {
 				if !write(dataPrefix, msg, end) {
 					return
@@ -453,6 +468,7 @@ func (s *Server) pump(w http.ResponseWriter, r *http.Request, c *httpConn, st *s
 			// What was queued before the end still goes out, then why.
 			c.mu.Lock()
 			batch := st.q
+			c.buffered -= st.bytes
 			st.q, st.bytes = nil, 0
 			c.mu.Unlock()
 			for _, msg := range batch {

@@ -30,13 +30,14 @@ type LineConn struct {
 
 // NewLineConn reads in and writes out; max bounds a line (default
 // acp.DefaultMaxLine as the server's), writeTimeout a write when out has
-// deadlines (a pipe the runtime polls); close, when set, is called by
-// Close.
+// deadlines (a pipe the runtime polls; 0: DefaultWriteTimeout, negative:
+// none, for the stdio editor, which may take its time as it always
+// could); close, when set, is called by Close.
 func NewLineConn(in io.Reader, out io.Writer, max int, writeTimeout time.Duration, close func() error) *LineConn {
 	if max <= 0 {
 		max = acp.DefaultMaxLine
 	}
-	if writeTimeout <= 0 {
+	if writeTimeout == 0 {
 		writeTimeout = DefaultWriteTimeout
 	}
 	return &LineConn{r: bufio.NewReaderSize(in, 64<<10), w: out, max: max, timeout: writeTimeout, closer: close}
@@ -103,7 +104,7 @@ func (c *LineConn) Write(ctx context.Context, msg []byte) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if d, ok := c.w.(writeDeadliner); ok {
+	if d, ok := c.w.(writeDeadliner); ok && c.timeout > 0 {
 		d.SetWriteDeadline(time.Now().Add(c.timeout))
 	}
 	if _, err := c.w.Write(append(msg[:len(msg):len(msg)], '\n')); err != nil {

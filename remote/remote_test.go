@@ -374,3 +374,76 @@ func TestTokenCookie(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// A client that opens no stream for the sessions it is sent cannot make
+// the router hold a buffer for each: the connection's streams together
+// hold at most connBuffer StreamBuffers, then Write waits and gives up.
+func TestConnectionBufferBound(t *testing.T) {
+	accepted := make(chan int, 1)
+	serve := func(ctx context.Context, c Conn, id Identity) error {
+		c.Read(ctx)
+		c.Write(ctx, []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`))
+		pad := strings.Repeat("a", 60<<10)
+		for i := range 100 {
+			msg := fmt.Sprintf(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s%d","pad":%q}}`, i, pad)
+			if c.Write(ctx, []byte(msg)) != nil {
+				accepted <- i
+				return nil
+			}
+		}
+		accepted <- 100
+		return nil
+	}
+	_, url, _ := startServer(t, Options{Serve: serve, Auth: tokenAuth, StreamBuffer: 64 << 10, WriteTimeout: 200 * time.Millisecond})
+	open(t, url)
+	select {
+	case n := <-accepted:
+		// 4 StreamBuffers of 64 KiB: 4 messages of 60 KiB, and one more
+		// taken while the first were counted.
+		if n > 5 {
+			t.Errorf("%d messages of 60 KiB buffered for sessions nobody reads, want at most 5", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Write blocked past its timeout")
+	}
+}
+
+// The event stream's refusals: 406 without Accept: text/event-stream,
+// 400 without a connection id, 404 for an unknown one, 409 for a second
+// reader of one stream (the SDK's client fails that session only).
+func TestSSERefusals(t *testing.T) {
+	_, url, _ := startServer(t, Options{Serve: newFakeAgent().Serve, Auth: tokenAuth})
+	id := open(t, url)
+	get := func(hdr map[string]string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	sse := "text/event-stream"
+	for _, tc := range []struct {
+		name string
+		hdr  map[string]string
+		code int
+	}{
+		{"no accept", map[string]string{HeaderConnectionID: id}, 406},
+		{"no connection id", map[string]string{"Accept": sse}, 400},
+		{"unknown connection", map[string]string{"Accept": sse, HeaderConnectionID: "nope"}, 404},
+		{"session stream", map[string]string{"Accept": sse, HeaderConnectionID: id, HeaderSessionID: "s1"}, 200},
+		{"second reader of it", map[string]string{"Accept": sse, HeaderConnectionID: id, HeaderSessionID: "s1"}, 409},
+		{"connection stream", map[string]string{"Accept": sse, HeaderConnectionID: id}, 200},
+		{"second reader of it", map[string]string{"Accept": sse, HeaderConnectionID: id}, 409},
+	} {
+		if resp := get(tc.hdr); resp.StatusCode != tc.code {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.code)
+		}
+	}
+}

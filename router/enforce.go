@@ -241,11 +241,18 @@ var askSeq atomic.Uint64
 // in its own goroutine.
 func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.Instance, req *jsonrpc2.Request, p json.RawMessage, v *guard.Verdict,
 	reply func(json.RawMessage, error), mcpServer string, relay func()) {
+	g := r.opts.Guard
+	if why := r.unanswerable(v); why != "" {
+		// No one who may answer can: refused as a deny is.
+		g.RecordUnanswerable(v, why)
+		reply(nil, v.DenyError())
+		return
+	}
 	title, kind, toolCall, err := describeCall(inst.Agent.Title(), req.Method, mcpServer, p)
 	if err != nil {
 		// The user is never asked about a call the router cannot show:
 		// recorded as the policy's ask, unanswered, and refused.
-		r.opts.Guard.Record(v, "")
+		g.Record(v, "")
 		reply(nil, errMalformed(req.Method, err))
 		return
 	}
@@ -254,16 +261,27 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 	editorToolID := s.toolIDs.Out("", toolID)
 	s.mu.Unlock()
 	toolCall["toolCallId"], toolCall["title"], toolCall["kind"], toolCall["status"] = editorToolID, title, kind, "pending"
-	ask := mustJSON(map[string]any{"sessionId": s.ID, "toolCall": toolCall, "options": askOptions})
+	question := map[string]any{"sessionId": s.ID, "toolCall": toolCall, "options": askOptions}
+	if a := v.Answerers(); a != nil {
+		question["_meta"] = map[string]any{metaAnswerers: a.Names}
+	}
+	ask := mustJSON(question)
 	choice := "cancelled"
+	var res json.RawMessage
 	c, done, err := r.callEditor(ctx, inst, acp.RawID(req.ID), s.ID, acp.MethodRequestPermission, ask)
 	if err == nil {
-		res, werr := c.Wait(ctx)
+		res, err = c.Wait(ctx)
 		done()
-		choice = chosenKind(res, werr, askOptions)
+		choice = chosenKind(res, err, askOptions)
 	}
 	allowed := choice == allowOnce || choice == allowAlways
-	if r.opts.Guard.Record(v, choice) != nil && v.AuditFailed() {
+	var rerr error
+	if err != nil {
+		rerr = g.RecordUnanswered(v)
+	} else {
+		rerr = g.RecordAnswer(v, choice, r.answerer(res))
+	}
+	if rerr != nil && v.AuditFailed() || v.AnswerRefused() {
 		allowed = false
 	}
 	s.mu.Lock()
@@ -277,7 +295,7 @@ func (r *Router) askThenRelay(ctx context.Context, s *Session, inst *upstream.In
 	s.mu.Unlock()
 	if !allowed {
 		msg := fmt.Sprintf("acp-router: the user did not allow %s", title)
-		if v.AuditFailed() {
+		if v.AuditFailed() || v.AnswerRefused() {
 			msg = v.ErrorMessage()
 		}
 		reply(nil, fail(errInternal, msg, map[string]any{"decision": guard.Deny.String(), "source": v.Source, "userChoice": choice}))

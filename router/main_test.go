@@ -40,6 +40,12 @@ func TestMain(m *testing.M) {
 //	big N SIZE N agent_message_chunks of SIZE bytes of text ("big I xxx...")
 //	wait       waits for the answers to this prompt's reads, and says each
 //	           ("read PATH: ok CONTENT" or "read PATH: error MESSAGE")
+//	perm CMD   a session/request_permission about running CMD (options ok:
+//	           allow_once, always: allow_always, no: reject_once; its _meta
+//	           names answerers of its own, which the router must not
+//	           relay), waited for: says "perm: selected ID", "perm:
+//	           cancelled" or "perm: error MESSAGE", then "perm meta: META"
+//	           when the answer has a _meta
 //	mode ID    a current_mode_update to ID
 //	on-cancel HOW  session/set_mode (else -32601) is answered only once a
 //	           $/cancel_request names it: with success (HOW apply: the
@@ -101,6 +107,39 @@ func fakeAgent() int {
 				pmu.Unlock()
 				reads = append(reads, read{arg, ch})
 				send(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(rid), "method": "fs/read_text_file", "params": map[string]string{"sessionId": sid, "path": arg}})
+			case "perm":
+				ch := make(chan answer, 1)
+				pmu.Lock()
+				nextID++
+				rid := fmt.Sprintf(`"perm-%d"`, nextID)
+				pending[rid] = ch
+				pmu.Unlock()
+				send(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(rid), "method": "session/request_permission", "params": map[string]any{
+					"sessionId": sid, "_meta": map[string]any{"acp-router/answerers": []string{"agent-forged"}, "x-agent": 1},
+					"toolCall": map[string]any{"toolCallId": "tc-" + rid[1:len(rid)-1], "title": arg, "kind": "execute", "rawInput": map[string]string{"command": arg}},
+					"options": []map[string]string{{"optionId": "ok", "name": "Allow", "kind": "allow_once"},
+						{"optionId": "always", "name": "Always", "kind": "allow_always"}, {"optionId": "no", "name": "No", "kind": "reject_once"}}}})
+				a := <-ch
+				var res struct {
+					Outcome struct {
+						Outcome  string `json:"outcome"`
+						OptionID string `json:"optionId"`
+					} `json:"outcome"`
+					Meta json.RawMessage `json:"_meta"`
+				}
+				switch {
+				case a.Error != nil:
+					say("perm: error " + a.Error.Message)
+				case json.Unmarshal(a.Result, &res) != nil:
+					say("perm: undecodable " + string(a.Result))
+				case res.Outcome.Outcome == "selected":
+					say("perm: selected " + res.Outcome.OptionID)
+				default:
+					say("perm: " + res.Outcome.Outcome)
+				}
+				if res.Meta != nil {
+					say("perm meta: " + string(res.Meta))
+				}
 			case "mode":
 				send(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": sid,
 					"update": map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": arg}}})

@@ -39,6 +39,13 @@ type permCall struct {
 	// decode (the policy denies it).
 	perm  permRequest
 	reply func(json.RawMessage, error)
+	// mark: the editor is sent _meta["acp-router/answerers"] as the
+	// router says (answerers.go), never as the agent wrote it: when the
+	// policy decides, and when a hub reads it. answerers, when
+	// restricted, are who the policy lets answer the request.
+	mark       bool
+	answerers  []string
+	restricted bool
 }
 
 // readPermission reads an agent's permission request.
@@ -93,6 +100,7 @@ func (r *Router) decidePermission(ctx context.Context, pc *permCall) {
 		})
 		return
 	}
+	pc.mark = r.opts.ClientMeta
 	relay := func() { r.relayPermission(ctx, pc, nil, nil) }
 	if s := r.sessionOfAgent(pc.inst, pc.session); s != nil && s.order().busy() {
 		s.order().do(r, len(pc.params), relay)
@@ -199,6 +207,7 @@ func (r *Router) relayPermission(ctx context.Context, pc *permCall, options json
 // and tool call id are in its params.
 var (
 	optionsPath    = []string{"options"}
+	metaPath       = []string{"_meta"}
 	toolCallIDPath = []string{"toolCall", "toolCallId"}
 )
 
@@ -210,10 +219,16 @@ var (
 // forwarded.
 func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMessage) json.RawMessage {
 	agent := pc.inst.Agent.Name()
-	var reps [3]acp.Replacement
+	var reps [4]acp.Replacement
 	rs := reps[:0]
 	if options != nil {
 		rs = append(rs, acp.Replacement{Path: optionsPath, Raw: options})
+	}
+	if pc.mark {
+		// Only the router says who may answer: a hub reads it.
+		if meta, ok := answerersMeta(pc.params, pc.answerers, pc.restricted); ok {
+			rs = append(rs, acp.Replacement{Path: metaPath, Raw: meta})
+		}
 	}
 	if pc.session != s.ID {
 		rs = append(rs, acp.Replacement{Path: sessionIDPath, Value: s.ID})
@@ -264,13 +279,35 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, pc *permCall
 		}
 		return
 	}
+	if why := r.unanswerable(v); why != "" {
+		// No one who may answer can: refused as a deny is, and the editor
+		// is shown why.
+		g.RecordUnanswerable(v, why)
+		r.denyNotice(s, v, &pr)
+		if o := pr.option(rejectOnce, rejectAlways); o != nil {
+			reply(selected(o.OptionID), nil)
+		} else {
+			reply(cancelledOutcome, nil)
+		}
+		return
+	}
+	pc.mark = true
+	if a := v.Answerers(); a != nil {
+		pc.answerers, pc.restricted = a.Names, true
+	}
 	// Ask: the editor's user chooses among the options as the router
 	// read them (permOptions), so that the kind it records is the kind of
 	// the button the user pressed and the option the agent gets, each
 	// labelled with what it does (askLabels).
 	r.relayPermission(ctx, pc, mustJSON(labelled(pr.Options)), func(res json.RawMessage, err error) (json.RawMessage, error) {
 		choice := chosenKind(res, err, pr.Options)
-		if g.Record(v, choice) != nil && v.AuditFailed() {
+		var rerr error
+		if err != nil {
+			rerr = g.RecordUnanswered(v)
+		} else {
+			rerr = g.RecordAnswer(v, choice, r.answerer(res))
+		}
+		if rerr != nil && v.AuditFailed() || v.AnswerRefused() {
 			r.denyNotice(s, v, &pr)
 			if o := pr.option(rejectOnce, rejectAlways); o != nil {
 				return selected(o.OptionID), nil
@@ -285,7 +322,7 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, pc *permCall
 		// anything else the editor answered a refusal.
 		switch choice {
 		case allowOnce:
-			return res, nil
+			return withoutAnsweredBy(res), nil
 		case allowAlways:
 			return selected(pr.option(allowOnce).OptionID), nil
 		case rejectOnce, rejectAlways:

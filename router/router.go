@@ -88,6 +88,12 @@ type Options struct {
 	// (sandbox.Confiner): agentCapabilities.sandbox and the acp.sandbox
 	// option (issue 29 req. 8); nil: neither.
 	Sandbox Sandbox
+	// ClientMeta: a hub is in front of the router (issue 30) and it is the
+	// hub that writes _meta["acp-router/answeredBy"] on an answer to a
+	// permission request, having stripped any its clients wrote: the
+	// router reads who answered from it (answerers.go). Without it the
+	// editor is the one who answers, whatever its answer says.
+	ClientMeta bool
 }
 
 // Sandbox is the wire's view of the agents' sandbox (sandbox.Confiner).

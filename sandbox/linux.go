@@ -320,7 +320,7 @@ func (pl *Plan) landlock() error {
 		llsys.AccessFSRemoveDir | llsys.AccessFSRemoveFile | llsys.AccessFSMakeDir | llsys.AccessFSMakeReg |
 		llsys.AccessFSMakeSock | llsys.AccessFSMakeFifo | llsys.AccessFSMakeSym | llsys.AccessFSTruncate | llsys.AccessFSRefer)
 	rules := []landlock.Rule{landlock.RODirs("/")}
-	var devs, files []string
+	var devs, files, dirs, devDirs []string
 	for _, f := range pl.WritableFiles {
 		if strings.HasPrefix(f, "/dev/") {
 			devs = append(devs, f)
@@ -328,8 +328,21 @@ func (pl *Plan) landlock() error {
 			files = append(files, f)
 		}
 	}
-	if len(pl.WritableDirs) > 0 {
-		rules = append(rules, landlock.PathAccess(rw, pl.WritableDirs...))
+	// /dev/pts holds the pseudo-terminals: a terminal is useless without
+	// its ioctls (tcsetattr, TIOCSCTTY), which Landlock refuses on a
+	// device unless the rule that opens it grants them.
+	for _, d := range pl.WritableDirs {
+		if strings.HasPrefix(d, "/dev/") {
+			devDirs = append(devDirs, d)
+		} else {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) > 0 {
+		rules = append(rules, landlock.PathAccess(rw, dirs...))
+	}
+	if len(devDirs) > 0 {
+		rules = append(rules, landlock.PathAccess(rw|llsys.AccessFSIoctlDev, devDirs...))
 	}
 	if len(files) > 0 {
 		rules = append(rules, landlock.RWFiles(files...))

@@ -167,6 +167,38 @@ func TestConfinedTree(t *testing.T) {
 	}
 }
 
+// TestConfinedPty: a confined process can drive a pseudo-terminal. Gemini
+// CLI runs every shell command in one (node-pty): without the terminal
+// ioctls on /dev/pts/N its commands all end with no output and status 1,
+// so nothing it runs works. Landlock refuses ioctls on a device unless the
+// rule that lets the device be opened grants them; /dev/pts is a
+// directory, whose rule must say so too.
+func TestConfinedPty(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("this kernel cannot confine: %v", err)
+	}
+	base := filepath.Join("/var/tmp", fmt.Sprintf("acp-sandbox-pty-%d", os.Getpid()))
+	must(t, os.MkdirAll(base, 0o755))
+	t.Cleanup(func() { os.RemoveAll(base) })
+	home, proj, _ := fixture(t, base)
+	const script = `python3 -c 'import pty, termios; m, s = pty.openpty(); termios.tcsetattr(s, termios.TCSANOW, termios.tcgetattr(s)); print("PTY-OK")'` +
+		` && script -qec "cat .env; echo SCRIPT-OK" /dev/null`
+	for _, name := range []string{"helper", "watchdog", "terminal"} {
+		t.Run(name, func(t *testing.T) {
+			plan := confine(t, home, proj)
+			viaWatchdog[plan] = name == "watchdog"
+			viaTerminal[plan] = name == "terminal"
+			out := run(t, plan, proj, script)
+			if !strings.Contains(out, "PTY-OK") || !strings.Contains(out, "SCRIPT-OK") {
+				t.Errorf("a pseudo-terminal under the profile: %q", out)
+			}
+			if strings.Contains(out, secretEnv) {
+				t.Errorf("the command in the pseudo-terminal read the hidden .env: %q", out)
+			}
+		})
+	}
+}
+
 // checkConfined is TestConfinedTree's body, also run as an unprivileged
 // user (TestConfinedTreeUnprivileged).
 func checkConfined(t *testing.T, home, proj, outside string) {

@@ -34,6 +34,10 @@ var fakeChatText = []string{"Hello", " from the fake chat API."}
 type chatScript struct {
 	// Write makes the model call the write tool first.
 	Write *fileWrite
+	// Tool makes the model call this tool (read, bash ...) with Input
+	// first, when the call offers it.
+	Tool  string
+	Input map[string]any
 	// Text is the reply: at once, or after the tool's result.
 	Text []string
 }
@@ -51,6 +55,9 @@ type fakeChat struct {
 	n       int
 	scripts []*chatScriptState
 	calls   map[string]*chatScriptState // tool_call_id → the script
+	// received is every request body, for tests that assert what never
+	// reached the model.
+	received []byte
 }
 
 // startFakeChat starts the fake, closed in t.Cleanup (register it before
@@ -107,6 +114,7 @@ func (f *fakeChat) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.n++
 	n := f.n
+	f.received = append(f.received, body...)
 	f.mu.Unlock()
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 		f.t.Logf("fake chat #%d: %s %s: 404", n, r.Method, r.URL)
@@ -130,12 +138,16 @@ func (f *fakeChat) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	hasWrite := false
-	for _, t := range req.Tools {
-		hasWrite = hasWrite || t.Function.Name == "write"
+	hasTool := func(name string) bool {
+		for _, t := range req.Tools {
+			if t.Function.Name == name {
+				return true
+			}
+		}
+		return false
 	}
 	var text []string
-	var args string
+	var tool, args string
 	what := "no script"
 	callID := fmt.Sprintf("call_fake_%d", n)
 	f.mu.Lock()
@@ -154,13 +166,18 @@ func (f *fakeChat) serve(w http.ResponseWriter, r *http.Request) {
 				if !strings.Contains(last.text(), s.token) {
 					continue
 				}
-				if s.Write != nil && hasWrite {
-					args = string(mustJSON(map[string]string{"filePath": s.Write.Path, "content": s.Write.Content}))
+				switch {
+				case s.Write != nil && hasTool("write"):
+					tool, args = "write", string(mustJSON(map[string]string{"filePath": s.Write.Path, "content": s.Write.Content}))
+				case s.Tool != "" && hasTool(s.Tool):
+					tool, args = s.Tool, string(mustJSON(s.Input))
+				}
+				if args != "" {
 					f.calls[callID] = s
 					s.mu.Lock()
 					s.calls++
 					s.mu.Unlock()
-					what = s.token + ": write"
+					what = s.token + ": " + tool
 				} else {
 					text, what = s.Text, s.token+": text"
 				}
@@ -184,7 +201,7 @@ func (f *fakeChat) serve(w http.ResponseWriter, r *http.Request) {
 		finish := "stop"
 		if args != "" {
 			msg = map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
-				"id": callID, "type": "function", "function": map[string]any{"name": "write", "arguments": args}}}}
+				"id": callID, "type": "function", "function": map[string]any{"name": tool, "arguments": args}}}}
 			finish = "tool_calls"
 		}
 		out := map[string]any{"object": "chat.completion", "usage": usage,
@@ -214,7 +231,7 @@ func (f *fakeChat) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if args != "" {
 		chunk(choice(map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"index": 0, "id": callID, "type": "function",
-			"function": map[string]any{"name": "write", "arguments": ""}}}}, nil))
+			"function": map[string]any{"name": tool, "arguments": ""}}}}, nil))
 		chunk(choice(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": args}}}}, nil))
 		chunk(choice(map[string]any{}, "tool_calls"))
 	} else {
@@ -229,6 +246,13 @@ func (f *fakeChat) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	chunk(map[string]any{"choices": []any{}, "usage": usage})
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// Received returns every request body the fake got, concatenated.
+func (f *fakeChat) Received() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]byte(nil), f.received...)
 }
 
 // TestFakeChatAPI pins the fake's wire format without OpenCode, so that a
@@ -266,5 +290,15 @@ func TestFakeChatAPI(t *testing.T) {
 	_, ctype, body = postJSON(t, url, map[string]any{"tools": tools, "messages": []any{user("hi")}})
 	if ctype != "application/json" || !strings.Contains(body, `"content":"Hello from the fake chat API."`) {
 		t.Errorf("no script, not streamed: %s %s", ctype, body)
+	}
+	// Any tool: the call carries the script's input as its arguments.
+	bash := f.Script(chatScript{Tool: "bash", Input: map[string]any{"command": "cat x"}, Text: []string{"Ran."}})
+	bashTools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "bash"}}}
+	_, _, body = postJSON(t, url, map[string]any{"stream": true, "tools": bashTools, "messages": []any{user("run " + bash.token)}})
+	if !strings.Contains(body, `"name":"bash"`) || !strings.Contains(body, `{\"command\":\"cat x\"}`) || bash.ToolCalls() != 1 {
+		t.Errorf("bash call: %s", body)
+	}
+	if !strings.Contains(string(f.Received()), "run "+bash.token) {
+		t.Errorf("Received lacks the last request")
 	}
 }

@@ -36,10 +36,19 @@ type geminiScript struct {
 	// session/request_permission, then calls fs/write_text_file). The
 	// reply to the functionResponse is Text.
 	WriteFile *geminiWrite
+	// Call, when set, makes the first reply a call of this tool (read_file,
+	// run_shell_command ...) with Args; the reply to its functionResponse
+	// is Text.
+	Call *geminiCall
 	// Delay, when set, holds the stream after the first element of Text
 	// for this long (or until the client goes away), then sends the rest:
 	// a slow model, to cancel mid-stream.
 	Delay time.Duration
+}
+
+type geminiCall struct {
+	Name string
+	Args map[string]any
 }
 
 type geminiWrite struct {
@@ -90,6 +99,9 @@ type fakeGemini struct {
 	n       int // requests received
 	scripts []*geminiScriptState
 	counts  map[string]int // requests by kind, for the tests of the fake
+	// received is every request body, for tests that assert what never
+	// reached the model.
+	received []byte
 }
 
 // fakeGeminiText is the reply to a turn that matches no script.
@@ -203,6 +215,9 @@ func (f *fakeGemini) serve(w http.ResponseWriter, r *http.Request) {
 		f.t.Logf("fake gemini: %s %s: reading the body: %v", r.Method, r.URL, err)
 		return
 	}
+	f.mu.Lock()
+	f.received = append(f.received, body...)
+	f.mu.Unlock()
 	var kind string
 	switch {
 	case r.Method != http.MethodPost:
@@ -251,6 +266,13 @@ func (f *fakeGemini) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		f.stream(w, r, script, fnResp)
 	}
+}
+
+// Received returns every request body the fake got, concatenated.
+func (f *fakeGemini) Received() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]byte(nil), f.received...)
 }
 
 // latestUserText joins the text parts of the last user content.
@@ -318,6 +340,10 @@ func (f *fakeGemini) stream(w http.ResponseWriter, r *http.Request, s *geminiScr
 			"name": "write_file",
 			"args": map[string]any{"file_path": s.WriteFile.Path, "content": s.WriteFile.Content},
 		}}}, true))
+		return
+	}
+	if s.Call != nil && len(fnResp) == 0 {
+		event(geminiCandidate([]any{map[string]any{"functionCall": map[string]any{"name": s.Call.Name, "args": s.Call.Args}}}, true))
 		return
 	}
 	for i, text := range s.Text {
@@ -430,6 +456,18 @@ func TestFakeGeminiAPI(t *testing.T) {
 		}
 		if want := sse(text("Hello", false), text(" (late)", true)); body != want {
 			t.Errorf("got %q, want %q", body, want)
+		}
+	})
+	t.Run("any tool", func(t *testing.T) {
+		shell := f.Script(geminiScript{Call: &geminiCall{"run_shell_command", map[string]any{"command": "cat x"}}, Text: []string{"Ran."}})
+		_, _, body := post(streamPath, user(map[string]any{"text": "run " + shell.token}))
+		want := sse(geminiCandidate([]any{map[string]any{"functionCall": map[string]any{
+			"name": "run_shell_command", "args": map[string]any{"command": "cat x"}}}}, true))
+		if body != want {
+			t.Errorf("tool call: got %q, want %q", body, want)
+		}
+		if !strings.Contains(string(f.Received()), "run "+shell.token) {
+			t.Errorf("Received lacks the request")
 		}
 	})
 	t.Run("side calls", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -38,33 +39,35 @@ func TestServeIdleConnections(t *testing.T) {
 	if lim.Cur < uint64(n)+1000 {
 		t.Skipf("the descriptor limit (%d) is below %d connections: raise ulimit -Hn", lim.Cur, n)
 	}
+	t.Run("ws", func(t *testing.T) { idleClients(t, "ws", n) })
+	// An idle HTTP client holds its connection's event stream open.
+	t.Run("http", func(t *testing.T) { idleClients(t, "http", n/5) })
+}
+
+func idleClients(t *testing.T, profile string, n int) {
 	r := newRemoteConfig(t, "")
 	startServe(t, r, "--listen", "127.0.0.1:0", "--log-level", "warn")
-	url := strings.Replace(r.listening(t, 1)[0], "http", "ws", 1)
+	httpURL := r.listening(t, 1)[0]
+	url := strings.Replace(httpURL, "http", "ws", 1)
 	pid := routerPID(t, r)
 	hdr := http.Header{"Authorization": {"Bearer " + r.token}}
-	dial := func(ctx context.Context) (*websocket.Conn, error) {
-		c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr})
-		if err != nil {
-			return nil, err
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	type closer interface{ CloseNow() error }
+	dial := func(ctx context.Context) (closer, error) {
+		if profile == "http" {
+			return dialHTTP(ctx, hc, httpURL, r.token)
 		}
-		if err := c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`)); err != nil {
-			return nil, err
-		}
-		if _, _, err := c.Read(ctx); err != nil {
-			return nil, err
-		}
-		return c, nil
+		return dialWS(ctx, url, hdr)
 	}
 	// The first client starts the agents: the baseline is after it.
-	first, err := dial(t.Context())
+	first, err := dialWS(t.Context(), url, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.CloseNow()
 	time.Sleep(500 * time.Millisecond)
 	before := rss(t, pid)
-	conns := make([]*websocket.Conn, n)
+	conns := make([]closer, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	sem := make(chan struct{}, 64)
@@ -101,12 +104,12 @@ func TestServeIdleConnections(t *testing.T) {
 	time.Sleep(time.Second) // let the router settle
 	after := rss(t, pid)
 	per := float64(after-before) / float64(n)
-	t.Logf("%d idle WebSocket clients opened in %v; router RSS %d -> %d KiB: %.1f KiB per idle client",
-		n, opened.Round(time.Millisecond), before>>10, after>>10, per/1024)
+	t.Logf("%d idle %s clients opened in %v; router RSS %d -> %d KiB: %.1f KiB per idle client",
+		n, profile, opened.Round(time.Millisecond), before>>10, after>>10, per/1024)
 	if per > 256<<10 {
 		t.Errorf("%.0f KiB per idle client", per/1024)
 	}
-	// The router still serves: a prompt on the first client answers.
+	// The router still serves: a session on the first client answers.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	first.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":%q,"mcpServers":[]}}`, t.TempDir())))
@@ -122,6 +125,54 @@ func TestServeIdleConnections(t *testing.T) {
 			break
 		}
 	}
+}
+
+// dialWS opens an initialized WebSocket client.
+func dialWS(ctx context.Context, url string, hdr http.Header) (*websocket.Conn, error) {
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`)); err != nil {
+		return nil, err
+	}
+	if _, _, err := c.Read(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// httpIdle is an initialized HTTP client holding its event stream open.
+type httpIdle struct{ body io.Closer }
+
+func (h httpIdle) CloseNow() error { return h.body.Close() }
+
+func dialHTTP(ctx context.Context, hc *http.Client, url, token string) (httpIdle, error) {
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return httpIdle{}, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return httpIdle{}, fmt.Errorf("initialize: %d", resp.StatusCode)
+	}
+	get, _ := http.NewRequest("GET", url, nil) // lives past ctx
+	get.Header.Set("Authorization", "Bearer "+token)
+	get.Header.Set("Accept", "text/event-stream")
+	get.Header.Set("Acp-Connection-Id", resp.Header.Get("Acp-Connection-Id"))
+	sse, err := hc.Do(get)
+	if err != nil {
+		return httpIdle{}, err
+	}
+	if sse.StatusCode != 200 {
+		sse.Body.Close()
+		return httpIdle{}, fmt.Errorf("event stream: %d", sse.StatusCode)
+	}
+	return httpIdle{sse.Body}, nil
 }
 
 func routerPID(t *testing.T, r remoteRouter) int {

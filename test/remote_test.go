@@ -12,12 +12,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // remoteRouter is a config whose state dir the test knows, a token for
@@ -208,10 +213,120 @@ func TestStdioRoutersListen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A remote client reaches an editor's router while the editor uses it.
+	for _, u := range urls {
+		if strings.HasSuffix(u, ":"+port+"/acp") {
+			continue // the serve router
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		c, _, err := websocket.Dial(ctx, strings.Replace(u, "http", "ws", 1), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + r.token}}})
+		if err != nil {
+			cancel()
+			t.Fatalf("dial %s: %v", u, err)
+		}
+		call := func(id int, method string, params any) []byte {
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+			c.Write(ctx, websocket.MessageText, b)
+			for {
+				_, msg, err := c.Read(ctx)
+				if err != nil {
+					t.Fatalf("%s: %v", method, err)
+				}
+				if bytes.Contains(msg, []byte(fmt.Sprintf(`"id":%d,`, id))) || bytes.HasSuffix(msg, []byte(fmt.Sprintf(`"id":%d}`, id))) {
+					return msg
+				}
+			}
+		}
+		call(1, "initialize", map[string]any{"protocolVersion": 1})
+		var ns struct {
+			Result struct{ SessionID string }
+		}
+		json.Unmarshal(call(2, "session/new", map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}), &ns)
+		if got := call(3, "session/prompt", map[string]any{"sessionId": ns.Result.SessionID, "prompt": []any{map[string]any{"type": "text", "text": "say remote"}}}); !bytes.Contains(got, []byte("end_turn")) {
+			t.Errorf("remote prompt on %s: %s", u, got)
+		}
+		c.CloseNow()
+		cancel()
+	}
 	out, _ := exec.Command(needRouter(t), "check", "--config", cfg).CombinedOutput()
 	for u := range seen {
 		if !strings.Contains(string(out), u) {
 			t.Errorf("check does not list %s:\n%s", u, out)
 		}
+	}
+}
+
+// A policy that says who answers (answered_by: [alice]) holds through
+// acp-router serve: the hub in front, the router reads who answered from
+// the answer (Options.ClientMeta), alice's allow is taken and audited
+// with her name. Without ClientMeta the router would take itself as
+// editor-only and refuse the ask at once.
+func TestServeAnsweredBy(t *testing.T) {
+	skipShort(t, "runs acp-router serve")
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	r := newRemoteConfig(t, "audit: {file: "+yamlQuote(audit)+"}\npermissions:\n  default: allow\n  rules:\n    - id: edits-by-alice\n      decision: ask\n      when: {kind: [edit]}\n      answered_by: [alice]\n")
+	startServe(t, r, "--listen", "127.0.0.1:0")
+	url := strings.Replace(r.listening(t, 1)[0], "http", "ws", 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + r.token}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		c.Write(ctx, websocket.MessageText, b)
+	}
+	// until reads, answering permission requests with their allow_once
+	// option, until the response to id; it returns the texts said.
+	until := func(id int) (json.RawMessage, []string) {
+		var texts []string
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("read: %v (texts %q)", err, texts)
+			}
+			var m struct {
+				ID     json.RawMessage
+				Method string
+				Params struct {
+					Options []struct{ OptionID, Kind string }
+					Update  struct {
+						Content struct{ Text string }
+					}
+				}
+				Result json.RawMessage
+			}
+			json.Unmarshal(b, &m)
+			switch {
+			case m.Method == "session/request_permission":
+				for _, o := range m.Params.Options {
+					if o.Kind == "allow_once" {
+						send(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": o.OptionID}}})
+					}
+				}
+			case m.Method == "session/update" && m.Params.Update.Content.Text != "":
+				texts = append(texts, m.Params.Update.Content.Text)
+			case m.Method == "" && string(m.ID) == strconv.Itoa(id):
+				return b, texts
+			}
+		}
+	}
+	send(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{"protocolVersion": 1}})
+	until(1)
+	send(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": map[string]any{"cwd": t.TempDir(), "mcpServers": []any{}}})
+	resp, _ := until(2)
+	var ns struct{ Result struct{ SessionID string } }
+	json.Unmarshal(resp, &ns)
+	send(map[string]any{"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": map[string]any{"sessionId": ns.Result.SessionID,
+		"prompt": []any{map[string]any{"type": "text", "text": "permission"}}}})
+	_, texts := until(3)
+	if len(texts) == 0 || !strings.Contains(texts[len(texts)-1], `"selected"`) {
+		t.Errorf("alice's allow was not taken: %q", texts)
+	}
+	b, _ := os.ReadFile(audit)
+	if !strings.Contains(string(b), `"answeredBy":"alice"`) || strings.Contains(string(b), r.token) {
+		t.Errorf("audit:\n%s", b)
 	}
 }

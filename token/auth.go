@@ -37,7 +37,6 @@ func (s *Store) Authenticate(r *http.Request) (Identity, error) {
 	}
 	recs, err := s.current()
 	if err != nil {
-		s.log.Error("tokens file unreadable: every token refused", "error", err)
 		return Identity{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	match := -1

@@ -289,9 +289,18 @@ func (s *Store) current() ([]record, error) {
 	recs, sp, err := s.read()
 	if err != nil {
 		// Fail closed: a file that cannot be read accepts no token,
-		// rather than the ones it held before.
+		// rather than the ones it held before. Logged once per cause,
+		// not once per request.
 		s.cache, s.stamp = nil, stamp{}
+		if err.Error() != s.failed {
+			s.failed = err.Error()
+			s.log.Error("tokens file unreadable: every token refused", "error", err)
+		}
 		return nil, err
+	}
+	if s.failed != "" {
+		s.failed = ""
+		s.log.Info("tokens file readable again", "file", s.path)
 	}
 	s.cache, s.stamp, s.readAt = recs, sp, time.Now()
 	return recs, nil

@@ -190,6 +190,7 @@ type Store struct {
 	stamp   stamp      // the stat of the file cache was read from
 	readAt  time.Time  // when cache was read (monotonic clock)
 	touched map[string]time.Time
+	failed  string // the error reading the file last logged; "" when it was read
 }
 
 // Dir is where the tokens of stateDir are kept.

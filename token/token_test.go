@@ -189,7 +189,8 @@ func TestInsecureFileRefused(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			s := openStore(t, t.TempDir(), Options{})
+			var logs bytes.Buffer
+			s := openStore(t, t.TempDir(), Options{Logger: hclog.New(&hclog.LoggerOptions{Output: &logs})})
 			secret, err := s.Create("a", RoleController, true)
 			if err != nil {
 				t.Fatal(err)
@@ -198,9 +199,14 @@ func TestInsecureFileRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.spoil(t, s.Path())
-			_, err = s.Authenticate(request("bearer", secret, "127.0.0.1:1"))
-			if !errors.Is(err, ErrUnauthorized) || c.want != nil && !errors.Is(err, c.want) {
-				t.Errorf("Authenticate: %v, want ErrUnauthorized (%v)", err, c.want)
+			for range 3 {
+				_, err = s.Authenticate(request("bearer", secret, "127.0.0.1:1"))
+				if !errors.Is(err, ErrUnauthorized) || c.want != nil && !errors.Is(err, c.want) {
+					t.Errorf("Authenticate: %v, want ErrUnauthorized (%v)", err, c.want)
+				}
+			}
+			if n := strings.Count(logs.String(), "every token refused"); n != 1 {
+				t.Errorf("the unreadable file logged %d times for 3 requests, want once:\n%s", n, logs.String())
 			}
 			if _, err := s.List(); err == nil || c.want != nil && !errors.Is(err, c.want) {
 				t.Errorf("List: %v, want %v", err, c.want)

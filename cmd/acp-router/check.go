@@ -158,7 +158,9 @@ func describePolicy(w io.Writer, lp *guard.LoadedPolicy, orgDir orgDirLine, audi
 			fmt.Fprintf(w, "    lower layers may: %s\n", strings.Join(may, ", "))
 		}
 		for _, r := range pol.Rules() {
-			if r.Layer == l.Name {
+			if r.Layer == l.Name && len(r.AnsweredBy) > 0 {
+				fmt.Fprintf(w, "    %-5s %s, answered by %s   (%s)\n", r.Decision, r.ID, strings.Join(r.AnsweredBy, ", "), r.Pos)
+			} else if r.Layer == l.Name {
 				fmt.Fprintf(w, "    %-5s %s   (%s)\n", r.Decision, r.ID, r.Pos)
 			}
 		}

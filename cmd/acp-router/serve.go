@@ -149,7 +149,10 @@ func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 	defer conf.Close() // the agents' egress proxies
 	pg.SetKernel(conf.Kernel)
 	r := router.New(cfg, router.Options{Logger: log, Version: router.Version(), Guard: pg, Store: st, HistoryMetadataOnly: cfg.History.MetadataOnly, Telemetry: tel,
-		Confine: conf.Func(), Sandbox: conf})
+		Confine: conf.Func(), Sandbox: conf,
+		// With a hub in front, who answered an ask is read from the
+		// answer's _meta (the hub strips what clients write there).
+		ClientMeta: ln != nil})
 	if ln == nil {
 		// Plain stdio: exactly as before, no hub, no extra hop.
 		in, out, restore := editorStdio()
@@ -173,7 +176,7 @@ func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 		// their sessions with it.
 		in, out, restore := editorStdio()
 		defer restore()
-		editor := remote.NewLineConn(in, out, 0, 0, nil)
+		editor := remote.NewLineConn(in, out, 0, -1, nil)
 		go func() {
 			if err := side.hub.Serve(ctx, editor, editorIdentity); err != nil {
 				log.Debug("the editor's connection ended", "error", err)
