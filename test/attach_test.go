@@ -5,20 +5,25 @@ package test
 // process (acp-router connect over WebSocket with a token), attaches to
 // the editor's session as controller and answers the agent's permission
 // request; the editor is told it was resolved (permission_resolved, and
-// its copy withdrawn with $/cancel_request); the router lives on for the
-// second client after the editor closes, and stops when it goes.
+// its copy withdrawn with $/cancel_request) and the audit names the
+// second client's token; the router lives on for the second client after
+// the editor closes, and stops when it goes.
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/audit/audittest"
 )
 
 func TestAttachEndToEnd(t *testing.T) {
 	skipShort(t, "runs a router and a bridge")
-	r := newRemoteConfig(t, "listen: {address: '127.0.0.1:0'}\n")
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	r := newRemoteConfig(t, "listen: {address: '127.0.0.1:0'}\naudit: {file: "+yamlQuote(auditFile)+"}\npermissions:\n  default: ask\n")
 	ed := StartRouter(t, r.cfg, nil)
 	ed.Initialize(t, nil)
 	sid := ed.NewSession(t, t.TempDir())
@@ -58,6 +63,19 @@ func TestAttachEndToEnd(t *testing.T) {
 	ed.Rec.WaitFor(t, waitTimeout, "the editor's copy withdrawn", func(m *Msg) bool { return m.Method == "$/cancel_request" })
 	if got := ed.Texts(sid); len(got) != 2 || !strings.Contains(got[0], "reject") {
 		t.Errorf("the agent heard %q, want the phone's reject", got)
+	}
+	// The audit names the token of the client that answered.
+	answered := 0
+	for _, rec := range audittest.ReadLines(t, auditFile) {
+		if rec["answeredBy"] != nil {
+			answered++
+			if rec["answeredBy"] != "alice" || rec["userChoice"] != "reject_once" {
+				t.Errorf("audit record of the answer: %v", rec)
+			}
+		}
+	}
+	if answered != 1 {
+		t.Errorf("%d audit records name who answered, want 1", answered)
 	}
 	phone.WaitText(t, sid, "after")
 	if got, want := phone.Texts(sid), ed.Texts(sid); !slices.Equal(got, want) {
