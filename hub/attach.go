@@ -280,3 +280,116 @@ func (h *Hub) visibleList(id Identity, result json.RawMessage) json.RawMessage {
 	out, _ := json.Marshal(r)
 	return out
 }
+
+// liveLoadLocked serves a session/load of a session live in the hub (called
+// with Hub.mu held; unlocks it): the client becomes (or stays) a
+// controller of the session, is sent the history as an attach with
+// historyPolicy full is, and the Router gets a session/resume, whose
+// answer ends the replay (loadAnsweredLocked).
+func (h *Hub) liveLoadLocked(c *client, s *session, cl *call, m *acp.Message) {
+	mb := c.sessions[s.id]
+	if mb == nil {
+		mb = h.addMemberLocked(s, c, RoleController)
+		cl.added = mb
+	}
+	if mb.mark != "" {
+		delete(h.marks, mb.mark)
+	}
+	mb.phase, mb.replayed, mb.buf, mb.bufN = phaseWaitMark, false, nil, 0
+	mb.mark = newMark()
+	h.marks[mb.mark] = mb
+	cl.loaded = mb
+	h.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stop := context.AfterFunc(h.life, cancel)
+		defer stop()
+		lines, marked, err := h.opts.History.SessionHistory(ctx, s.id, mb.mark)
+		if err != nil {
+			h.mu.Lock()
+			var toRouter [][]byte
+			if cl.added != nil && c.sessions[s.id] == mb {
+				toRouter = h.detachLocked(mb)
+			} else if mb.phase != phaseLive {
+				h.liveAgainLocked(mb)
+			}
+			h.mu.Unlock()
+			for _, l := range toRouter {
+				h.toRouter(l)
+			}
+			c.enqueue(errorLine(cl.id, codeNotFound, fmt.Sprintf("acp-router: session %q: %v", s.id, err), map[string]string{"sessionId": s.id}))
+			return
+		}
+		if !marked {
+			h.mu.Lock()
+			if mb.phase == phaseWaitMark {
+				delete(h.marks, mb.mark)
+				mb.mark = ""
+				mb.phase = phaseAfterMark
+			}
+			h.mu.Unlock()
+		}
+		for _, l := range lines {
+			if !c.enqueueWait(ctx, l) {
+				return
+			}
+		}
+		h.mu.Lock()
+		if c.sessions[s.id] != mb {
+			h.mu.Unlock()
+			return
+		}
+		hid := h.idLocked()
+		h.calls[string(hid)] = cl
+		c.calls[string(cl.id)] = string(hid)
+		h.mu.Unlock()
+		h.toRouter(acp.AppendRequest(nil, hid, acp.MethodSessionResume, m.Params))
+	}()
+}
+
+// loadAnsweredLocked ends a live load (liveLoadLocked) with the Router's
+// answer to its session/resume: the answer, then what came live after the
+// mark. False when the caller answers as usual (a failure).
+func (h *Hub) loadAnsweredLocked(cl *call, ok bool, result, e json.RawMessage) bool {
+	mb := cl.loaded
+	if !ok {
+		if cl.added == nil && mb.phase != phaseLive {
+			h.liveAgainLocked(mb)
+		}
+		return false
+	}
+	if cl.c.sessions[mb.s.id] != mb {
+		return true
+	}
+	cl.c.enqueue(acp.AppendResponse(nil, cl.id, result))
+	if mb.phase == phaseWaitMark {
+		mb.replayed = true
+		return true
+	}
+	for _, l := range mb.buf {
+		cl.c.enqueue(l)
+	}
+	mb.buf, mb.bufN = nil, 0
+	for _, s := range h.goLiveLocked(mb) {
+		s.c.enqueue(s.line)
+	}
+	return true
+}
+
+// liveAgainLocked puts a member that was attached before a failed live
+// load back to live (what came meanwhile is lost to it: it asked for a
+// load that failed).
+func (h *Hub) liveAgainLocked(mb *member) {
+	if mb.mark != "" {
+		delete(h.marks, mb.mark)
+		mb.mark = ""
+	}
+	for _, l := range mb.buf {
+		mb.c.enqueue(l)
+	}
+	mb.buf, mb.bufN = nil, 0
+	for _, s := range h.goLiveLocked(mb) {
+		s.c.enqueue(s.line)
+	}
+}

@@ -359,3 +359,83 @@ func TestAttachRefused(t *testing.T) {
 		t.Errorf("owners after a restart = %v", h2.owners.m)
 	}
 }
+
+// TestAgentRequestsToOneController: an agent's fs request goes to one
+// controller: the editor while it is attached, else the first other
+// controller; with none left it fails at once (the agent is not left
+// waiting), and one asked of a client that detaches fails too.
+func TestAgentRequestsToOneController(t *testing.T) {
+	e := startHub(t, Options{})
+	ed, sid := e.editorSession()
+	phone, _ := e.attached(phoneID, sid, RoleController, historyNone)
+	watcher, _ := e.attached(Identity{Name: "watcher", Role: RoleObserver, AllSessions: true}, sid, RoleObserver, historyNone)
+	done := phone.start("session/prompt", promptParams(sid, "read /a"))
+	req := ed.request()
+	if req.Method != "fs/read_text_file" {
+		t.Fatalf("the editor was asked %s", req.Method)
+	}
+	ed.answer(req.ID, map[string]string{"content": "from the editor"})
+	await(t, done)
+	ed.mustCall(MethodDetach, map[string]any{"sessionId": sid})
+	done = phone.start("session/prompt", promptParams(sid, "read /b"))
+	phone.answer(phone.request().ID, map[string]string{"content": "from the phone"})
+	await(t, done)
+	done = phone.start("session/prompt", promptParams(sid, "read /c"))
+	phone.request() // not answered: the phone leaves the session
+	phone.mustCall(MethodDetach, map[string]any{"sessionId": sid})
+	if r := await(t, done); r.Error != nil {
+		t.Fatalf("prompt: %s", r.raw)
+	}
+	phone.mustCall(MethodAttach, map[string]any{"sessionId": sid, "role": RoleController, "historyPolicy": historyNone})
+	phone.start("session/prompt", promptParams(sid, "sleep 200ms\nread /d"))
+	phone.mustCall(MethodDetach, map[string]any{"sessionId": sid}) // no controller left
+	want := []string{"read /a: from the editor", "read /b: from the phone", "read /c: error", "read /d: error"}
+	waitFor(t, "read /d", func() bool { return len(watcher.texts(sid)) == 4 })
+	if got := watcher.texts(sid); !slices.Equal(got, want) {
+		t.Errorf("the observer's stream = %q, want %q", got, want)
+	}
+	select {
+	case m := <-watcher.reqs:
+		t.Errorf("an observer was asked %s", m.raw)
+	default:
+	}
+}
+
+// await waits for an answer, up to 20 s.
+func await(t testing.TB, ch <-chan msg) msg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer")
+	}
+	return msg{}
+}
+
+// TestLoadOfLiveSession: a session/load of a session other clients hold
+// live replays its history to the loading client alone (the Router would
+// replay it to every client of the session), before the answer, then
+// live; the Router gets a session/resume.
+func TestLoadOfLiveSession(t *testing.T) {
+	e := startHub(t, Options{})
+	ed, sid := e.editorSession()
+	ed.mustCall("session/prompt", promptParams(sid, "say a\nsay b"))
+	phone := e.connect(phoneID)
+	phone.initialize()
+	phone.mustCall("session/load", map[string]any{"sessionId": sid, "cwd": t.TempDir(), "mcpServers": []any{}})
+	if got := phone.texts(sid); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("the loading client got %q before the answer", got)
+	}
+	ed.mustCall("session/prompt", promptParams(sid, "say c"))
+	waitFor(t, "c", func() bool { return len(phone.texts(sid)) == 3 })
+	if got := ed.texts(sid); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("the editor's stream = %q: the load was replayed to it", got)
+	}
+	if n := len(e.tap.sentWith(`"session/load"`)); n != 0 {
+		t.Errorf("the Router got %d session/load", n)
+	}
+	// The loader is a controller: it may prompt.
+	phone.mustCall("session/prompt", promptParams(sid, "say d"))
+	waitFor(t, "d", func() bool { return len(ed.texts(sid)) == 4 })
+}

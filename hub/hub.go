@@ -18,10 +18,17 @@
 //     session/detach, who may see which session (Identity.AllSessions, else
 //     the sessions it started, remembered across restarts);
 //   - permission fan-out: an agent's request_permission goes to every
-//     controller allowed to answer it, the first answer wins and the others
-//     are told (permission_resolved);
-//   - one turn at a time per session: prompts from several controllers are
-//     queued, never interleaved;
+//     controller allowed to answer it (the Router's
+//     _meta["acp-router/answerers"]), the first answer wins and reaches
+//     the Router with _meta["acp-router/answeredBy"], the others asked get
+//     a $/cancel_request of their copy and every other client RFD #533's
+//     permission_resolved; a request asked while no controller is
+//     attached waits for the next one; fs and terminal requests go to one
+//     controller (the editor while attached);
+//   - one turn at a time per session: prompts from several controllers
+//     reach the Router's own per-session queue, never interleaved;
+//   - session/load of a session live here: the history is replayed to the
+//     loading client alone (the Router gets session/resume);
 //   - bounded per-client queues: a client that does not keep up is dropped
 //     with a reason, and never delays the Router or another client.
 //

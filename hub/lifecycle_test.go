@@ -26,6 +26,7 @@ func TestPromptsOfTwoControllers(t *testing.T) {
 		t.Fatalf("prompts: %s %s", ra.raw, rb.raw)
 	}
 	want := []string{"a1", "a2", "b1", "b2"}
+	waitFor(t, "b's chunks at the editor", func() bool { return len(ed.texts(sid)) >= 4 })
 	if got := ed.texts(sid); !slices.Equal(got, want) {
 		t.Errorf("two controllers' turns = %q, want %q", got, want)
 	}

@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 //	permission ID a session/request_permission for tool call ID, waited
 //	              for; then says "permission ID: OPTION" (or "cancelled")
 //	sleep D       waits D (a Go duration), or until the turn is cancelled
+//	read PATH     an fs/read_text_file, waited for; then says "read PATH:
+//	              CONTENT" (or "error")
 //
 // A turn cancelled (session/cancel) ends with stopReason "cancelled".
 func fakeAgent() int {
@@ -87,6 +89,21 @@ func fakeAgent() int {
 				select {
 				case <-time.After(d):
 				case <-cancel:
+				}
+			case "read":
+				ch := make(chan json.RawMessage, 1)
+				pmu.Lock()
+				nextID++
+				rid := fmt.Sprintf(`"read-%d"`, nextID)
+				pending[rid] = ch
+				pmu.Unlock()
+				send(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(rid), "method": "fs/read_text_file", "params": map[string]any{"sessionId": sid, "path": arg}})
+				res := <-ch
+				var r struct{ Content string }
+				if json.Unmarshal(res, &r) == nil && r.Content != "" {
+					say("read " + arg + ": " + r.Content)
+				} else {
+					say("read " + arg + ": error")
 				}
 			case "permission":
 				ch := make(chan json.RawMessage, 1)
@@ -156,7 +173,11 @@ func fakeAgent() int {
 			delete(pending, string(m.ID))
 			pmu.Unlock()
 			if ch != nil {
-				ch <- m.Result
+				if m.Error != nil {
+					ch <- nil
+				} else {
+					ch <- m.Result
+				}
 			}
 		case m.Method == "initialize":
 			reply(map[string]any{"protocolVersion": 1, "agentCapabilities": map[string]any{"loadSession": true}})
@@ -510,7 +531,7 @@ func (c *tclient) mustCall(method string, params any) json.RawMessage {
 
 func (c *tclient) initialize() json.RawMessage {
 	c.t.Helper()
-	return c.mustCall("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{}})
+	return c.mustCall("initialize", map[string]any{"protocolVersion": 1, "clientCapabilities": map[string]any{"fs": map[string]bool{"readTextFile": true}}})
 }
 
 func (c *tclient) newSession() string {

@@ -60,6 +60,10 @@ type call struct {
 	method string
 	sid    string
 	added  *member // attached for this call (session/load, resume): undone if it fails
+	// loaded: a session/load of a session live here, sent to the Router
+	// as session/resume after the history was replayed to this member
+	// (liveLoadLocked).
+	loaded *member
 }
 
 // ask is one request of the Router (an agent's question) to clients.
@@ -209,6 +213,14 @@ func (h *Hub) routerAnswer(m *acp.Message) {
 			h.owners.set(sid, cl.c.id.Name)
 		}
 	case acp.MethodSessionLoad, acp.MethodSessionResume:
+		if cl.loaded != nil {
+			if h.loadAnsweredLocked(cl, ok, result, m.Error) {
+				c := cl.c
+				delete(c.calls, string(cl.id))
+				h.mu.Unlock()
+				return
+			}
+		}
 		if !ok && cl.added != nil {
 			toRouter = h.detachLocked(cl.added)
 		}
@@ -310,18 +322,27 @@ func (h *Hub) detachLocked(mb *member) [][]byte {
 		delete(h.marks, mb.mark)
 	}
 	mb.buf = nil
-	// The questions only it was asked: to the others, or back to pending.
-	for _, a := range s.asks {
-		if id, ok := a.targets[mb.c]; ok {
-			delete(a.targets, mb.c)
-			delete(mb.c.asks, id)
+	// Its questions of this session: a permission request stays with the
+	// other controllers asked, or pending for the next that attaches;
+	// anything else was asked of it alone and fails.
+	var toRouter [][]byte
+	for id, a := range mb.c.asks {
+		if a.sid != s.id && h.sessions[a.sid] != s {
+			continue
+		}
+		delete(mb.c.asks, id)
+		delete(a.targets, mb.c)
+		if !a.permission && !a.resolved && len(a.targets) == 0 {
+			a.resolved = true
+			delete(h.asks, string(a.rid))
+			toRouter = append(toRouter, errorLine(a.rid, acp.CodeInternalError, "acp-router: the client that was asked left the session", map[string]string{"sessionId": a.sid}))
 		}
 	}
 	if len(s.members) == 0 && s.running > 0 && h.opts.CancelOnLastDetach {
 		h.log.Info("last client of the session gone: its turn is cancelled", "session", s.id)
-		return [][]byte{notification(acp.MethodSessionCancel, map[string]string{"sessionId": s.id})}
+		toRouter = append(toRouter, notification(acp.MethodSessionCancel, map[string]string{"sessionId": s.id}))
 	}
-	return nil
+	return toRouter
 }
 
 func notification(method string, params any) []byte {
@@ -432,6 +453,13 @@ func (h *Hub) clientCall(c *client, m *acp.Message) {
 		if m.Method != acp.MethodSessionNew && !h.visible(c.id, sid) {
 			h.mu.Unlock()
 			refuse(c, m, codeNotAuthorised, fmt.Sprintf("acp-router: not authorised for session %q", sid), map[string]string{"sessionId": sid})
+			return
+		}
+		if s := h.sessions[sid]; m.Method == acp.MethodSessionLoad && s != nil && s.id == sid && h.opts.History != nil {
+			// Live here: the Router would replay the history to every
+			// client of the session; this client alone gets it, as an
+			// attach does, and the Router a session/resume (no replay).
+			h.liveLoadLocked(c, s, cl, m)
 			return
 		}
 		if m.Method == acp.MethodSessionLoad || m.Method == acp.MethodSessionResume {

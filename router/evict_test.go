@@ -110,12 +110,19 @@ func testAgent() int {
 
 // testEditor is the editor side of a router served on pipes.
 type testEditor struct {
-	peer *acp.Peer
-	mu   sync.Mutex
-	text map[string][]string // agent_message_chunk texts by session
+	peer  *acp.Peer
+	mu    sync.Mutex
+	text  map[string][]string // agent_message_chunk texts by session
+	marks int                 // SessionHistory's marks received (attach_test.go)
 }
 
 func (e *testEditor) Handle(_ context.Context, _ *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if req.Method == markMethod {
+		e.mu.Lock()
+		e.marks++
+		e.mu.Unlock()
+		return
+	}
 	if req.Method != acp.MethodSessionUpdate || req.Params == nil {
 		return
 	}
