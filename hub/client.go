@@ -27,13 +27,14 @@ type client struct {
 	qbytes   int
 	wake     chan struct{} // capacity 1: the writer has work, or the client failed
 	room     chan struct{} // capacity 1: the writer took something (enqueueWait)
+	drained  chan struct{} // capacity 1: the same, for the Router's reader (Hub.waitEditor)
 	reason   error         // set once: why the client ends
 	failOnce sync.Once
 }
 
 func newClient(h *Hub, c Conn, id Identity) *client {
 	return &client{h: h, conn: c, id: id, sessions: map[string]*member{}, asks: map[string]*ask{}, calls: map[string]string{},
-		wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1), drained: make(chan struct{}, 1)}
 }
 
 func signal(ch chan struct{}) {
@@ -45,14 +46,17 @@ func signal(ch chan struct{}) {
 
 // enqueue queues line for the client without waiting. A client whose
 // queue is over its bounds is dropped (ErrSlowClient): it never delays the
-// Router nor the other clients. False when the line was not queued.
+// Router nor the other clients. The stdio editor is never dropped (the
+// router lives for it, and a message up to MaxLine must reach it whole):
+// its queue may pass the bounds, and the Router's reader waits for it to
+// drain (Hub.waitEditor). False when the line was not queued.
 func (c *client) enqueue(line []byte) bool {
 	c.qmu.Lock()
 	if c.reason != nil {
 		c.qmu.Unlock()
 		return false
 	}
-	if len(c.q) >= c.h.opts.QueueMessages || c.qbytes+len(line) > c.h.opts.QueueBytes && len(c.q) > 0 {
+	if !c.id.Editor && (len(c.q) >= c.h.opts.QueueMessages || c.qbytes+len(line) > c.h.opts.QueueBytes && len(c.q) > 0) {
 		c.qmu.Unlock()
 		c.h.log.Warn("client dropped: its queue overflowed", "client", c.id.Name, "messages", len(c.q), "bytes", c.qbytes)
 		go c.h.drop(c, ErrSlowClient)
@@ -115,6 +119,7 @@ func (c *client) writeLoop(ctx context.Context) {
 		c.qbytes -= len(line)
 		c.qmu.Unlock()
 		signal(c.room)
+		signal(c.drained)
 		if err := c.conn.Write(ctx, line); err != nil {
 			c.fail(err)
 			return
@@ -134,6 +139,7 @@ func (c *client) fail(reason error) {
 		c.qmu.Unlock()
 		signal(c.wake)
 		signal(c.room)
+		signal(c.drained)
 		if errors.Is(reason, errClosed) {
 			c.conn.Close(nil)
 		} else {
@@ -153,4 +159,12 @@ func (c *client) failure() error {
 func (h *Hub) drop(c *client, reason error) {
 	c.fail(reason)
 	h.remove(c)
+}
+
+// over says whether the client's queue is past its bounds (only the
+// editor's can be: enqueue).
+func (c *client) over() bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	return c.reason == nil && (len(c.q) > c.h.opts.QueueMessages || c.qbytes > c.h.opts.QueueBytes)
 }

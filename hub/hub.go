@@ -190,6 +190,7 @@ func (h *Hub) Run(ctx context.Context, toRouter io.WriteCloser, fromRouter io.Re
 		line, err := readLine(br, h.opts.MaxLine)
 		if len(line) > 0 {
 			h.fromRouter(line)
+			h.waitEditor(ctx)
 		}
 		if errors.Is(err, errLineTooLong) {
 			h.log.Warn("message from the router over the line limit dropped", "limit", h.opts.MaxLine)
@@ -203,6 +204,29 @@ func (h *Hub) Run(ctx context.Context, toRouter io.WriteCloser, fromRouter io.Re
 				return nil
 			}
 			return fmt.Errorf("hub: read from the router: %w", err)
+		}
+	}
+}
+
+// waitEditor holds the Router's stream, holding no lock, while the stdio
+// editor's queue is past its bounds: the editor is never dropped, so a
+// slow editor slows the agents down as it does without a hub (the
+// router's waitEditor), and the remote clients with them.
+func (h *Hub) waitEditor(ctx context.Context) {
+	h.mu.Lock()
+	var e *client
+	for c := range h.clients {
+		if c.id.Editor {
+			e = c
+			break
+		}
+	}
+	h.mu.Unlock()
+	for e != nil && e.over() {
+		select {
+		case <-e.drained:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -97,6 +97,45 @@ func TestSlowClient(t *testing.T) {
 	}
 }
 
+// TestSlowEditorHoldsTheStream: the stdio editor is never dropped as a
+// slow client (the router lives for it): while it reads nothing, the
+// Router's stream waits for it, and when it reads again it gets the whole
+// turn. Without the editor's exemption it is dropped with ErrSlowClient.
+func TestSlowEditorHoldsTheStream(t *testing.T) {
+	e := startHub(t, Options{QueueBytes: 1 << 20, QueueMessages: 100000})
+	conn := newPipeConn()
+	conn.block = make(chan struct{}, 1<<12) // a token a message the editor reads
+	for range 50 {
+		conn.block <- struct{}{}
+	}
+	ed := e.connectConn(conn, editorID)
+	ed.initialize()
+	sid := ed.newSession()
+	answer := ed.start("session/prompt", promptParams(sid, "big 600 10000")) // 6 MB: over the 1 MiB bound
+	time.Sleep(500 * time.Millisecond)                                       // the editor reads nothing meanwhile
+	select {
+	case err := <-ed.served:
+		t.Fatalf("the editor was dropped while it read nothing: %v", err)
+	default:
+	}
+	go func() {
+		for range 1 << 11 {
+			conn.block <- struct{}{}
+		}
+	}()
+	select {
+	case m := <-answer:
+		if m.Error != nil {
+			t.Fatalf("prompt: %s", m.Error.Message)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the turn did not end once the editor read again")
+	}
+	if got := len(ed.texts(sid)); got != 600 {
+		t.Errorf("the editor got %d chunks, want 600", got)
+	}
+}
+
 // TestClientsGoMidStream: clients that go while a turn streams to them are
 // removed cleanly: the turn goes on for the others, every goroutine of
 // theirs ends.

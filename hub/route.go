@@ -178,7 +178,7 @@ func (h *Hub) deliverLocked(s *session, line []byte, skip *client) {
 		case phaseAfterMark:
 			mb.buf = append(mb.buf, line)
 			mb.bufN += len(line)
-			if mb.bufN > h.opts.QueueBytes || len(mb.buf) > h.opts.QueueMessages {
+			if !mb.c.id.Editor && (mb.bufN > h.opts.QueueBytes || len(mb.buf) > h.opts.QueueMessages) {
 				mb.buf, mb.bufN = nil, 0
 				go h.drop(mb.c, ErrSlowClient)
 			}
