@@ -18,20 +18,20 @@ package test
 import (
 	"crypto/sha256"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/internal/slowtest"
 )
 
 const (
@@ -78,28 +78,13 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
-// shortParallel sets -parallel to 8 tests a core under -short, unless the
-// command line gives one: the end-to-end tests wait on their routers and
-// fake agents far more than they compute (at go test's default of one a
-// core this package alone took 105 s of a quiet 2-core machine for 64 s of
-// CPU; at 4 a core 21 s against 17 s at 8, for the same CPU), and those
-// that measure time skip under -short (skipShort).
-func shortParallel() {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	if !testing.Short() {
-		return
-	}
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		flag.Set("test.parallel", strconv.Itoa(8*runtime.GOMAXPROCS(0)))
-	}
-}
-
 func runTests(m *testing.M) int {
-	shortParallel()
+	// The end-to-end tests wait on their routers and fake agents far more
+	// than they compute (at go test's default of one a core this package
+	// alone took 105 s of a quiet 2-core machine for 64 s of CPU; at 4 a
+	// core 21 s against 17 s at 8, for the same CPU), and those that
+	// measure time skip under -short (skipShort).
+	slowtest.ShortParallel(8)
 	var err error
 	if testBin, err = os.Executable(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: cannot find the test binary:", err)
