@@ -1,6 +1,7 @@
 package acp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -552,5 +553,60 @@ func TestPeerWaitOrCancel(t *testing.T) {
 	p.Notify(ctx, "$/marker", nil) // the next line the peer writes
 	if got := recv(t, remote.Out); !strings.Contains(string(got), "$/marker") {
 		t.Errorf("after an answer in time the peer got %s, want nothing before the marker", got)
+	}
+}
+
+// TestPeerSend: what a proxy writes its peer in one call. A note is
+// written as it is; a request has its replacements written in the other
+// peer's bytes, every other byte kept, and its answer goes to OnResponse;
+// a replacement that cannot be made is said and the request still goes;
+// params over several lines go as one line.
+func TestPeerSend(t *testing.T) {
+	p, remote := newPeerHarness(t, StreamOptions{}, nil)
+	note := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"b","update":{"sessionUpdate":"tool_call_update","toolCallId":"t0","status":"failed"}}}`
+	if _, err := p.Send(Outgoing{Lane: "b", Note: []byte(note)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(recv(t, remote.Out)); got != note {
+		t.Errorf("the note went as %s", got)
+	}
+
+	answers := make(chan string, 1)
+	sent, err := p.Send(Outgoing{
+		Method:     "session/request_permission",
+		Params:     json.RawMessage(`{"sessionId":"a", "toolCall":{"toolCallId":"t1","title":"<&>"},"options":[]}`),
+		Replace:    []Replacement{{Path: []string{"sessionId"}, Value: "b"}, {Path: []string{"toolCall", "toolCallId"}, Value: "t1~x"}},
+		Prefer:     json.RawMessage(`7`),
+		OnResponse: func(m *Message) { answers <- string(m.Result) },
+	})
+	if err != nil || sent.Unreplaced != nil {
+		t.Fatalf("Send: %v (unreplaced: %v)", err, sent.Unreplaced)
+	}
+	if string(sent.ID) != "7" || sent.Key != IDKey(sent.ID) {
+		t.Errorf("sent as id %s, key %q", sent.ID, sent.Key)
+	}
+	want := `{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"sessionId":"b", "toolCall":{"toolCallId":"t1~x","title":"<&>"},"options":[]}}`
+	if got := string(recv(t, remote.Out)); got != want {
+		t.Errorf("the request went as\n\t%s\nwant\n\t%s", got, want)
+	}
+	write(t, remote.In, `{"jsonrpc":"2.0","id":7,"result":{"outcome":{"outcome":"cancelled"}}}`+"\n")
+	select {
+	case got := <-answers:
+		if got != `{"outcome":{"outcome":"cancelled"}}` {
+			t.Errorf("OnResponse got %s", got)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("OnResponse was not called")
+	}
+
+	sent, err = p.Send(Outgoing{Method: "m", Params: json.RawMessage("{\"a\": 1,\n \"b\": [2]}"), Replace: []Replacement{{Path: []string{"a", "deeper"}, Value: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent.Unreplaced == nil {
+		t.Error("a replacement inside a number was made, or not said")
+	}
+	if got := recv(t, remote.Out); !jsonEqual(got, []byte(`{"jsonrpc":"2.0","id":`+string(sent.ID)+`,"method":"m","params":{"a":1,"b":[2]}}`)) || bytes.IndexByte(got, '\n') >= 0 {
+		t.Errorf("params over two lines went as %q", got)
 	}
 }
