@@ -192,7 +192,10 @@ func (s *Server) lookup(r *http.Request, id Identity) *httpConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.conns[r.Header.Get(HeaderConnectionID)]
-	if c == nil || c.ident.Name != id.Name {
+	// The token's identity, not only its name: a token of the same name
+	// created after a revoke is another token, and reaches none of the
+	// connections the revoked one opened.
+	if c == nil || c.ident.Name != id.Name || c.ident.Token != id.Token {
 		return nil
 	}
 	return c
@@ -308,6 +311,7 @@ func (s *Server) initialize(w http.ResponseWriter, r *http.Request, id Identity,
 	s.mu.Unlock()
 	go func() {
 		defer s.release()
+		defer s.watch(id, c.id, func(why error) { c.Close(why) })()
 		err := s.opts.Serve(s.ctx, c, id)
 		if err == nil {
 			err = io.EOF
