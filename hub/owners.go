@@ -88,7 +88,7 @@ func (o *owners) write(snap map[string]string) {
 		return
 	}
 	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err == nil {
+	if err = f.Chmod(0o600); err == nil {
 		if _, err = f.Write(b); err == nil {
 			err = f.Sync()
 		}
