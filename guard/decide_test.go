@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -518,76 +519,93 @@ func TestSessionTool(t *testing.T) {
 
 // TestFailClosed: a decision that cannot finish is a deny for that request
 // only: a resolver that blocks (the timeout; past maxStuck, at once), the
-// caller giving up, a panic.
+// caller giving up, a panic. The blocking ones in a synctest bubble: the
+// timeout passes on the bubble's clock, and a released decision has ended
+// once the bubble is idle.
 func TestFailClosed(t *testing.T) {
 	t.Run("a blocked resolver times out", func(t *testing.T) {
-		fs := newBlockFS("/slow/")
-		g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
-		start := time.Now()
-		v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
-		if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
-			t.Errorf("Decide = %+v, want %+v", got, want)
-		}
-		if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
-			t.Errorf("decided in %v, want the timeout (50ms)", d)
-		}
-		if g.stuck.Load() != 1 {
-			t.Errorf("stuck = %d, want 1", g.stuck.Load())
-		}
-		// Other paths are decided meanwhile.
-		v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
-		if v.Effect != Allow {
-			t.Errorf("a read in the project while another waits: %v %s", v.Effect, v.Rule)
-		}
-		close(fs.release)
-		waitFor(t, "the stuck decision to end", func() bool { return g.stuck.Load() == 0 })
+		synctest.Test(t, func(t *testing.T) {
+			fs := newBlockFS("/slow/")
+			g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
+			start := time.Now()
+			v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
+			if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
+				t.Errorf("Decide = %+v, want %+v", got, want)
+			}
+			if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+				t.Errorf("decided in %v, want the timeout (50ms)", d)
+			}
+			if g.stuck.Load() != 1 {
+				t.Errorf("stuck = %d, want 1", g.stuck.Load())
+			}
+			// Other paths are decided meanwhile.
+			v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
+			if v.Effect != Allow {
+				t.Errorf("a read in the project while another waits: %v %s", v.Effect, v.Rule)
+			}
+			close(fs.release)
+			synctest.Wait() // the released resolver answers, the stuck decision ends
+			if n := g.stuck.Load(); n != 0 {
+				t.Errorf("stuck = %d once released, want 0", n)
+			}
+		})
 	})
 	t.Run("past maxStuck, decisions are denied at once", func(t *testing.T) {
-		fs := newBlockFS("/slow/")
-		g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
-		var wg sync.WaitGroup
-		for range maxStuck {
-			wg.Go(func() {
-				g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
-			})
-		}
-		wg.Wait()
-		if g.stuck.Load() != maxStuck {
-			t.Fatalf("stuck = %d, want %d", g.stuck.Load(), maxStuck)
-		}
-		g.opts.DecideTimeout = time.Hour // at once means without waiting for it
-		start := time.Now()
-		v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
-		if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want || !strings.Contains(v.Message, "still waiting") {
-			t.Errorf("Decide = %+v (%s), want %+v", got, v.Message, want)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("decided in %v", d)
-		}
-		if g.Denies(t.Context(), NewSession(testCwd, nil), "claude", acp.MethodReadTextFile, readParams(testCwd+"/README.md"), nil) != true {
-			t.Error("Denies: a stuck guard does not deny")
-		}
-		close(fs.release)
-		waitFor(t, "the stuck decisions to end", func() bool { return g.stuck.Load() == 0 })
-		v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
-		if v.Effect != Allow {
-			t.Errorf("after the resolver answered: %v %s", v.Effect, v.Rule)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			fs := newBlockFS("/slow/")
+			g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
+			var wg sync.WaitGroup
+			for range maxStuck {
+				wg.Go(func() {
+					g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
+				})
+			}
+			wg.Wait()
+			if g.stuck.Load() != maxStuck {
+				t.Fatalf("stuck = %d, want %d", g.stuck.Load(), maxStuck)
+			}
+			g.opts.DecideTimeout = time.Hour // at once means without waiting for it
+			start := time.Now()
+			v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
+			if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want || !strings.Contains(v.Message, "still waiting") {
+				t.Errorf("Decide = %+v (%s), want %+v", got, v.Message, want)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("decided in %v", d)
+			}
+			if g.Denies(t.Context(), NewSession(testCwd, nil), "claude", acp.MethodReadTextFile, readParams(testCwd+"/README.md"), nil) != true {
+				t.Error("Denies: a stuck guard does not deny")
+			}
+			close(fs.release)
+			synctest.Wait() // the released resolver answers, the stuck decisions end
+			if n := g.stuck.Load(); n != 0 {
+				t.Errorf("stuck = %d once released, want 0", n)
+			}
+			v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
+			if v.Effect != Allow {
+				t.Errorf("after the resolver answered: %v %s", v.Effect, v.Rule)
+			}
+		})
 	})
 	t.Run("the caller gives up", func(t *testing.T) {
-		fs := newBlockFS("/slow/")
-		g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: time.Hour})
-		ctx, cancel := context.WithCancel(t.Context())
-		go func() {
-			<-fs.entered
-			cancel()
-		}()
-		v := g.Decide(ctx, NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
-		if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
-			t.Errorf("Decide = %+v, want %+v", got, want)
-		}
-		close(fs.release)
-		waitFor(t, "the stuck decision to end", func() bool { return g.stuck.Load() == 0 })
+		synctest.Test(t, func(t *testing.T) {
+			fs := newBlockFS("/slow/")
+			g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: time.Hour})
+			ctx, cancel := context.WithCancel(t.Context())
+			go func() {
+				<-fs.entered
+				cancel()
+			}()
+			v := g.Decide(ctx, NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
+			if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
+				t.Errorf("Decide = %+v, want %+v", got, want)
+			}
+			close(fs.release)
+			synctest.Wait() // the released resolver answers, the stuck decision ends
+			if n := g.stuck.Load(); n != 0 {
+				t.Errorf("stuck = %d once released, want 0", n)
+			}
+		})
 	})
 	t.Run("a panic is an internal error", func(t *testing.T) {
 		var log syncBuffer
