@@ -917,84 +917,88 @@ func TestDecideOSFS(t *testing.T) {
 // closed within the lock's deadline, its cause logged; nothing of the
 // guard waits behind it meanwhile (another decision's record, AuditFile);
 // a refusal never waits for the log; once the lock is
-// free, records are written again, a refusal's included.
+// free, records are written again, a refusal's included. In a synctest
+// bubble: the lock's deadline passes on the bubble's clock, and a wait for
+// it shows as time passing (nothing else moves the clock).
 func TestAuditLockHeldElsewhere(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-	log := &syncBuffer{}
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	g := newTestGuard(t, "", Options{AuditFile: file, AuditLockTimeout: timeout, Logger: hclogTo(log)})
-	release := audittest.HoldLock(t, file)
-	s := NewSession(testCwd, nil)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 300 * time.Millisecond
+		log := &syncBuffer{}
+		file := filepath.Join(t.TempDir(), "audit.jsonl")
+		g := newTestGuard(t, "", Options{AuditFile: file, AuditLockTimeout: timeout, Logger: hclogTo(log)})
+		release := audittest.HoldLock(t, file)
+		s := NewSession(testCwd, nil)
 
-	start := time.Now()
-	refused, answered := make(chan struct{}), make(chan struct{})
-	go func() {
-		g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
-		close(refused)
-	}()
-	select {
-	case <-refused:
-	case <-time.After(timeout / 2):
-		t.Error("RecordRefused waited for the audit log's lock; its caller is an agent's read loop")
-	}
-
-	const decisions = 3
-	verdicts := make(chan *Verdict, decisions)
-	for range decisions {
+		start := time.Now()
+		refused, answered := make(chan struct{}), make(chan struct{})
 		go func() {
-			v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
-			if v.Effect != policy.Allow {
-				t.Errorf("decided %+v; want allow", outcomeOf(v))
-			}
-			g.Record(v, "")
-			verdicts <- v
+			g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
+			close(refused)
 		}()
-	}
-	// While the records wait for the lock, the guard's mutex is free.
-	file2 := make(chan string, 1)
-	go func() { file2 <- g.AuditFile() }()
-	select {
-	case <-file2:
-	case <-time.After(timeout / 2):
-		t.Error("AuditFile waited for a record waiting for the audit log's lock")
-	}
-	for range decisions {
 		select {
-		case v := <-verdicts:
-			if v.Effect != policy.Deny || !v.AuditFailed() || !strings.Contains(v.Message, "lock") {
-				t.Errorf("a decision whose record could not be written: %+v %q; want a deny naming the lock", outcomeOf(v), v.Message)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("a decision still waits for the audit log's lock after 5s; the deadline is %v", timeout)
+		case <-refused:
+		case <-time.After(timeout / 2):
+			t.Error("RecordRefused waited for the audit log's lock; its caller is an agent's read loop")
 		}
-	}
-	if d := time.Since(start); d > timeout+time.Second {
-		t.Errorf("%d decisions took %v to fail closed; each record has %v", decisions, d, timeout)
-	}
-	if !strings.Contains(log.String(), "cannot write the audit log") || !strings.Contains(log.String(), "lock") {
-		t.Errorf("the cause was not logged: %s", log.String())
-	}
-	select {
-	case <-answered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the refusal was not answered once its record failed")
-	}
 
-	// A record that could not be written by its deadline is not written
-	// later: the log holds what was decided when it was written.
-	release()
-	answered = make(chan struct{})
-	g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
-	<-answered
-	if recs := audittest.ReadLines(t, file); len(recs) != 1 {
-		t.Fatalf("audit log when the refusal was answered: %v; want its record", recs)
-	}
-	v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
-	if err := g.Record(v, ""); err != nil || v.Effect != policy.Allow {
-		t.Fatalf("with the lock free: %v, %+v", err, outcomeOf(v))
-	}
-	recs := audittest.ReadLines(t, file)
-	if len(recs) != 2 || recs[0]["method"] != acp.MethodReadTextFile || recs[1]["decision"] != "allow" {
-		t.Errorf("audit log once the lock was free: %v; want the refusal, then the allow", recs)
-	}
+		const decisions = 3
+		verdicts := make(chan *Verdict, decisions)
+		for range decisions {
+			go func() {
+				v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
+				if v.Effect != policy.Allow {
+					t.Errorf("decided %+v; want allow", outcomeOf(v))
+				}
+				g.Record(v, "")
+				verdicts <- v
+			}()
+		}
+		// While the records wait for the lock, the guard's mutex is free.
+		file2 := make(chan string, 1)
+		go func() { file2 <- g.AuditFile() }()
+		select {
+		case <-file2:
+		case <-time.After(timeout / 2):
+			t.Error("AuditFile waited for a record waiting for the audit log's lock")
+		}
+		for range decisions {
+			select {
+			case v := <-verdicts:
+				if v.Effect != policy.Deny || !v.AuditFailed() || !strings.Contains(v.Message, "lock") {
+					t.Errorf("a decision whose record could not be written: %+v %q; want a deny naming the lock", outcomeOf(v), v.Message)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("a decision still waits for the audit log's lock after 5s; the deadline is %v", timeout)
+			}
+		}
+		if d := time.Since(start); d != timeout {
+			t.Errorf("%d decisions took %v to fail closed; each record fails at its deadline, %v", decisions, d, timeout)
+		}
+		if !strings.Contains(log.String(), "cannot write the audit log") || !strings.Contains(log.String(), "lock") {
+			t.Errorf("the cause was not logged: %s", log.String())
+		}
+		select {
+		case <-answered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the refusal was not answered once its record failed")
+		}
+
+		// A record that could not be written by its deadline is not written
+		// later: the log holds what was decided when it was written.
+		release()
+		answered = make(chan struct{})
+		g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
+		<-answered
+		if recs := audittest.ReadLines(t, file); len(recs) != 1 {
+			t.Fatalf("audit log when the refusal was answered: %v; want its record", recs)
+		}
+		v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
+		if err := g.Record(v, ""); err != nil || v.Effect != policy.Allow {
+			t.Fatalf("with the lock free: %v, %+v", err, outcomeOf(v))
+		}
+		recs := audittest.ReadLines(t, file)
+		if len(recs) != 2 || recs[0]["method"] != acp.MethodReadTextFile || recs[1]["decision"] != "allow" {
+			t.Errorf("audit log once the lock was free: %v; want the refusal, then the allow", recs)
+		}
+	})
 }
