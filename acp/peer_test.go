@@ -183,72 +183,77 @@ func TestPeerCallEmptyPrefer(t *testing.T) {
 // TestPeerResponseHookOrder: a response hook runs in the read path, before
 // the next message from the peer reaches the Intercept or the handler —
 // even when both arrive in one write (a session-creating response and the
-// first session/update for it, STYLE.md).
+// first session/update for it, STYLE.md). In a synctest bubble: the hook's
+// pause costs no wall time.
 func TestPeerResponseHookOrder(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		events []string
-	)
-	record := func(e string) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	}
-	seenByHandler := make(chan struct{})
-	var hookDone, seenEarly atomic.Bool
-	h := handlerFunc(func(_ context.Context, _ *jsonrpc2.Conn, r *jsonrpc2.Request) {
-		if !hookDone.Load() {
-			seenEarly.Store(true)
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu     sync.Mutex
+			events []string
+		)
+		record := func(e string) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
 		}
-		record("handler " + r.Method)
-		close(seenByHandler)
-	})
-	opts := StreamOptions{Intercept: func(m *Message) bool {
-		if m.Kind == KindResponse {
-			t.Errorf("user Intercept saw a response")
-		}
-		if !hookDone.Load() {
-			seenEarly.Store(true)
-		}
-		record("intercept " + m.Method)
-		return false
-	}}
-	p, remote := newPeerHarness(t, opts, h)
+		seenByHandler := make(chan struct{})
+		var hookDone, seenEarly atomic.Bool
+		h := handlerFunc(func(_ context.Context, _ *jsonrpc2.Conn, r *jsonrpc2.Request) {
+			if !hookDone.Load() {
+				seenEarly.Store(true)
+			}
+			record("handler " + r.Method)
+			close(seenByHandler)
+		})
+		opts := StreamOptions{Intercept: func(m *Message) bool {
+			if m.Kind == KindResponse {
+				t.Errorf("user Intercept saw a response")
+			}
+			if !hookDone.Load() {
+				seenEarly.Store(true)
+			}
+			record("intercept " + m.Method)
+			return false
+		}}
+		p, remote := newPeerHarness(t, opts, h)
 
-	c, err := p.Call(t.Context(), MethodSessionNew, json.RawMessage(`{}`), nil, func(m *Message) {
-		// Slow on purpose: if the hook ran beside the read loop, the
-		// notification would overtake it.
-		time.Sleep(50 * time.Millisecond)
-		var ref SessionRef
-		if err := json.Unmarshal(m.Result, &ref); err != nil || ref.SessionID != "s1" {
-			t.Errorf("hook got result %s", m.Result)
+		c, err := p.Call(t.Context(), MethodSessionNew, json.RawMessage(`{}`), nil, func(m *Message) {
+			// Slow on purpose: if the hook ran beside the read loop, the
+			// notification would overtake it (in the bubble the clock
+			// moves only once every other goroutine is blocked, so the
+			// read loop has had every chance to).
+			time.Sleep(50 * time.Millisecond)
+			var ref SessionRef
+			if err := json.Unmarshal(m.Result, &ref); err != nil || ref.SessionID != "s1" {
+				t.Errorf("hook got result %s", m.Result)
+			}
+			record("hook")
+			hookDone.Store(true)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		record("hook")
-		hookDone.Store(true)
+		f := decodeFields(t, recv(t, remote.Out))
+		write(t, remote.In, `{"jsonrpc":"2.0","id":`+string(f["id"])+`,"result":{"sessionId":"s1"}}`+"\n"+
+			`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{}}}`+"\n")
+		waitClosed(t, seenByHandler, "the notification to reach the handler")
+		if seenEarly.Load() {
+			t.Error("the notification was handed on before the response hook finished")
+		}
+		mu.Lock()
+		got := fmt.Sprint(events)
+		mu.Unlock()
+		if want := fmt.Sprint([]string{"hook", "intercept session/update", "handler session/update"}); got != want {
+			t.Errorf("events %s, want %s", got, want)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		res, err := c.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertJSON(t, "result", res, `{"sessionId":"s1"}`)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := decodeFields(t, recv(t, remote.Out))
-	write(t, remote.In, `{"jsonrpc":"2.0","id":`+string(f["id"])+`,"result":{"sessionId":"s1"}}`+"\n"+
-		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{}}}`+"\n")
-	waitClosed(t, seenByHandler, "the notification to reach the handler")
-	if seenEarly.Load() {
-		t.Error("the notification was handed on before the response hook finished")
-	}
-	mu.Lock()
-	got := fmt.Sprint(events)
-	mu.Unlock()
-	if want := fmt.Sprint([]string{"hook", "intercept session/update", "handler session/update"}); got != want {
-		t.Errorf("events %s, want %s", got, want)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-	defer cancel()
-	res, err := c.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertJSON(t, "result", res, `{"sessionId":"s1"}`)
 }
 
 // TestPeerCallError: the peer's error reaches Wait as a *jsonrpc2.Error

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -345,40 +346,41 @@ func TestRevokeInRunningStore(t *testing.T) {
 
 // TestRereadWithSameStamp pins the fallback when the stat says nothing
 // changed (a rewrite in the same timestamp tick, same size, an inode
-// reused): the cache is read again within rereadEvery.
+// reused): the cache is read again once it is rereadEvery old, not
+// before. In a synctest bubble: the second passes on the bubble's clock.
 func TestRereadWithSameStamp(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, t.TempDir(), Options{})
-	secret, err := s.Create("a", RoleController, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Twice: the first use writes the last-used time, a change of the
-	// file this Store reads again.
-	for range 2 {
-		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		s := openStore(t, t.TempDir(), Options{})
+		secret, err := s.Create("a", RoleController, true)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	// Pretend the file was revoked while its stamp stayed the same: the
-	// cache is what a stale reader would keep.
-	s.mu.Lock()
-	s.cache = nil
-	s.mu.Unlock()
-	if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err == nil {
-		t.Fatal("the cache was not used while fresh (the test proves nothing)")
-	}
-	deadline := time.Now().Add(rereadEvery + 500*time.Millisecond)
-	for i := 2; ; i++ {
+		// Twice: the first use writes the last-used time, a change of the
+		// file this Store reads again.
+		for range 2 {
+			if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Pretend the file was revoked while its stamp stayed the same: the
+		// cache is what a stale reader would keep.
+		s.mu.Lock()
+		s.cache = nil
+		s.mu.Unlock()
+		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err == nil {
+			t.Fatal("the cache was not used while fresh (the test proves nothing)")
+		}
 		// A new address each time: failures hold an address back.
-		if _, err := s.Authenticate(request("bearer", secret, fmt.Sprintf("127.0.0.%d:1", i))); err == nil {
-			break
+		time.Sleep(rereadEvery - time.Millisecond)
+		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.2:1")); err == nil {
+			t.Fatalf("the file was read again before the cache was %v old", rereadEvery)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the file was not read again within %v", rereadEvery)
+		time.Sleep(time.Millisecond)
+		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.3:1")); err != nil {
+			t.Fatalf("the file was not read again once the cache was %v old: %v", rereadEvery, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	})
 }
 
 // TestConcurrentCreate pins that creates from two Stores (two open lock
