@@ -92,7 +92,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 		a := args[i]
 		s := a.s
 		isOpt := !optsDone && a.opaque == "" && len(s) > 1 && s[0] == '-'
-		if !optsDone && a.opaque == "" && s == "-" && sp.opts["-"] != nil {
+		if !optsDone && a.opaque == "" && s == "-" && p.spec.opts["-"] != nil {
 			p.flags = append(p.flags, "-") // env -, su -
 			continue
 		}
@@ -128,8 +128,10 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				roles, _ := sp.operandRoles(len(p.ops)+1, p.flags)
 				optsDone = roles[len(p.ops)] == roleExec
 			}
+			// $X may be an option: what follows is not known. A wrapper's
+			// $X is the program of its payload, read there as a computed
+			// one, or a value before it (su $U -c CMD).
 			if a.opaque != "" && !optsDone && !wrap {
-				// $X may be an option: what follows is not known.
 				p.fail("%s: an argument %s", p.label, a.opaque)
 				p.lost = true
 			}
