@@ -139,11 +139,11 @@ func (b *Budget) Limit() string {
 // Spend is what was spent in one budget's scope.
 type Spend struct {
 	// Cost is by currency.
-	Cost   map[string]float64
-	Tokens int64
-	Turns  int64
+	Cost   map[string]float64 `json:"cost,omitempty"`
+	Tokens int64              `json:"tokens,omitempty"`
+	Turns  int64              `json:"turns,omitempty"`
 	// UnknownTurns are the turns that ended without a cost report.
-	UnknownTurns int64
+	UnknownTurns int64 `json:"unknownTurns,omitempty"`
 }
 
 // State is one budget against its spend.
