@@ -1,0 +1,228 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Budgets (issue 32), through the router binary: scripted agents report a
+// cumulative cost (usage_update) and tokens (the prompt response's usage);
+// the budgets decide at the start of the next prompt.
+
+// costUpdate is a script line: a usage_update whose cumulative cost is
+// amount USD.
+func costUpdate(amount float64) string {
+	return fmt.Sprintf(`update {"sessionUpdate":"usage_update","used":10,"size":1000,"cost":{"amount":%v,"currency":"USD"}}`, amount)
+}
+
+// budgetConfig is a config with fake agents alpha and beta, the policy
+// allowing everything but with budgets, and stateDir as state_dir (""
+// a temp dir).
+func budgetConfig(t *testing.T, stateDir, budgets string) (cfg, auditFile string) {
+	t.Helper()
+	cfg, auditFile = policyYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{})},
+		"default: allow\nbudgets:\n"+indent(budgets, "  "), "default: alpha")
+	if stateDir != "" {
+		data, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.SplitN(string(data), "\n", 3)
+		lines[1] = "state_dir: " + yamlQuote(stateDir)
+		if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg, auditFile
+}
+
+func budgetAudit(t *testing.T, auditFile string) []auditRecord {
+	t.Helper()
+	data, err := os.ReadFile(auditFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []auditRecord
+	for line := range strings.Lines(string(data)) {
+		var r auditRecord
+		if json.Unmarshal([]byte(line), &r) == nil && r.Method == "acp-router/budget" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// promptStop sends a prompt and returns its stopReason.
+func promptStop(t *testing.T, e *Editor, sid, script string) string {
+	t.Helper()
+	m, err := e.Prompt(waitTimeout, sid, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Error != nil {
+		t.Fatalf("session/prompt failed: %v", m.Error)
+	}
+	return jsonString(m.Result, "stopReason")
+}
+
+// TestBudgetRefuse: a cost budget warns past warn_at (an agent message: the
+// editor has no notices), then refuses the next prompt once reached: the
+// turn ends with stopReason refusal and a message naming the budget, what
+// was spent and when it resets; the agent never gets the prompt. The audit
+// log has the warning and the refusal with the budget's name.
+func TestBudgetRefuse(t *testing.T) {
+	t.Parallel()
+	cfg, auditFile := budgetConfig(t, "", "- {name: daily-usd, cost: \"1 USD\", per: day, warn_at: 50%}\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{})
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, costUpdate(0.6)+"\nsay first", "end_turn")
+	e.MustPrompt(t, sid, costUpdate(1.2)+"\nsay second", "end_turn")
+	if !slices_contains(e.Texts(sid), "budget daily-usd is at 60%") {
+		t.Errorf("no warning at 60%% of the budget; texts %q", e.Texts(sid))
+	}
+	if got := promptStop(t, e, sid, "say third"); got != "refusal" {
+		t.Fatalf("stopReason %q once the budget is reached, want refusal", got)
+	}
+	texts := strings.Join(e.Texts(sid), "\n")
+	for _, want := range []string{`budget "daily-usd"`, "config.yaml:", "spent 1.2 USD of 1 USD today", "it resets "} {
+		if !strings.Contains(texts, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, texts)
+		}
+	}
+	if strings.Contains(texts, "third") {
+		t.Error("the refused prompt reached the agent")
+	}
+	var got []string
+	for _, r := range budgetAudit(t, auditFile) {
+		got = append(got, r.Decision+":"+r.rule())
+	}
+	if strings.Join(got, " ") != "warn:daily-usd refuse:daily-usd" {
+		t.Errorf("audited budget decisions %v, want [warn:daily-usd refuse:daily-usd]", got)
+	}
+}
+
+func slices_contains(texts []string, sub string) bool {
+	for _, s := range texts {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBudgetNotice: the warning is a notice update when the editor
+// presents notices (clientCapabilities.session.notices).
+func TestBudgetNotice(t *testing.T) {
+	t.Parallel()
+	cfg, _ := budgetConfig(t, "", "- {name: daily-usd, cost: \"1 USD\", per: day, warn_at: 50%}\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{"session": map[string]any{"notices": map[string]any{}}})
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, costUpdate(0.7), "end_turn")
+	e.MustPrompt(t, sid, "say next", "end_turn")
+	n := e.Rec.WaitFor(t, waitTimeout, "a budget notice", func(m *Msg) bool { return m.Update() == "notice" })
+	if title := jsonString(n.Params, "update", "title"); !strings.Contains(title, "budget daily-usd is at 70%") {
+		t.Errorf("notice title %q", title)
+	}
+}
+
+// TestBudgetTokensFallback: a token budget of agent alpha with effect
+// fallback switches the session to beta with the usual handoff, and the
+// prompt goes there, with a message saying so; tokens come from the prompt
+// response's usage.
+func TestBudgetTokensFallback(t *testing.T) {
+	t.Parallel()
+	cfg, auditFile := budgetConfig(t, "", "- {name: alpha-tokens, tokens: 10, per: session, agents: [alpha], effect: fallback, fallback: beta}\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{})
+	sid := e.NewSession(t, t.TempDir())
+	if got := promptStop(t, e, sid, "usage 6 6\nsay on alpha"); got != "end_turn" {
+		t.Fatalf("stopReason %q", got)
+	}
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	texts := strings.Join(e.Texts(sid), "\n")
+	if !strings.Contains(texts, "used 12 of 10 tokens in this session") || !strings.Contains(texts, "This session switches to beta") {
+		t.Errorf("no fallback message:\n%s", texts)
+	}
+	if e.Texts(sid)[len(e.Texts(sid))-1] != "beta" {
+		t.Errorf("the prompt did not go to beta: %q", e.Texts(sid))
+	}
+	recs := budgetAudit(t, auditFile)
+	if len(recs) != 1 || recs[0].Decision != "fallback" || recs[0].rule() != "alpha-tokens" || !strings.Contains(string(recs[0].Evidence), `"fallback":"beta"`) {
+		t.Errorf("audit %+v", recs)
+	}
+}
+
+// TestBudgetAsk: effect ask asks the editor before each prompt once
+// reached: allowed, the prompt goes; rejected, the turn is a refusal. Both
+// answers are audited.
+func TestBudgetAsk(t *testing.T) {
+	t.Parallel()
+	cfg, auditFile := budgetConfig(t, "", "- {name: soft, cost: \"0.5 USD\", per: week, effect: ask}\n")
+	e := StartRouter(t, cfg, nil)
+	answer := "allow_once"
+	asked := 0
+	e.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		asked++
+		if !strings.Contains(jsonString(p, "toolCall", "title"), "Budget reached") {
+			return nil, &RPCError{Code: -32603, Message: "unexpected request " + string(p)}
+		}
+		return choosePermission(p, answer)
+	})
+	e.Initialize(t, map[string]any{})
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, costUpdate(0.5), "end_turn")
+	e.MustPrompt(t, sid, "say allowed", "end_turn")
+	answer = "reject_once"
+	if got := promptStop(t, e, sid, "say rejected"); got != "refusal" {
+		t.Fatalf("stopReason %q after the user said no, want refusal", got)
+	}
+	texts := strings.Join(e.Texts(sid), "\n")
+	if !strings.Contains(texts, "allowed") || strings.Contains(texts, "say rejected") || asked != 2 {
+		t.Errorf("asked %d times; texts:\n%s", asked, texts)
+	}
+	var got []string
+	for _, r := range budgetAudit(t, auditFile) {
+		got = append(got, r.Decision+":"+r.UserChoice)
+	}
+	if strings.Join(got, " ") != "ask:allow_once ask:reject_once" {
+		t.Errorf("audited %v", got)
+	}
+}
+
+// TestBudgetSharedLedger: two routers of one user (one state directory)
+// share the ledger, and it survives the router: what one spent refuses
+// the other's prompt, and a router started afterwards.
+func TestBudgetSharedLedger(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	budgets := "- {name: daily-usd, cost: \"1 USD\", per: day}\n"
+	cfgA, _ := budgetConfig(t, state, budgets)
+	cfgB, _ := budgetConfig(t, state, budgets)
+	a, b := StartRouter(t, cfgA, nil), StartRouter(t, cfgB, nil)
+	a.Initialize(t, map[string]any{})
+	b.Initialize(t, map[string]any{})
+	sa, sb := a.NewSession(t, t.TempDir()), b.NewSession(t, t.TempDir())
+	b.MustPrompt(t, sb, "say b before", "end_turn")
+	a.MustPrompt(t, sa, costUpdate(1.5), "end_turn")
+	if got := promptStop(t, b, sb, "say b after"); got != "refusal" {
+		t.Fatalf("the second router's stopReason %q, want refusal (the first spent 1.5 USD)", got)
+	}
+	a.CloseStdin()
+	a.Wait(10 * time.Second)
+	c := StartRouter(t, cfgA, nil)
+	c.Initialize(t, map[string]any{})
+	sc := c.NewSession(t, t.TempDir())
+	if got := promptStop(t, c, sc, "say c"); got != "refusal" {
+		t.Fatalf("a router started later: stopReason %q, want refusal", got)
+	}
+	if _, err := os.Stat(filepath.Join(state, "budget-ledger.json")); err != nil {
+		t.Error(err)
+	}
+}
