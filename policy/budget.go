@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -252,4 +253,142 @@ func (p *Policy) compileBudgets() {
 			org = append(org, l.Budgets...)
 		}
 	}
+}
+
+// budgetTest is a tests: entry about budgets: a prompt to an agent, what
+// was spent against which budget, and what the budgets must decide:
+//
+//	tests:
+//	  - {prompt: claude, spent: {daily-usd: "20 USD"}, expect: refuse, budget: daily-usd}
+//	  - {prompt: claude, spent: {daily-usd: ["12 USD", "3 unknown"]}, expect: warn, budget: daily-usd}
+//	  - {prompt: codex, expect: allow}
+//
+// spent gives each budget's spend in its period: "AMOUNT CURRENCY", "N
+// tokens", "N unknown" (turns that reported no cost), or a list of them.
+// expect is allow (no budget reached, none warns), warn (budget: warns),
+// ask, fallback or refuse (budget: decides).
+type budgetTest struct {
+	Agent  string
+	Spent  map[string]budget.Spend
+	Expect string
+	Budget string
+}
+
+func (p *parser) budgetTest(path string, n *yaml.Node, f map[string]*yaml.Node, t *TestCase) *TestCase {
+	before := len(p.errs)
+	bt := &budgetTest{Spent: map[string]budget.Spend{}}
+	p.require(path, n, f, "expect")
+	for _, k := range []string{"call", "rule", "answered_by", "mode", "cwd", "roots", "files", "symlinks", "agent"} {
+		if v := f[k]; v != nil {
+			p.errorf(v, path+"."+k, "a budget test (prompt:) has no %s", k)
+		}
+	}
+	bt.Agent, _ = p.str(path+".prompt", f["prompt"])
+	if v := f["expect"]; v != nil {
+		if s, ok := p.str(path+".expect", v); ok {
+			switch s {
+			case "allow", "warn", "ask", "fallback", "refuse":
+				bt.Expect = s
+			default:
+				p.errorf(v, path+".expect", "a budget test expects allow, warn, ask, fallback or refuse, got %q", s)
+			}
+			if s != "allow" && f["budget"] == nil {
+				p.errorf(v, path+".expect", "say which budget: budget: NAME")
+			}
+		}
+	}
+	if v := f["budget"]; v != nil {
+		bt.Budget, _ = p.str(path+".budget", v)
+	}
+	if v := f["spent"]; v != nil {
+		pairs, ok := yamlpos.Mapping(path+".spent", v, p.errorf)
+		for _, kv := range pairs {
+			if !ok {
+				break
+			}
+			kp := path + ".spent." + kv.Key.Value
+			var sp budget.Spend
+			for _, item := range p.list(kp, kv.Val, true) {
+				s, ok := p.str(kp, item)
+				if !ok {
+					continue
+				}
+				fields := strings.Fields(s)
+				if len(fields) != 2 {
+					p.errorf(item, kp, `expected "AMOUNT CURRENCY", "N tokens" or "N unknown", got %q`, s)
+					continue
+				}
+				switch fields[1] {
+				case "tokens", "unknown":
+					v, err := strconv.ParseInt(fields[0], 10, 64)
+					if err != nil || v < 0 {
+						p.errorf(item, kp, "malformed count %q", fields[0])
+						continue
+					}
+					if fields[1] == "tokens" {
+						sp.Tokens += v
+					} else {
+						sp.UnknownTurns += v
+					}
+				default:
+					m := p.money(kp, item)
+					if m == nil {
+						continue
+					}
+					if sp.Cost == nil {
+						sp.Cost = map[string]float64{}
+					}
+					sp.Cost[m.Currency] += m.Amount
+				}
+			}
+			bt.Spent[kv.Key.Value] = sp
+		}
+	}
+	if len(p.errs) > before {
+		return nil
+	}
+	t.budget = bt
+	return t
+}
+
+// runBudgetTest decides a budget test against the budgets of p.
+func (p *Policy) runBudgetTest(t *TestCase) TestResult {
+	bt := t.budget
+	res := TestResult{Case: t}
+	for name := range bt.Spent {
+		if !slices.ContainsFunc(p.budgets, func(b *budget.Budget) bool { return b.Name == name }) {
+			res.Problem = fmt.Sprintf("spent names no budget in force: %q", name)
+			return res
+		}
+	}
+	if bt.Budget != "" && !slices.ContainsFunc(p.budgets, func(b *budget.Budget) bool { return b.Name == bt.Budget }) {
+		res.Problem = fmt.Sprintf("budget %q is not in force (its layer, or those above it)", bt.Budget)
+		return res
+	}
+	d := p.CheckBudgets(bt.Agent, func(b *budget.Budget) budget.Spend { return bt.Spent[b.Name] })
+	got, by := "allow", ""
+	switch {
+	case d.By != nil:
+		got, by = d.Effect.String(), d.By.Budget.Name
+	case len(d.Warn) > 0:
+		got = "warn"
+		for _, w := range d.Warn {
+			if w.Budget.Name == bt.Budget || by == "" {
+				by = w.Budget.Name
+			}
+		}
+	}
+	describe := got
+	if by != "" {
+		describe += " by budget " + by
+	}
+	switch {
+	case got != bt.Expect:
+		res.Problem = fmt.Sprintf("expected %s, got %s", bt.Expect, describe)
+	case bt.Expect != "allow" && by != bt.Budget:
+		res.Problem = fmt.Sprintf("expected %s by budget %s, got %s", bt.Expect, bt.Budget, describe)
+	default:
+		res.Pass = true
+	}
+	return res
 }

@@ -114,3 +114,31 @@ budgets:
 		})
 	}
 }
+
+// TestBudgetPolicyTests: tests: entries with prompt: decide the budgets
+// like a prompt would; a wrong expectation fails with what was decided.
+func TestBudgetPolicyTests(t *testing.T) {
+	org := mustParse(t, "org.yaml", orgBudgets+`
+tests:
+  - {prompt: claude, spent: {daily-usd: "20 USD"}, expect: refuse, budget: daily-usd}
+  - {prompt: claude, spent: {claude-tokens: "1000 tokens"}, expect: fallback, budget: claude-tokens}
+  - {prompt: claude, spent: {claude-tokens: ["600 tokens"]}, expect: warn, budget: claude-tokens}
+  - {prompt: codex, spent: {claude-tokens: "5000 tokens"}, expect: allow}
+  - {prompt: claude, spent: {daily-usd: "19 USD"}, expect: refuse, budget: daily-usd}
+  - {prompt: claude, spent: {nosuch: "1 USD"}, expect: allow}
+`)
+	p := mustCompile(t, org)
+	var got []string
+	for _, r := range p.RunTests() {
+		if r.Pass {
+			got = append(got, "pass")
+		} else {
+			got = append(got, r.Problem)
+		}
+	}
+	want := []string{"pass", "pass", "pass", "pass", "expected refuse, got warn by budget daily-usd",
+		`spent names no budget in force: "nosuch"`}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("results:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

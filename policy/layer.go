@@ -157,7 +157,7 @@ var (
 	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests", "budgets"}
 	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests", "budgets"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments", "answered_by"}
-	testKeys    = []string{"call", "expect", "rule", "answered_by", "agent", "mode", "cwd", "roots", "files", "symlinks"}
+	testKeys    = []string{"call", "expect", "rule", "answered_by", "agent", "mode", "cwd", "roots", "files", "symlinks", "prompt", "spent", "budget"}
 	matcherKeys = []string{"agent", "kind", "method", "title", "tool", "paths", "command", "program", "flags_any",
 		"domains", "mode", "cwd", "env"}
 
@@ -549,6 +549,9 @@ func (p *parser) test(path string, n *yaml.Node) *TestCase {
 		return nil
 	}
 	t := &TestCase{Pos: p.pos(n)}
+	if f["prompt"] != nil {
+		return p.budgetTest(path, n, f, t)
+	}
 	before := len(p.errs)
 	p.require(path, n, f, "call", "expect")
 	if v := f["call"]; v != nil {

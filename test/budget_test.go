@@ -226,3 +226,69 @@ func TestBudgetSharedLedger(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestBudgetCommands: `acp-router budget` prints each budget with what was
+// spent in its period, and the ledger per period and agent (--json too);
+// `policy explain session/prompt` gives the budgets' decision now;
+// `policy test` runs the budget tests (prompt:) of the policy.
+func TestBudgetCommands(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	cfg, _ := budgetConfig(t, state, `- {name: daily-usd, cost: "1 USD", per: day, agents: [alpha]}
+- {name: weekly-tokens, tokens: 1000000, per: week}
+`)
+	data, _ := os.ReadFile(cfg)
+	tests := `  tests:
+    - {prompt: alpha, spent: {daily-usd: "1 USD"}, expect: refuse, budget: daily-usd}
+    - {prompt: beta, spent: {daily-usd: "1 USD"}, expect: allow}
+`
+	withTests := strings.Replace(string(data), "audit:", tests+"audit:", 1)
+	if err := os.WriteFile(cfg, []byte(withTests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{})
+	sid := e.NewSession(t, t.TempDir())
+	if got := promptStop(t, e, sid, costUpdate(1.25)+"\nusage 100 20"); got != "end_turn" {
+		t.Fatalf("stopReason %q", got)
+	}
+	e.CloseStdin()
+	e.Wait(10 * time.Second)
+
+	code, out, errOut := runRouterCmd(t, nil, "budget", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("budget: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"budget daily-usd (user layer, " + cfg + ":", "1 USD per day, alpha, refuse",
+		"1.25 USD, 120 tokens, 1 turns (125%) REACHED", "day:", "alpha        1.25 USD, 120 tokens, 1 turns"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("budget output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = runRouterCmd(t, nil, "budget", "--config", cfg, "--json")
+	var rep struct {
+		Budgets []struct {
+			Name    string  `json:"name"`
+			Share   float64 `json:"share"`
+			Reached bool    `json:"reached"`
+		} `json:"budgets"`
+		Periods []struct {
+			Period string `json:"period"`
+		} `json:"periods"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Budgets) != 2 || !rep.Budgets[0].Reached || len(rep.Periods) != 3 {
+		t.Errorf("budget --json: exit %d %s\n%s", code, errOut, out)
+	}
+	code, out, _ = runRouterCmd(t, nil, "policy", "explain", "--config", cfg, "--agent", "alpha", "session/prompt")
+	if code != 0 || !strings.Contains(out, "decision: refuse by budget daily-usd (user layer, "+cfg+":") || !strings.Contains(out, "REACHED: spent 1.25 USD of 1 USD") {
+		t.Errorf("policy explain session/prompt for alpha: exit %d\n%s", code, out)
+	}
+	code, out, _ = runRouterCmd(t, nil, "policy", "explain", "--config", cfg, "--agent", "beta", "session/prompt")
+	if code != 0 || !strings.Contains(out, "decision: allow") || !strings.Contains(out, "does not count beta") {
+		t.Errorf("policy explain session/prompt for beta: exit %d\n%s", code, out)
+	}
+	code, out, _ = runRouterCmd(t, nil, "policy", "test", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "2 calls in 2 tests: 2 passed, 0 failed") {
+		t.Errorf("policy test: exit %d\n%s", code, out)
+	}
+}

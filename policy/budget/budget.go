@@ -201,6 +201,13 @@ func Check(budgets []*Budget, agent string, spent func(*Budget) Spend) Decision 
 	return d
 }
 
+// Measure is b against spend s: its share and why, and whether a limit is
+// reached (what `acp-router budget` prints).
+func Measure(b *Budget, s Spend) (State, bool) {
+	st := State{Budget: b, Spend: s}
+	return st, st.measure()
+}
+
 // measure sets Share and Why and says whether a limit is reached.
 func (st *State) measure() bool {
 	b := st.Budget
