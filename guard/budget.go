@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acp-router/acp-router/audit"
+	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/ledger"
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/policy/budget"
@@ -312,4 +313,26 @@ func spendWords(s budget.Spend) string {
 	}
 	parts = append(parts, fmt.Sprintf("%d tokens", s.Tokens), fmt.Sprintf("%d turns (%d without a cost)", s.Turns, s.UnknownTurns))
 	return strings.Join(parts, ", ")
+}
+
+// budgetAgentWarnings are the budgets naming agents the config does not
+// have: a warning, not an error, since an org budget is written for every
+// user's config. A fallback to a missing agent refuses (router).
+func budgetAgentWarnings(pol *policy.Policy, cfg *config.Config) []string {
+	known := map[string]bool{}
+	for _, a := range cfg.Agents {
+		known[a.Name] = true
+	}
+	var out []string
+	for _, b := range pol.Budgets() {
+		if b.Fallback != "" && !known[b.Fallback] {
+			out = append(out, fmt.Sprintf("%s: budget %q falls back to agent %q, which this config does not have: reaching it refuses prompts instead", b.Pos, b.Name, b.Fallback))
+		}
+		for _, a := range b.Agents {
+			if !known[a] {
+				out = append(out, fmt.Sprintf("%s: budget %q counts agent %q, which this config does not have", b.Pos, b.Name, a))
+			}
+		}
+	}
+	return out
 }

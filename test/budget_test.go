@@ -83,7 +83,7 @@ func TestBudgetRefuse(t *testing.T) {
 	sid := e.NewSession(t, t.TempDir())
 	e.MustPrompt(t, sid, costUpdate(0.6)+"\nsay first", "end_turn")
 	e.MustPrompt(t, sid, costUpdate(1.2)+"\nsay second", "end_turn")
-	if !slices_contains(e.Texts(sid), "budget daily-usd is at 60%") {
+	if !anyContains(e.Texts(sid), "budget daily-usd is at 60%") {
 		t.Errorf("no warning at 60%% of the budget; texts %q", e.Texts(sid))
 	}
 	if got := promptStop(t, e, sid, "say third"); got != "refusal" {
@@ -107,7 +107,7 @@ func TestBudgetRefuse(t *testing.T) {
 	}
 }
 
-func slices_contains(texts []string, sub string) bool {
+func anyContains(texts []string, sub string) bool {
 	for _, s := range texts {
 		if strings.Contains(s, sub) {
 			return true
@@ -290,5 +290,49 @@ func TestBudgetCommands(t *testing.T) {
 	code, out, _ = runRouterCmd(t, nil, "policy", "test", "--config", cfg)
 	if code != 0 || !strings.Contains(out, "2 calls in 2 tests: 2 passed, 0 failed") {
 		t.Errorf("policy test: exit %d\n%s", code, out)
+	}
+}
+
+// TestBudgetCheckWarnsUnknownAgent: check warns about a budget whose
+// fallback or agents the config does not have.
+func TestBudgetCheckWarnsUnknownAgent(t *testing.T) {
+	t.Parallel()
+	cfg, _ := budgetConfig(t, "", "- {name: soft, cost: \"1 USD\", per: day, agents: [alpha, gamma], effect: fallback, fallback: nosuch}\n")
+	code, out, errOut := runRouterCmd(t, nil, "check", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("check: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{`budget "soft" falls back to agent "nosuch", which this config does not have`, `budget "soft" counts agent "gamma"`} {
+		if !strings.Contains(out+errOut, want) {
+			t.Errorf("check does not warn %q:\n%s%s", want, out, errOut)
+		}
+	}
+}
+
+// TestBudgetBadUsage: a usage_update with a negative, decreasing or absurd
+// cost is ignored (and logged), never lowering spend nor raising it.
+func TestBudgetBadUsage(t *testing.T) {
+	t.Parallel()
+	cfg, _ := budgetConfig(t, "", "- {name: daily-usd, cost: \"1 USD\", per: day, warn_at: 50%}\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{})
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, costUpdate(0.6), "end_turn")
+	e.MustPrompt(t, sid, costUpdate(-5)+"\n"+costUpdate(0.3)+"\n"+costUpdate(5e12), "end_turn")
+	// 0.6 spent: a warning, not a refusal; and the decrease to 0.3 did
+	// not lower it (else no warning).
+	if got := promptStop(t, e, sid, "say still"); got != "end_turn" {
+		t.Fatalf("stopReason %q: bad usage values raised the spend", got)
+	}
+	if !anyContains(e.Texts(sid), "budget daily-usd is at 60%") {
+		t.Errorf("spend not 0.6 USD after bad values; texts %q", e.Texts(sid))
+	}
+	// From the decreased total of 0.3, a report of 1.0 adds 0.7: 1.3.
+	e.MustPrompt(t, sid, costUpdate(1.0), "end_turn")
+	if got := promptStop(t, e, sid, "say over"); got != "refusal" {
+		t.Fatalf("stopReason %q at 1.3 USD, want refusal", got)
+	}
+	if !strings.Contains(e.Stderr(), "usage report ignored") {
+		t.Error("the ignored values were not logged")
 	}
 }
