@@ -100,7 +100,7 @@ type file struct {
 	// Periods are by period key (PeriodKey), then agent.
 	Periods map[string]*period `json:"periods"`
 	// Cumulative is the last cumulative cost of each downstream session
-	// (agent + "/" + its session id).
+	// (router session + "/" + agent + "/" + its session id).
 	Cumulative map[string]*cumulative `json:"cumulative"`
 }
 
@@ -218,7 +218,10 @@ func (f *file) measure(r Report, at time.Time) (delta *budget.Money, tokens int6
 	if math.IsNaN(c.Amount) || math.IsInf(c.Amount, 0) || c.Amount < 0 || c.Amount > MaxCostReport || c.Currency == "" {
 		return nil, tokens, fmt.Sprintf("cost %v %q ignored (negative, not a number, absurd or without currency)", c.Amount, c.Currency)
 	}
-	key := r.Agent + "/" + r.Downstream
+	// Keyed by the router session too: two processes of one agent (one
+	// per set of session roots, under the sandbox) may each name a
+	// session "1".
+	key := r.Session + "/" + r.Agent + "/" + r.Downstream
 	last := f.Cumulative[key]
 	prev := 0.0
 	if last != nil && last.Currency == c.Currency {

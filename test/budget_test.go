@@ -336,3 +336,75 @@ func TestBudgetBadUsage(t *testing.T) {
 		t.Error("the ignored values were not logged")
 	}
 }
+
+// TestBudgetGemini: Gemini CLI (against the fake Gemini API, which reports
+// 8 tokens a turn: Gemini CLI puts them in the prompt response's
+// _meta.quota.token_count) reaches a token budget: its next prompt is
+// refused, naming the budget.
+func TestBudgetGemini(t *testing.T) {
+	t.Parallel()
+	bin := needGemini(t)
+	fake := startFakeGemini(t)
+	cfg, auditFile := policyYAML(t, []string{geminiAgentYAML(bin, geminiEnv(geminiHome(t), fake))},
+		"default: allow\nbudgets:\n  - {name: gemini-tokens, tokens: 8, per: day, agents: [gemini]}\n", "default: gemini")
+	e := StartRouter(t, cfg, nil)
+	e.Handle("session/request_permission", AllowFirst)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	s := fake.Script(geminiScript{Text: []string{"Hello from Gemini."}})
+	m, err := e.Prompt(waitTimeout, sid, "Say hello "+s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "end_turn")
+	s2 := fake.Script(geminiScript{Text: []string{"Never said."}})
+	m, err = e.Prompt(waitTimeout, sid, "Say more "+s2.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "refusal")
+	texts := strings.Join(e.Texts(sid), "\n")
+	if !strings.Contains(texts, `budget "gemini-tokens"`) || !strings.Contains(texts, "used 8 of 8 tokens today") || strings.Contains(texts, "Never said.") {
+		t.Errorf("texts:\n%s", texts)
+	}
+	if n := s2.Streams(); n != 0 {
+		t.Errorf("the refused prompt reached the model (%d streams)", n)
+	}
+	recs := budgetAudit(t, auditFile)
+	if len(recs) != 1 || recs[0].Decision != "refuse" || recs[0].Agent != "gemini" {
+		t.Errorf("audit %+v", recs)
+	}
+}
+
+// TestBudgetConcurrentSessions: two sessions that cross the limit together
+// each finish the turn they started under it (a budget never stops a turn
+// midway), so together they overspend by at most one turn each; every
+// later prompt of either is refused.
+func TestBudgetConcurrentSessions(t *testing.T) {
+	t.Parallel()
+	cfg, _ := budgetConfig(t, "", "- {name: daily-usd, cost: \"1 USD\", per: day, warn_at: off}\n")
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{})
+	s1, s2 := e.NewSession(t, t.TempDir()), e.NewSession(t, t.TempDir())
+	stops := make(chan string, 2)
+	for _, sid := range []string{s1, s2} {
+		go func() {
+			m, err := e.Prompt(waitTimeout, sid, costUpdate(0.9)+"\nsleep 300ms\nsay done")
+			if err != nil || m.Error != nil {
+				stops <- fmt.Sprint("error ", err, m)
+				return
+			}
+			stops <- jsonString(m.Result, "stopReason")
+		}()
+	}
+	for range 2 {
+		if got := <-stops; got != "end_turn" {
+			t.Fatalf("a turn started under the limit ended %q", got)
+		}
+	}
+	for _, sid := range []string{s1, s2} {
+		if got := promptStop(t, e, sid, "say more"); got != "refusal" {
+			t.Errorf("session %s after 1.8 USD spent: stopReason %q, want refusal", sid, got)
+		}
+	}
+}
