@@ -189,3 +189,26 @@ func TestCorruptFailsClosed(t *testing.T) {
 		t.Fatal("a corrupt ledger reads as nothing spent")
 	}
 }
+
+// TestClockSetBack: a clock set back across midnight books the spend to
+// the earlier day again; nothing is lost or counted twice.
+func TestClockSetBack(t *testing.T) {
+	l, _ := Open(t.TempDir())
+	after := time.Date(2026, 11, 30, 0, 5, 0, 0, time.Local)
+	before := after.Add(-10 * time.Minute)
+	usd := func(v float64) *budget.Money { return &budget.Money{Amount: v, Currency: "USD"} }
+	if _, err := l.Add(after, Report{Agent: "a", Session: "s", Downstream: "x", Cost: usd(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Add(before, Report{Agent: "a", Session: "s", Downstream: "x", Cost: usd(1.5)}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := l.Read()
+	d1, d2 := s.Spend(budget.PerDay, before, "", nil), s.Spend(budget.PerDay, after, "", nil)
+	if d1.Cost["USD"] != 0.5 || d2.Cost["USD"] != 1 {
+		t.Errorf("day before %v, day after %v; want 0.5 and 1 USD", d1.Cost, d2.Cost)
+	}
+	if m := s.Spend(budget.PerMonth, after, "", nil); m.Cost["USD"] != 1.5 {
+		t.Errorf("the month %v, want 1.5 USD: nothing lost, nothing twice", m.Cost)
+	}
+}
