@@ -239,7 +239,11 @@ func (g *Guard) budgetText(st *budget.State, at time.Time, agent string) string 
 	}
 	switch b.Effect {
 	case BudgetRefuse:
-		fmt.Fprintf(&sb, " Prompts to %s are refused until then.", agent)
+		if b.Agents == nil {
+			sb.WriteString(" Prompts are refused until then.")
+		} else {
+			fmt.Fprintf(&sb, " Prompts to %s are refused until then.", strings.Join(b.Agents, ", "))
+		}
 	case BudgetFallback:
 		fmt.Fprintf(&sb, " This session switches to %s.", b.Fallback)
 	}
@@ -311,7 +315,7 @@ func spendWords(s budget.Spend) string {
 	for _, c := range slices.Sorted(maps.Keys(s.Cost)) {
 		parts = append(parts, ledger.FormatAmount(s.Cost[c])+" "+c)
 	}
-	parts = append(parts, fmt.Sprintf("%d tokens", s.Tokens), fmt.Sprintf("%d turns (%d without a cost)", s.Turns, s.UnknownTurns))
+	parts = append(parts, fmt.Sprintf("%d tokens", s.Tokens), fmt.Sprintf("%d turn(s) (%d without a cost)", s.Turns, s.UnknownTurns))
 	return strings.Join(parts, ", ")
 }
 

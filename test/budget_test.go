@@ -90,7 +90,8 @@ func TestBudgetRefuse(t *testing.T) {
 		t.Fatalf("stopReason %q once the budget is reached, want refusal", got)
 	}
 	texts := strings.Join(e.Texts(sid), "\n")
-	for _, want := range []string{`budget "daily-usd"`, "config.yaml:", "spent 1.2 USD of 1 USD today", "it resets "} {
+	t.Logf("the editor's messages:\n%s", texts)
+	for _, want := range []string{`budget "daily-usd"`, "config.yaml:", "spent 1.2 USD of 1 USD today", "it resets ", "Prompts are refused until then."} {
 		if !strings.Contains(texts, want) {
 			t.Errorf("the refusal does not say %q:\n%s", want, texts)
 		}
@@ -259,8 +260,9 @@ func TestBudgetCommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("budget: exit %d: %s", code, errOut)
 	}
+	t.Logf("acp-router budget:\n%s", out)
 	for _, want := range []string{"budget daily-usd (user layer, " + cfg + ":", "1 USD per day, alpha, refuse",
-		"1.25 USD, 120 tokens, 1 turns (125%) REACHED", "day:", "alpha        1.25 USD, 120 tokens, 1 turns"} {
+		"1.25 USD, 120 tokens, 1 turn(s) (125%) REACHED", "day:", "alpha        1.25 USD, 120 tokens, 1 turn(s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("budget output lacks %q:\n%s", want, out)
 		}
@@ -280,6 +282,7 @@ func TestBudgetCommands(t *testing.T) {
 		t.Errorf("budget --json: exit %d %s\n%s", code, errOut, out)
 	}
 	code, out, _ = runRouterCmd(t, nil, "policy", "explain", "--config", cfg, "--agent", "alpha", "session/prompt")
+	t.Logf("acp-router policy explain --agent alpha session/prompt:\n%s", out)
 	if code != 0 || !strings.Contains(out, "decision: refuse by budget daily-usd (user layer, "+cfg+":") || !strings.Contains(out, "REACHED: spent 1.25 USD of 1 USD") {
 		t.Errorf("policy explain session/prompt for alpha: exit %d\n%s", code, out)
 	}

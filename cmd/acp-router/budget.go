@@ -135,7 +135,7 @@ func spentWords(s budget.Spend) string {
 	if len(parts) == 0 {
 		parts = append(parts, "no cost reported")
 	}
-	parts = append(parts, fmt.Sprintf("%d tokens", s.Tokens), fmt.Sprintf("%d turns", s.Turns))
+	parts = append(parts, fmt.Sprintf("%d tokens", s.Tokens), fmt.Sprintf("%d turn(s)", s.Turns))
 	if s.UnknownTurns > 0 {
 		parts = append(parts, fmt.Sprintf("%d without a cost", s.UnknownTurns))
 	}
