@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/acp-router/acp-router/internal/atomicfile"
 	"github.com/acp-router/acp-router/policy/budget"
 )
 
@@ -442,28 +443,11 @@ func (l *Ledger) lock() (*os.File, error) {
 	}
 }
 
-func (l *Ledger) writeAtomic(data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(l.path), ".budget-ledger-*.tmp")
-	if err != nil {
+func (l *Ledger) writeAtomic(data []byte) error {
+	if err := (atomicfile.Options{Sync: true}).Write(l.path, data); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			err = fmt.Errorf("ledger: %w", err)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), l.path)
+	return nil
 }
 
 // FormatAmount prints an amount as the ledger keeps it, without float

@@ -4,7 +4,7 @@
 // spend; guard decides with both.
 //
 // Budgets are limits on what the agents may spend, in the policy so that
-// the org layer sets them and the user layer can only add its own. and the user layer can only add its own.
+// the org layer sets them and the user layer can only add its own.
 //
 //	budgets:
 //	  - name: daily-usd              # required, unique in the layer
