@@ -75,6 +75,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/acp-router/acp-router/internal/atomicfile"
 )
 
 // Defaults of Options.
@@ -413,23 +415,12 @@ func flock(f *os.File, how int) error {
 }
 
 // lockBy takes the exclusive lock on f by the deadline (ErrLockTimeout).
-// flock(2) has no timeout, so a lock held by another process is polled
-// with LOCK_NB, at growing intervals: the lock is normally held for a few
-// system calls, and polling costs nothing when it is free.
 func lockBy(f *os.File, deadline time.Time) error {
-	pause := time.Millisecond
-	for {
-		err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
-		if err != syscall.EWOULDBLOCK {
-			return err
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return ErrLockTimeout
-		}
-		time.Sleep(min(pause, left))
-		pause = min(2*pause, 20*time.Millisecond)
+	err := atomicfile.LockBy(f, deadline)
+	if errors.Is(err, atomicfile.ErrLockTimeout) {
+		return ErrLockTimeout
 	}
+	return err
 }
 
 // lstat is syscall.Lstat retried on EINTR.

@@ -422,24 +422,15 @@ func (l *Ledger) lock() (*os.File, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	deadline := time.Now().Add(timeout)
-	pause := time.Millisecond
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
-			f.Close()
-			return nil, fmt.Errorf("ledger: lock: %w", err)
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			f.Close()
-			return nil, ErrLockTimeout
-		}
-		time.Sleep(min(pause, left))
-		pause = min(2*pause, 20*time.Millisecond)
+	switch err := atomicfile.LockBy(f, time.Now().Add(timeout)); {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, atomicfile.ErrLockTimeout):
+		f.Close()
+		return nil, ErrLockTimeout
+	default:
+		f.Close()
+		return nil, fmt.Errorf("ledger: lock: %w", err)
 	}
 }
 

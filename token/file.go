@@ -221,24 +221,19 @@ func (s *Store) lock(wait bool) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("token: lock: %w", err)
 	}
-	deadline := time.Now().Add(s.opts.LockTimeout)
-	pause := time.Millisecond
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
-			f.Close()
-			return nil, fmt.Errorf("token: lock: %w", err)
-		}
-		left := time.Until(deadline)
-		if !wait || left <= 0 {
-			f.Close()
-			return nil, ErrLockTimeout
-		}
-		time.Sleep(min(pause, left))
-		pause = min(2*pause, 20*time.Millisecond)
+	deadline := time.Now() // at once
+	if wait {
+		deadline = deadline.Add(s.opts.LockTimeout)
+	}
+	switch err := atomicfile.LockBy(f, deadline); {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, atomicfile.ErrLockTimeout):
+		f.Close()
+		return nil, ErrLockTimeout
+	default:
+		f.Close()
+		return nil, fmt.Errorf("token: lock: %w", err)
 	}
 }
 

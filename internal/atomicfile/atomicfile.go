@@ -1,4 +1,6 @@
-// Package atomicfile replaces a file so that a reader sees the old content
+// Package atomicfile is how the router keeps its state files: LockBy takes
+// a lock file by a deadline (the audit log, the tokens, the budget ledger),
+// and Write replaces a file so that a reader sees the old content
 // or the new, never a mix: the one way the router writes its state files
 // (the agents' cached initialize answers, the session store's metadata,
 // the tokens, the hub's session owners, the running and listening

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestWriteReplaces(t *testing.T) {
@@ -136,4 +137,33 @@ func leftovers(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// A lock held by another open file times out at the deadline; released,
+// it is taken (flock belongs to the open file, not the process).
+func TestLockBy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	open := func() *os.File {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	a, b := open(), open()
+	defer b.Close()
+	if err := LockBy(a, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := LockBy(b, start.Add(50*time.Millisecond)); !errors.Is(err, ErrLockTimeout) {
+		t.Fatalf("held elsewhere: %v, want ErrLockTimeout", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("gave up after %v, before the deadline", waited)
+	}
+	go func() { time.Sleep(30 * time.Millisecond); a.Close() }()
+	if err := LockBy(b, time.Now().Add(5*time.Second)); err != nil {
+		t.Fatalf("released by the other open: %v", err)
+	}
 }
