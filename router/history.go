@@ -144,7 +144,7 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 	}
 	st.TurnStart(s.ID)
 	agent := "" // a router command: no agent (turnMeta's omitempty)
-	if t.command == nil {
+	if t.command == nil && t.cmp == nil {
 		agent = t.agent
 		if agent == "" {
 			agent = s.activeName()
@@ -160,6 +160,9 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 	head = append(head, `,"update":{"sessionUpdate":"user_message_chunk","_meta":{"acpRouter":{`...)
 	if agent != "" {
 		head = acp.AppendString(append(head, `"agent":`...), agent)
+	}
+	if t.cmp != nil { // the agents of a comparison (compare.go)
+		head = append(append(head, `"compare":`...), mustJSON(t.cmp.names())...)
 	}
 	head = append(head, `}},"content":`...)
 	acp.EachElementOfValid(prompt[0], func(block json.RawMessage) bool {

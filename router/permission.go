@@ -210,6 +210,8 @@ var (
 	optionsPath    = []string{"options"}
 	metaPath       = []string{"_meta"}
 	toolCallIDPath = []string{"toolCall", "toolCallId"}
+	// toolCallTitlePath: a comparison labels its agents' requests.
+	toolCallTitlePath = []string{"toolCall", "title"}
 )
 
 // editorPermission is how an agent's permission request of router session
@@ -237,6 +239,9 @@ func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMess
 	retired := 0
 	s.mu.Lock()
 	s.lastUse = time.Now()
+	if title := pc.perm.ToolCall.Title; title != nil && s.cmp.legOfLocked(pc.inst, pc.session) != nil {
+		reps = append(reps, acp.Replacement{Path: toolCallTitlePath, Value: legLabel(agent, *title)})
+	}
 	if id := pc.tool.ToolCall.ToolCallID; id != "" {
 		toolID = s.toolIDs.Out(agent, id)
 		if toolID != id {

@@ -1,0 +1,86 @@
+package router
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/acp-router/acp-router/config"
+)
+
+// TestMostSevereStop pins the order a comparison's stop reason is chosen
+// by: refusal > max_tokens, max_turn_requests > cancelled > end_turn, a
+// reason the table does not know as end_turn, the first of equals.
+func TestMostSevereStop(t *testing.T) {
+	for _, c := range []struct {
+		stops []string
+		want  string
+	}{
+		{[]string{"end_turn", "end_turn"}, "end_turn"},
+		{[]string{"end_turn", "cancelled"}, "cancelled"},
+		{[]string{"cancelled", "max_tokens"}, "max_tokens"},
+		{[]string{"max_turn_requests", "cancelled", "end_turn"}, "max_turn_requests"},
+		{[]string{"max_tokens", "max_turn_requests"}, "max_tokens"},
+		{[]string{"max_turn_requests", "max_tokens"}, "max_turn_requests"},
+		{[]string{"max_tokens", "refusal", "cancelled"}, "refusal"},
+		{[]string{"refusal", "end_turn"}, "refusal"},
+		{[]string{"_custom", "end_turn"}, "_custom"},
+		{[]string{"end_turn", "_custom"}, "end_turn"},
+		{[]string{"_custom", "cancelled"}, "cancelled"},
+	} {
+		if got := mostSevere(c.stops); got != c.want {
+			t.Errorf("mostSevere(%q) = %q, want %q", c.stops, got, c.want)
+		}
+	}
+}
+
+// TestParseCompareArgs: /compare's agents lead its text, then the prompt
+// (newlines kept); a misspelt agent before another agent, one named
+// twice, a single agent, more than compare.max_agents, or nothing to ask
+// are refused with a message naming the fault; without names the config's
+// default set is asked.
+func TestParseCompareArgs(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := "version: 1\nagents:\n"
+	for _, n := range []string{"alpha", "beta", "gamma"} {
+		yaml += fmt.Sprintf("  - {name: %s, command: '%s'}\n", n, bin)
+	}
+	parse := func(extra string) *Router {
+		cfg, err := config.Parse("c.yaml", []byte(yaml+extra), os.LookupEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return New(cfg, Options{})
+	}
+	r := parse("compare: {max_agents: 2}\n")
+	withDefault := parse("compare: {default: [gamma, alpha]}\n")
+	for _, c := range []struct {
+		r      *Router
+		rest   string
+		agents []string
+		prompt string
+		msgHas string
+	}{
+		{r, "alpha beta fix the bug", []string{"alpha", "beta"}, "fix the bug", ""},
+		{r, "alpha  beta\tsay a\nsay b", []string{"alpha", "beta"}, "say a\nsay b", ""},
+		{r, "alpha beta\nsay a", []string{"alpha", "beta"}, "say a", ""},
+		{r, "alpha gamme beta fix", nil, "", `No agent "gamme"`},
+		{r, "alpha alpha fix", nil, "", "alpha is named twice"},
+		{r, "alpha fix it", nil, "", "needs at least two agents, got only alpha"},
+		{r, "alpha beta gamma fix", nil, "", "At most 2 agents"},
+		{r, "alpha beta", nil, "", "Usage: /compare"},
+		{r, "fix the bug", nil, "", "Set compare.default"},
+		{withDefault, "fix the bug", []string{"gamma", "alpha"}, "fix the bug", ""},
+		{withDefault, "alpha beta gamma fix", []string{"alpha", "beta", "gamma"}, "fix", ""},
+	} {
+		agents, prompt, msg := c.r.parseCompare(c.rest)
+		if !slices.Equal(agents, c.agents) || prompt != c.prompt || (c.msgHas == "") != (msg == "") || !strings.Contains(msg, c.msgHas) {
+			t.Errorf("/compare %q: agents %q prompt %q message %q; want %q %q %q", c.rest, agents, prompt, msg, c.agents, c.prompt, c.msgHas)
+		}
+	}
+}

@@ -1,0 +1,407 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// /compare and /pick (issue 32, part 1), through the router binary with
+// fake agents: every agent runs the same prompt, and "on NAME COMMAND"
+// lines make each do its own part.
+
+// compareSection is a run of message chunks the editor got under one
+// messageId.
+type compareSection struct {
+	msgID string
+	texts []string
+}
+
+// headingRe is the heading chunk that opens an agent's section.
+var headingRe = regexp.MustCompile(`^\n\n\*\*(.+)\*\*\n\n$`)
+
+// sectionsOf groups the agent_message_chunk updates of msgs for sid by
+// messageId, in the order each id first appears, and fails the test when
+// an id comes back after another one: a message the editor would show in
+// two places.
+func sectionsOf(t *testing.T, msgs []*Msg, sid string) []compareSection {
+	t.Helper()
+	var out []compareSection
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		text, ok := m.ChunkText(sid)
+		if !ok {
+			continue
+		}
+		id := jsonString(m.Params, "update", "messageId")
+		if id == "" {
+			t.Errorf("a chunk of a comparison without a messageId: %s", m)
+		}
+		if len(out) == 0 || out[len(out)-1].msgID != id {
+			if seen[id] {
+				t.Errorf("message %s continued after another one began: %s", id, m)
+			}
+			seen[id] = true
+			out = append(out, compareSection{msgID: id})
+		}
+		out[len(out)-1].texts = append(out[len(out)-1].texts, text)
+	}
+	return out
+}
+
+// agentSections reads sections as the editor shows them: each agent's
+// section opens with its heading and holds only that agent's lines (the
+// fake agents' lines start with their name); the router's summary, last,
+// has no heading. It returns "AGENT: TEXT | TEXT" per section.
+func agentSections(t *testing.T, sections []compareSection) []string {
+	t.Helper()
+	var out []string
+	for i, sec := range sections {
+		h := headingRe.FindStringSubmatch(sec.texts[0])
+		if h == nil {
+			if i == len(sections)-1 && strings.Contains(sec.texts[0], "Compared ") {
+				continue // the router's summary
+			}
+			t.Errorf("section %d does not open with an agent's heading: %q", i, sec.texts)
+			continue
+		}
+		agent := h[1]
+		for _, text := range sec.texts[1:] {
+			for _, other := range []string{"alpha", "beta"} {
+				if other != agent && strings.HasPrefix(strings.TrimLeft(text, "\n*"), other) {
+					t.Errorf("%s's section holds %q: two agents mixed in one message", agent, text)
+				}
+			}
+		}
+		out = append(out, agent+": "+strings.Join(sec.texts[1:], " | "))
+	}
+	return out
+}
+
+// turnMsgs are the messages the editor got after index from.
+func turnMsgs(e *Editor, from int) []*Msg { return e.Rec.All()[from:] }
+
+func compareRouter(t *testing.T, extra string, alpha, beta fakeOpts, agentExtra ...string) (*Editor, string) {
+	t.Helper()
+	cfg := routerYAML(t, []string{fakeAgentYAML("alpha", alpha, agentExtra...), fakeAgentYAML("beta", beta, agentExtra...)}, "default: alpha")
+	e := StartRouter(t, writeConfig(t, cfg+extra), nil)
+	e.Initialize(t, capsAll)
+	return e, e.NewSession(t, t.TempDir())
+}
+
+// TestCompareInterleaved: two agents answering at once, their chunks
+// interleaved on the wire, reach the editor as sections that never mix:
+// each under a messageId of its own, opened by a heading naming the agent.
+// The agent that spoke first streams; the other's lines wait for its
+// message to end, unless it stays silent (compareFloorIdle) while the
+// other has something to say. The commands are advertised.
+func TestCompareInterleaved(t *testing.T) {
+	t.Parallel()
+	e, sid := compareRouter(t, "", fakeOpts{}, fakeOpts{})
+	cmds := e.Rec.WaitFor(t, waitTimeout, "the router's commands", func(m *Msg) bool {
+		return m.Update() == "available_commands_update" && m.SessionID() == sid
+	})
+	if names := commandNames(cmds); !slices.Contains(names, "compare") || !slices.Contains(names, "pick") {
+		t.Errorf("commands %q: compare and pick not advertised", names)
+	}
+
+	from := len(e.Rec.All())
+	e.MustPrompt(t, sid, strings.Join([]string{"/compare alpha beta on alpha say alpha 1",
+		"on beta sleep 40ms", "on beta say beta 1",
+		"on alpha sleep 80ms", "on alpha say alpha 2",
+		"on beta sleep 80ms", "on beta say beta 2",
+		"on alpha sleep 80ms", "on alpha say alpha 3",
+		"on beta sleep 80ms", "on beta say beta 3"}, "\n"), "end_turn")
+	got := agentSections(t, sectionsOf(t, turnMsgs(e, from), sid))
+	if want := []string{"alpha: alpha 1 | alpha 2 | alpha 3", "beta: beta 1 | beta 2 | beta 3"}; !slices.Equal(got, want) {
+		t.Errorf("sections %q, want %q", got, want)
+	}
+
+	// alpha thinks for 1.5 s after its first line: beta, which has
+	// something to say at 0.7 s, takes the floor rather than waiting.
+	from = len(e.Rec.All())
+	e.MustPrompt(t, sid, strings.Join([]string{"/compare alpha beta on alpha say alpha first",
+		"on alpha sleep 1500ms", "on alpha say alpha last",
+		"on beta sleep 700ms", "on beta say beta early"}, "\n"), "end_turn")
+	got = agentSections(t, sectionsOf(t, turnMsgs(e, from), sid))
+	if want := []string{"alpha: alpha first", "beta: beta early", "alpha: alpha last"}; !slices.Equal(got, want) {
+		t.Errorf("sections %q, want %q", got, want)
+	}
+}
+
+// TestCompareToolCallsAndPolicy: the agents' tool calls, which use the same
+// id, reach the editor under distinct ids with titles labelled by agent;
+// each permission request is decided by the policy with its agent's name
+// (beta's edits denied, alpha's asked, the request's title labelled); the
+// audit log records the comparison's agents.
+func TestCompareToolCallsAndPolicy(t *testing.T) {
+	t.Parallel()
+	agents := []string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{})}
+	cfg, auditFile := policyYAML(t, agents, `default: ask
+rules:
+  - {id: beta-no-edits, decision: deny, when: {agent: [beta], kind: [edit]}}
+`, "default: alpha")
+	e := StartRouter(t, cfg, nil)
+	var mu sync.Mutex
+	var asked []string
+	e.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		mu.Lock()
+		asked = append(asked, jsonString(p, "toolCall", "title"))
+		mu.Unlock()
+		return AllowFirst(p)
+	})
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+	from := len(e.Rec.All())
+	e.MustPrompt(t, sid, "/compare alpha beta permission", "end_turn")
+
+	ids, titles := map[string]bool{}, []string{}
+	for _, m := range turnMsgs(e, from) {
+		if m.Update() == "tool_call" && m.SessionID() == sid {
+			ids[jsonString(m.Params, "update", "toolCallId")] = true
+			titles = append(titles, jsonString(m.Params, "update", "title"))
+		}
+	}
+	slices.Sort(titles)
+	if want := []string{"[alpha] Edit a file", "[beta] Edit a file"}; !slices.Equal(titles, want) || len(ids) != 2 {
+		t.Errorf("tool calls %q with ids %v, want %q under two ids", titles, ids, want)
+	}
+	mu.Lock()
+	if want := []string{"[alpha] Edit a file"}; !slices.Equal(asked, want) {
+		t.Errorf("the editor was asked about %q, want %q (beta's edit is denied by the policy)", asked, want)
+	}
+	mu.Unlock()
+	got := strings.Join(agentSections(t, sectionsOf(t, turnMsgs(e, from), sid)), "\n")
+	if !regexp.MustCompile(`(?m)^alpha: permission: .*"optionId":"allow"`).MatchString(got) ||
+		!regexp.MustCompile(`(?m)^beta: permission: .*"optionId":"reject"`).MatchString(got) {
+		t.Errorf("answers:\n%s\nwant alpha allowed, beta rejected", got)
+	}
+
+	var compare, beta, alpha int
+	for _, r := range readAudit(t, auditFile) {
+		switch {
+		case r.Method == "acp-router/compare":
+			compare++
+			requireJSON(t, "the comparison's audit evidence", r.Evidence, `[{"agents":["alpha","beta"],"turn":0}]`)
+			if r.Session != sid {
+				t.Errorf("comparison audited in session %q, want %q", r.Session, sid)
+			}
+		case r.Method == "session/request_permission" && r.Agent == "beta":
+			beta++
+			if r.Decision != "deny" || r.rule() != "beta-no-edits" {
+				t.Errorf("beta's request audited %s", r.summary())
+			}
+		case r.Method == "session/request_permission" && r.Agent == "alpha":
+			alpha++
+			if r.Decision != "ask" {
+				t.Errorf("alpha's request audited %s", r.summary())
+			}
+		}
+	}
+	if compare != 1 || beta != 1 || alpha != 1 {
+		t.Errorf("audit: %d comparison, %d beta and %d alpha requests; want one each", compare, beta, alpha)
+	}
+}
+
+// TestCompareStopAndCancel: the turn ends when both agents end, with the
+// most severe stop reason; session/cancel reaches every agent of the
+// comparison, and one that ignores it is ended "cancelled" by the router
+// after its cancel_timeout, what it says later not shown.
+func TestCompareStopAndCancel(t *testing.T) {
+	t.Parallel()
+	logs := t.TempDir()
+	logOf := func(name string) string { return filepath.Join(logs, name+".log") }
+	e, sid := compareRouter(t, "", fakeOpts{LogFile: logOf("alpha")}, fakeOpts{LogFile: logOf("beta")}, "cancel_timeout: 1s")
+
+	e.MustPrompt(t, sid, "/compare alpha beta on beta stop refusal\non alpha stop max_tokens\non alpha say alpha", "refusal")
+	e.MustPrompt(t, sid, "/compare alpha beta on beta stop cancelled\non alpha stop max_turn_requests\non beta say beta", "max_turn_requests")
+	e.MustPrompt(t, sid, "/compare alpha beta on alpha stop cancelled\non beta say beta", "cancelled")
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, wait, err := e.Go("session/prompt", promptReq(sid, "/compare alpha beta on beta nocancel\nsay started\nsleep 3s\non beta say beta too late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"alpha", "beta"} {
+		waitAgentLog(t, logOf(name), waitTimeout, "its prompt", func(l string) bool { return l == "session/prompt" })
+	}
+	e.WaitText(t, sid, "started")      // alpha streams; beta's line waits for the floor
+	time.Sleep(300 * time.Millisecond) // beta has run its nocancel
+	began := time.Now()
+	if err := e.Notify("session/cancel", map[string]any{"sessionId": sid}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireStop(t, m, "cancelled")
+	if d := time.Since(began); d > 2500*time.Millisecond {
+		t.Errorf("the cancelled comparison ended after %v, want about beta's cancel_timeout (1 s)", d)
+	}
+	for _, name := range []string{"alpha", "beta"} {
+		if countLines(logOf(name), "session/cancel") == 0 {
+			t.Errorf("%s got no session/cancel: %q", name, agentLog(logOf(name)))
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // beta says its last line, to no one
+	for _, text := range e.Texts(sid) {
+		if strings.Contains(text, "too late") {
+			t.Errorf("beta's line after the router ended its cancelled turn reached the editor")
+		}
+	}
+}
+
+// TestComparePick: both agents of a comparison get the brief of the
+// session's earlier turns; /pick beta makes beta's comparison session the
+// session's and beta the active agent: the next prompt goes there, with
+// no brief sent again and no new session opened; without /pick the
+// session stays on its agent. Bad /compare and /pick are answered with a
+// message, nothing sent to any agent.
+func TestComparePick(t *testing.T) {
+	t.Parallel()
+	logs := t.TempDir()
+	logOf := func(name string) string { return filepath.Join(logs, name+".log") }
+	e, sid := compareRouter(t, "compare: {max_agents: 2}\n", fakeOpts{LogFile: logOf("alpha")}, fakeOpts{LogFile: logOf("beta")})
+
+	e.MustPrompt(t, sid, "say the first turn", "end_turn")
+	for _, c := range []struct{ prompt, want string }{
+		{"/compare alpha gama beta say x", `No agent "gama"`},
+		{"/compare alpha alpha say x", "alpha is named twice"},
+		{"/compare alpha say x", "needs at least two agents"},
+		{"/compare alpha beta alpha say x", "alpha is named twice"},
+		{"/compare say x", "Set compare.default"},
+		{"/pick beta", "Nothing to pick"},
+	} {
+		e.MustPrompt(t, sid, c.prompt, "end_turn")
+		if got := lastText(e, sid); !strings.Contains(got, c.want) {
+			t.Errorf("%q answered %q, want %q", c.prompt, got, c.want)
+		}
+	}
+	if n := countLines(logOf("beta"), "session/new"); n != 0 {
+		t.Errorf("refused commands opened %d sessions on beta", n)
+	}
+	if n := countLines(logOf("alpha"), "session/prompt"); n != 1 {
+		t.Errorf("alpha got %d prompts, want only the first turn's", n)
+	}
+
+	from := len(e.Rec.All())
+	e.MustPrompt(t, sid, "/compare alpha beta prompt-text", "end_turn")
+	got := agentSections(t, sectionsOf(t, turnMsgs(e, from), sid))
+	if len(got) != 2 {
+		t.Fatalf("sections %q", got)
+	}
+	for _, sec := range got {
+		if !strings.Contains(sec, "the first turn") || !strings.Contains(sec, "[acp-router") {
+			t.Errorf("a comparison's agent was not briefed on the session's first turn: %q", sec)
+		}
+	}
+	if got := lastText(e, sid); !strings.Contains(got, "/pick alpha or /pick beta") {
+		t.Errorf("the comparison's summary %q does not say how to pick", got)
+	}
+
+	// Without /pick, the next prompt goes to alpha, on its own session.
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	if got := lastText(e, sid); got != "alpha" {
+		t.Errorf("after a comparison without /pick the prompt went to %q", got)
+	}
+	e.MustPrompt(t, sid, "/pick beta", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, "Nothing to pick") {
+		t.Errorf("/pick after another prompt answered %q", got)
+	}
+
+	e.MustPrompt(t, sid, "/compare alpha beta on beta say beta remembers this", "end_turn")
+	e.MustPrompt(t, sid, "/pick beta", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, "Continuing with beta") {
+		t.Errorf("/pick beta answered %q", got)
+	}
+	newBefore := countLines(logOf("beta"), "session/new")
+	e.MustPrompt(t, sid, "prompt-text", "end_turn")
+	if got := lastText(e, sid); got != "prompt-text" {
+		t.Errorf("the prompt after /pick beta got %q: want it alone, no brief (beta saw the comparison)", got)
+	}
+	e.MustPrompt(t, sid, "whoami", "end_turn")
+	if got := lastText(e, sid); got != "beta" {
+		t.Errorf("after /pick beta the prompt went to %q", got)
+	}
+	if n := countLines(logOf("beta"), "session/new"); n != newBefore || n != 2 {
+		t.Errorf("beta opened %d sessions (%d before the prompts after /pick): want the two comparisons' only", n, newBefore)
+	}
+	opts := updatesOf(e, sid, "config_option_update")
+	if len(opts) == 0 || jsonString(option(t, jsonPath(opts[len(opts)-1].Params, "update", "configOptions"), "agent"), "currentValue") != "beta" {
+		t.Errorf("the agent option does not say beta after /pick")
+	}
+}
+
+// TestCompareLoadReplay: the store records the comparison as the editor
+// was shown it; session/load after a router restart replays it the same,
+// labelled sections and all.
+func TestCompareLoadReplay(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{UniqueSessionIDs: true}),
+		fakeAgentYAML("beta", fakeOpts{UniqueSessionIDs: true})}, "default: alpha"))
+	cwd := t.TempDir()
+	e := historyRouter(t, cfg)
+	sid := e.NewSession(t, cwd)
+	from := len(e.Rec.All())
+	e.MustPrompt(t, sid, "/compare alpha beta on alpha say alpha answers\non beta sleep 30ms\non beta say beta answers", "end_turn")
+	live := chunkTexts(turnMsgs(e, from), sid)
+	if got := agentSections(t, sectionsOf(t, turnMsgs(e, from), sid)); !slices.Equal(got, []string{"alpha: alpha answers", "beta: beta answers"}) {
+		t.Fatalf("live sections %q", got)
+	}
+	stopRouter(t, e)
+
+	e = historyRouter(t, cfg)
+	replay := loadUpdates(t, e, sid, cwd)
+	var prompt string
+	for _, m := range replay {
+		if m.Update() == "user_message_chunk" {
+			prompt = jsonString(m.Params, "update", "content", "text")
+		}
+	}
+	if !strings.HasPrefix(prompt, "/compare alpha beta") {
+		t.Errorf("the replayed prompt is %q", prompt)
+	}
+	if got := chunkTexts(replay, sid); !slices.Equal(got, live) {
+		t.Errorf("replayed\n%q\nwant as shown live\n%q", got, live)
+	}
+	if got := agentSections(t, sectionsOf(t, replay, sid)); !slices.Equal(got, []string{"alpha: alpha answers", "beta: beta answers"}) {
+		t.Errorf("replayed sections %q", got)
+	}
+	stopRouter(t, e)
+}
+
+func chunkTexts(msgs []*Msg, sid string) []string {
+	var out []string
+	for _, m := range msgs {
+		if text, ok := m.ChunkText(sid); ok {
+			out = append(out, fmt.Sprintf("%s %q", jsonString(m.Params, "update", "messageId"), text))
+		}
+	}
+	return out
+}
+
+// TestCompareAgentCrash: an agent that crashes during a comparison is
+// named as failed in its section; the other's answer is shown and the turn
+// ends normally.
+func TestCompareAgentCrash(t *testing.T) {
+	t.Parallel()
+	e, sid := compareRouter(t, "", fakeOpts{}, fakeOpts{})
+	from := len(e.Rec.All())
+	e.MustPrompt(t, sid, "/compare alpha beta on beta crash\non alpha sleep 200ms\non alpha say alpha still here", "end_turn")
+	got := strings.Join(agentSections(t, sectionsOf(t, turnMsgs(e, from), sid)), "\n")
+	if !strings.Contains(got, "alpha: alpha still here") || !strings.Contains(got, "beta: ") || !strings.Contains(got, "beta failed") {
+		t.Errorf("sections:\n%s\nwant alpha's answer and beta named as failed", got)
+	}
+	if got := lastText(e, sid); !strings.Contains(got, "Failed: beta") || !strings.Contains(got, "/pick alpha") {
+		t.Errorf("summary %q", got)
+	}
+}
