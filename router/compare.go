@@ -151,12 +151,11 @@ func (r *Router) parseCompare(rest string) ([]string, string, string) {
 		}
 		word, after := text[:end], text[end:]
 		if r.byName[word] == nil {
-			// A word that is not an agent, followed by one that is: a
-			// misspelt agent, not the prompt's first word.
-			// Only while fewer than two are named: past that, such a
-			// word may start the prompt ("on alpha ...").
+			// A word that is not an agent but nearly one's name, followed
+			// by an agent: a misspelt agent, not the prompt's first word
+			// (which may well be followed by an agent: "ask alpha ...").
 			next := strings.Fields(after)
-			if len(names) < 2 && word != "" && len(next) > 0 && r.byName[next[0]] != nil && agentLike(word) {
+			if len(next) > 0 && r.byName[next[0]] != nil && r.nearAgent(word) {
 				return nil, "", fmt.Sprintf("No agent %q (agents: %s); nothing was sent.", word, strings.Join(r.agentNames(), ", "))
 			}
 			break
@@ -185,9 +184,35 @@ func (r *Router) parseCompare(rest string) ([]string, string, string) {
 	return names, prompt, ""
 }
 
-// agentLike: word could be an agent's name ([a-z0-9-]+).
-func agentLike(word string) bool {
-	return strings.Trim(word, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+// nearAgent: word is within a few edits of an agent's name (a third of
+// its length, at least one), as a typo of it would be.
+func (r *Router) nearAgent(word string) bool {
+	for _, a := range r.agents {
+		if name := a.Name(); editDistance(word, name) <= (len(name)+2)/3 {
+			return true
+		}
+	}
+	return false
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // compareCommand makes t the comparison /compare rest asks for, or a

@@ -101,10 +101,11 @@ func compareRouter(t *testing.T, extra string, alpha, beta fakeOpts, agentExtra 
 // each under a messageId of its own, opened by a heading naming the agent.
 // The agent that spoke first streams; the other's lines wait for its
 // message to end, unless it stays silent (compareFloorIdle) while the
-// other has something to say. The commands are advertised.
+// other has something to say. The commands are advertised; /compare
+// PROMPT asks compare.default.
 func TestCompareInterleaved(t *testing.T) {
 	t.Parallel()
-	e, sid := compareRouter(t, "", fakeOpts{}, fakeOpts{})
+	e, sid := compareRouter(t, "compare: {default: [alpha, beta]}\n", fakeOpts{}, fakeOpts{})
 	cmds := e.Rec.WaitFor(t, waitTimeout, "the router's commands", func(m *Msg) bool {
 		return m.Update() == "available_commands_update" && m.SessionID() == sid
 	})
@@ -126,8 +127,9 @@ func TestCompareInterleaved(t *testing.T) {
 
 	// alpha thinks for 1.5 s after its first line: beta, which has
 	// something to say at 0.7 s, takes the floor rather than waiting.
+	// No agents named: compare.default asks them.
 	from = len(e.Rec.All())
-	e.MustPrompt(t, sid, strings.Join([]string{"/compare alpha beta on alpha say alpha first",
+	e.MustPrompt(t, sid, strings.Join([]string{"/compare on alpha say alpha first",
 		"on alpha sleep 1500ms", "on alpha say alpha last",
 		"on beta sleep 700ms", "on beta say beta early"}, "\n"), "end_turn")
 	got = agentSections(t, sectionsOf(t, turnMsgs(e, from), sid))
@@ -403,5 +405,31 @@ func TestCompareAgentCrash(t *testing.T) {
 	}
 	if got := lastText(e, sid); !strings.Contains(got, "Failed: beta") || !strings.Contains(got, "/pick alpha") {
 		t.Errorf("summary %q", got)
+	}
+}
+
+// TestComparePickEnforced: in a session a routing rule holds to its agent
+// (enforce: true), a comparison runs, but /pick cannot move the session to
+// another agent; picking its own agent adopts that comparison session.
+func TestComparePickEnforced(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	cfg := routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{})},
+		"default: beta", "rules:", fmt.Sprintf("  - {when: {cwd: [%s]}, agent: alpha, enforce: true}", yamlQuote(cwd+"/**")))
+	e := StartRouter(t, writeConfig(t, cfg), nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, cwd)
+	e.MustPrompt(t, sid, "/compare alpha beta on alpha say alpha here\non beta say beta here", "end_turn")
+	e.MustPrompt(t, sid, "/pick beta", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, `must stay on "alpha"`) {
+		t.Errorf("/pick beta in an enforced session answered %q", got)
+	}
+	e.MustPrompt(t, sid, "/pick alpha", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, "Continuing with alpha") {
+		t.Errorf("/pick alpha answered %q", got)
+	}
+	e.MustPrompt(t, sid, "prompt-text", "end_turn")
+	if got := lastText(e, sid); got != "prompt-text" {
+		t.Errorf("after /pick alpha the prompt got %q, want it alone: alpha's comparison session saw the comparison", got)
 	}
 }
