@@ -151,11 +151,12 @@ func (r *Router) parseCompare(rest string) ([]string, string, string) {
 		}
 		word, after := text[:end], text[end:]
 		if r.byName[word] == nil {
-			// A word that is not an agent but nearly one's name, followed
-			// by an agent: a misspelt agent, not the prompt's first word
-			// (which may well be followed by an agent: "ask alpha ...").
+			// A word that is not an agent, followed by one that is: a
+			// misspelt agent when it is nearly one's name, or when only
+			// one agent came before it (one agent alone cannot be
+			// compared); else the prompt's first word ("ask alpha ...").
 			next := strings.Fields(after)
-			if len(next) > 0 && r.byName[next[0]] != nil && r.nearAgent(word) {
+			if len(next) > 0 && r.byName[next[0]] != nil && (len(names) == 1 || r.nearAgent(word)) {
 				return nil, "", fmt.Sprintf("No agent %q (agents: %s); nothing was sent.", word, strings.Join(r.agentNames(), ", "))
 			}
 			break

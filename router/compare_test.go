@@ -71,6 +71,7 @@ func TestParseCompareArgs(t *testing.T) {
 		{r, "alpha beta\nsay a", []string{"alpha", "beta"}, "say a", ""},
 		{r, "alpha gamme beta fix", nil, "", `No agent "gamme"`},
 		{r, "alph beta fix", nil, "", `No agent "alph"`},
+		{r, "alpha xyz beta fix", nil, "", `No agent "xyz"`},
 		{r, "alpha beta on alpha fix", []string{"alpha", "beta"}, "on alpha fix", ""},
 		{withDefault, "ask alpha why", []string{"gamma", "alpha"}, "ask alpha why", ""},
 		{withDefault, "gama alpha fix", nil, "", `No agent "gama"`},
