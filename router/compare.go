@@ -526,6 +526,15 @@ func (r *Router) emitLocked(s *Session, c *comparison, l *leg, kind string, buil
 	}
 }
 
+// askingLegLocked: l asks the user about a tool call. What it said before
+// is shown first (its waiting lines, its tool call among them), so that
+// the question comes after its context, not in another agent's.
+func (r *Router) askingLegLocked(s *Session, l *leg) {
+	if c := s.cmpOf(l); c != nil && !c.over && len(l.held) > 0 {
+		r.passFloorLocked(s, c, l)
+	}
+}
+
 // startSection gives l's next lines a new message.
 func (l *leg) startSection(s *Session) {
 	l.msgID, l.rotate = s.newMsgID(), false

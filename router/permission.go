@@ -239,8 +239,11 @@ func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMess
 	retired := 0
 	s.mu.Lock()
 	s.lastUse = time.Now()
-	if title := pc.perm.ToolCall.Title; title != nil && s.cmp.legOfLocked(pc.inst, pc.session) != nil {
-		reps = append(reps, acp.Replacement{Path: toolCallTitlePath, Value: legLabel(agent, *title)})
+	if l := s.cmp.legOfLocked(pc.inst, pc.session); l != nil { // a comparison's (compare.go)
+		if title := pc.perm.ToolCall.Title; title != nil {
+			reps = append(reps, acp.Replacement{Path: toolCallTitlePath, Value: legLabel(agent, *title)})
+		}
+		r.askingLegLocked(s, l)
 	}
 	if id := pc.tool.ToolCall.ToolCallID; id != "" {
 		toolID = s.toolIDs.Out(agent, id)

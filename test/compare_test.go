@@ -433,3 +433,28 @@ func TestComparePickEnforced(t *testing.T) {
 		t.Errorf("after /pick alpha the prompt got %q, want it alone: alpha's comparison session saw the comparison", got)
 	}
 }
+
+// TestCompareAskAfterItsSection: an agent that asks a permission while
+// another streams has its waiting lines (its tool call among them) shown
+// first, so that the question follows its own context; the other agent's
+// later lines come in a section of their own.
+func TestCompareAskAfterItsSection(t *testing.T) {
+	t.Parallel()
+	e, sid := compareRouter(t, "", fakeOpts{}, fakeOpts{})
+	e.Handle("session/request_permission", AllowFirst)
+	from := len(e.Rec.All())
+	e.MustPrompt(t, sid, strings.Join([]string{"/compare alpha beta on alpha say alpha 1",
+		"on beta sleep 40ms", "on beta say beta 1", "on beta permission",
+		"on alpha sleep 300ms", "on alpha say alpha 2", "on beta say beta 2"}, "\n"), "end_turn")
+	msgs := turnMsgs(e, from)
+	ask := slices.IndexFunc(msgs, func(m *Msg) bool { return m.Method == "session/request_permission" })
+	tool := slices.IndexFunc(msgs, func(m *Msg) bool { return m.Update() == "tool_call" })
+	beta1 := slices.IndexFunc(msgs, func(m *Msg) bool { text, _ := m.ChunkText(sid); return text == "beta 1" })
+	if ask < 0 || tool < 0 || beta1 < 0 || !(beta1 < tool && tool < ask) {
+		t.Errorf("beta's line at %d, its tool call at %d, its question at %d: want them in that order", beta1, tool, ask)
+	}
+	got := agentSections(t, sectionsOf(t, msgs, sid))
+	if len(got) != 4 || got[0] != "alpha: alpha 1" || got[1] != "beta: beta 1" {
+		t.Errorf("sections %q", got)
+	}
+}
