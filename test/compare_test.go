@@ -458,3 +458,50 @@ func TestCompareAskAfterItsSection(t *testing.T) {
 		t.Errorf("sections %q", got)
 	}
 }
+
+// TestCompareRealPeers: a comparison of two agents nobody here wrote
+// (Gemini CLI against the fake model, the Go SDK's example agent with its
+// permission question) shows each answer in its own headed section; /pick
+// gemini continues on Gemini's comparison session: the model's next
+// conversation holds the compared prompt and its own answer, and no brief.
+func TestCompareRealPeers(t *testing.T) {
+	t.Parallel()
+	bin := needGemini(t)
+	sdkAgent, _ := goSDKPeers(t)
+	fake := startFakeGemini(t)
+	cfg := writeConfig(t, routerYAML(t, []string{
+		geminiAgentYAML(bin, geminiEnv(geminiHome(t), fake)),
+		"  - name: goexample\n    title: Go SDK example\n    command: " + yamlQuote(sdkAgent) + "\n",
+	}, "default: goexample"))
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, capsAll)
+	sid := e.NewSession(t, t.TempDir())
+
+	first := fake.Script(geminiScript{Text: []string{"Gemini compares."}})
+	from := len(e.Rec.All())
+	m, err := e.Prompt(waitTimeout, sid, "/compare gemini goexample Hello "+first.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "end_turn")
+	got := strings.Join(agentSections(t, sectionsOf(t, turnMsgs(e, from), sid)), "\n")
+	if !strings.Contains(got, "Gemini CLI (gemini): Gemini compares.") || !strings.Contains(got, "Go SDK example (goexample): ") ||
+		!strings.Contains(got, sdkAgentDisclaimer) {
+		t.Errorf("sections:\n%s", got)
+	}
+
+	e.MustPrompt(t, sid, "/pick gemini", "end_turn")
+	if got := lastText(e, sid); !strings.Contains(got, "Continuing with Gemini CLI") {
+		t.Fatalf("/pick gemini: %q", got)
+	}
+	second := fake.Script(geminiScript{Text: []string{"Still Gemini."}})
+	if m, err = e.Prompt(waitTimeout, sid, "And now? "+second.token); err != nil {
+		t.Fatal(err)
+	}
+	requireGeminiStop(t, m, "end_turn")
+	users, convs := second.UserTexts(), second.Conversations()
+	if len(users) != 1 || strings.Contains(users[0], "[acp-router handoff]") || len(convs) != 1 ||
+		!strings.Contains(convs[0], "Hello "+first.token) || !strings.Contains(convs[0], "Gemini compares.") {
+		t.Errorf("after /pick gemini the model got %q in the conversation %q; want the prompt alone, its comparison turn before it", users, convs)
+	}
+}
