@@ -586,7 +586,18 @@ func (r *Router) headingLine(s *Session, l *leg, msgID string) []byte {
 		title += " (" + l.name + ")"
 	}
 	return s.updateLine(map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": msgID,
-		"content": map[string]string{"type": "text", "text": "\n\n**" + title + "**\n\n"}})
+		"content": map[string]string{"type": "text", "text": "\n\n**" + title + "**\n\n"},
+		"_meta":   compareMeta(l.name)})
+}
+
+// compareMeta marks the router's lines of a comparison for the store: a
+// heading names its agent, the summary none (turnsFrom reads them back).
+func compareMeta(agent string) map[string]any {
+	m := map[string]any{}
+	if agent != "" {
+		m["agent"] = agent
+	}
+	return map[string]any{"acpRouter": m}
 }
 
 // newMsgID is a messageId of the router's own (sayLocked).
@@ -693,7 +704,8 @@ func (r *Router) finishCompare(ctx context.Context, s *Session, t *turn) {
 	if len(ok) > 0 {
 		summary += " /pick " + strings.Join(ok, " or /pick ") + " continues this session with that agent's conversation; otherwise the next prompt goes to " + s.active + "."
 	}
-	s.writeLocked(s.sayLocked("\n\n" + summary))
+	s.writeLocked(s.updateLine(map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": s.newMsgID(),
+		"content": map[string]string{"type": "text", "text": "\n\n" + summary}, "_meta": compareMeta("")}))
 	s.mu.Unlock()
 	r.log.Info("comparison ended", "session", s.ID, "stopReason", stop, "failed", strings.Join(failed, ","))
 	if len(ok) == 0 {

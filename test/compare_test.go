@@ -345,7 +345,8 @@ func TestComparePick(t *testing.T) {
 
 // TestCompareLoadReplay: the store records the comparison as the editor
 // was shown it; session/load after a router restart replays it the same,
-// labelled sections and all.
+// labelled sections and all, and an agent briefed from the store is told
+// each agent's answer.
 func TestCompareLoadReplay(t *testing.T) {
 	t.Parallel()
 	cfg := writeConfig(t, routerYAML(t, []string{fakeAgentYAML("alpha", fakeOpts{UniqueSessionIDs: true}),
@@ -377,6 +378,13 @@ func TestCompareLoadReplay(t *testing.T) {
 	}
 	if got := agentSections(t, sectionsOf(t, replay, sid)); !slices.Equal(got, []string{"alpha: alpha answers", "beta: beta answers"}) {
 		t.Errorf("replayed sections %q", got)
+	}
+	// The brief read back from the store tells the comparison, each
+	// answer under its agent, the summary under none.
+	e.MustPrompt(t, sid, "/beta prompt-text", "end_turn")
+	brief := lastText(e, sid)
+	if !regexp.MustCompile(`(?s)--- alpha ---.*alpha: alpha answers.*--- beta ---.*beta: beta answers`).MatchString(brief) || strings.Contains(brief, "Compared") {
+		t.Errorf("beta's brief after the router restarted: %q", brief)
 	}
 	stopRouter(t, e)
 }
