@@ -1,11 +1,13 @@
 package router
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acp-router/acp-router/config"
 )
@@ -87,5 +89,80 @@ func TestParseCompareArgs(t *testing.T) {
 		if !slices.Equal(agents, c.agents) || prompt != c.prompt || (c.msgHas == "") != (msg == "") || !strings.Contains(msg, c.msgHas) {
 			t.Errorf("/compare %q: agents %q prompt %q message %q; want %q %q %q", c.rest, agents, prompt, msg, c.agents, c.prompt, c.msgHas)
 		}
+	}
+}
+
+// TestCompareFloor pins how a comparison's lines reach the editor, on a
+// session not open yet (its lines are held, in order, as the editor would
+// get them): the first to speak streams; another's lines wait, whole, and
+// are shown headed when the floor passes — at once when what waits passes
+// compareHeldMax, or when the holder has been silent for compareFloorIdle.
+func TestCompareFloor(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("c.yaml", []byte(fmt.Sprintf("version: 1\nagents:\n  - {name: alpha, command: '%s'}\n  - {name: beta, command: '%s'}\n", bin, bin)), os.LookupEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(cfg, Options{})
+	s := &Session{r: r, ID: "s"}
+	a, b := &leg{agent: r.byName["alpha"], name: "alpha"}, &leg{agent: r.byName["beta"], name: "beta"}
+	c := &comparison{legs: []*leg{a, b}}
+	s.cmp = c
+	say := func(l *leg, text string) {
+		r.emitLocked(s, c, l, "agent_message_chunk", func() []byte {
+			return s.updateLine(map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": l.msgID,
+				"content": map[string]string{"type": "text", "text": text}})
+		})
+	}
+	shown := func() []string {
+		var out []string
+		for _, line := range s.held {
+			var u struct {
+				Params struct {
+					Update struct {
+						MessageID string `json:"messageId"`
+						Content   struct{ Text string }
+					}
+				}
+			}
+			json.Unmarshal(line, &u)
+			text := strings.TrimSpace(u.Params.Update.Content.Text)
+			if len(text) > 20 {
+				text = text[:20]
+			}
+			out = append(out, text)
+		}
+		s.held = nil
+		return out
+	}
+	big := strings.Repeat("b", 64<<10)
+	say(a, "a1")
+	for range compareHeldMax/len(big) - 1 {
+		say(b, big)
+	}
+	if got := shown(); !slices.Equal(got, []string{"**alpha**", "a1"}) {
+		t.Fatalf("with beta's lines under the bound: %q", got)
+	}
+	say(b, big) // over compareHeldMax: shown at once
+	got := shown()
+	if len(got) != compareHeldMax/len(big)+1 || got[0] != "**beta**" {
+		t.Fatalf("past the bound the editor got %d lines starting %q", len(got), got[:2])
+	}
+	say(a, "a2") // beta holds the floor now
+	if got := shown(); len(got) != 0 {
+		t.Fatalf("alpha's line was shown while beta holds the floor: %q", got)
+	}
+	c.floorAt = time.Now().Add(-compareFloorIdle) // beta silent since
+	say(a, "a3")
+	if got := shown(); !slices.Equal(got, []string{"**alpha**", "a2", "a3"}) {
+		t.Fatalf("after beta's silence: %q", got)
+	}
+	b.done = true
+	r.passFloorLocked(s, c, nil)
+	if c.floor != nil {
+		t.Errorf("the floor stayed with %s", c.floor.name)
 	}
 }
