@@ -513,3 +513,31 @@ func TestCompareRealPeers(t *testing.T) {
 		t.Errorf("after /pick gemini the model got %q in the conversation %q; want the prompt alone, its comparison turn before it", users, convs)
 	}
 }
+
+// TestCompareArchive: archiving a session while a comparison runs waits for
+// the comparison to end (its slowest agent's cancel_timeout), so the prompt
+// is answered "cancelled" before the archive is.
+func TestCompareArchive(t *testing.T) {
+	t.Parallel()
+	e, sid := compareRouter(t, "", fakeOpts{}, fakeOpts{}, "cancel_timeout: 2s")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, wait, err := e.Go("session/prompt", promptReq(sid, "/compare alpha beta on beta nocancel\nsay started\nsleep 5s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitText(t, sid, "started")
+	time.Sleep(300 * time.Millisecond) // beta has run its nocancel
+	archived, err := e.Request(ctx, "session/archive", map[string]any{"sessionId": sid})
+	if err != nil || archived.Error != nil {
+		t.Fatalf("archive of a session running a comparison: %v %v", archived, err)
+	}
+	prompt, err := wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireStop(t, prompt, "cancelled")
+	if prompt.Seq > archived.Seq {
+		t.Errorf("the archive was answered before the comparison it cancelled")
+	}
+}
