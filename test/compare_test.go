@@ -324,10 +324,24 @@ func TestComparePick(t *testing.T) {
 		t.Errorf("the comparison's summary %q does not say how to pick", got)
 	}
 
+	// Each agent answered on a new session of its own: alpha's is not
+	// the session's own session on alpha.
+	if n := countLines(logOf("alpha"), "session/new"); n != 2 {
+		t.Errorf("alpha opened %d sessions, want the session's and the comparison's", n)
+	}
 	// Without /pick, the next prompt goes to alpha, on its own session.
 	e.MustPrompt(t, sid, "whoami", "end_turn")
 	if got := lastText(e, sid); got != "alpha" {
 		t.Errorf("after a comparison without /pick the prompt went to %q", got)
+	}
+	var ends []string
+	for _, l := range agentLog(logOf("alpha")) {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "turn-end" {
+			ends = append(ends, f[1])
+		}
+	}
+	if len(ends) != 3 || ends[0] != ends[2] || ends[1] == ends[0] {
+		t.Errorf("alpha's turns ran on sessions %q: want the first and the last on the session's own, the comparison's apart", ends)
 	}
 	e.MustPrompt(t, sid, "/pick beta", "end_turn")
 	if got := lastText(e, sid); !strings.Contains(got, "Nothing to pick") {
