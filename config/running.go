@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/acp-router/acp-router/internal/atomicfile"
 )
 
 // A running router records, in StateDir/running/PID.json, which config
@@ -37,12 +39,10 @@ func WriteRunning(stateDir, file string, keys map[string]string) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, strconv.Itoa(os.Getpid())+".json")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, strconv.Itoa(os.Getpid())+".json"), b); err != nil {
 		return fmt.Errorf("config: running record: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // RemoveRunning deletes this process's record (at exit).
@@ -122,11 +122,10 @@ func WriteListening(stateDir string, l Listening) error {
 	if err != nil {
 		return err
 	}
-	path := listeningPath(stateDir, l.PID)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+	if err := atomicfile.Write(listeningPath(stateDir, l.PID), b); err != nil {
 		return fmt.Errorf("config: listening record: %w", err)
 	}
-	return os.Rename(path+".tmp", path)
+	return nil
 }
 
 // RemoveListening deletes this process's listening record (at exit).

@@ -87,6 +87,10 @@ type Guard struct {
 	// auditDown: the last write failed. A failure is logged when it
 	// starts and when writing works again, not at every decision.
 	auditDown atomic.Bool
+	// ledger is the budgets' ledger and the usage not yet booked in it
+	// (budget.go).
+	ledger ledgerState
+
 	// refusals writes the records of requests refused before any decision
 	// (RecordRefused) off its caller, an agent's read loop.
 	refusals refusals
@@ -313,6 +317,7 @@ func (g *Guard) Close() error {
 	}
 	g.lifeMu.Unlock()
 	g.watchers.Wait()
+	g.FlushUsage() // what the agents reported is booked before the router exits
 	if n := g.decisions.Wait(closeWait); n > 0 {
 		g.log.Warn("decisions still wait for the filesystem as the guard closes", "count", n)
 	}

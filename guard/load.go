@@ -198,6 +198,7 @@ func LoadPolicyWith(orgDir string, cfg *config.Config, opt LoadOptions) (*Loaded
 		return nil, err
 	}
 	out.Results = out.Policy.RunTests()
+	out.Warnings = append(out.Warnings, budgetAgentWarnings(out.Policy, cfg)...)
 	return out, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/acp-router/acp-router/internal/atomicfile"
 )
 
 // owners remembers which identity started which session, so that a client
@@ -81,24 +83,7 @@ func (o *owners) write(snap map[string]string) {
 		o.log.Warn("cannot save the session owners", "file", o.path, "error", err)
 		return
 	}
-	f, err := os.CreateTemp(dir, ".owners-*")
-	if err != nil {
-		o.log.Warn("cannot save the session owners", "file", o.path, "error", err)
-		return
-	}
-	defer os.Remove(f.Name())
-	if err = f.Chmod(0o600); err == nil {
-		if _, err = f.Write(b); err == nil {
-			err = f.Sync()
-		}
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), o.path)
-	}
-	if err != nil {
+	if err := (atomicfile.Options{Sync: true}).Write(o.path, b); err != nil {
 		o.log.Warn("cannot save the session owners", "file", o.path, "error", err)
 	}
 }

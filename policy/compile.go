@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/acp-router/acp-router/policy/budget"
 	"github.com/acp-router/acp-router/policy/extract"
 )
 
@@ -79,7 +80,11 @@ type Policy struct {
 	// answeredBy are the ask rules in force with answered_by, by layer
 	// and id; empty when none has one (Decide then looks no further).
 	answeredBy map[string]*Rule
-	scratch    sync.Pool
+	// budgets are the budgets in force, strongest layer first (budget.go);
+	// ignoredBudgets the user budgets an org budget makes moot.
+	budgets        []*budget.Budget
+	ignoredBudgets []*budget.Budget
+	scratch        sync.Pool
 }
 
 // defaultEffect is the effective default when no layer sets one.
@@ -168,6 +173,7 @@ func Compile(layers ...*Layer) (*Policy, error) {
 	if p.families, err = extendFamilies(builtinFamilies, orgAgents); err != nil {
 		return nil, err
 	}
+	p.compileBudgets()
 	p.hash = p.computeHash()
 	p.idx = buildIndex(p.rules)
 	return p, nil
@@ -242,6 +248,8 @@ func (p *Policy) computeHash() string {
 		// a mode changes which modes are denied.
 		AgentModes []string `json:",omitempty"`
 		Rules      []ruleDoc
+		// Budgets decide prompts: a change to one changes decisions.
+		Budgets []string `json:",omitempty"`
 	}
 	doc.Default = p.dflt.String()
 	refs := func(ms []ModeRef) []string {
@@ -272,6 +280,13 @@ func (p *Policy) computeHash() string {
 		by := slices.Clone(r.AnsweredBy)
 		slices.Sort(by)
 		doc.Rules = append(doc.Rules, ruleDoc{r.ID, r.Layer, r.Decision.String(), r.Message, norm(r.When), norm(r.Unless), by})
+	}
+	for _, b := range p.budgets {
+		d, _ := json.Marshal(struct {
+			*budget.Budget
+			Pos any `json:"-"`
+		}{Budget: b})
+		doc.Budgets = append(doc.Budgets, string(d))
 	}
 	b, _ := json.Marshal(doc) // maps marshal with sorted keys
 	sum := sha256.Sum256(b)

@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/acp-router/acp-router/policy/budget"
 	"github.com/acp-router/acp-router/yamlpos"
 )
 
@@ -98,6 +99,8 @@ type Layer struct {
 	Sandbox []Block
 	Rules   []*Rule
 	Tests   []*TestCase
+	// Budgets are the layer's budgets: (budget.go).
+	Budgets []*budget.Budget
 }
 
 // Block is a mapping of a policy file that another package reads.
@@ -110,7 +113,7 @@ type Block struct {
 // file may hold only a telemetry: block).
 func (l *Layer) HasPolicy() bool {
 	return l.Default != None || len(l.DenyModes) > 0 || len(l.AllowModes) > 0 || l.UnknownAgents != "" ||
-		l.LowerLayersMay != nil || len(l.Rules) > 0 || len(l.Tests) > 0 || len(l.Includes) > 0
+		l.LowerLayersMay != nil || len(l.Rules) > 0 || len(l.Tests) > 0 || len(l.Includes) > 0 || len(l.Budgets) > 0
 }
 
 // ModeRef is one deny_modes or allow_modes entry.
@@ -150,11 +153,11 @@ type Rule struct {
 
 // Keys of a permissions mapping, a rule and a matcher.
 var (
-	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "agent_modes", "rules", "tests", "telemetry", "sandbox"}
-	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests"}
-	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests"}
+	orgKeys     = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "lower_layers_may", "agent_modes", "rules", "tests", "budgets", "telemetry", "sandbox"}
+	userKeys    = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "include", "rules", "tests", "budgets"}
+	includeKeys = []string{"default", "deny_modes", "allow_modes", "unknown_agents", "rules", "tests", "budgets"}
 	ruleKeys    = []string{"id", "decision", "when", "unless", "message", "arguments", "answered_by"}
-	testKeys    = []string{"call", "expect", "rule", "answered_by", "agent", "mode", "cwd", "roots", "files", "symlinks"}
+	testKeys    = []string{"call", "expect", "rule", "answered_by", "agent", "mode", "cwd", "roots", "files", "symlinks", "prompt", "spent", "budget"}
 	matcherKeys = []string{"agent", "kind", "method", "title", "tool", "paths", "command", "program", "flags_any",
 		"domains", "mode", "cwd", "env"}
 
@@ -217,6 +220,19 @@ func (l *Layer) Merge(o *Layer) error {
 		seen[r.ID] = r
 		r.Layer = l.Name
 		l.Rules = append(l.Rules, r)
+	}
+	names := map[string]*budget.Budget{}
+	for _, b := range l.Budgets {
+		names[b.Name] = b
+	}
+	for _, b := range o.Budgets {
+		if first := names[b.Name]; first != nil {
+			p.errs = append(p.errs, &yamlpos.Error{Pos: b.Pos, Msg: fmt.Sprintf("duplicate budget name %q (first at %s)", b.Name, first.Pos)})
+			continue
+		}
+		names[b.Name] = b
+		b.Layer = l.Name
+		l.Budgets = append(l.Budgets, b)
 	}
 	if o.Default > l.Default {
 		l.Default, l.DefaultPos = o.Default, o.DefaultPos
@@ -379,6 +395,9 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 			}
 		}
 	}
+	if v := f["budgets"]; v != nil {
+		l.Budgets = p.budgets(v, l.Name)
+	}
 	if v := f["tests"]; v != nil {
 		for i, item := range p.list("tests", v, true) {
 			if t := p.test(fmt.Sprintf("tests[%d]", i), item); t != nil {
@@ -530,6 +549,9 @@ func (p *parser) test(path string, n *yaml.Node) *TestCase {
 		return nil
 	}
 	t := &TestCase{Pos: p.pos(n)}
+	if f["prompt"] != nil {
+		return p.budgetTest(path, n, f, t)
+	}
 	before := len(p.errs)
 	p.require(path, n, f, "call", "expect")
 	if v := f["call"]; v != nil {

@@ -53,6 +53,8 @@ type TestCase struct {
 	Roots      []string
 	Files      []string
 	Symlinks   map[string]string
+	// budget is a budget test's (prompt:); nil for a call's.
+	budget *budgetTest
 }
 
 // TestCall is one call of a test. The string form is "METHOD ARGS...":
@@ -422,6 +424,10 @@ func (p *Policy) RunTests() []TestResult {
 			}
 		}
 		for _, t := range l.Tests {
+			if t.budget != nil {
+				out = append(out, sub.runBudgetTest(t))
+				continue
+			}
 			bad := sub.unknownRule(t.Rule, p)
 			for _, c := range t.Calls {
 				res := sub.runCall(t, c)

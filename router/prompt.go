@@ -286,6 +286,27 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		})
 		return
 	}
+	if r.opts.Guard.HasBudgets() {
+		// The budgets are decided before the turn reaches an agent
+		// (budget.go), off the editor's read loop: they read the ledger
+		// and may ask the user.
+		s.mu.Lock()
+		if t.agent == "" {
+			t.agent = s.active
+		}
+		s.mu.Unlock()
+		r.spawn(func() {
+			if r.budgetGate(ctx, s, t) {
+				r.startAgentTurn(ctx, s, t)
+			}
+		})
+		return
+	}
+	r.startAgentTurn(ctx, s, t)
+}
+
+// startAgentTurn runs t, a prompt to an agent (startTurn).
+func (r *Router) startAgentTurn(ctx context.Context, s *Session, t *turn) {
 	s.mu.Lock()
 	if t.agent == "" {
 		t.agent = s.active
@@ -484,6 +505,9 @@ func (r *Router) endTurn(ctx context.Context, s *Session, t *turn, res json.RawM
 
 	if t.rec != nil {
 		s.record(t, r.cfg.Handoff.MaxBytes)
+	}
+	if err == nil && !synthetic {
+		r.bookTurn(s, t, res)
 	}
 	s.policy.EndTurn() // an approval covers the direct calls of its own turn only
 	if synthetic {

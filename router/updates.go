@@ -322,6 +322,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			}
 		}
 	case "usage_update":
+		r.bookCostLocked(s, d, up.Cost)
 		d.cost = up.Cost
 		if content {
 			line = s.usageLineLocked(m.Params)

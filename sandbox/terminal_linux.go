@@ -31,6 +31,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"syscall"
+
+	"github.com/acp-router/acp-router/internal/atomicfile"
 )
 
 // terminalArg, as the first argument, runs the executable as the terminal
@@ -94,19 +96,7 @@ func writePlan(pl *Plan) (string, error) {
 	if have, err := os.ReadFile(path); err == nil && string(have) == string(b) {
 		return path, nil
 	}
-	tmp, err := os.CreateTemp(dir, "plan-")
-	if err != nil {
-		return "", err
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(path, b); err != nil {
 		return "", err
 	}
 	return path, nil

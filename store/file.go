@@ -4,8 +4,9 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
+
+	"github.com/acp-router/acp-router/internal/atomicfile"
 )
 
 // flock takes an advisory lock (syscall.LOCK_EX or LOCK_SH, maybe with
@@ -60,47 +61,12 @@ func openLocked(path string, how int, create bool) (*os.File, error) {
 // writeFileAtomic replaces path with data: a 0600 temp file in the same
 // directory, fsynced, renamed over path. Readers see the old or the new
 // content, never a mix, also after a crash.
-func (s *Store) writeFileAtomic(path string, data []byte) (err error) {
-	if err := s.failpoint("meta.write"); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = s.failpoint("meta.sync"); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = s.failpoint("meta.rename"); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+func (s *Store) writeFileAtomic(path string, data []byte) error {
+	return atomicfile.Options{Sync: true, Failpoint: func(step string) error { return s.failpoint("meta." + step) }}.Write(path, data)
 }
 
 // syncDir makes renames and new files in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func syncDir(dir string) error { return atomicfile.SyncDir(dir) }
 
 // failpoint is called before each change to the disk, with its name. Tests
 // make it crash the process or fail the change; nil in production.

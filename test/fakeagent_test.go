@@ -853,6 +853,7 @@ var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 //	echo-size                say "size: N", N = byte length of the prompt's params
 //	stop REASON              end the turn with that stopReason
 //	update JSON              a session/update with that update object
+//	usage IN OUT             the prompt response carries usage {inputTokens, outputTokens, totalTokens}
 //	prompt-text              say the prompt's text blocks, joined by " | "
 //	ext-request              request _fake/ask {sessionId}; say "ext: RESULT" or the error
 //	ext-notify               notification _fake/note {sessionId, n: 1}
@@ -895,6 +896,7 @@ func (a *fakeAgent) askPermission(sid string, toolCall map[string]any, options .
 
 func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, paramsSize int) (any, *RPCError) {
 	stop := "end_turn"
+	var usage map[string]int
 	for _, line := range strings.Split(script, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" {
@@ -1022,6 +1024,12 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 			a.say(s.id, fmt.Sprintf("size: %d", paramsSize))
 		case "stop":
 			stop = rest
+		case "usage":
+			var in, out int
+			if _, err := fmt.Sscanf(rest, "%d %d", &in, &out); err != nil {
+				return nil, &RPCError{Code: -32602, Message: "fake agent: bad usage command: " + line}
+			}
+			usage = map[string]int{"inputTokens": in, "outputTokens": out, "totalTokens": in + out}
 		case "update":
 			var u map[string]any
 			if err := json.Unmarshal([]byte(rest), &u); err != nil {
@@ -1141,6 +1149,9 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 	}
 	if tr.isCancelled() {
 		return map[string]any{"stopReason": "cancelled"}, nil
+	}
+	if usage != nil {
+		return map[string]any{"stopReason": stop, "usage": usage}, nil
 	}
 	return map[string]any{"stopReason": stop}, nil
 }

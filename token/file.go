@@ -11,6 +11,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/acp-router/acp-router/internal/atomicfile"
 )
 
 // fileVersion is the format of tokens.json. Another version is refused, not
@@ -244,38 +246,8 @@ func (s *Store) lock(wait bool) (*os.File, error) {
 // directory, mode 0600 whatever the umask, fsynced, renamed over it, the
 // directory fsynced. Readers see the old or the new file, also after a
 // crash.
-func (s *Store) writeAtomic(data []byte) (err error) {
-	f, err := os.CreateTemp(s.dir, ".tokens-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = f.Chmod(fileMode); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), s.path); err != nil {
-		return err
-	}
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+func (s *Store) writeAtomic(data []byte) error {
+	return atomicfile.Options{Perm: fileMode, Sync: true, SyncDir: true}.Write(s.path, data)
 }
 
 // current returns the records in force: the cached ones while the file's

@@ -24,6 +24,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/internal/atomicfile"
 	"github.com/acp-router/acp-router/internal/owner"
 	"github.com/acp-router/acp-router/sandbox"
 	"github.com/acp-router/acp-router/telemetry"
@@ -1087,19 +1088,5 @@ func WriteFileAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.Write(path, data)
 }

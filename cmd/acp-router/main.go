@@ -40,6 +40,8 @@ usage:
       show the decision for one request and every rule that matched
   acp-router policy test [--config FILE] [--org-dir DIR]
       run the tests: of every policy layer; exit 1 on any failure
+  acp-router budget [--config FILE] [--org-dir DIR] [--json]
+      print the policy's budgets and what has been spent per budget, agent and period
   acp-router login AGENT [-- ARGS...]
       run an agent's own login in this terminal (ARGS: its terminal sign-in method's)
   acp-router token create [--role controller|observer] [--own] NAME | token list | token revoke NAME
@@ -159,6 +161,8 @@ func run(args []string) (int, error) {
 		return policyCmd(&g, rest)
 	case "login":
 		return login(ctx, &g, rest)
+	case "budget":
+		return budgetCmd(&g, rest)
 	case "serve":
 		g.logLevel = orDefault(g.logLevel, "info")
 		return serveCmd(ctx, &g, rest)

@@ -37,6 +37,7 @@ METHOD and its ARGS (one shell word or several, as in a policy test's call:):
       line for execute, the URL for fetch, the path for read, edit, delete, move, search
   mcp/message SERVER TOOL [ARGUMENTS]   a tools/call, ARGUMENTS a JSON object
   mcp/message SERVER resources/read URI
+  session/prompt                        the budgets' decision on a new prompt to --agent, now
 ${cwd}, ${roots} and ${home} are the session's; relative paths are relative to --cwd.
 With --sandbox, the agent's sandbox profile is derived and resolved on this machine: a
 session/request_permission (the agent's own tools run inside it) is not asked for what only
@@ -46,6 +47,7 @@ the kernel, or both). The editor's terminals and file reads run outside it.`,
   acp-router policy explain --cwd ~/src/app fs/read_text_file .env
   acp-router policy explain session/request_permission execute "curl -fsSL https://x.sh | sh"
   acp-router policy explain mcp/message github create_issue '{"repo": "acme/app"}'
+  acp-router policy explain --agent claude session/prompt
 `,
 }
 
@@ -175,6 +177,9 @@ func policyExplain(g *globals, args []string) (int, error) {
 			kernel = k
 			fmt.Fprintf(os.Stdout, "sandbox:  decided as for agent %s's own tools, under its profile on this machine\n", *agent)
 		}
+	}
+	if fs.Arg(0) == "session/prompt" {
+		return explainBudgets(os.Stdout, cfg.StateDir, lp.Policy, *agent)
 	}
 	if err := explainCall(os.Stdout, lp.Policy, callLine(fs.Args()), sess, guard.NewOwnFiles(lp.Watch, cfg.Audit.File), kernel); err != nil {
 		return 2, err

@@ -15,6 +15,7 @@ import (
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/egress"
 	"github.com/acp-router/acp-router/guard"
+	"github.com/acp-router/acp-router/ledger"
 	"github.com/acp-router/acp-router/remote"
 	"github.com/acp-router/acp-router/router"
 	"github.com/acp-router/acp-router/sandbox"
@@ -49,6 +50,16 @@ func startPolicy(ctx context.Context, cfg *config.Config, lp *guard.LoadedPolicy
 		return nil, nil, fmt.Errorf("permission policy: %w", err)
 	}
 	g.Protect(lp.Watch)
+	if cfg.StateDir != "" {
+		// The budgets' ledger: per OS user (the state directory), shared
+		// by every router of the user and every client of a served one.
+		l, err := ledger.Open(cfg.StateDir)
+		if err != nil {
+			g.Close()
+			return nil, nil, fmt.Errorf("budgets: %w", err)
+		}
+		g.SetLedger(l)
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	opts := guard.WatchOptions{

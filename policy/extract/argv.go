@@ -37,7 +37,8 @@ func (x *extractor) argv(args []arg, cx cmdCtx) {
 		x.byShape(name, args[1:], x.cwdsFor(cx))
 		return
 	}
-	if spec, ok := wrappers[name]; ok && x.wrapper(name, spec, args, cx) {
+	if sp := specs()[name]; sp != nil && sp.wrap != nil {
+		x.wrapper(name, sp, args, cx)
 		return
 	}
 	if shells[name] && x.shell(args, cx) {
@@ -280,140 +281,41 @@ func (x *extractor) shell(args []arg, cx cmdCtx) bool {
 	}
 }
 
-// wrapSpec describes a wrapper command and its options. The options are
-// closed-world: one the spec does not list makes the wrapper's command
-// item Unknown (it needs an allow rule with arguments: any), and the
-// payload's cwd unknown when the wrapper has options that move it.
-type wrapSpec struct {
-	short     string   // short options that take a value
-	flags     string   // short options without a value
-	shortOpt  string   // short options whose value, optional, must be attached (-w/dir)
-	long      []string // long options that take a value
-	longFlags []string // long options without a value
-	longOpt   []string // long options with an optional =value
-	skip      int      // operands before the payload (timeout DURATION)
-	assigns   bool     // NAME=VALUE operands before the payload (env, sudo)
-	primary   bool     // the wrapper changes who or where the payload runs: it needs an allow of its own
-	digits    bool     // numeric options (nice -5)
-	chdir     bool     // some option moves the payload's cwd (or its root)
-	note      string   // the payload gets an opaque item saying this
-}
-
-// wrappers are the commands that run another command given as their
-// arguments: wrappers.yaml (wrappers.go).
-var wrappers = mustLoadWrappers("wrappers.yaml", wrapperData)
-
-// longOption returns the long option key names, or the one it uniquely
-// abbreviates (getopt_long), and whether it takes a value (1), may take an
-// attached one (2) or none (0); ok false: not an option of spec.
-func (spec wrapSpec) longOption(key string) (full string, takes int, ok bool) {
-	n := 0
-	for t, list := range [][]string{spec.longFlags, spec.long, spec.longOpt} {
-		for _, o := range list {
-			if o == key {
-				return o, [3]int{0, 1, 2}[t], true
-			}
-			if strings.HasPrefix(o, key) {
-				full, takes, n = o, [3]int{0, 1, 2}[t], n+1
-			}
-		}
-	}
-	return full, takes, n == 1
-}
-
-// wrapper unwraps a wrapper command; false means it runs no payload (the
-// caller treats it as an ordinary program).
-func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) bool {
-	opts := map[string]arg{}
+// wrapper unwraps a wrapper (spec key wrapper:): the files its own
+// options and operands name, then its payload, the operands from the one
+// of role exec on, as a command of its own; what it runs instead (su -c,
+// flock -c, env -S); and what it is without a payload (alone:).
+func (x *extractor) wrapper(name string, sp *argSpec, args []arg, cx cmdCtx) {
+	w := sp.wrap
+	p := parseArgs(sp, name, args[1:])
 	env := slices.Clone(cx.env)
 	envUnknown := ""
-	var unknown []string
-	i := 1
-	for i < len(args) {
-		a := args[i]
-		if a.opaque != "" {
-			break
+	for _, a := range p.assigns {
+		n, v, _ := strings.Cut(a.s, "=")
+		env = append(env, n)
+		if why := x.assignString(n, v, true, cx); why != "" && envUnknown == "" {
+			envUnknown = why
 		}
-		s := a.s
-		if s == "--" {
-			i++
-			break
-		}
-		if s == "-" && (name == "env" || name == "su" || name == "runuser") {
-			opts["-"] = a // env -: -i; su -: a login shell
-			i++
-			continue
-		}
-		if strings.HasPrefix(s, "--") && len(s) > 2 {
-			key, val, has := strings.Cut(s, "=")
-			full, takes, ok := spec.longOption(key)
-			switch {
-			case !ok:
-				unknown = append(unknown, key)
-				opts[key] = arg{s: val}
-			case !has && takes == 1 && i+1 < len(args):
-				i++
-				opts[full] = args[i]
-			default:
-				opts[full] = arg{s: val}
-			}
-			i++
-			continue
-		}
-		if len(s) > 1 && s[0] == '-' && !(name == "su" && s == "-") {
-			if spec.digits && isDigits(s[1:]) {
-				i++
-				continue
-			}
-			for j := 1; j < len(s); j++ {
-				c := s[j]
-				key := "-" + string(c)
-				if strings.IndexByte(spec.short, c) >= 0 {
-					switch {
-					case j+1 < len(s):
-						opts[key] = arg{s: s[j+1:]}
-					case i+1 < len(args):
-						i++
-						opts[key] = args[i]
-					default:
-						opts[key] = arg{}
-					}
-					break
-				}
-				if strings.IndexByte(spec.shortOpt, c) >= 0 {
-					opts[key] = arg{s: s[j+1:]}
-					break
-				}
-				if strings.IndexByte(spec.flags, c) < 0 {
-					unknown = append(unknown, key)
-				}
-				opts[key] = arg{}
-			}
-			i++
-			continue
-		}
-		if spec.assigns && IsAssignment(s) {
-			n, v, _ := strings.Cut(s, "=")
-			env = append(env, n)
-			if why := x.assignString(n, v, true, cx); why != "" && envUnknown == "" {
-				envUnknown = why
-			}
-			i++
-			continue
-		}
-		break
 	}
 	wcwds := x.cwdsFor(cx)
-	// Files the wrapper itself reads or writes.
-	for key, role := range map[string]Kind{"-o": KindEdit, "--output": KindEdit, "-a": KindRead, "--arg-file": KindRead} {
-		if v, ok := opts[key]; ok && (name == "time" && role == KindEdit || name == "xargs" && role == KindRead) {
-			x.optionPath(name, key, v, role, wcwds)
+	kind := map[role]Kind{roleRead: KindRead, roleWrite: KindEdit}
+	for _, v := range p.vals {
+		if k, ok := kind[v.opt.role]; ok {
+			x.optionPath(name, v.opt.name, v.v, k, wcwds) // time -o, xargs -a
 		}
 	}
-	if name == "flock" && i < len(args) && !isDigits(args[i].s) {
-		x.optionPath(name, "lock file", args[i], KindEdit, wcwds)
+	roles, _ := sp.operandRoles(len(p.ops), p.flags)
+	at := len(p.ops)
+	for i, r := range roles {
+		if r == roleExec {
+			at = i
+			break
+		}
+		if k, ok := kind[r]; ok {
+			x.optionPath(name, "operand", p.ops[i], k, wcwds) // flock FILE, sudo -e FILE
+		}
 	}
-	payload := args[min(i+spec.skip, len(args)):]
+	payload := p.ops[at:]
 	inner := cx
 	inner.depth++
 	inner.env = env
@@ -421,177 +323,121 @@ func (x *extractor) wrapper(name string, spec wrapSpec, args []arg, cx cmdCtx) b
 		inner.envUnknown = envUnknown
 	}
 	inner.origin = cx.origin + " (" + name + " payload)"
-	// Where the payload runs: env -C, sudo -D, unshare -w, systemd-run
-	// --working-directory move it to a directory; a login (sudo -i, su
-	// -, runuser -l), a new root (chroot, sudo -R, nsenter -r, unshare
-	// -R), another mount namespace (nsenter -m) or a service (systemd-run
-	// without --scope or --same-dir) to one only known at run time.
-	chdir := func(v arg) {
-		if v.opaque != "" || v.s == "" {
+	// Where the payload runs: env -C, sudo -D, unshare -w move it to a
+	// directory; a login (sudo -i, su -), a new root (chroot, sudo -R,
+	// nsenter -r), another mount namespace (nsenter -m) or a service
+	// (systemd-run without --scope) to one only known at run time, as
+	// does an option the router does not know of a wrapper that has such
+	// options.
+	for _, v := range p.vals {
+		switch {
+		case v.opt.role == roleOpaque:
+			x.opaque(inner.origin, fmt.Sprintf("%s %s can set what its payload runs and where", name, v.opt.name), KindExecute)
+		case v.opt.role != roleChdir:
+		case v.v.opaque != "" || v.v.s == "":
 			inner.cwdUnknown = true
-			return
-		}
-		var dirs []string
-		for _, d := range wcwds {
-			dirs = append(dirs, x.logicalPhysical(d+"/"+v.s)...)
-		}
-		if path.IsAbs(v.s) {
-			dirs = x.logicalPhysical(v.s)
-		}
-		inner.cwds = dirs
-	}
-	has := func(keys ...string) bool {
-		for _, k := range keys {
-			if _, ok := opts[k]; ok {
-				return true
+		case path.IsAbs(v.v.s):
+			inner.cwds = x.logicalPhysical(v.v.s)
+		default:
+			var dirs []string
+			for _, d := range wcwds {
+				dirs = append(dirs, x.logicalPhysical(d+"/"+v.v.s)...)
 			}
-		}
-		return false
-	}
-	dirOpt := map[string][]string{"env": {"-C", "--chdir"}, "sudo": {"-D", "--chdir"}, "unshare": {"-w", "--wd"},
-		"nsenter": {"-w", "--wd"}, "systemd-run": {"--working-directory"}}
-	for _, key := range dirOpt[name] {
-		if v, ok := opts[key]; ok {
-			chdir(v)
+			inner.cwds = dirs
 		}
 	}
-	switch name {
-	case "sudo":
-		inner.cwdUnknown = inner.cwdUnknown || has("-i", "--login", "-R", "--chroot")
-	case "su", "runuser":
-		inner.cwdUnknown = inner.cwdUnknown || has("-", "-l", "--login")
-	case "chroot":
+	if w.cwdAlways || p.flags.any(w.cwdUnknown...) || len(w.cwdUnless) > 0 && !p.flags.any(w.cwdUnless...) ||
+		w.chdir && p.unknown != "" {
 		inner.cwdUnknown = true
-	case "nsenter":
-		inner.cwdUnknown = inner.cwdUnknown || has("-r", "--root", "-W", "--wdns", "-m", "--mount", "-a", "--all") ||
-			has("-w", "--wd") && (opts["-w"].s == "" && opts["--wd"].s == "")
-	case "unshare":
-		inner.cwdUnknown = inner.cwdUnknown || has("-R", "--root")
-	case "systemd-run":
-		if has("-p", "--property") {
-			x.opaque(inner.origin, "systemd-run --property can set what the unit runs and where", KindExecute)
-		}
-		inner.cwdUnknown = inner.cwdUnknown || has("-H", "--host", "-M", "--machine", "-C", "--capsule") ||
-			!has("--scope", "-d", "--same-dir", "--working-directory")
-	}
-	if len(unknown) > 0 && spec.chdir {
-		inner.cwdUnknown = true // an option the router does not know may move it
 	}
 	wrapItem := func(aux bool) {
 		it := x.commandItem(args, cx)
-		it.Aux = aux && !spec.primary
-		if len(unknown) > 0 {
-			it.Unknown = fmt.Sprintf("%s options the router does not know: %s", name, strings.Join(unknown, " "))
+		it.Aux = aux && !w.primary
+		if p.unknown != "" {
+			it.Unknown = p.unknown
 		}
 		x.add(it, KindExecute)
 	}
-	// Wrappers whose payload is a string of shell code.
-	script := func(v arg) bool {
+	script := func(v arg) {
 		wrapItem(true)
 		if v.opaque != "" {
 			x.opaque(inner.origin, "the script is computed at run time", KindExecute)
-			return true
+			return
 		}
 		x.script(v.s, inner)
-		return true
 	}
-	switch name {
-	case "su", "runuser":
-		if name == "runuser" && has("-u", "--user") {
-			break // runuser -u USER CMD...: the payload is an argv
+	for _, v := range p.vals {
+		if v.opt.role == roleScript { // su -c, flock -c
+			script(v.v)
+			return
 		}
-		// su [-] [USER] -c CMD: the options may follow the user.
-		for k := 1; k < len(args); k++ {
-			if s := args[k].s; (s == "-c" || s == "--command") && k+1 < len(args) {
-				return script(args[k+1])
-			} else if v, ok := strings.CutPrefix(s, "--command="); ok {
-				return script(arg{s: v, opaque: args[k].opaque})
+	}
+	if w.alone == "shell" && len(payload) == 0 {
+		// su USER ARGS: the user's shell gets ARGS, and runs the word
+		// after a -c among them (su -- USER -c CMD).
+		for i := 1; i+1 < len(p.ops); i++ {
+			if p.ops[i].s == "-c" && p.ops[i].opaque == "" {
+				script(p.ops[i+1])
+				return
 			}
 		}
-		for _, key := range []string{"-c", "--command"} {
-			if v, ok := opts[key]; ok {
-				return script(v)
-			}
-		}
-		it := x.commandItem(args, cx)
-		it.Opaque = name + " starts an interactive shell"
-		x.add(it, KindExecute)
-		return true
-	case "flock":
-		for _, key := range []string{"-c", "--command"} {
-			if v, ok := opts[key]; ok {
-				return script(v)
-			}
-		}
-	case "watch":
-		if len(payload) == 0 {
-			break
-		}
+	}
+	if w.script && len(payload) > 0 {
+		// watch runs its payload's words, joined by blanks, with sh -c.
 		var words []string
 		for _, a := range payload {
 			if a.opaque != "" {
-				return script(a)
+				script(a)
+				return
 			}
 			words = append(words, a.s)
 		}
-		return script(arg{s: strings.Join(words, " ")})
-	case "env":
-		for _, key := range []string{"-S", "--split-string"} {
-			if v, ok := opts[key]; ok {
-				if v.opaque != "" || strings.ContainsAny(v.s, `'"\$`) {
-					wrapItem(false)
-					x.opaque(inner.origin, "env -S with quoting or variables", KindExecute)
-					return true
-				}
-				var split []arg
-				for _, w := range strings.Fields(v.s) {
-					split = append(split, arg{s: w})
-				}
-				payload = append(split, payload...)
-			}
+		script(arg{s: strings.Join(words, " ")})
+		return
+	}
+	for _, v := range p.vals {
+		if v.opt.role != roleSplit {
+			continue
 		}
-	case "command":
-		if _, ok := opts["-v"]; ok {
-			return false // command -v NAME only prints
-		}
-		if _, ok := opts["-V"]; ok {
-			return false
-		}
-	case "sudo":
-		if _, ok := opts["-e"]; ok {
+		if v.v.opaque != "" || strings.ContainsAny(v.v.s, `'"\$`) {
 			wrapItem(false)
-			for _, a := range payload {
-				x.argPath("sudoedit", a, KindEdit, false, false, wcwds)
-			}
-			return true
+			x.opaque(inner.origin, name+" "+v.opt.name+" with quoting or variables", KindExecute)
+			return
 		}
+		var split []arg
+		for _, f := range strings.Fields(v.v.s) {
+			split = append(split, arg{s: f})
+		}
+		payload = append(split, payload...)
 	}
 	if len(payload) == 0 {
-		return false
+		it := x.commandItem(args, cx)
+		switch w.alone {
+		case "values": // env alone prints the environment
+			x.add(it, KindExecute)
+		case "shell":
+			it.Opaque = name + " starts an interactive shell"
+			x.add(it, KindExecute)
+		default:
+			x.unknownArgs(it, name+" runs no command: its arguments are not understood", args, cx)
+		}
+		return
 	}
 	wrapItem(true)
-	_, replace := opts["-I"]
-	if _, ok := opts["-i"]; ok {
-		replace = true
-	}
-	if _, ok := opts["--replace"]; ok {
-		replace = true
-	}
-	if name == "xargs" && cx.stdinFiles != nil && !replace {
+	if w.stdinWords && cx.stdinFiles != nil && !p.flags.any("-I", "-i", "--replace") {
 		// The producer lists files below these directories: xargs passes
 		// any of them.
-		if why := x.listedWords(cx.stdinFiles, opts, wcwds); why != "" {
+		if why := x.listedWords(cx.stdinFiles, p.flags, wcwds); why != "" {
 			x.opaque(inner.origin, why, KindExecute)
 		}
 		for _, d := range cx.stdinFiles {
 			payload = append(payload, arg{s: d, below: true})
 		}
-	} else if spec.note != "" {
+	} else if w.note != "" {
 		x.add(Item{Type: ItemCommand, Origin: inner.origin, Argv: argStrings(payload), Program: ProgramName(payload[0].s),
-			ProgramPath: payload[0].s, Opaque: spec.note, Env: slices.Clone(env)}, KindExecute)
+			ProgramPath: payload[0].s, Opaque: w.note, Env: slices.Clone(env)}, KindExecute)
 	}
 	x.argv(payload, inner)
-	return true
 }
 
 func argStrings(args []arg) []string {
@@ -623,15 +469,8 @@ func (x *extractor) optionPath(prog, opt string, v arg, kind Kind, cwds []string
 // otherwise, so a name holding one is several words, and git ls-files
 // prints the names of the top directory as they are, so one starting with
 // - is an option of the command (issue 27: words that become options).
-func (x *extractor) listedWords(dirs []string, opts map[string]arg, cwds []string) string {
-	_, null := opts["-0"]
-	if _, ok := opts["--null"]; ok {
-		null = true
-	}
-	_, delim := opts["-d"]
-	if _, ok := opts["--delimiter"]; ok {
-		delim = true
-	}
+func (x *extractor) listedWords(dirs []string, flags flagSet, cwds []string) string {
+	null, delim := flags.any("-0", "--null"), flags.any("-d", "--delimiter")
 	w, ok := x.fs.(Walker)
 	if !ok || x.fs == nil {
 		return "" // nothing is known to exist: no names to read

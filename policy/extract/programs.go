@@ -57,6 +57,10 @@ type parsedArgs struct {
 	// docker compose ps) found with every word before them understood
 	// (an unknown option may have taken the word as its value).
 	subAt []int
+	// A wrapper's (spec key wrapper:): the NAME=VALUE words before its
+	// payload, and the options its spec does not list.
+	assigns     []arg
+	unknownOpts []string
 }
 
 func (p *parsedArgs) fail(format string, a ...any) {
@@ -66,14 +70,36 @@ func (p *parsedArgs) fail(format string, a ...any) {
 }
 
 // parseArgs reads args (without the program) with spec sp.
+//
+// A wrapper's options are read as getopt reads them: one the spec does
+// not list is skipped, taking no value (the payload is still read, and the
+// wrapper's item is unknown), and the first operand of role exec ends
+// them: the payload's options are its own.
 func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 	p := &parsedArgs{spec: sp, label: name, argsFrom: -1, dashdash: -1, cmdItem: -1}
 	subDone := sp.subs == nil
 	optsDone := false
+	wrap := sp.wrap != nil
+	unknownOpt := func(key string) {
+		if wrap {
+			p.unknownOpts = append(p.unknownOpts, key)
+			return
+		}
+		p.fail("%s: unknown option %s", p.label, key)
+		p.lost = true
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		s := a.s
 		isOpt := !optsDone && a.opaque == "" && len(s) > 1 && s[0] == '-'
+		if !optsDone && a.opaque == "" && s == "-" && p.spec.opts["-"] != nil {
+			p.flags = append(p.flags, "-") // env -, su -
+			continue
+		}
+		if wrap && !optsDone && sp.wrap.assigns && a.opaque == "" && len(p.ops) == 0 && IsAssignment(s) {
+			p.assigns = append(p.assigns, a)
+			continue
+		}
 		if isOpt && s == "--" {
 			optsDone = true
 			if p.dashdash < 0 {
@@ -98,8 +124,14 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 			continue
 		}
 		if !isOpt {
-			if a.opaque != "" && !optsDone {
-				// $X may be an option: what follows is not known.
+			if wrap && !optsDone {
+				roles, _ := sp.operandRoles(len(p.ops)+1, p.flags)
+				optsDone = roles[len(p.ops)] == roleExec
+			}
+			// $X may be an option: what follows is not known. A wrapper's
+			// $X is the program of its payload, read there as a computed
+			// one, or a value before it (su $U -c CMD).
+			if a.opaque != "" && !optsDone && !wrap {
 				p.fail("%s: an argument %s", p.label, a.opaque)
 				p.lost = true
 			}
@@ -146,8 +178,7 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 				}
 			}
 			if o == nil {
-				p.fail("%s: unknown option %s", p.label, key)
-				p.lost = true
+				unknownOpt(key)
 				if has {
 					p.strays = append(p.strays, arg{s: val, glob: a.glob})
 				}
@@ -192,9 +223,12 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 		for j := 1; j < len(s); j++ {
 			key := "-" + s[j:j+1]
 			o := p.spec.opts[key]
+			if o == nil && wrap {
+				unknownOpt(key) // getopt goes on with the next letter
+				continue
+			}
 			if o == nil {
-				p.fail("%s: unknown option %s", p.label, key)
-				p.lost = true
+				unknownOpt(key)
 				if j+1 < len(s) {
 					p.strays = append(p.strays, arg{s: s[j+1:], glob: a.glob})
 				}
@@ -222,6 +256,9 @@ func parseArgs(sp *argSpec, name string, args []arg) *parsedArgs {
 	}
 	if !subDone && !p.spec.subOptional {
 		p.fail("%s: no subcommand", p.label)
+	}
+	if len(p.unknownOpts) > 0 {
+		p.fail("%s options the router does not know: %s", name, strings.Join(p.unknownOpts, " "))
 	}
 	return p
 }
@@ -256,17 +293,7 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 	it := x.commandItem(args, cx)
 	switch {
 	case sp == nil:
-		it.Unknown = "no argument spec for " + name + ": its arguments are not understood"
-		x.add(it, KindExecute)
-		if x.lastAdded >= 0 {
-			// A rule that vouches for its arguments may allow these
-			// paths as reads (vouchedShape).
-			c := &x.ev.Items[x.lastAdded]
-			oldOf, oldKey := x.shapeOf, x.shapeKey
-			x.shapeOf, x.shapeKey = int32(x.lastAdded+1), shapeKey(c)
-			defer func() { x.shapeOf, x.shapeKey = oldOf, oldKey }()
-		}
-		x.byShape(name, args[1:], x.cwdsFor(cx))
+		x.unknownArgs(it, "no argument spec for "+name+": its arguments are not understood", args, cx)
 		return
 	case sp.values:
 		// Shell options that change nothing a later command runs or how
@@ -310,6 +337,22 @@ func (x *extractor) program(name string, args []arg, cx cmdCtx) {
 		inner.origin = cx.origin + " (yarn workspace runs)"
 		x.argv(append([]arg{{s: "yarn"}}, p.ops[1:]...), inner)
 	}
+}
+
+// unknownArgs records the command item it of a program whose arguments
+// are not understood, and its arguments by shape.
+func (x *extractor) unknownArgs(it Item, why string, args []arg, cx cmdCtx) {
+	it.Unknown = why
+	x.add(it, KindExecute)
+	if x.lastAdded >= 0 {
+		// A rule that vouches for its arguments may allow these paths as
+		// reads (vouchedShape).
+		c := &x.ev.Items[x.lastAdded]
+		oldOf, oldKey := x.shapeOf, x.shapeKey
+		x.shapeOf, x.shapeKey = int32(x.lastAdded+1), shapeKey(c)
+		defer func() { x.shapeOf, x.shapeKey = oldOf, oldKey }()
+	}
+	x.byShape(ProgramName(args[0].s), args[1:], x.cwdsFor(cx))
 }
 
 // byShapeOf ties the paths recorded until the returned function is called

@@ -69,6 +69,7 @@ const (
 	rolePipRequirement             // a pip requirement: a name, NAME @ URL, a VCS URL or a path (packages.go)
 	roleGoModule                   // go get's and go install's operand: a module path and version, or a local package
 	roleGitSource                  // a repository URL whose code the program builds and runs (cargo install --git)
+	roleSplit                      // a wrapper's option whose words, split at blanks, start its payload (env -S)
 )
 
 var roleNames = map[string]role{
@@ -81,7 +82,7 @@ var roleNames = map[string]role{
 	"program": roleProgram, "ldflags": roleLdflags, "plugin": rolePlugin, "jq": roleJq, "names": roleNameList,
 	"socket": roleSocket, "ssh-option": roleSSHOption, "python-x": rolePythonX, "type-dest": roleTypeDest, "make-arg": roleMakeArg,
 	"date-arg": roleDateArg, "npm-package": roleNpmPackage, "pip-requirement": rolePipRequirement, "go-module": roleGoModule,
-	"git-source": roleGitSource,
+	"git-source": roleGitSource, "split": roleSplit,
 }
 
 // optSpec is one option of a program.
@@ -114,9 +115,10 @@ type argSpec struct {
 	// argfiles: an operand @FILE holds more arguments, which the router
 	// does not read (gcc style; rustc).
 	argfiles bool
-	// abbrev: a long option may be given as an unambiguous prefix
-	// (getopt_long, git, argparse).
-	abbrev bool
+	// abbrev: a long option may be given as an unambiguous prefix of
+	// two letters or more (git, argparse); getopt: of one letter or more,
+	// as getopt_long takes it (env --u is --unset).
+	abbrev, getopt bool
 	// posix: the first operand ends the options.
 	posix bool
 	// values: every argument is a plain value, whatever it looks like
@@ -166,6 +168,8 @@ type argSpec struct {
 	// reads everything below, every symlink followed. Subcommands inherit
 	// it.
 	walk *walkSpec
+	// wrap: the program runs a command given as its operands (wrapper.go).
+	wrap *wrapSpec
 }
 
 // specs returns the compiled specs by program name (aliases included),
@@ -211,7 +215,7 @@ func loadSpecs(fsys fs.FS) (map[string]*argSpec, error) {
 
 // specKeys are the keys of a program spec.
 var specKeys = []string{"aliases", "style", "abbrev", "options", "common", "operands", "recursive", "hidden",
-	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree", "toolchain", "walk"}
+	"implicit_cwd", "argfiles", "handler", "subcommands", "subcommand_optional", "digits", "in_place", "posix", "passthrough", "default_operand", "ends_options", "modules", "content", "no_content", "worktree", "toolchain", "walk", "wrapper"}
 
 // parseSpecs parses one spec file into out.
 func parseSpecs(file string, data []byte, out map[string]*argSpec) error {
@@ -263,7 +267,7 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 	}
 	sp := &argSpec{name: name, abbrev: true, opts: map[string]*optSpec{}}
 	if parent != nil {
-		sp.single, sp.gcc, sp.abbrev, sp.argfiles = parent.single, parent.gcc, parent.abbrev, parent.argfiles
+		sp.single, sp.gcc, sp.abbrev, sp.getopt, sp.argfiles = parent.single, parent.gcc, parent.abbrev, parent.getopt, parent.argfiles
 		sp.walk = parent.walk
 	}
 	if n.Kind == yaml.ScalarNode && n.Value == "" || n.Tag == "!!null" {
@@ -273,7 +277,12 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 		return nil, errf(n, "a spec is a mapping (%s)", strings.Join(specKeys, ", "))
 	}
 	var commonOpts map[string]*optSpec
-	var subsNode *yaml.Node
+	var subsNode, wrapNode *yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "wrapper" {
+			wrapNode = n.Content[i+1] // its options and operands are read as a wrapper's
+		}
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		var err error
@@ -299,7 +308,11 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 				return nil, errf(v, "style must be gnu, single, gcc, posix or values, not %q", v.Value)
 			}
 		case "abbrev":
-			err = v.Decode(&sp.abbrev)
+			if v.Kind == yaml.ScalarNode && v.Value == "getopt" {
+				sp.abbrev, sp.getopt = true, true
+			} else if err = v.Decode(&sp.abbrev); err == nil {
+				sp.getopt = false
+			}
 		case "digits":
 			err = v.Decode(&sp.digits)
 		case "argfiles":
@@ -325,11 +338,11 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 				commonOpts = map[string]*optSpec{}
 				m = commonOpts
 			}
-			if err := parseOptions(v, m, errf); err != nil {
+			if err := parseOptions(v, m, wrapNode != nil, errf); err != nil {
 				return nil, err
 			}
 		case "operands":
-			if sp.operands, err = parseOperands(v, errf); err != nil {
+			if sp.operands, err = parseOperands(v, wrapNode != nil, errf); err != nil {
 				return nil, err
 			}
 		case "recursive":
@@ -372,6 +385,10 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			err = v.Decode(&sp.hidden)
 		case "walk":
 			sp.walk, err = parseWalk(v)
+		case "wrapper":
+			if sp.wrap, err = parseWrapper(v, errf); err != nil {
+				return nil, err
+			}
 		case "subcommands":
 			subsNode = v
 		default:
@@ -459,11 +476,23 @@ func parseSpec(file, name string, n *yaml.Node, common map[string]*optSpec, pare
 			return nil, err
 		}
 	}
+	if sp.wrap != nil {
+		if sp.subs != nil || sp.handler != "" || sp.values {
+			return nil, errf(wrapNode, "a wrapper has no subcommands, handler or values style")
+		}
+		if err := canon(sp.wrap.cwdUnknown, "wrapper: cwd_unknown"); err != nil {
+			return nil, err
+		}
+		if err := canon(sp.wrap.cwdUnless, "wrapper: cwd_unless"); err != nil {
+			return nil, err
+		}
+	}
 	return sp, nil
 }
 
-// parseOptions reads "NAMES: ROLE" entries.
-func parseOptions(v *yaml.Node, m map[string]*optSpec, errf func(*yaml.Node, string, ...any) error) error {
+// parseOptions reads "NAMES: ROLE" entries; a wrapper's roles are
+// wrapperRoles.
+func parseOptions(v *yaml.Node, m map[string]*optSpec, wrapper bool, errf func(*yaml.Node, string, ...any) error) error {
 	if v.Kind != yaml.MappingNode {
 		return errf(v, "options: a mapping of \"-x --long\" to a role")
 	}
@@ -479,12 +508,19 @@ func parseOptions(v *yaml.Node, m map[string]*optSpec, errf func(*yaml.Node, str
 		if optional && (ro == roleFlag || ro == roleArgs) {
 			return errf(r, "a flag has no value to be optional")
 		}
+		if wrapper && !slices.Contains(wrapperRoles, ro) {
+			return errf(r, "a wrapper's option is a flag, value, read, write, chdir, script, split or opaque, not %s", rs)
+		}
+		if !wrapper && ro == roleSplit {
+			return errf(r, "split is the role of a wrapper's option")
+		}
 		names := strings.Fields(k.Value)
 		if len(names) == 0 {
 			return errf(k, "an option needs a name")
 		}
 		for _, nm := range names {
-			if !strings.HasPrefix(nm, "-") || nm == "-" || nm == "--" {
+			// A lone - may be an option (env -, su -).
+			if !strings.HasPrefix(nm, "-") || nm == "--" {
 				return errf(k, "option %q does not start with -", nm)
 			}
 			if _, dup := m[nm]; dup {
@@ -502,12 +538,12 @@ func parseOptions(v *yaml.Node, m map[string]*optSpec, errf func(*yaml.Node, str
 // parseOperands reads operands: a list of roles, or a list of
 // {if: [flags], roles: [...]} alternatives (the first that applies wins;
 // one without if: applies always).
-func parseOperands(v *yaml.Node, errf func(*yaml.Node, string, ...any) error) ([]operandRule, error) {
+func parseOperands(v *yaml.Node, wrapper bool, errf func(*yaml.Node, string, ...any) error) ([]operandRule, error) {
 	if v.Kind != yaml.SequenceNode {
 		return nil, errf(v, "operands: a list of roles or of {if:, roles:}")
 	}
 	if len(v.Content) == 0 || v.Content[0].Kind == yaml.ScalarNode {
-		r, err := parseRoles(v, errf)
+		r, err := parseRoles(v, wrapper, errf)
 		if err != nil {
 			return nil, err
 		}
@@ -533,7 +569,7 @@ func parseOperands(v *yaml.Node, errf func(*yaml.Node, string, ...any) error) ([
 		if roles == nil {
 			return nil, errf(alt, "an operands alternative needs roles:")
 		}
-		r, err := parseRoles(roles, errf)
+		r, err := parseRoles(roles, wrapper, errf)
 		if err != nil {
 			return nil, err
 		}
@@ -543,7 +579,9 @@ func parseOperands(v *yaml.Node, errf func(*yaml.Node, string, ...any) error) ([
 	return out, nil
 }
 
-func parseRoles(v *yaml.Node, errf func(*yaml.Node, string, ...any) error) (operandRule, error) {
+// parseRoles reads a list of operand roles. A wrapper's are value, read or
+// write before its payload, exec..., last.
+func parseRoles(v *yaml.Node, wrapper bool, errf func(*yaml.Node, string, ...any) error) (operandRule, error) {
 	var r operandRule
 	if v.Kind != yaml.SequenceNode {
 		return r, errf(v, "roles: a list")
@@ -554,7 +592,10 @@ func parseRoles(v *yaml.Node, errf func(*yaml.Node, string, ...any) error) (oper
 		if !ok || ro == roleFlag || ro == roleUnknown {
 			return r, errf(n, "unknown operand role %q", n.Value)
 		}
+		before := ro == roleValue || ro == roleRead || ro == roleWrite
 		switch {
+		case wrapper && (r.repeat || !before && !(ro == roleExec && rep)):
+			return r, errf(n, "a wrapper's operands are value, read or write, then its payload: exec..., last")
 		case rep && r.repeat:
 			return r, errf(n, "only one role may repeat (...)")
 		case rep:
@@ -579,7 +620,7 @@ func (sp *argSpec) lookup(name string) *optSpec {
 			return o
 		}
 	}
-	if !sp.abbrev || !strings.HasPrefix(name, "--") || len(name) < 4 {
+	if !sp.abbrev || !strings.HasPrefix(name, "--") || len(name) < 4 && !(sp.getopt && len(name) == 3) {
 		return nil
 	}
 	i := sort.SearchStrings(sp.longs, name)
@@ -677,4 +718,80 @@ func (f flagSet) any(names ...string) bool {
 		}
 	}
 	return false
+}
+
+// wrapSpec is a spec's wrapper: key: the program runs a command given as
+// its operands, the operand of role exec and every later one (its payload,
+// read as a command of its own: argv.go). Transparent wrappers only make a
+// decision stricter; a primary one needs an allow of its own.
+type wrapSpec struct {
+	primary bool // it changes who or where the payload runs (sudo, chroot)
+	assigns bool // NAME=VALUE words before the payload are its environment (env, sudo)
+	// chdir: an option may move the payload's directory, so one the spec
+	// does not list makes it unknown.
+	chdir bool
+	// cwdAlways, cwdUnknown, cwdUnless: the payload's directory is known
+	// only at run time: always (chroot), with one of cwdUnknown (sudo -i),
+	// without one of cwdUnless (systemd-run's service).
+	cwdAlways             bool
+	cwdUnknown, cwdUnless []string
+	note                  string // the payload gets an opaque item saying this (xargs)
+	alone                 string // without a payload: unknown, values (env prints) or shell (su)
+	script                bool   // the payload's words, joined by blanks, are shell code (watch)
+	stdinWords            bool   // the payload gets words read from stdin: files a producer lists (xargs)
+}
+
+// wrapperKeys are the keys of a spec's wrapper:.
+var wrapperKeys = []string{"primary", "assigns", "chdir", "cwd_unknown", "cwd_unless", "note", "alone", "payload", "stdin_words"}
+
+// wrapperRoles are the roles a wrapper's options may have: the wrapper
+// itself reads and writes files, moves its payload (chdir), runs a script
+// instead of it or words before it (split); nothing else of it is read.
+var wrapperRoles = []role{roleFlag, roleValue, roleRead, roleWrite, roleChdir, roleScript, roleSplit, roleOpaque}
+
+// parseWrapper reads a spec's wrapper: mapping.
+func parseWrapper(v *yaml.Node, errf func(*yaml.Node, string, ...any) error) (*wrapSpec, error) {
+	if v.Kind != yaml.MappingNode {
+		return nil, errf(v, "wrapper: a mapping of %s", strings.Join(wrapperKeys, ", "))
+	}
+	w := &wrapSpec{alone: "unknown"}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], v.Content[i+1]
+		var err error
+		switch k.Value {
+		case "primary":
+			err = val.Decode(&w.primary)
+		case "assigns":
+			err = val.Decode(&w.assigns)
+		case "chdir":
+			err = val.Decode(&w.chdir)
+		case "cwd_unknown":
+			if val.Kind == yaml.ScalarNode && val.Value == "always" {
+				w.cwdAlways = true
+			} else {
+				err = val.Decode(&w.cwdUnknown)
+			}
+		case "cwd_unless":
+			err = val.Decode(&w.cwdUnless)
+		case "note":
+			err = val.Decode(&w.note)
+		case "alone":
+			if w.alone = val.Value; !slices.Contains([]string{"unknown", "values", "shell"}, w.alone) {
+				err = fmt.Errorf("unknown, values or shell, not %q", val.Value)
+			}
+		case "payload":
+			if !slices.Contains([]string{"argv", "script"}, val.Value) {
+				err = fmt.Errorf("argv or script, not %q", val.Value)
+			}
+			w.script = val.Value == "script"
+		case "stdin_words":
+			err = val.Decode(&w.stdinWords)
+		default:
+			return nil, errf(k, "wrapper: unknown key %q (%s)", k.Value, strings.Join(wrapperKeys, ", "))
+		}
+		if err != nil {
+			return nil, errf(val, "wrapper: %s: %v", k.Value, err)
+		}
+	}
+	return w, nil
 }
