@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/upstream"
 )
@@ -101,10 +103,12 @@ type leg struct {
 	d     *downstream // its own downstream session; nil until opened
 	t     *turn       // its record for the brief (briefAndRecord, recordLocked): not the turn that runs
 	sent  bool        // the prompt went to the agent
-	done  bool
-	stop  string // its stop reason, once done without error
-	err   error
-	timer *time.Timer // the cancel timeout
+	// refused says why the budgets kept the prompt from this agent.
+	refused string
+	done    bool
+	stop    string // its stop reason, once done without error
+	err     error
+	timer   *time.Timer // the cancel timeout
 	// What waits for the floor: lines for the editor, built already.
 	held      [][]byte
 	heldBytes int
@@ -252,6 +256,13 @@ func (r *Router) runCompare(ctx context.Context, s *Session, t *turn) {
 // ends l with the agent's answer.
 func (r *Router) runLeg(ctx context.Context, s *Session, t *turn, l *leg) {
 	c := t.cmp
+	if why := r.budgetLeg(ctx, s, l); why != "" {
+		s.mu.Lock()
+		l.refused = why
+		s.mu.Unlock()
+		r.endLeg(ctx, s, t, l, nil, errLegRefused)
+		return
+	}
 	d, err := r.openLeg(ctx, s, l)
 	if err != nil {
 		r.endLeg(ctx, s, t, l, nil, err)
@@ -294,6 +305,9 @@ func (r *Router) runLeg(ctx context.Context, s *Session, t *turn, l *leg) {
 	if err != nil {
 		err = r.authError(inst.Agent, inst.Agent.Error(inst, err))
 	}
+	if err == nil {
+		r.bookLeg(s, l, res)
+	}
 	// After every update the agent sent before its answer (order.go).
 	end := func() { r.endLeg(ctx, s, t, l, res, err) }
 	if s.order().busy() {
@@ -301,6 +315,53 @@ func (r *Router) runLeg(ctx context.Context, s *Session, t *turn, l *leg) {
 	} else {
 		end()
 	}
+}
+
+// errLegRefused ends a leg the budgets refused (leg.refused says why).
+var errLegRefused = errors.New("refused by a budget")
+
+// budgetLeg carries out the budgets' verdict on l's agent before anything
+// is sent to it, as budgetGate does for a prompt: "" when the prompt may
+// go, else why not. A fallback would bring another agent into the
+// comparison the user did not name: it refuses instead (recorded so).
+func (r *Router) budgetLeg(ctx context.Context, s *Session, l *leg) string {
+	g := r.opts.Guard
+	if !g.HasBudgets() {
+		return ""
+	}
+	v := g.CheckBudget(s.ID, l.name)
+	if v == nil {
+		return ""
+	}
+	for _, w := range v.Warnings {
+		r.budgetNotice(s, w)
+	}
+	switch v.Effect {
+	case guard.BudgetNone:
+		g.RecordBudget(v, "warn", "")
+		return ""
+	case guard.BudgetAsk:
+		choice := r.budgetAsk(ctx, s, &turn{agent: l.name}, v)
+		g.RecordBudget(v, "ask", choice)
+		if choice == allowOnce {
+			return ""
+		}
+		return v.Message + " The prompt was not sent."
+	}
+	g.RecordBudget(v, "refuse", "")
+	return v.Message
+}
+
+// bookLeg books l's turn at its end, as bookTurn books a prompt's.
+func (r *Router) bookLeg(s *Session, l *leg, res json.RawMessage) {
+	if !r.opts.Guard.HasBudgets() {
+		return
+	}
+	s.mu.Lock()
+	d, unknown := l.d, l.d.cost == nil
+	s.mu.Unlock()
+	r.opts.Guard.BookUsage(guard.UsageReport{Agent: d.agent.Name(), Session: s.ID, Downstream: d.id,
+		Tokens: turnTokens(res), Turn: true, UnknownCost: unknown})
 }
 
 // openLeg opens l's own downstream session, as openDownstream opens one,
@@ -416,6 +477,7 @@ func (r *Router) relayCompare(s *Session, l *leg, m *acp.Message, u *updateParam
 		return
 	case "usage_update":
 		d.cost = up.Cost
+		r.bookCostLocked(s, d, up.Cost) // a comparison's spend is the user's too
 		return
 	case "notice":
 		s.writeLiveLocked(s.agentLine(d, m, nil))
@@ -629,6 +691,9 @@ func (r *Router) endLeg(ctx context.Context, s *Session, t *turn, l *leg, res js
 	if err != nil {
 		l.err = err
 		msg := fmt.Sprintf("*%s failed: %s*", l.agent.Title(), errorText(err))
+		if l.refused != "" {
+			msg = fmt.Sprintf("*%s was not asked: %s*", l.agent.Title(), l.refused)
+		}
 		r.emitLocked(s, c, l, "agent_message_chunk", func() []byte {
 			return s.updateLine(map[string]any{"sessionUpdate": "agent_message_chunk", "messageId": l.msgID,
 				"content": map[string]string{"type": "text", "text": "\n\n" + msg}})
@@ -682,6 +747,7 @@ func (r *Router) finishCompare(ctx context.Context, s *Session, t *turn) {
 	s.nextSeq = c.turnSeq + len(recs)
 	var ok, failed, stops []string
 	var firstErr error
+	refused := false
 	for _, l := range c.legs {
 		if l.d != nil && l.sent {
 			l.d.seen = s.nextSeq
@@ -691,6 +757,7 @@ func (r *Router) finishCompare(ctx context.Context, s *Session, t *turn) {
 			if firstErr == nil {
 				firstErr = l.err
 			}
+			refused = refused || l.refused != ""
 			continue
 		}
 		ok = append(ok, l.name)
@@ -708,7 +775,11 @@ func (r *Router) finishCompare(ctx context.Context, s *Session, t *turn) {
 		"content": map[string]string{"type": "text", "text": "\n\n" + summary}, "_meta": compareMeta("")}))
 	s.mu.Unlock()
 	r.log.Info("comparison ended", "session", s.ID, "stopReason", stop, "failed", strings.Join(failed, ","))
-	if len(ok) == 0 {
+	switch {
+	case len(ok) == 0 && refused: // as a prompt the budgets refuse (budgetRefuse)
+		r.endTurn(ctx, s, t, refusalResult, nil)
+		return
+	case len(ok) == 0:
 		r.endTurn(ctx, s, t, nil, firstErr)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -566,5 +567,51 @@ func TestCompareArchive(t *testing.T) {
 	requireStop(t, prompt, "cancelled")
 	if prompt.Seq > archived.Seq {
 		t.Errorf("the archive was answered before the comparison it cancelled")
+	}
+}
+
+// TestCompareBudget: budgets hold for a comparison's agents as for any
+// prompt: what an agent spends in a comparison is booked (its usage_update
+// cost), and once its budget is reached it is not asked in the next
+// comparison (its section says why, the others answer) nor in a prompt
+// of its own; a comparison whose every agent is refused ends with
+// stopReason refusal. The audit has the budget's refusals.
+func TestCompareBudget(t *testing.T) {
+	t.Parallel()
+	logs := t.TempDir()
+	cfg, auditFile := budgetConfig(t, "", "- {name: beta-usd, cost: \"1 USD\", per: day, agents: [beta]}\n- {name: alpha-usd, cost: \"1 USD\", per: day, agents: [alpha]}\n")
+	data, _ := os.ReadFile(cfg)
+	// The agents log what they get.
+	y := strings.Replace(string(data), fakeAgentYAML("beta", fakeOpts{}), fakeAgentYAML("beta", fakeOpts{LogFile: filepath.Join(logs, "beta.log")}), 1)
+	if err := os.WriteFile(cfg, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := StartRouter(t, cfg, nil)
+	e.Initialize(t, map[string]any{})
+	sid := e.NewSession(t, t.TempDir())
+	e.MustPrompt(t, sid, "/compare alpha beta on beta "+costUpdate(1.5)+"\nsay spent", "end_turn")
+	from := len(e.Rec.All())
+	e.MustPrompt(t, sid, "/compare alpha beta on alpha "+costUpdate(1.5)+"\nsay again", "end_turn")
+	got := strings.Join(agentSections(t, sectionsOf(t, turnMsgs(e, from), sid)), "\n")
+	if !strings.Contains(got, "alpha: again") || !strings.Contains(got, `beta was not asked: `) || !strings.Contains(got, `budget "beta-usd"`) {
+		t.Errorf("sections:\n%s\nwant alpha's answer and beta refused by beta-usd", got)
+	}
+	if n := countLines(filepath.Join(logs, "beta.log"), "session/prompt"); n != 1 {
+		t.Errorf("beta got %d prompts, want the first comparison's only", n)
+	}
+	if got := promptStop(t, e, sid, "/beta say alone"); got != "refusal" {
+		t.Errorf("a prompt of beta's own after its comparison spend: %q, want refusal", got)
+	}
+	if got := promptStop(t, e, sid, "/compare beta alpha say x"); got != "refusal" {
+		t.Errorf("a comparison of two agents past their budgets: %q, want refusal", got)
+	}
+	refusals := map[string]int{}
+	for _, r := range budgetAudit(t, auditFile) {
+		if r.Decision == "refuse" {
+			refusals[r.rule()]++
+		}
+	}
+	if refusals["beta-usd"] != 3 || refusals["alpha-usd"] != 1 {
+		t.Errorf("budget refusals audited %v, want beta-usd 3 (two comparisons, one prompt), alpha-usd 1", refusals)
 	}
 }
