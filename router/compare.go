@@ -51,7 +51,9 @@ import (
 // those of permission requests) read "[agent] title", and their ids are
 // translated per agent like every agent's (merge.IDTable), so two agents'
 // "call-1" never collide. What the editor was sent is what the store
-// records, so session/load replays the comparison as it was shown.
+// records, so session/load replays the comparison as it was shown. The
+// budgets hold per agent, as for any prompt (budgetLeg, bookLeg): an
+// agent past its budget is not asked, and what each spends is booked.
 
 // compareFloorIdle: an agent holding the floor that has sent nothing for
 // this long yields it to one that has something to say (a model thinking
