@@ -63,6 +63,9 @@ type Config struct {
 	// Sessions is the sessions: block (issue 30): a session whose last
 	// client went.
 	Sessions Sessions
+	// Compare is the compare: block (issue 32): /compare's default agents
+	// and limit.
+	Compare Compare
 }
 
 // EnvInherit selects which of the router's environment variables an agent
@@ -169,7 +172,7 @@ type Pos = yamlpos.Pos
 
 // ReservedNames are names an agent may not take because they are built-in
 // slash commands or subcommands.
-var ReservedNames = []string{"agent", "agents", "help", "router", "login", "logout"}
+var ReservedNames = []string{"agent", "agents", "help", "router", "login", "logout", "compare", "pick"}
 
 // Agent returns the agent called name.
 func (c *Config) Agent(name string) (*Agent, bool) {

@@ -74,6 +74,7 @@ func (c *Config) Keys() map[string]string {
 	put("sandbox", sb)
 	put("listen", []any{c.Listen.Address, c.Listen.TLSCert, c.Listen.TLSKey})
 	put("sessions", c.Sessions.CancelOnLastDetach)
+	put("compare", c.Compare)
 	return out
 }
 

@@ -90,7 +90,7 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 }
 
 var (
-	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history", "telemetry", "sandbox", "listen", "sessions"}
+	topKeys = []string{"version", "agents", "routing", "state_dir", "commands", "handoff", "permissions", "audit", "history", "telemetry", "sandbox", "listen", "sessions", "compare"}
 	// unsupportedKeys are sections of the config format (DESIGN.md §4) that
 	// this build does not implement yet. They are rejected rather than
 	// ignored, so that nobody believes e.g. a permission rule is enforced.
@@ -173,6 +173,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if v := f["sessions"]; v != nil {
 		cfg.Sessions = p.sessions(v)
+	}
+	if v := f["compare"]; v != nil {
+		cfg.Compare = p.compare(v, names)
 	}
 	return cfg
 }

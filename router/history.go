@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -58,6 +59,10 @@ func (r *Router) storedExtra(id string, raw json.RawMessage) storedSession {
 type turnMeta struct {
 	AcpRouter struct {
 		Agent string `json:"agent,omitempty"`
+		// Compare: the prompt of a comparison (compare.go), its agents;
+		// in its turn, the agent_message_chunk lines with this _meta are
+		// its section headings (Agent says whose) and its summary.
+		Compare []string `json:"compare,omitempty"`
 	} `json:"acpRouter"`
 }
 
@@ -144,7 +149,7 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 	}
 	st.TurnStart(s.ID)
 	agent := "" // a router command: no agent (turnMeta's omitempty)
-	if t.command == nil {
+	if t.command == nil && t.cmp == nil {
 		agent = t.agent
 		if agent == "" {
 			agent = s.activeName()
@@ -160,6 +165,9 @@ func (r *Router) recordTurnStart(s *Session, t *turn) {
 	head = append(head, `,"update":{"sessionUpdate":"user_message_chunk","_meta":{"acpRouter":{`...)
 	if agent != "" {
 		head = acp.AppendString(append(head, `"agent":`...), agent)
+	}
+	if t.cmp != nil { // the agents of a comparison (compare.go)
+		head = append(append(head, `"compare":`...), mustJSON(t.cmp.names())...)
 	}
 	head = append(head, `}},"content":`...)
 	acp.EachElementOfValid(prompt[0], func(block json.RawMessage) bool {
@@ -190,7 +198,20 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 	var cur *turn                             // the turn being read, nil outside an agent's turn
 	var evidence map[string][]json.RawMessage // its tool calls' updates, for hideDenied
 	inPrompt := false
+	// A comparison's turn: a record per agent, its lines found after its
+	// headings; cmpUser is the prompt.
+	var cmpTurns []*turn
+	comparing, cmpUser := false, ""
 	end := func() {
+		if comparing {
+			for _, ct := range cmpTurns {
+				ct.rec.Seq, ct.rec.Reply, ct.rec.User = len(turns), ct.reply.String(), cmpUser
+				r.hideDenied(s, ct.rec, evidence)
+				turns = append(turns, *ct.rec)
+			}
+			cmpTurns, comparing, cmpUser, cur = nil, false, "", nil
+			return
+		}
 		if cur != nil {
 			cur.rec.Reply = cur.reply.String()
 			r.hideDenied(s, cur.rec, evidence)
@@ -211,7 +232,7 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 		// says, never more. Ruling it out would cost a scan of every
 		// line, the content included (namedOnce did: 40% of the
 		// router's CPU in the replay benchmark).
-		if !inPrompt {
+		if !inPrompt && !comparing {
 			if kind, ok := acp.UpdateKindOfValid(line); ok && !briefReads(string(kind), cur) {
 				continue
 			}
@@ -232,6 +253,8 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 			text, isText := textBlock(up.Content)
 			if !inPrompt {
 				end()
+				comparing = len(meta.AcpRouter.Compare) > 0
+				evidence = map[string][]json.RawMessage{}
 				if agent := meta.AcpRouter.Agent; agent != "" {
 					title := agent
 					if a := r.byName[agent]; a != nil {
@@ -249,9 +272,30 @@ func (r *Router) turnsFrom(s *Session, lines [][]byte) ([]merge.TurnRecord, map[
 				}
 				cur.rec.User += text
 			}
+			if comparing && isText {
+				cmpUser = strings.TrimSpace(cmpUser + "\n" + text)
+			}
 			continue
 		}
 		inPrompt = false
+		if comparing && up.Kind == "agent_message_chunk" && up.Meta != nil && json.Unmarshal(up.Meta, &meta) == nil && meta != nil {
+			// A heading: the lines after it are that agent's; the
+			// summary (no agent): nobody's.
+			cur = nil
+			if agent := meta.AcpRouter.Agent; agent != "" {
+				i := slices.IndexFunc(cmpTurns, func(ct *turn) bool { return ct.rec.Agent == agent })
+				if i < 0 {
+					title := agent
+					if a := r.byName[agent]; a != nil {
+						title = a.Title()
+					}
+					cmpTurns = append(cmpTurns, &turn{rec: &merge.TurnRecord{Agent: agent, Title: title}, reply: merge.Capped{Max: r.cfg.Handoff.MaxBytes}})
+					i = len(cmpTurns) - 1
+				}
+				cur = cmpTurns[i]
+			}
+			continue
+		}
 		if cur == nil {
 			continue
 		}

@@ -246,7 +246,13 @@ func cancelTimeoutOf(t *turn) time.Duration {
 	if t.inst != nil {
 		return t.inst.Agent.Config.CancelTimeout
 	}
-	return 0
+	var longest time.Duration
+	if t.cmp != nil { // a comparison ends when its slowest agent does
+		for _, l := range t.cmp.legs {
+			longest = max(longest, l.agent.Config.CancelTimeout)
+		}
+	}
+	return longest
 }
 
 // archiveStoredAgents sends method (archive or unarchive) to each agent of

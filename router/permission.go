@@ -210,6 +210,8 @@ var (
 	optionsPath    = []string{"options"}
 	metaPath       = []string{"_meta"}
 	toolCallIDPath = []string{"toolCall", "toolCallId"}
+	// toolCallTitlePath: a comparison labels its agents' requests.
+	toolCallTitlePath = []string{"toolCall", "title"}
 )
 
 // editorPermission is how an agent's permission request of router session
@@ -237,6 +239,12 @@ func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMess
 	retired := 0
 	s.mu.Lock()
 	s.lastUse = time.Now()
+	if l := s.cmp.legOfLocked(pc.inst, pc.session); l != nil { // a comparison's (compare.go)
+		if title := pc.perm.ToolCall.Title; title != nil {
+			reps = append(reps, acp.Replacement{Path: toolCallTitlePath, Value: legLabel(agent, *title)})
+		}
+		r.askingLegLocked(s, l)
+	}
 	if id := pc.tool.ToolCall.ToolCallID; id != "" {
 		toolID = s.toolIDs.Out(agent, id)
 		if toolID != id {

@@ -30,6 +30,11 @@ type turn struct {
 	// command, when set, is a router command: it runs instead of an agent
 	// and returns what the router says.
 	command func(context.Context) string
+	// cmp, when set, is a comparison (/compare, compare.go): it runs on
+	// its agents' sessions of its own instead of one agent.
+	cmp *comparison
+	// pick: /pick, which keeps the session's comparison (startTurn).
+	pick bool
 	// blocks is the editor's params.prompt as parseTurn decoded it, for
 	// the handoff record (briefAndRecord): the prompt is decoded once.
 	blocks []promptBlock
@@ -139,6 +144,11 @@ func (r *Router) parseTurn(s *Session, req *jsonrpc2.Request) *turn {
 	switch {
 	case name == "agent":
 		t.command = func(ctx context.Context) string { return r.agentCommand(ctx, s, rest) }
+	case name == "compare":
+		r.compareCommand(t, strings.TrimLeft(first.Text[len("/compare"):], " "), p.Prompt)
+	case name == "pick":
+		t.pick = true
+		t.command = func(ctx context.Context) string { return r.pickCommand(ctx, s, rest) }
 	case r.byName[name] != nil && rest == "":
 		t.command = func(context.Context) string {
 			return fmt.Sprintf("Usage: /%s TEXT asks %s for this turn only; /agent %s switches the session to it.", name, r.byName[name].Title(), name)
@@ -259,6 +269,13 @@ func (r *Router) dequeue(s *Session, t *turn) {
 func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 	r.recordTurnStart(s, t)
 	r.traceTurnStart(s, t)
+	if !t.pick {
+		r.dropCompare(ctx, s) // not picked: the session goes on with the agent it had
+	}
+	if t.cmp != nil {
+		r.spawn(func() { r.runCompare(ctx, s, t) })
+		return
+	}
 	if t.command != nil {
 		r.spawn(func() {
 			text := t.command(ctx)
@@ -539,6 +556,11 @@ func (r *Router) cancelTurn(ctx context.Context, s *Session, p json.RawMessage) 
 	s.mu.Lock()
 	t := s.turn
 	d := s.down[s.active]
+	if t != nil && t.cmp != nil {
+		s.mu.Unlock()
+		r.cancelCompare(ctx, s, t)
+		return
+	}
 	if t != nil {
 		if t.d == nil { // not at an agent yet: it ends when it would start
 			t.cancelled = true

@@ -11,6 +11,16 @@
 // same lane: the session's (the editor's queue has one per session). Writes
 // to the editor never wait; the agents' read paths wait for room in their
 // session's lane afterwards, holding no lock (waitEditor).
+//
+// /compare (compare.go) runs one prompt on several agents at once, each in
+// a downstream session of its own; the editor gets their answers as
+// sections, one agent's each, opened by a heading naming it under a
+// messageId of its own, one agent streaming while the others' lines wait
+// for its message to end. Labelling every chunk would break Markdown, and
+// distinct messageIds alone keep agents apart only in editors that group by
+// them (Zed), not in those that append every chunk to one text
+// (CodeCompanion, agent-shell): headed sections read right in both, and
+// something always streams.
 package router
 
 import (

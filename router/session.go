@@ -87,6 +87,10 @@ type Session struct {
 	reviving  bool
 	ready     chan struct{}
 	reviveErr error
+
+	// cmp is the last comparison (compare.go), until /pick or the next
+	// prompt.
+	cmp *comparison
 }
 
 // downstream is the session of one agent behind a router session, and what
@@ -600,6 +604,7 @@ func (r *Router) closeSession(ctx context.Context, req *jsonrpc2.Request) {
 // first, when it supports that), otherwise the router cancels the running
 // turn there. It returns the first agent's error.
 func (r *Router) closeWork(s *Session) func(ctx context.Context, archive bool) error {
+	r.dropCompare(context.Background(), s) // its agents' comparison sessions closed too
 	s.mu.Lock()
 	downs := make([]*downstream, 0, len(s.down))
 	for _, d := range s.down {
@@ -644,6 +649,13 @@ func (s *Session) downKeysLocked() []string {
 	keys := make([]string, 0, len(s.down))
 	for _, d := range s.down {
 		keys = append(keys, downKey(d.inst, d.id))
+	}
+	if s.cmp != nil { // a comparison's sessions go with the session
+		for _, l := range s.cmp.legs {
+			if l.d != nil {
+				keys = append(keys, downKey(l.d.inst, l.d.id))
+			}
+		}
 	}
 	return keys
 }

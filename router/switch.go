@@ -135,6 +135,10 @@ func (r *Router) routerCommands() []json.RawMessage {
 	for _, a := range r.agents {
 		out = append(out, mustJSON(command{Name: a.Name(), Description: "Ask " + a.Title() + " for this turn only", Input: &input{Hint: "prompt"}}))
 	}
+	if len(r.agents) >= 2 { // a comparison needs two
+		out = append(out, mustJSON(command{Name: "compare", Description: "Ask several agents at once and see each answer: /compare AGENT AGENT PROMPT", Input: &input{Hint: "agents and prompt"}}),
+			mustJSON(command{Name: "pick", Description: "After /compare, continue with one agent's answer: /pick AGENT", Input: &input{Hint: "agent name"}}))
+	}
 	for _, c := range r.cfg.Commands {
 		cmd := command{Name: c.Name, Description: c.Description}
 		if !c.Switch && (c.Prompt == "" || strings.Contains(c.Prompt, "{{input}}")) {

@@ -612,7 +612,13 @@ func (r *Router) interceptUpdate(inst *upstream.Instance, m *acp.Message) bool {
 	r.mu.Unlock()
 	s.mu.Lock()
 	d := s.down[inst.Agent.Name()]
+	l := s.cmp.legOfLocked(inst, u.SessionID)
 	s.mu.Unlock()
+	if l != nil { // a comparison's session (compare.go)
+		r.compareUpdate(s, l, m, &u)
+		r.waitEditor(s.ID)
+		return true
+	}
 	if d != nil && d.inst == inst {
 		if s.order().busy() {
 			later := u

@@ -873,6 +873,7 @@ var fakeMethodExt = map[string]func(a *fakeAgent, m wireMsg){}
 //	child PIDFILE            start a tool of its own: a SIGTERM-ignoring sleeper in the agent's
 //	                         process group that writes its pid to PIDFILE
 //	child-setsid PIDFILE     the same in a session of its own (a daemonizing tool)
+//	on NAME COMMAND          COMMAND, run only by the agent named NAME (fakeOpts.Name)
 //	ignore-sigpipe           keep running when stdout or stderr lose their reader, as Node.js
 //	                         agents do (a Go program dies of SIGPIPE on fd 1 or 2)
 //
@@ -903,6 +904,14 @@ func (a *fakeAgent) runScript(s *fakeSession, tr *fakeTurn, script string, param
 		}
 		if tr.isCancelled() {
 			return map[string]any{"stopReason": "cancelled"}, nil
+		}
+		if who, only, ok := strings.Cut(line, " "); ok && who == "on" {
+			// "on NAME COMMAND": this agent only (one prompt, several agents: /compare).
+			name, cmdline, _ := strings.Cut(only, " ")
+			if name != a.opts.Name {
+				continue
+			}
+			line = cmdline
 		}
 		cmd, rest, _ := strings.Cut(line, " ")
 		args := strings.Fields(rest)
