@@ -15,6 +15,7 @@ import (
 
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/hub"
+	"github.com/acp-router/acp-router/page"
 	"github.com/acp-router/acp-router/remote"
 	"github.com/acp-router/acp-router/router"
 	"github.com/acp-router/acp-router/token"
@@ -131,6 +132,8 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *
 		},
 		SecureCookies: ln.TLS,
 		Logger:        log.Named("remote"),
+		Page:          page.New(page.Options{AuditFile: cfg.Audit.File}),
+		SignIn:        page.SignIn,
 	})
 	go func() {
 		if err := srv.Serve(ctx, ln); err != nil {
@@ -152,7 +155,7 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *
 			case err != nil:
 				log.Warn("cannot create the first token", "error", err)
 			case created:
-				fmt.Fprintf(os.Stderr, "acp-router: first use: a token named \"owner\" was created; open or connect with\n  %s?token=%s\n(it is shown once; acp-router token list|create|revoke)\n", ln.URL(), secret)
+				fmt.Fprintf(os.Stderr, "acp-router: first use: a token named \"owner\" was created; connect with\n  %s?token=%s\nor open in a browser\n  %s?token=%s\n(it is shown once; acp-router token list|create|revoke)\n", ln.URL(), secret, ln.PageURL(), secret)
 			}
 		}
 	}

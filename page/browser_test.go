@@ -1,0 +1,179 @@
+package page
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acp-router/acp-router/internal/browser"
+)
+
+const wait = 15 * time.Second
+
+// hostile is agent text the page must show as text: markup, a script, an
+// event handler, bidi controls.
+const hostile = "<script>window.pwned=1</script><img src=x onerror=\"window.pwned=2\"><b>not bold</b> \u202Egnp.exe\u202C and \u2067iso\u2069\n\n**bold** and `code`\n"
+
+// The page in a real Chromium: it opens the session the hub has, shows
+// the agent's stream with hostile text as text, takes control, answers a
+// permission with the mouse, and shows the decisions; screenshots at 390
+// and 1280 px are kept as artifacts.
+func TestPageInBrowser(t *testing.T) {
+	b := browser.Start(t)
+	h := &hubFake{say: []string{"Hello ", "from the agent. ", hostile}, ask: true, answers: make(chan json.RawMessage, 1)}
+	rule := "ask-go-test (policy.yaml:12)"
+	audit := writeAudit(t, map[string]any{"time": time.Now().UTC(), "agent": "claude", "session": "s1", "method": "session/request_permission",
+		"decision": "allow", "rule": rule, "source": "user", "userChoice": "allow", "answeredBy": "alice",
+		"evidence": map[string]any{"commands": []string{"go test ./..."}, "note": "<script>window.pwned=3</script>"}})
+	base := startPage(t, audit, h.serve)
+	artifacts := t.ArtifactDir()
+
+	p := b.NewPage(390, 844)
+	p.Navigate(base + "/?token=" + secret)
+	p.WaitFor(`document.querySelector('#session-list button[data-session="s1"]')`, wait)
+	if s := p.String(`location.href`); strings.Contains(s, "token") {
+		t.Errorf("the token stays in the address bar: %s", s)
+	}
+	p.Click(`#session-list button[data-session="s1"]`)
+	p.WaitFor(`document.querySelector('#log').textContent.includes('gnp.exe')`, wait)
+	checkText(t, p)
+	if got := p.String(`document.querySelector('#s-role').textContent`); got != "observer" {
+		t.Errorf("role %q, want observer before taking control", got)
+	}
+	if got := p.String(`document.querySelector('#plan').textContent + '|' + document.querySelector('#s-mode').textContent`); !strings.Contains(got, "run the tests") || !strings.Contains(got, "mode code") {
+		t.Errorf("plan and mode: %q", got)
+	}
+	if got := p.String(`document.querySelector('#log li.tool').textContent`); !strings.Contains(got, "edit") || !strings.Contains(got, "Edit main.go") || !strings.Contains(got, "+ a := 2") {
+		t.Errorf("tool call: %q", got)
+	}
+	if n := p.String(`String(document.querySelectorAll('.ask').length)`); n != "0" {
+		t.Errorf("an observer is shown %s permission requests", n)
+	}
+
+	// Take control with the keyboard: focus the button, press Enter.
+	p.Eval(`document.querySelector('#take').focus()`, nil)
+	p.Key("Enter")
+	p.WaitFor(`document.querySelector('.ask button[data-option="allow"]')`, wait)
+	if got := p.String(`document.querySelector('#s-role').textContent`); got != "controller" {
+		t.Errorf("role %q after taking control", got)
+	}
+	if got := p.String(`document.querySelector('#session-list .state').textContent`); got != "waiting for you" {
+		t.Errorf("state %q while an ask is pending", got)
+	}
+	shot(t, p, artifacts, "session", 390)
+	p.Resize(1280, 900)
+	shot(t, p, artifacts, "session", 1280)
+	p.Click(`.ask button[data-option="allow"]`)
+	select {
+	case res := <-h.answers:
+		var r struct {
+			Outcome struct{ Outcome, OptionID string }
+		}
+		json.Unmarshal(res, &r)
+		if r.Outcome.Outcome != "selected" || r.Outcome.OptionID != "allow" {
+			t.Errorf("answer %s", res)
+		}
+	case <-time.After(wait):
+		t.Fatal("the page's answer never reached the hub")
+	}
+	p.WaitFor(`document.querySelector('#log').textContent.includes('tests pass')`, wait)
+	if n := p.String(`String(document.querySelectorAll('.ask').length)`); n != "0" {
+		t.Errorf("%s asks left after answering", n)
+	}
+	h.mu.Lock()
+	roles := strings.Join(h.roles, ",")
+	h.mu.Unlock()
+	if roles != "observer,controller" {
+		t.Errorf("attached as %s, want observer then controller", roles)
+	}
+
+	// Decisions.
+	p.Click(`#tab-decisions`)
+	p.WaitFor(`document.querySelector('#timeline li')`, wait)
+	if d := p.String(`getComputedStyle(document.querySelector('#view-sessions')).display`); d != "none" {
+		t.Errorf("the session view still shows (display %s) under Decisions", d)
+	}
+	got := p.String(`document.querySelector('#view-decisions').textContent`)
+	for _, want := range []string{rule, "answered by alice", "allow", "<script>window.pwned=3</script>", rule + " 1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("decisions view lacks %q: %q", want, got)
+		}
+	}
+	shot(t, p, artifacts, "decisions", 1280)
+	p.Resize(390, 844)
+	shot(t, p, artifacts, "decisions", 390)
+	checkText(t, p)
+
+	for _, u := range p.Requests() {
+		if !strings.HasPrefix(u, base+"/") && !strings.HasPrefix(u, "data:") {
+			t.Errorf("the page asked another host: %s", u)
+		}
+	}
+	if pr := p.Problems(); len(pr) > 0 {
+		t.Errorf("page errors (a CSP violation is one): %v", pr)
+	}
+	t.Logf("screenshots in %s", artifacts)
+}
+
+// checkText fails when the agent's markup became markup: a script or img
+// element in the page's content, a script that ran, raw bidi controls.
+func checkText(t *testing.T, p *browser.Page) {
+	t.Helper()
+	var r struct {
+		Markup  int
+		Pwned   string
+		Text    bool
+		Bidi    bool
+		Escaped bool
+		Bold    bool
+	}
+	err := p.Eval(`(() => { const m = document.querySelector('main'); const t = m.textContent; return {
+		Markup: m.querySelectorAll('script, img, iframe, object, #log b').length,
+		Pwned: String(window.pwned),
+		Text: t.includes('<script>window.pwned=1</script>') && t.includes('<b>not bold</b>'),
+		Bidi: /[\u202A-\u202E\u2066-\u2069]/.test(t),
+		Escaped: t.includes('\u27E6U+202E\u27E7'),
+		Bold: !!m.querySelector('#log strong') && m.querySelector('#log strong').textContent === 'bold' }; })()`, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Markup != 0 || r.Pwned != "undefined" || !r.Text || r.Bidi || !r.Escaped || !r.Bold {
+		t.Errorf("agent text rendered as markup or unescaped: %+v", r)
+	}
+}
+
+func shot(t *testing.T, p *browser.Page, dir, view string, width int) {
+	t.Helper()
+	// Let the layout settle at the new width.
+	time.Sleep(100 * time.Millisecond)
+	var overflow bool
+	p.Eval(`document.documentElement.scrollWidth > document.documentElement.clientWidth`, &overflow)
+	if overflow {
+		t.Errorf("%s at %d px scrolls sideways", view, width)
+	}
+	p.Screenshot(filepath.Join(dir, fmt.Sprintf("%s-%d.png", view, width)))
+}
+
+// Without a token, or with a revoked one, the page is only the sign-in
+// error: no session, no script.
+func TestSignInInBrowser(t *testing.T) {
+	b := browser.Start(t)
+	h := &hubFake{answers: make(chan json.RawMessage, 1)}
+	base := startPage(t, "", h.serve)
+	p := b.NewPage(390, 844)
+	for _, u := range []string{base + "/", base + "/?token=" + revoked} {
+		p.Navigate(u)
+		var r struct {
+			Text    string
+			Scripts int
+			List    bool
+		}
+		p.Eval(`({Text: document.body.innerText, Scripts: document.scripts.length, List: !!document.querySelector('#session-list')})`, &r)
+		if !strings.Contains(r.Text, "Not signed in") || r.Scripts != 0 || r.List {
+			t.Errorf("%s: %+v", u, r)
+		}
+	}
+}

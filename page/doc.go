@@ -1,0 +1,51 @@
+// Package page is the web page a browser opens on a listening router
+// (issue 31): watch the sessions, answer the agent's permission requests
+// from a phone, read the policy's decisions.
+//
+// Design, and the reasons for it:
+//
+//   - Served by remote/ on the listening address, at / (the page) and
+//     /page/ (its script and style) and /api/ (JSON), behind the very
+//     authentication of /acp: the token in the URL the router prints once
+//     (remote/ then sets the HttpOnly, SameSite=Strict cookie on /, so the
+//     page and its WebSocket carry it), or a bearer header. Without a valid
+//     token the page is a static sign-in error (401, no script) and every
+//     other path a bare 401: nothing about sessions, agents or the audit
+//     leaks to an unauthenticated or revoked client.
+//   - Plain HTML, CSS and JavaScript embedded with embed: no build step, no
+//     request to any host but the router. Every response carries a strict
+//     Content-Security-Policy (default-src 'self', no inline script or
+//     style, connect-src 'self', frame-ancestors 'none'), nosniff,
+//     no-referrer and no-store; the test reads the header.
+//   - The page is an ACP client of its own over the router's WebSocket
+//     /acp, like any other remote client: initialize, session/list,
+//     session/attach as an observer with historyPolicy full; "Take control"
+//     detaches and attaches again as a controller (only a controller is
+//     sent permission requests, RFD #533). A permission request's buttons
+//     are the options the agent offered; pressing one is the ACP answer to
+//     that request, so the hub's first-answer-wins, permission_resolved and
+//     the audit's answeredBy (the token's name) hold for the page as for
+//     any client; nothing is decided here.
+//   - What ACP does not carry comes from small authenticated JSON endpoints
+//     rather than hub extension methods: the audit timeline is a file the
+//     router writes (config audit.file), read with filters and pages; a
+//     plain GET keeps it out of the session machinery, lets the browser
+//     page through it without a live connection, and is refused (403) to a
+//     token that may not see every session (AllSessions), since the audit
+//     names every agent's sessions. GET /api/audit?agent=&session=&rule=
+//     &effect=&before=&limit= returns the newest matching records first,
+//     with a cursor for the next page, and the counts per rule over the
+//     last 24 hours.
+//   - Rendering: everything an agent sends is text. The script never
+//     assigns innerHTML; it builds nodes with createElement and
+//     createTextNode. Agent messages get a small Markdown subset (headings,
+//     paragraphs, lists, fenced and inline code, bold and italics) built as
+//     DOM nodes; messages over 64 KiB are shown as plain preformatted text.
+//     Bidi control characters (U+202A-U+202E, U+2066-U+2069, U+200E,
+//     U+200F, U+061C) are replaced by a visible escape such as ⟦U+202E⟧,
+//     and each piece of agent text sits in an isolated (unicode-bidi:
+//     isolate) element, so that no agent text can reorder the page around
+//     it. Streamed chunks are batched into one render per animation frame;
+//     a session's history is paged (the newest 200 entries, earlier ones on
+//     request), so 50,000 entries stay responsive.
+package page
