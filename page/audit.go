@@ -41,6 +41,10 @@ type AuditPage struct {
 	Counts map[string]int `json:"counts"`
 	// Total is how many records match the filter.
 	Total int `json:"total"`
+	// Where is each rule's file:line:col in the policy in force (a record
+	// older than the last reload may have been decided where the rule
+	// was then: its policyHash says which policy decided).
+	Where map[string]string `json:"where"`
 }
 
 // fields are the record members the filter and the counts read.
@@ -60,7 +64,7 @@ const maxRecord = 4 << 20
 // ReadAudit reads the live audit file (rotated generations are not read)
 // and returns the page f asks for, newest first.
 func ReadAudit(file string, f Filter, now time.Time) (AuditPage, error) {
-	res := AuditPage{Entries: []Entry{}, Counts: map[string]int{}}
+	res := AuditPage{Entries: []Entry{}, Counts: map[string]int{}, Where: map[string]string{}}
 	if f.Limit <= 0 {
 		f.Limit = DefaultLimit
 	}

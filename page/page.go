@@ -27,6 +27,9 @@ type Options struct {
 	AuditFile string
 	// Now is the clock of the per-rule counts; nil is time.Now.
 	Now func() time.Time
+	// RuleAt says where a rule is (file:line:col) in the policy in
+	// force, "" for a rule it no longer has; nil: nowhere.
+	RuleAt func(id string) string
 }
 
 // Handler serves the page, its assets and its JSON endpoints. remote/
@@ -130,6 +133,22 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		http.Error(w, "cannot read the audit log", http.StatusInternalServerError)
 		return
+	}
+	if h.opts.RuleAt != nil {
+		for id := range res.Counts {
+			if at := h.opts.RuleAt(id); id != "" && at != "" {
+				res.Where[id] = at
+			}
+		}
+		for _, e := range res.Entries {
+			var r struct {
+				Rule string `json:"rule"`
+			}
+			json.Unmarshal(e.Record, &r)
+			if at := h.opts.RuleAt(r.Rule); r.Rule != "" && at != "" {
+				res.Where[r.Rule] = at
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(res)

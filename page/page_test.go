@@ -266,3 +266,27 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 		}
 	}
 }
+
+// /api/audit says where each rule it names is in the policy in force.
+func TestAuditWhere(t *testing.T) {
+	rule := "r1"
+	f := writeAudit(t, map[string]any{"time": time.Now(), "decision": "ask", "rule": rule}, map[string]any{"time": time.Now(), "decision": "ask", "rule": "gone"})
+	srv := remote.NewServer(remote.Options{Serve: func(context.Context, remote.Conn, remote.Identity) error { return nil }, Auth: auth,
+		Page: New(Options{AuditFile: f, RuleAt: func(id string) string {
+			if id == rule {
+				return "/etc/acp/policy.yaml:3:7"
+			}
+			return ""
+		}}), SignIn: SignIn})
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	defer srv.Close()
+	_, body := get(t, hs.URL+"/api/audit", secret)
+	var res AuditPage
+	if err := json.Unmarshal([]byte(body), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Where) != 1 || res.Where[rule] != "/etc/acp/policy.yaml:3:7" || len(res.Entries) != 2 {
+		t.Errorf("where %v, %d entries", res.Where, len(res.Entries))
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/hub"
 	"github.com/acp-router/acp-router/page"
 	"github.com/acp-router/acp-router/remote"
@@ -106,7 +107,7 @@ func openListener(cfg *config.Config, l listening, log hclog.Logger) (*remote.Li
 // startRemote puts a hub in front of r and serves /acp on ln until ctx
 // ends. The Router is served on in-process pipes; done is closed once
 // the Router has returned (its agents shut down).
-func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *remote.Listener, stdio bool, log hclog.Logger) (side *remoteSide, done <-chan error, err error) {
+func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, pg *guard.Guard, ln *remote.Listener, stdio bool, log hclog.Logger) (side *remoteSide, done <-chan error, err error) {
 	tokens, err := token.Open(cfg.StateDir, token.Options{Logger: log.Named("token")})
 	if err != nil {
 		return nil, nil, err
@@ -132,7 +133,7 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *
 		},
 		SecureCookies: ln.TLS,
 		Logger:        log.Named("remote"),
-		Page:          page.New(page.Options{AuditFile: cfg.Audit.File}),
+		Page:          page.New(page.Options{AuditFile: cfg.Audit.File, RuleAt: ruleAt(pg)}),
 		SignIn:        page.SignIn,
 	})
 	go func() {
@@ -160,6 +161,23 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *
 		}
 	}
 	return &remoteSide{hub: h, listener: ln, server: srv}, routerDone, nil
+}
+
+// ruleAt says where a rule of the policy in force is, for the page's
+// decisions view.
+func ruleAt(pg *guard.Guard) func(string) string {
+	return func(id string) string {
+		p := pg.Policy()
+		if p == nil {
+			return ""
+		}
+		for _, r := range p.Rules() {
+			if r.ID == id {
+				return r.Pos.String()
+			}
+		}
+		return ""
+	}
 }
 
 // editorIdentity is the stdio editor among the hub's clients.

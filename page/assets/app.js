@@ -414,16 +414,17 @@
     clear(counts);
     counts.appendChild(el('strong', null, 'Last day:'));
     for (const [rule, n] of Object.entries(res.counts || {}).sort((a, b) => b[1] - a[1])) counts.appendChild(el('span', 'count', (rule || 'no rule') + ' ' + n));
-    for (const e of res.entries || []) $('timeline').appendChild(auditEntry(e.record || {}));
+    for (const e of res.entries || []) $('timeline').appendChild(auditEntry(e.record || {}, res.where || {}));
     older = res.next || 0;
     $('older').hidden = !older;
   }
-  function auditEntry(r) {
+  function auditEntry(r, where) {
     const li = el('li', 'decision');
     const head = el('div');
     head.appendChild(el('span', 'effect ' + (r.decision || ''), r.decision || '?'));
     head.appendChild(document.createTextNode(' '));
     head.appendChild(el('span', 'rule', r.rule != null ? 'rule ' + r.rule : 'no rule (' + (r.source || '') + ')'));
+    if (r.rule != null && Object.prototype.hasOwnProperty.call(where, r.rule)) head.appendChild(el('span', 'where', ' at ' + where[r.rule]));
     li.appendChild(head);
     li.appendChild(el('div', 'cwd', [r.time, r.agent, r.session, r.method].filter(Boolean).join(' · ')));
     if (r.answeredBy || r.userChoice) li.appendChild(el('div', 'answer', 'answered by ' + (r.answeredBy || '?') + (r.userChoice ? ': ' + r.userChoice : '')));

@@ -1,0 +1,119 @@
+package test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acp-router/acp-router/audit/audittest"
+	"github.com/acp-router/acp-router/internal/browser"
+)
+
+// The web page end to end (issue 31), in headless Chromium: a router an
+// editor started that listens; the page opened at the listening address
+// with alice's token sees the editor's session, watches a streamed reply
+// (HTML and script as text), takes control, presses Allow on the agent's
+// permission request; the agent proceeds, the editor is told alice
+// answered and its copy withdrawn; the decisions view shows the answer
+// with its rule and alice's name. Revoked, the token opens nothing but
+// the sign-in error.
+func TestPageEndToEnd(t *testing.T) {
+	skipShort(t, "runs a router and a browser")
+	b := browser.Start(t)
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	r := newRemoteConfig(t, "listen: {address: '127.0.0.1:0'}\naudit: {file: "+yamlQuote(auditFile)+"}\n"+
+		"permissions:\n  default: allow\n  rules:\n    - id: ask-edits\n      decision: ask\n      when: {kind: [edit]}\n")
+	ed := StartRouter(t, r.cfg, nil)
+	ed.Initialize(t, nil)
+	sid := ed.NewSession(t, t.TempDir())
+	base := strings.TrimSuffix(r.listening(t, 1)[0], "/acp")
+	release := make(chan struct{})
+	ed.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		<-release // the editor's user is away: the page answers
+		return RejectFirst(p)
+	})
+
+	p := b.NewPage(390, 844)
+	p.Navigate(base + "/?token=" + r.token)
+	p.WaitFor(`document.querySelector('#session-list button[data-session="`+sid+`"]')`, waitTimeout)
+	p.Click(`#session-list button[data-session="` + sid + `"]`)
+	p.WaitFor(`document.querySelector('#s-role').textContent === 'observer'`, waitTimeout)
+	p.Click(`#take`)
+	p.WaitFor(`document.querySelector('#s-role').textContent === 'controller'`, waitTimeout)
+
+	type result struct {
+		m   *Msg
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		m, err := ed.Prompt(waitTimeout, sid, "say <script>window.pwned=1</script><b>not bold</b> \u202Eevil\npermission\nsay after")
+		done <- result{m, err}
+	}()
+	p.WaitFor(`document.querySelector('.ask button[data-option="allow"]')`, waitTimeout)
+	text := p.String(`document.querySelector('#log').textContent`)
+	var markup int
+	p.Eval(`document.querySelectorAll('#log script, #log b').length`, &markup)
+	if !strings.Contains(text, "<script>window.pwned=1</script><b>not bold</b>") || markup != 0 || strings.Contains(text, "\u202E") {
+		t.Errorf("the agent's markup became markup (%d elements) or bidi stayed raw: %q", markup, text)
+	}
+	p.Click(`.ask button[data-option="allow"]`)
+	res := <-done
+	close(release)
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	requireStop(t, res.m, "end_turn")
+	resolved := ed.Rec.WaitFor(t, waitTimeout, "permission_resolved", func(m *Msg) bool { return m.Update() == "permission_resolved" })
+	if !strings.Contains(string(resolved.Params), `"name":"alice"`) || !strings.Contains(string(resolved.Params), `"chosenOptionId":"allow"`) {
+		t.Errorf("the editor was told %s", resolved.Params)
+	}
+	ed.Rec.WaitFor(t, waitTimeout, "the editor's copy withdrawn", func(m *Msg) bool { return m.Method == "$/cancel_request" })
+	if got := ed.Texts(sid); len(got) < 2 || !strings.Contains(strings.Join(got, "|"), "allow") {
+		t.Errorf("the agent heard %q, want the page's allow", got)
+	}
+	p.WaitFor(`document.querySelector('#log').textContent.includes('after')`, waitTimeout)
+
+	answered := 0
+	rule := ""
+	for _, rec := range audittest.ReadLines(t, auditFile) {
+		if rec["answeredBy"] != nil {
+			answered++
+			rule, _ = rec["rule"].(string)
+			if rec["answeredBy"] != "alice" || rec["userChoice"] != "allow_once" {
+				t.Errorf("audit record of the answer: %v", rec)
+			}
+		}
+	}
+	if answered != 1 || rule == "" {
+		t.Fatalf("%d audit records name who answered (rule %q), want 1", answered, rule)
+	}
+	p.Click(`#tab-decisions`)
+	p.WaitFor(`document.querySelector('#timeline li .answer')`, waitTimeout)
+	view := p.String(`document.querySelector('#timeline').textContent`)
+	if !strings.Contains(view, "rule "+rule+" at "+r.cfg+":") || !strings.Contains(view, "answered by alice: allow_once") {
+		t.Errorf("decisions view %q, want rule %q answered by alice", view, rule)
+	}
+	if pr := p.Problems(); len(pr) > 0 {
+		t.Errorf("page errors: %v", pr)
+	}
+
+	// Revoked: the same browser, its cookie still set, gets the sign-in
+	// error only.
+	if out, err := exec.Command(needRouter(t), "token", "revoke", "alice", "--config", r.cfg).CombinedOutput(); err != nil {
+		t.Fatalf("token revoke: %v %s", err, out)
+	}
+	time.Sleep(100 * time.Millisecond)
+	p.Navigate(base + "/")
+	var page struct {
+		Text    string
+		Scripts int
+	}
+	p.Eval(`({Text: document.body.innerText, Scripts: document.scripts.length})`, &page)
+	if !strings.Contains(page.Text, "Not signed in") || page.Scripts != 0 || strings.Contains(page.Text, sid) {
+		t.Errorf("with a revoked token: %+v", page)
+	}
+}
