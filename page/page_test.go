@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -196,8 +197,15 @@ func TestReadAudit(t *testing.T) {
 // streams what say holds when a client attaches, and asks a permission
 // of a controller.
 type hubFake struct {
-	say     []string
-	ask     bool
+	say []string
+	ask bool
+	// history entries (alternating user and agent messages "h-N") are
+	// sent first on attach; big is one agent message of that many bytes;
+	// burst that many agent updates, each its own message; dropFirst ends
+	// the first connection after its first attach.
+	history, big, burst int
+	dropFirst           bool
+	conns               int
 	mu      sync.Mutex
 	answers chan json.RawMessage
 	roles   []string
@@ -238,6 +246,28 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 			h.roles = append(h.roles, m.Params.Role)
 			h.mu.Unlock()
 			reply(map[string]any{"sessionId": "s1", "role": m.Params.Role, "connectedClients": []any{}, "history": []any{}})
+			for i := range h.history {
+				kind := "user_message_chunk"
+				if i%2 == 1 {
+					kind = "agent_message_chunk"
+				}
+				update(map[string]any{"sessionUpdate": kind, "content": map[string]any{"type": "text", "text": fmt.Sprintf("h-%d", i)}})
+			}
+			if h.big > 0 {
+				update(map[string]any{"sessionUpdate": "user_message_chunk", "content": map[string]any{"type": "text", "text": "big follows"}})
+				chunk(strings.Repeat("x", h.big-len("big-end")) + "big-end")
+			}
+			for i := range h.burst {
+				update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": fmt.Sprintf("b-%d", i), "title": fmt.Sprintf("burst-%d", i), "kind": "read", "status": "completed"})
+			}
+			h.mu.Lock()
+			h.conns++
+			drop := h.dropFirst && h.conns == 1
+			h.mu.Unlock()
+			if drop {
+				c.Close(errors.New("dropped by the test"))
+				return nil
+			}
 			update(map[string]any{"sessionUpdate": "current_mode_update", "currentModeId": "code"})
 			update(map[string]any{"sessionUpdate": "plan", "entries": []any{map[string]any{"content": "run the tests", "status": "in_progress", "priority": "high"}}})
 			for _, s := range h.say {

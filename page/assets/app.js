@@ -206,6 +206,7 @@
 
   // ---- one session's log, windowed ----
   function push(entry) {
+    entry.i = cur.entries.length;
     cur.entries.push(entry);
     cur.dirty.add(entry);
     schedule();
@@ -218,7 +219,18 @@
     if (!cur) return;
     const log = $('log');
     const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+    // While the reader follows the end, at most WINDOW entries are in the
+    // DOM: the earlier ones leave it (and are never built when a long
+    // history arrives at once); "Show earlier" brings them back.
+    const n = cur.entries.length;
+    const lo = atBottom ? Math.max(cur.start, n - WINDOW) : cur.start;
+    for (let i = cur.start; i < lo; i++) {
+      const e = cur.entries[i];
+      if (e.node && e.node.parentNode) e.node.parentNode.removeChild(e.node);
+    }
+    cur.start = lo;
     for (const e of cur.dirty) {
+      if (e.i < cur.start) { e.node = null; e.plain = null; continue; }
       if (e.node && e.plain) {
         // A long message grows by its new text only, not re-rendered.
         text(e.plain, e.text.slice(e.shown));
@@ -232,11 +244,6 @@
       if (fresh) log.appendChild(e.node);
     }
     cur.dirty.clear();
-    // Keep at most WINDOW entries in the DOM while the reader follows the
-    // end; earlier ones come back with "Show earlier".
-    if (atBottom) {
-      while (log.childNodes.length > WINDOW) { log.removeChild(log.firstChild); cur.start++; }
-    }
     $('earlier').hidden = cur.start === 0;
     if (atBottom) window.scrollTo(0, document.body.scrollHeight);
   }
