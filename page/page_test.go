@@ -206,9 +206,9 @@ type hubFake struct {
 	history, big, burst int
 	dropFirst           bool
 	conns               int
-	mu      sync.Mutex
-	answers chan json.RawMessage
-	roles   []string
+	mu                  sync.Mutex
+	answers             chan json.RawMessage
+	roles               []string
 }
 
 func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) error {
