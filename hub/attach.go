@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/acp-router/acp-router/acp"
 )
@@ -392,4 +394,46 @@ func (h *Hub) liveAgainLocked(mb *member) {
 	for _, s := range h.goLiveLocked(mb) {
 		s.c.enqueue(s.line)
 	}
+}
+
+// Session states of MethodSessions' answer.
+const (
+	StateWaiting = "waiting" // a permission request waits for an answer
+	StateRunning = "running" // a prompt is at the agent (or queued there)
+	StateIdle    = "idle"
+)
+
+// liveSessions answers MethodSessions: the sessions live in the hub that
+// c may see (subagent sessions under their parent), sorted by id, each
+// with its state (waiting wins over running) and how many clients are
+// attached.
+func (h *Hub) liveSessions(c *client, m *acp.Message) {
+	if m.Kind != acp.KindRequest {
+		return
+	}
+	type live struct {
+		SessionID string `json:"sessionId"`
+		State     string `json:"state"`
+		Clients   int    `json:"clients"`
+		Attached  bool   `json:"attached"` // c is one of them
+	}
+	out := []live{}
+	h.mu.Lock()
+	for sid, s := range h.sessions {
+		if s.id != sid || !h.visible(c.id, sid) {
+			continue
+		}
+		st := StateIdle
+		switch {
+		case len(s.asks) > 0:
+			st = StateWaiting
+		case s.running > 0:
+			st = StateRunning
+		}
+		out = append(out, live{SessionID: sid, State: st, Clients: len(s.members), Attached: c.sessions[sid] != nil})
+	}
+	h.mu.Unlock()
+	slices.SortFunc(out, func(a, b live) int { return strings.Compare(a.SessionID, b.SessionID) })
+	res, _ := json.Marshal(map[string]any{"sessions": out})
+	c.enqueue(acp.AppendResponse(nil, m.ID, res))
 }

@@ -13,6 +13,10 @@ import (
 const (
 	MethodAttach = "session/attach"
 	MethodDetach = "session/detach"
+	// MethodSessions is the hub's own extension (the page of issue 31):
+	// the live sessions a client may see, each with its state, which ACP
+	// does not carry.
+	MethodSessions = "_acp-router/sessions"
 )
 
 // Error codes of RFD #533's attach errors; the hub also answers the other
@@ -438,6 +442,9 @@ func (h *Hub) clientCall(c *client, m *acp.Message) {
 		return
 	case MethodDetach:
 		h.detach(c, m)
+		return
+	case MethodSessions:
+		h.liveSessions(c, m)
 		return
 	}
 	sid := sessionIDOf(m.Params)

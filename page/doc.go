@@ -26,8 +26,13 @@
 //     that request, so the hub's first-answer-wins, permission_resolved and
 //     the audit's answeredBy (the token's name) hold for the page as for
 //     any client; nothing is decided here.
-//   - What ACP does not carry comes from small authenticated JSON endpoints
-//     rather than hub extension methods: the audit timeline is a file the
+//   - What ACP does not carry: each live session's state (waiting for you,
+//     running, idle) is the hub's extension method _acp-router/sessions,
+//     asked on the page's own ACP connection with session/list every 2 s
+//     (the hub holds that state; the same visibility rules apply; no second
+//     authentication path). A stored session the router does not run shows
+//     as "not running". The audit timeline instead is a small JSON endpoint
+//     rather than a hub method: it is a file the
 //     router writes (config audit.file), read with filters and pages; a
 //     plain GET keeps it out of the session machinery, lets the browser
 //     page through it without a live connection, and is refused (403) to a

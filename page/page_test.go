@@ -206,6 +206,7 @@ type hubFake struct {
 	history, big, burst int
 	dropFirst           bool
 	conns               int
+	waiting             bool // an ask is unanswered
 	mu                  sync.Mutex
 	answers             chan json.RawMessage
 	roles               []string
@@ -241,6 +242,14 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 			reply(map[string]any{"sessions": []any{map[string]any{"sessionId": "s1", "cwd": "/work/project", "title": "Fix the tests"}}})
 		case "session/detach":
 			reply(map[string]any{})
+		case "_acp-router/sessions":
+			h.mu.Lock()
+			state := "idle"
+			if h.waiting {
+				state = "waiting"
+			}
+			h.mu.Unlock()
+			reply(map[string]any{"sessions": []any{map[string]any{"sessionId": "s1", "state": state, "clients": 1}}})
 		case "session/attach":
 			h.mu.Lock()
 			h.roles = append(h.roles, m.Params.Role)
@@ -276,6 +285,9 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 			update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit main.go", "kind": "edit", "status": "pending",
 				"content": []any{map[string]any{"type": "diff", "path": "/work/project/main.go", "oldText": "a := 1", "newText": "a := 2"}}})
 			if h.ask && m.Params.Role == "controller" {
+				h.mu.Lock()
+				h.waiting = true
+				h.mu.Unlock()
 				write(map[string]any{"jsonrpc": "2.0", "id": "ask-1", "method": "session/request_permission", "params": map[string]any{
 					"sessionId": "s1", "toolCall": map[string]any{"toolCallId": "t2", "title": "Run go test", "kind": "execute", "rawInput": map[string]any{"command": "go test ./..."}},
 					"options": []any{map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
@@ -283,6 +295,9 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 			}
 		case "":
 			if string(m.ID) == `"ask-1"` {
+				h.mu.Lock()
+				h.waiting = false
+				h.mu.Unlock()
 				h.answers <- m.Result
 				update(map[string]any{"sessionUpdate": "permission_resolved", "toolCallId": "t2", "outcome": "selected", "chosenOptionId": "allow",
 					"resolvedBy": map[string]any{"name": id.Name}})

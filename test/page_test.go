@@ -54,13 +54,37 @@ func TestPageEndToEnd(t *testing.T) {
 		done <- result{m, err}
 	}()
 	p.WaitFor(`document.querySelector('.ask button[data-option="allow"]')`, waitTimeout)
+	// A second tab that has not opened the session sees it waiting (the
+	// hub's _acp-router/sessions), opens it, takes control and is asked
+	// too; both tabs then press Allow at once.
+	tab2 := b.NewPage(1280, 900)
+	tab2.Navigate(base + "/")
+	tab2.WaitFor(`(() => { const b = document.querySelector('#session-list button[data-session="`+sid+`"] .state'); return b && b.textContent === 'waiting for you'; })()`, waitTimeout)
+	tab2.Click(`#session-list button[data-session="` + sid + `"]`)
+	tab2.WaitFor(`document.querySelector('#s-role').textContent === 'observer'`, waitTimeout)
+	tab2.Click(`#take`)
+	tab2.WaitFor(`document.querySelector('.ask button[data-option="allow"]')`, waitTimeout)
 	text := p.String(`document.querySelector('#log').textContent`)
 	var markup int
 	p.Eval(`document.querySelectorAll('#log script, #log b').length`, &markup)
 	if !strings.Contains(text, "<script>window.pwned=1</script><b>not bold</b>") || markup != 0 || strings.Contains(text, "\u202E") {
 		t.Errorf("the agent's markup became markup (%d elements) or bidi stayed raw: %q", markup, text)
 	}
-	p.Click(`.ask button[data-option="allow"]`)
+	// Both tabs press Allow at once; whichever the hub takes first wins,
+	// the other's copy is withdrawn or its late answer dropped.
+	p.Front()
+	press := `(() => { const b = document.querySelector('.ask button[data-option="allow"]'); if (b) b.click(); return !!b; })()`
+	pressed := make(chan bool, 2)
+	for _, tab := range []*browser.Page{p, tab2} {
+		go func() {
+			var ok bool
+			tab.Eval(press, &ok)
+			pressed <- ok
+		}()
+	}
+	if a, b := <-pressed, <-pressed; !a && !b {
+		t.Fatal("neither tab could press Allow")
+	}
 	res := <-done
 	close(release)
 	if res.err != nil {
@@ -75,7 +99,10 @@ func TestPageEndToEnd(t *testing.T) {
 	if got := ed.Texts(sid); len(got) < 2 || !strings.Contains(strings.Join(got, "|"), "allow") {
 		t.Errorf("the agent heard %q, want the page's allow", got)
 	}
-	p.WaitFor(`document.querySelector('#log').textContent.includes('after')`, waitTimeout)
+	for _, tab := range []*browser.Page{p, tab2} {
+		tab.Front()
+		tab.WaitFor(`document.querySelector('#log').textContent.includes('after') && !document.querySelector('.ask')`, waitTimeout)
+	}
 
 	answered := 0
 	rule := ""
@@ -91,6 +118,7 @@ func TestPageEndToEnd(t *testing.T) {
 	if answered != 1 || rule == "" {
 		t.Fatalf("%d audit records name who answered (rule %q), want 1", answered, rule)
 	}
+	p.Front()
 	p.Click(`#tab-decisions`)
 	p.WaitFor(`document.querySelector('#timeline li .answer')`, waitTimeout)
 	view := p.String(`document.querySelector('#timeline').textContent`)

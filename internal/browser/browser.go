@@ -249,6 +249,14 @@ func (p *Page) Resize(width, height int) {
 		"deviceScaleFactor": 1, "mobile": width < 600})
 }
 
+// Front brings the tab to the front: a background tab gets no animation
+// frames, as in a desktop browser, so what a page renders per frame
+// waits until it is shown.
+func (p *Page) Front() {
+	p.t.Helper()
+	p.Call("Page.bringToFront", nil)
+}
+
 // Navigate loads url and waits for the document to be complete.
 func (p *Page) Navigate(url string) {
 	p.t.Helper()

@@ -7,7 +7,7 @@
   const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
   const WINDOW = 200;        // entries of a session kept in the DOM
   const MD_LIMIT = 64 << 10; // longer messages are plain text
-  const LIST_EVERY = 3000;   // session/list poll, ms
+  const LIST_EVERY = 2000;   // session list and states poll, ms
 
   // text appends s to parent as text, bidi controls replaced by a visible
   // escape (they would reorder what follows them on the page).
@@ -135,20 +135,38 @@
   const sessions = new Map(); // id -> {info, state}
   let cur = null; // {id, role, entries, tools, start, asks, mode, dirty}
 
+  // listSessions merges the stored sessions (session/list) with the live
+  // ones and their state (the hub's _acp-router/sessions): a stored
+  // session the router does not run shows as such (attach would fail).
   async function listSessions() {
-    let res;
-    try { res = await call('session/list', {}); } catch (e) { return; }
+    let res, live;
+    try { res = await call('session/list', {}); } catch (e) { res = null; }
+    try { live = await call('_acp-router/sessions', {}); } catch (e) { live = null; }
     const seen = new Set();
-    for (const s of (res && res.sessions) || []) {
-      seen.add(s.sessionId);
-      const old = sessions.get(s.sessionId);
-      sessions.set(s.sessionId, { info: s, state: old ? old.state : 'idle' });
+    const info = new Map();
+    for (const s of (res && res.sessions) || []) info.set(s.sessionId, s);
+    for (const l of (live && live.sessions) || []) {
+      seen.add(l.sessionId);
+      const old = sessions.get(l.sessionId);
+      sessions.set(l.sessionId, { info: info.get(l.sessionId) || (old && old.info) || { sessionId: l.sessionId }, state: l.state });
+    }
+    for (const [id, s] of info) {
+      if (seen.has(id)) continue;
+      seen.add(id);
+      const old = sessions.get(id);
+      sessions.set(id, { info: s, state: live ? 'stored' : (old ? old.state : 'idle') });
     }
     for (const id of sessions.keys()) if (!seen.has(id)) sessions.delete(id);
     renderList();
   }
 
+  let listShown = '';
   function renderList() {
+    // Rebuilt only when something shown changed, so that a poll does not
+    // take the keyboard focus away from a button.
+    const sig = JSON.stringify([cur && cur.id, [...sessions].map(([id, s]) => [id, s.state, s.info.title, s.info.cwd])]);
+    if (sig === listShown) return;
+    listShown = sig;
     const ul = $('session-list');
     clear(ul);
     $('no-sessions').hidden = sessions.size > 0;
@@ -158,7 +176,7 @@
       b.type = 'button';
       b.dataset.session = id;
       if (cur && cur.id === id) b.setAttribute('aria-current', 'true');
-      const st = el('span', 'state ' + s.state, s.state === 'waiting' ? 'waiting for you' : s.state);
+      const st = el('span', 'state ' + s.state, s.state === 'waiting' ? 'waiting for you' : s.state === 'stored' ? 'not running' : s.state);
       b.appendChild(st);
       b.appendChild(document.createTextNode(' '));
       b.appendChild(el('span', 'title', s.info.title || id));
