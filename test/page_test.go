@@ -145,3 +145,34 @@ func TestPageEndToEnd(t *testing.T) {
 		t.Errorf("with a revoked token: %+v", page)
 	}
 }
+
+// The URL acp-router serve prints at first use opens the page: connected,
+// and the token leaves the address bar.
+func TestPagePrintedURL(t *testing.T) {
+	skipShort(t, "runs acp-router serve and a browser")
+	b := browser.Start(t)
+	state := t.TempDir()
+	r := remoteRouter{cfg: writeConfig(t, "version: 1\nstate_dir: "+yamlQuote(state)+"\nagents:\n"+fakeAgentYAML("fake", fakeOpts{})), state: state}
+	stderr := startServe(t, r, "--listen", "127.0.0.1:0")
+	var url string
+	deadline := time.Now().Add(waitTimeout)
+	for url == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no page URL printed:\n%s", stderr.String())
+		}
+		_, rest, ok := strings.Cut(stderr.String(), "or open in a browser\n")
+		if line, _, ok2 := strings.Cut(strings.TrimSpace(rest), "\n"); ok && ok2 {
+			url = strings.TrimSpace(line)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.HasSuffix(strings.Split(url, "?")[0], "/") || !strings.Contains(url, "?token=") {
+		t.Fatalf("printed page URL %q", url)
+	}
+	p := b.NewPage(390, 844)
+	p.Navigate(url)
+	p.WaitFor(`document.querySelector('#conn').textContent === 'connected' && !document.querySelector('#no-sessions').hidden`, waitTimeout)
+	if s := p.String(`location.href`); strings.Contains(s, "token") {
+		t.Errorf("the token stays in the address bar: %s", s)
+	}
+}
