@@ -107,6 +107,19 @@ func TestPageInBrowser(t *testing.T) {
 	shot(t, p, artifacts, "decisions", 390)
 	checkText(t, p)
 
+	// Layout shift over the whole visit (CLS's sum; 0.1 is "good"). The
+	// browser leaves out shifts within 500 ms of an input, and this
+	// visit's streams follow clicks: a weak check, not proof that
+	// streaming never shifts the layout.
+	var cls float64
+	if err := p.Eval(`new Promise(res => { let sum = 0; const o = new PerformanceObserver(l => { for (const e of l.getEntries()) if (!e.hadRecentInput) sum += e.value; });
+		o.observe({type: 'layout-shift', buffered: true}); setTimeout(() => { o.disconnect(); res(sum); }, 200); })`, &cls); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("layout shift over the visit: %.4f", cls)
+	if cls > 0.1 {
+		t.Errorf("layout shift %.3f while streaming, want at most 0.1", cls)
+	}
 	for _, u := range p.Requests() {
 		if !strings.HasPrefix(u, base+"/") && !strings.HasPrefix(u, "data:") {
 			t.Errorf("the page asked another host: %s", u)
