@@ -262,12 +262,12 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 				}
 				update(map[string]any{"sessionUpdate": kind, "content": map[string]any{"type": "text", "text": fmt.Sprintf("h-%d", i)}})
 			}
+			for i := range h.burst {
+				update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": fmt.Sprintf("b-%d", i), "title": fmt.Sprintf("burst-%d", i), "kind": "read", "status": "completed"})
+			}
 			if h.big > 0 {
 				update(map[string]any{"sessionUpdate": "user_message_chunk", "content": map[string]any{"type": "text", "text": "big follows"}})
 				chunk(strings.Repeat("x", h.big-len("big-end")) + "big-end")
-			}
-			for i := range h.burst {
-				update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": fmt.Sprintf("b-%d", i), "title": fmt.Sprintf("burst-%d", i), "kind": "read", "status": "completed"})
 			}
 			h.mu.Lock()
 			h.conns++
