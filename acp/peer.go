@@ -1,6 +1,7 @@
 package acp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -395,6 +396,67 @@ func (p *Peer) CallRaw(method string, params json.RawMessage, prefer json.RawMes
 	}
 	p.unobserve(key, err)
 	return nil, "", err
+}
+
+// Outgoing is what a proxy writes its peer in one call (Peer.Send): a
+// message of its own (Note), or a request sent on another peer's behalf
+// (Method), or both, the note first. The router's permission path hands
+// the editor its outcome this way, whichever it is: the deny notice, or
+// the request its user answers, with the ids and options the editor is
+// to see put in the agent's bytes in the pass that writes them.
+type Outgoing struct {
+	// Note is a whole message, one line of valid JSON, written as it is in
+	// the lane of session Lane ("": the shared lane). It is not counted
+	// (Activity), as Stream().WriteRaw's lines are not.
+	Lane string
+	Note []byte
+	// Method, when set, is a request sent as CallRaw sends it (Prefer,
+	// OnResponse) whose params are Params, one line of valid JSON or nil,
+	// with Replace written in them (Rewrite).
+	Method     string
+	Params     json.RawMessage
+	Replace    []Replacement
+	Prefer     json.RawMessage
+	OnResponse func(*Message)
+}
+
+// Sent is what Peer.Send sent of a request: its id on the wire and that
+// id's IDKey; Unreplaced says which replacements could not be made (the
+// request went with the others, as Rewrite leaves them out).
+type Sent struct {
+	ID         json.RawMessage
+	Key        string
+	Unreplaced error
+}
+
+// Send writes o: its note, then its request. A note that cannot be
+// written is not followed by the request.
+func (p *Peer) Send(o Outgoing) (Sent, error) {
+	var sent Sent
+	if o.Note != nil {
+		if err := p.stream.WriteRawLane(o.Lane, o.Note); err != nil {
+			return sent, err
+		}
+	}
+	if o.Method == "" {
+		return sent, nil
+	}
+	params := o.Params
+	if len(o.Replace) > 0 && params != nil {
+		params, sent.Unreplaced = Rewrite(params, o.Replace)
+	}
+	if bytes.IndexByte(params, '\n') >= 0 {
+		// Valid JSON over several lines (a peer's own line never is):
+		// the request must be one line of the stream.
+		var b bytes.Buffer
+		if err := json.Compact(&b, params); err != nil {
+			return sent, err
+		}
+		params = b.Bytes()
+	}
+	var err error
+	sent.ID, sent.Key, err = p.CallRaw(o.Method, params, o.Prefer, o.OnResponse)
+	return sent, err
 }
 
 // ReplyRaw answers the peer's request id (as it was received) with result,

@@ -1,6 +1,7 @@
 package acp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -182,72 +183,77 @@ func TestPeerCallEmptyPrefer(t *testing.T) {
 // TestPeerResponseHookOrder: a response hook runs in the read path, before
 // the next message from the peer reaches the Intercept or the handler —
 // even when both arrive in one write (a session-creating response and the
-// first session/update for it, STYLE.md).
+// first session/update for it, STYLE.md). In a synctest bubble: the hook's
+// pause costs no wall time.
 func TestPeerResponseHookOrder(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		events []string
-	)
-	record := func(e string) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	}
-	seenByHandler := make(chan struct{})
-	var hookDone, seenEarly atomic.Bool
-	h := handlerFunc(func(_ context.Context, _ *jsonrpc2.Conn, r *jsonrpc2.Request) {
-		if !hookDone.Load() {
-			seenEarly.Store(true)
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu     sync.Mutex
+			events []string
+		)
+		record := func(e string) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
 		}
-		record("handler " + r.Method)
-		close(seenByHandler)
-	})
-	opts := StreamOptions{Intercept: func(m *Message) bool {
-		if m.Kind == KindResponse {
-			t.Errorf("user Intercept saw a response")
-		}
-		if !hookDone.Load() {
-			seenEarly.Store(true)
-		}
-		record("intercept " + m.Method)
-		return false
-	}}
-	p, remote := newPeerHarness(t, opts, h)
+		seenByHandler := make(chan struct{})
+		var hookDone, seenEarly atomic.Bool
+		h := handlerFunc(func(_ context.Context, _ *jsonrpc2.Conn, r *jsonrpc2.Request) {
+			if !hookDone.Load() {
+				seenEarly.Store(true)
+			}
+			record("handler " + r.Method)
+			close(seenByHandler)
+		})
+		opts := StreamOptions{Intercept: func(m *Message) bool {
+			if m.Kind == KindResponse {
+				t.Errorf("user Intercept saw a response")
+			}
+			if !hookDone.Load() {
+				seenEarly.Store(true)
+			}
+			record("intercept " + m.Method)
+			return false
+		}}
+		p, remote := newPeerHarness(t, opts, h)
 
-	c, err := p.Call(t.Context(), MethodSessionNew, json.RawMessage(`{}`), nil, func(m *Message) {
-		// Slow on purpose: if the hook ran beside the read loop, the
-		// notification would overtake it.
-		time.Sleep(50 * time.Millisecond)
-		var ref SessionRef
-		if err := json.Unmarshal(m.Result, &ref); err != nil || ref.SessionID != "s1" {
-			t.Errorf("hook got result %s", m.Result)
+		c, err := p.Call(t.Context(), MethodSessionNew, json.RawMessage(`{}`), nil, func(m *Message) {
+			// Slow on purpose: if the hook ran beside the read loop, the
+			// notification would overtake it (in the bubble the clock
+			// moves only once every other goroutine is blocked, so the
+			// read loop has had every chance to).
+			time.Sleep(50 * time.Millisecond)
+			var ref SessionRef
+			if err := json.Unmarshal(m.Result, &ref); err != nil || ref.SessionID != "s1" {
+				t.Errorf("hook got result %s", m.Result)
+			}
+			record("hook")
+			hookDone.Store(true)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		record("hook")
-		hookDone.Store(true)
+		f := decodeFields(t, recv(t, remote.Out))
+		write(t, remote.In, `{"jsonrpc":"2.0","id":`+string(f["id"])+`,"result":{"sessionId":"s1"}}`+"\n"+
+			`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{}}}`+"\n")
+		waitClosed(t, seenByHandler, "the notification to reach the handler")
+		if seenEarly.Load() {
+			t.Error("the notification was handed on before the response hook finished")
+		}
+		mu.Lock()
+		got := fmt.Sprint(events)
+		mu.Unlock()
+		if want := fmt.Sprint([]string{"hook", "intercept session/update", "handler session/update"}); got != want {
+			t.Errorf("events %s, want %s", got, want)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		res, err := c.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertJSON(t, "result", res, `{"sessionId":"s1"}`)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := decodeFields(t, recv(t, remote.Out))
-	write(t, remote.In, `{"jsonrpc":"2.0","id":`+string(f["id"])+`,"result":{"sessionId":"s1"}}`+"\n"+
-		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{}}}`+"\n")
-	waitClosed(t, seenByHandler, "the notification to reach the handler")
-	if seenEarly.Load() {
-		t.Error("the notification was handed on before the response hook finished")
-	}
-	mu.Lock()
-	got := fmt.Sprint(events)
-	mu.Unlock()
-	if want := fmt.Sprint([]string{"hook", "intercept session/update", "handler session/update"}); got != want {
-		t.Errorf("events %s, want %s", got, want)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-	defer cancel()
-	res, err := c.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertJSON(t, "result", res, `{"sessionId":"s1"}`)
 }
 
 // TestPeerCallError: the peer's error reaches Wait as a *jsonrpc2.Error
@@ -552,5 +558,60 @@ func TestPeerWaitOrCancel(t *testing.T) {
 	p.Notify(ctx, "$/marker", nil) // the next line the peer writes
 	if got := recv(t, remote.Out); !strings.Contains(string(got), "$/marker") {
 		t.Errorf("after an answer in time the peer got %s, want nothing before the marker", got)
+	}
+}
+
+// TestPeerSend: what a proxy writes its peer in one call. A note is
+// written as it is; a request has its replacements written in the other
+// peer's bytes, every other byte kept, and its answer goes to OnResponse;
+// a replacement that cannot be made is said and the request still goes;
+// params over several lines go as one line.
+func TestPeerSend(t *testing.T) {
+	p, remote := newPeerHarness(t, StreamOptions{}, nil)
+	note := `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"b","update":{"sessionUpdate":"tool_call_update","toolCallId":"t0","status":"failed"}}}`
+	if _, err := p.Send(Outgoing{Lane: "b", Note: []byte(note)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(recv(t, remote.Out)); got != note {
+		t.Errorf("the note went as %s", got)
+	}
+
+	answers := make(chan string, 1)
+	sent, err := p.Send(Outgoing{
+		Method:     "session/request_permission",
+		Params:     json.RawMessage(`{"sessionId":"a", "toolCall":{"toolCallId":"t1","title":"<&>"},"options":[]}`),
+		Replace:    []Replacement{{Path: []string{"sessionId"}, Value: "b"}, {Path: []string{"toolCall", "toolCallId"}, Value: "t1~x"}},
+		Prefer:     json.RawMessage(`7`),
+		OnResponse: func(m *Message) { answers <- string(m.Result) },
+	})
+	if err != nil || sent.Unreplaced != nil {
+		t.Fatalf("Send: %v (unreplaced: %v)", err, sent.Unreplaced)
+	}
+	if string(sent.ID) != "7" || sent.Key != IDKey(sent.ID) {
+		t.Errorf("sent as id %s, key %q", sent.ID, sent.Key)
+	}
+	want := `{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"sessionId":"b", "toolCall":{"toolCallId":"t1~x","title":"<&>"},"options":[]}}`
+	if got := string(recv(t, remote.Out)); got != want {
+		t.Errorf("the request went as\n\t%s\nwant\n\t%s", got, want)
+	}
+	write(t, remote.In, `{"jsonrpc":"2.0","id":7,"result":{"outcome":{"outcome":"cancelled"}}}`+"\n")
+	select {
+	case got := <-answers:
+		if got != `{"outcome":{"outcome":"cancelled"}}` {
+			t.Errorf("OnResponse got %s", got)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("OnResponse was not called")
+	}
+
+	sent, err = p.Send(Outgoing{Method: "m", Params: json.RawMessage("{\"a\": 1,\n \"b\": [2]}"), Replace: []Replacement{{Path: []string{"a", "deeper"}, Value: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent.Unreplaced == nil {
+		t.Error("a replacement inside a number was made, or not said")
+	}
+	if got := recv(t, remote.Out); !jsonEqual(got, []byte(`{"jsonrpc":"2.0","id":`+string(sent.ID)+`,"method":"m","params":{"a":1,"b":[2]}}`)) || bytes.IndexByte(got, '\n') >= 0 {
+		t.Errorf("params over two lines went as %q", got)
 	}
 }

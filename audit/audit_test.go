@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/acp-router/acp-router/audit/audittest"
@@ -652,34 +653,38 @@ func BenchmarkWrite(b *testing.B) {
 // A lock held elsewhere and never released fails each Write at its
 // deadline, those queued behind another writer of this process included
 // (issue 27: flock waited for ever), and writing resumes once it is free.
+// In a synctest bubble: the deadline passes on the bubble's clock, so each
+// writer is seen to fail exactly at it.
 func TestLogLockHeldElsewhere(t *testing.T) {
-	const timeout = 200 * time.Millisecond
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l := openT(t, path, Options{LockTimeout: timeout})
-	release := audittest.HoldLock(t, path)
-	const writers = 4
-	errs := make(chan error, writers)
-	start := time.Now()
-	for i := range writers {
-		go func() { errs <- l.Write(testRecord(fmt.Sprintf("w%d", i))) }()
-	}
-	for range writers {
-		select {
-		case err := <-errs:
-			if !errors.Is(err, ErrLockTimeout) {
-				t.Errorf("Write with the lock held elsewhere: %v; want ErrLockTimeout", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("Write still waiting for the lock after 5s; its deadline is %v", timeout)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 200 * time.Millisecond
+		path := filepath.Join(t.TempDir(), "audit.jsonl")
+		l := openT(t, path, Options{LockTimeout: timeout})
+		release := audittest.HoldLock(t, path)
+		const writers = 4
+		errs := make(chan error, writers)
+		start := time.Now()
+		for i := range writers {
+			go func() { errs <- l.Write(testRecord(fmt.Sprintf("w%d", i))) }()
 		}
-	}
-	if d := time.Since(start); d > timeout+time.Second {
-		t.Errorf("%d writers took %v to fail; each has %v", writers, d, timeout)
-	}
-	release()
-	writeT(t, l, "after")
-	lines := audittest.ReadLines(t, path)
-	if len(lines) != 1 || lines[0]["decisionId"] != "after" {
-		t.Errorf("log holds %v; want only the record written once the lock was free", lines)
-	}
+		for range writers {
+			select {
+			case err := <-errs:
+				if !errors.Is(err, ErrLockTimeout) {
+					t.Errorf("Write with the lock held elsewhere: %v; want ErrLockTimeout", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Write still waiting for the lock after 5s; its deadline is %v", timeout)
+			}
+		}
+		if d := time.Since(start); d != timeout {
+			t.Errorf("%d writers took %v to fail; each fails at its deadline, %v", writers, d, timeout)
+		}
+		release()
+		writeT(t, l, "after")
+		lines := audittest.ReadLines(t, path)
+		if len(lines) != 1 || lines[0]["decisionId"] != "after" {
+			t.Errorf("log holds %v; want only the record written once the lock was free", lines)
+		}
+	})
 }

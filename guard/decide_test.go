@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sourcegraph/jsonrpc2"
@@ -518,76 +519,93 @@ func TestSessionTool(t *testing.T) {
 
 // TestFailClosed: a decision that cannot finish is a deny for that request
 // only: a resolver that blocks (the timeout; past maxStuck, at once), the
-// caller giving up, a panic.
+// caller giving up, a panic. The blocking ones in a synctest bubble: the
+// timeout passes on the bubble's clock, and a released decision has ended
+// once the bubble is idle.
 func TestFailClosed(t *testing.T) {
 	t.Run("a blocked resolver times out", func(t *testing.T) {
-		fs := newBlockFS("/slow/")
-		g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
-		start := time.Now()
-		v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
-		if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
-			t.Errorf("Decide = %+v, want %+v", got, want)
-		}
-		if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
-			t.Errorf("decided in %v, want the timeout (50ms)", d)
-		}
-		if g.stuck.Load() != 1 {
-			t.Errorf("stuck = %d, want 1", g.stuck.Load())
-		}
-		// Other paths are decided meanwhile.
-		v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
-		if v.Effect != Allow {
-			t.Errorf("a read in the project while another waits: %v %s", v.Effect, v.Rule)
-		}
-		close(fs.release)
-		waitFor(t, "the stuck decision to end", func() bool { return g.stuck.Load() == 0 })
+		synctest.Test(t, func(t *testing.T) {
+			fs := newBlockFS("/slow/")
+			g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
+			start := time.Now()
+			v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
+			if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
+				t.Errorf("Decide = %+v, want %+v", got, want)
+			}
+			if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+				t.Errorf("decided in %v, want the timeout (50ms)", d)
+			}
+			if g.stuck.Load() != 1 {
+				t.Errorf("stuck = %d, want 1", g.stuck.Load())
+			}
+			// Other paths are decided meanwhile.
+			v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
+			if v.Effect != Allow {
+				t.Errorf("a read in the project while another waits: %v %s", v.Effect, v.Rule)
+			}
+			close(fs.release)
+			synctest.Wait() // the released resolver answers, the stuck decision ends
+			if n := g.stuck.Load(); n != 0 {
+				t.Errorf("stuck = %d once released, want 0", n)
+			}
+		})
 	})
 	t.Run("past maxStuck, decisions are denied at once", func(t *testing.T) {
-		fs := newBlockFS("/slow/")
-		g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
-		var wg sync.WaitGroup
-		for range maxStuck {
-			wg.Go(func() {
-				g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
-			})
-		}
-		wg.Wait()
-		if g.stuck.Load() != maxStuck {
-			t.Fatalf("stuck = %d, want %d", g.stuck.Load(), maxStuck)
-		}
-		g.opts.DecideTimeout = time.Hour // at once means without waiting for it
-		start := time.Now()
-		v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
-		if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want || !strings.Contains(v.Message, "still waiting") {
-			t.Errorf("Decide = %+v (%s), want %+v", got, v.Message, want)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("decided in %v", d)
-		}
-		if g.Denies(t.Context(), NewSession(testCwd, nil), "claude", acp.MethodReadTextFile, readParams(testCwd+"/README.md"), nil) != true {
-			t.Error("Denies: a stuck guard does not deny")
-		}
-		close(fs.release)
-		waitFor(t, "the stuck decisions to end", func() bool { return g.stuck.Load() == 0 })
-		v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
-		if v.Effect != Allow {
-			t.Errorf("after the resolver answered: %v %s", v.Effect, v.Rule)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			fs := newBlockFS("/slow/")
+			g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: 50 * time.Millisecond})
+			var wg sync.WaitGroup
+			for range maxStuck {
+				wg.Go(func() {
+					g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
+				})
+			}
+			wg.Wait()
+			if g.stuck.Load() != maxStuck {
+				t.Fatalf("stuck = %d, want %d", g.stuck.Load(), maxStuck)
+			}
+			g.opts.DecideTimeout = time.Hour // at once means without waiting for it
+			start := time.Now()
+			v := g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
+			if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want || !strings.Contains(v.Message, "still waiting") {
+				t.Errorf("Decide = %+v (%s), want %+v", got, v.Message, want)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("decided in %v", d)
+			}
+			if g.Denies(t.Context(), NewSession(testCwd, nil), "claude", acp.MethodReadTextFile, readParams(testCwd+"/README.md"), nil) != true {
+				t.Error("Denies: a stuck guard does not deny")
+			}
+			close(fs.release)
+			synctest.Wait() // the released resolver answers, the stuck decisions end
+			if n := g.stuck.Load(); n != 0 {
+				t.Errorf("stuck = %d once released, want 0", n)
+			}
+			v = g.Decide(t.Context(), NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams(testCwd + "/README.md")})
+			if v.Effect != Allow {
+				t.Errorf("after the resolver answered: %v %s", v.Effect, v.Rule)
+			}
+		})
 	})
 	t.Run("the caller gives up", func(t *testing.T) {
-		fs := newBlockFS("/slow/")
-		g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: time.Hour})
-		ctx, cancel := context.WithCancel(t.Context())
-		go func() {
-			<-fs.entered
-			cancel()
-		}()
-		v := g.Decide(ctx, NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
-		if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
-			t.Errorf("Decide = %+v, want %+v", got, want)
-		}
-		close(fs.release)
-		waitFor(t, "the stuck decision to end", func() bool { return g.stuck.Load() == 0 })
+		synctest.Test(t, func(t *testing.T) {
+			fs := newBlockFS("/slow/")
+			g := newTestGuard(t, "", Options{FS: fs, DecideTimeout: time.Hour})
+			ctx, cancel := context.WithCancel(t.Context())
+			go func() {
+				<-fs.entered
+				cancel()
+			}()
+			v := g.Decide(ctx, NewSession(testCwd, nil), Request{Agent: "claude", Method: acp.MethodReadTextFile, Params: readParams("/slow/x")})
+			if got, want := outcomeOf(v), (outcome{Deny, "builtin", RuleTimeout, "builtin"}); got != want {
+				t.Errorf("Decide = %+v, want %+v", got, want)
+			}
+			close(fs.release)
+			synctest.Wait() // the released resolver answers, the stuck decision ends
+			if n := g.stuck.Load(); n != 0 {
+				t.Errorf("stuck = %d once released, want 0", n)
+			}
+		})
 	})
 	t.Run("a panic is an internal error", func(t *testing.T) {
 		var log syncBuffer
@@ -899,84 +917,88 @@ func TestDecideOSFS(t *testing.T) {
 // closed within the lock's deadline, its cause logged; nothing of the
 // guard waits behind it meanwhile (another decision's record, AuditFile);
 // a refusal never waits for the log; once the lock is
-// free, records are written again, a refusal's included.
+// free, records are written again, a refusal's included. In a synctest
+// bubble: the lock's deadline passes on the bubble's clock, and a wait for
+// it shows as time passing (nothing else moves the clock).
 func TestAuditLockHeldElsewhere(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-	log := &syncBuffer{}
-	file := filepath.Join(t.TempDir(), "audit.jsonl")
-	g := newTestGuard(t, "", Options{AuditFile: file, AuditLockTimeout: timeout, Logger: hclogTo(log)})
-	release := audittest.HoldLock(t, file)
-	s := NewSession(testCwd, nil)
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 300 * time.Millisecond
+		log := &syncBuffer{}
+		file := filepath.Join(t.TempDir(), "audit.jsonl")
+		g := newTestGuard(t, "", Options{AuditFile: file, AuditLockTimeout: timeout, Logger: hclogTo(log)})
+		release := audittest.HoldLock(t, file)
+		s := NewSession(testCwd, nil)
 
-	start := time.Now()
-	refused, answered := make(chan struct{}), make(chan struct{})
-	go func() {
-		g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
-		close(refused)
-	}()
-	select {
-	case <-refused:
-	case <-time.After(timeout / 2):
-		t.Error("RecordRefused waited for the audit log's lock; its caller is an agent's read loop")
-	}
-
-	const decisions = 3
-	verdicts := make(chan *Verdict, decisions)
-	for range decisions {
+		start := time.Now()
+		refused, answered := make(chan struct{}), make(chan struct{})
 		go func() {
-			v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
-			if v.Effect != policy.Allow {
-				t.Errorf("decided %+v; want allow", outcomeOf(v))
-			}
-			g.Record(v, "")
-			verdicts <- v
+			g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
+			close(refused)
 		}()
-	}
-	// While the records wait for the lock, the guard's mutex is free.
-	file2 := make(chan string, 1)
-	go func() { file2 <- g.AuditFile() }()
-	select {
-	case <-file2:
-	case <-time.After(timeout / 2):
-		t.Error("AuditFile waited for a record waiting for the audit log's lock")
-	}
-	for range decisions {
 		select {
-		case v := <-verdicts:
-			if v.Effect != policy.Deny || !v.AuditFailed() || !strings.Contains(v.Message, "lock") {
-				t.Errorf("a decision whose record could not be written: %+v %q; want a deny naming the lock", outcomeOf(v), v.Message)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("a decision still waits for the audit log's lock after 5s; the deadline is %v", timeout)
+		case <-refused:
+		case <-time.After(timeout / 2):
+			t.Error("RecordRefused waited for the audit log's lock; its caller is an agent's read loop")
 		}
-	}
-	if d := time.Since(start); d > timeout+time.Second {
-		t.Errorf("%d decisions took %v to fail closed; each record has %v", decisions, d, timeout)
-	}
-	if !strings.Contains(log.String(), "cannot write the audit log") || !strings.Contains(log.String(), "lock") {
-		t.Errorf("the cause was not logged: %s", log.String())
-	}
-	select {
-	case <-answered:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the refusal was not answered once its record failed")
-	}
 
-	// A record that could not be written by its deadline is not written
-	// later: the log holds what was decided when it was written.
-	release()
-	answered = make(chan struct{})
-	g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
-	<-answered
-	if recs := audittest.ReadLines(t, file); len(recs) != 1 {
-		t.Fatalf("audit log when the refusal was answered: %v; want its record", recs)
-	}
-	v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
-	if err := g.Record(v, ""); err != nil || v.Effect != policy.Allow {
-		t.Fatalf("with the lock free: %v, %+v", err, outcomeOf(v))
-	}
-	recs := audittest.ReadLines(t, file)
-	if len(recs) != 2 || recs[0]["method"] != acp.MethodReadTextFile || recs[1]["decision"] != "allow" {
-		t.Errorf("audit log once the lock was free: %v; want the refusal, then the allow", recs)
-	}
+		const decisions = 3
+		verdicts := make(chan *Verdict, decisions)
+		for range decisions {
+			go func() {
+				v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
+				if v.Effect != policy.Allow {
+					t.Errorf("decided %+v; want allow", outcomeOf(v))
+				}
+				g.Record(v, "")
+				verdicts <- v
+			}()
+		}
+		// While the records wait for the lock, the guard's mutex is free.
+		file2 := make(chan string, 1)
+		go func() { file2 <- g.AuditFile() }()
+		select {
+		case <-file2:
+		case <-time.After(timeout / 2):
+			t.Error("AuditFile waited for a record waiting for the audit log's lock")
+		}
+		for range decisions {
+			select {
+			case v := <-verdicts:
+				if v.Effect != policy.Deny || !v.AuditFailed() || !strings.Contains(v.Message, "lock") {
+					t.Errorf("a decision whose record could not be written: %+v %q; want a deny naming the lock", outcomeOf(v), v.Message)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("a decision still waits for the audit log's lock after 5s; the deadline is %v", timeout)
+			}
+		}
+		if d := time.Since(start); d != timeout {
+			t.Errorf("%d decisions took %v to fail closed; each record fails at its deadline, %v", decisions, d, timeout)
+		}
+		if !strings.Contains(log.String(), "cannot write the audit log") || !strings.Contains(log.String(), "lock") {
+			t.Errorf("the cause was not logged: %s", log.String())
+		}
+		select {
+		case <-answered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the refusal was not answered once its record failed")
+		}
+
+		// A record that could not be written by its deadline is not written
+		// later: the log holds what was decided when it was written.
+		release()
+		answered = make(chan struct{})
+		g.RecordRefused("claude", acp.MethodReadTextFile, "nope", "unknown session", func() { close(answered) })
+		<-answered
+		if recs := audittest.ReadLines(t, file); len(recs) != 1 {
+			t.Fatalf("audit log when the refusal was answered: %v; want its record", recs)
+		}
+		v := g.Decide(t.Context(), s, Request{SessionID: "s", Agent: "claude", Method: acp.MethodTerminalCreate, Params: terminalParams("ls")})
+		if err := g.Record(v, ""); err != nil || v.Effect != policy.Allow {
+			t.Fatalf("with the lock free: %v, %+v", err, outcomeOf(v))
+		}
+		recs := audittest.ReadLines(t, file)
+		if len(recs) != 2 || recs[0]["method"] != acp.MethodReadTextFile || recs[1]["decision"] != "allow" {
+			t.Errorf("audit log once the lock was free: %v; want the refusal, then the allow", recs)
+		}
+	})
 }

@@ -466,29 +466,13 @@ func kernelCalls(n *yaml.Node) ([]kernelJob, error) {
 		}
 		return out, nil
 	case yaml.MappingNode:
-		// As the policy's tests read it (policy.NodeJSON: a mapping, or
+		// As the policy's tests read it (params and updates a mapping, or
 		// JSON text kept as written).
-		var m struct {
-			Method  string      `yaml:"method"`
-			Params  yaml.Node   `yaml:"params"`
-			Updates []yaml.Node `yaml:"updates"`
-		}
-		if err := n.Decode(&m); err != nil {
+		c, err := policy.ParseCallNode("", "call", n)
+		if err != nil {
 			return nil, err
 		}
-		kj := kernelJob{Method: m.Method}
-		var err error
-		if kj.Params, err = policy.NodeJSON(&m.Params); err != nil {
-			return nil, err
-		}
-		for i := range m.Updates {
-			b, err := policy.NodeJSON(&m.Updates[i])
-			if err != nil {
-				return nil, err
-			}
-			kj.Updates = append(kj.Updates, b)
-		}
-		return []kernelJob{kj}, nil
+		return []kernelJob{{Method: c.Method, Params: c.Params, Updates: c.Updates}}, nil
 	}
 	return nil, fmt.Errorf("call: want a string, a mapping or a list")
 }

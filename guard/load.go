@@ -197,7 +197,7 @@ func LoadPolicyWith(orgDir string, cfg *config.Config, opt LoadOptions) (*Loaded
 	if out.Policy, err = policy.Compile(org, user); err != nil {
 		return nil, err
 	}
-	out.Results = out.Policy.RunTests(policy.TestOptions{})
+	out.Results = out.Policy.RunTests()
 	return out, nil
 }
 

@@ -97,11 +97,7 @@ func (h *Hub) attach(c *client, m *acp.Message) {
 // replay sends the stored history to an attaching member, then its answer,
 // then what came live meanwhile.
 func (h *Hub) replay(c *client, mb *member, id json.RawMessage, policy string) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stop := context.AfterFunc(h.life, cancel)
-	defer stop()
-	lines, marked, err := h.opts.History.SessionHistory(ctx, mb.s.id, mb.mark)
+	sent, err := h.sendHistory(c, mb)
 	if err != nil {
 		h.mu.Lock()
 		live := c.sessions[mb.s.id] == mb
@@ -113,23 +109,11 @@ func (h *Hub) replay(c *client, mb *member, id json.RawMessage, policy string) {
 		for _, l := range toRouter {
 			h.toRouter(l)
 		}
-		c.enqueue(errorLine(id, codeNotFound, fmt.Sprintf("acp-router: session %q: %v", mb.s.id, err), map[string]string{"sessionId": mb.s.id}))
+		c.enqueue(historyError(id, mb.s.id, err))
 		return
 	}
-	if !marked {
-		// Not in the Router's memory: nothing of it is in flight.
-		h.mu.Lock()
-		if mb.phase == phaseWaitMark {
-			delete(h.marks, mb.mark)
-			mb.mark = ""
-			mb.phase = phaseAfterMark
-		}
-		h.mu.Unlock()
-	}
-	for _, l := range lines {
-		if !c.enqueueWait(ctx, l) {
-			return
-		}
+	if !sent {
+		return
 	}
 	h.mu.Lock()
 	if c.sessions[mb.s.id] != mb { // detached or gone meanwhile
@@ -154,6 +138,43 @@ func (h *Hub) replay(c *client, mb *member, id json.RawMessage, policy string) {
 	for _, s := range sends {
 		s.c.enqueue(s.line)
 	}
+}
+
+// sendHistory sends the client of member mb the session's stored history
+// up to mb's mark (Router.SessionHistory), as fast as the client takes it.
+// An error: the history could not be read, nothing was sent; false: the
+// client or the hub ended meanwhile.
+func (h *Hub) sendHistory(c *client, mb *member) (bool, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := context.AfterFunc(h.life, cancel)
+	defer stop()
+	lines, marked, err := h.opts.History.SessionHistory(ctx, mb.s.id, mb.mark)
+	if err != nil {
+		return false, err
+	}
+	if !marked {
+		// Not in the Router's memory: nothing of it is in flight.
+		h.mu.Lock()
+		if mb.phase == phaseWaitMark {
+			delete(h.marks, mb.mark)
+			mb.mark = ""
+			mb.phase = phaseAfterMark
+		}
+		h.mu.Unlock()
+	}
+	for _, l := range lines {
+		if !c.enqueueWait(ctx, l) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// historyError answers request id when session sid's history cannot be
+// read.
+func historyError(id json.RawMessage, sid string, err error) []byte {
+	return errorLine(id, codeNotFound, fmt.Sprintf("acp-router: session %q: %v", sid, err), map[string]string{"sessionId": sid})
 }
 
 // seeMark is the Router's mark for an attaching member: the lines before
@@ -303,11 +324,7 @@ func (h *Hub) liveLoadLocked(c *client, s *session, cl *call, m *acp.Message) {
 	cl.loaded = mb
 	h.mu.Unlock()
 	go func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		stop := context.AfterFunc(h.life, cancel)
-		defer stop()
-		lines, marked, err := h.opts.History.SessionHistory(ctx, s.id, mb.mark)
+		sent, err := h.sendHistory(c, mb)
 		if err != nil {
 			h.mu.Lock()
 			var toRouter [][]byte
@@ -320,22 +337,11 @@ func (h *Hub) liveLoadLocked(c *client, s *session, cl *call, m *acp.Message) {
 			for _, l := range toRouter {
 				h.toRouter(l)
 			}
-			c.enqueue(errorLine(cl.id, codeNotFound, fmt.Sprintf("acp-router: session %q: %v", s.id, err), map[string]string{"sessionId": s.id}))
+			c.enqueue(historyError(cl.id, s.id, err))
 			return
 		}
-		if !marked {
-			h.mu.Lock()
-			if mb.phase == phaseWaitMark {
-				delete(h.marks, mb.mark)
-				mb.mark = ""
-				mb.phase = phaseAfterMark
-			}
-			h.mu.Unlock()
-		}
-		for _, l := range lines {
-			if !c.enqueueWait(ctx, l) {
-				return
-			}
+		if !sent {
+			return
 		}
 		h.mu.Lock()
 		if c.sessions[s.id] != mb {

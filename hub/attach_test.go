@@ -71,6 +71,11 @@ func TestSecondControllerAnswers(t *testing.T) {
 	}
 	want := []string{"before", "permission t1: allow", "after"}
 	for _, c := range []*tclient{ed, phone} {
+		// The editor has its updates before the prompt's answer; the
+		// phone's come on a queue of its own, which may still be writing.
+		for deadline := time.Now().Add(5 * time.Second); !slices.Equal(c.texts(sid), want) && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		if got := c.texts(sid); !slices.Equal(got, want) {
 			t.Errorf("chunks = %q, want %q", got, want)
 		}

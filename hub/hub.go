@@ -29,8 +29,10 @@
 //     reach the Router's own per-session queue, never interleaved;
 //   - session/load of a session live here: the history is replayed to the
 //     loading client alone (the Router gets session/resume);
-//   - bounded per-client queues: a client that does not keep up is dropped
-//     with a reason, and never delays the Router or another client.
+//   - bounded per-client queues: a remote client that does not keep up is
+//     dropped with a reason, and never delays the Router or another client;
+//     the stdio editor is never dropped: the Router's stream waits for it
+//     (waitEditor), as the Router waits for a slow editor without a hub.
 //
 // Concurrency: one mutex (Hub.mu) guards the routing state; it is never
 // held across a write that can wait (to the Router: its read loop never

@@ -2,12 +2,16 @@ package hub
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // TestPromptsOfTwoControllers: prompts sent by two controllers at once run
@@ -288,5 +292,21 @@ func TestWaitIdle(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("WaitIdle did not return once every client went")
+	}
+}
+
+// TestOwnersFileNull: an owners file that says null (valid JSON, no map)
+// starts empty and can be written again; json.Unmarshal leaves a nil map
+// for it, on which the first session's owner panicked.
+func TestOwnersFileNull(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "owners.json")
+	if err := os.WriteFile(path, []byte("null"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := loadOwners(path, hclog.NewNullLogger())
+	o.set("sess-1", "alice")
+	o.write(o.snapshotLocked())
+	if got := loadOwners(path, hclog.NewNullLogger()).get("sess-1"); got != "alice" {
+		t.Errorf("owner after a null file: %q, want alice", got)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -338,14 +337,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 // pipeConn is a Conn in memory: the test writes what the client sends to
 // in, and reads what it gets from out.
 type pipeConn struct {
-	in      chan []byte
-	out     chan []byte
-	block   chan struct{} // non-nil: Write waits on it (a client that stopped reading)
-	closed  chan struct{}
-	once    sync.Once
-	mu      sync.Mutex
-	reason  error
-	delayed time.Duration
+	in     chan []byte
+	out    chan []byte
+	block  chan struct{} // non-nil: Write waits on it (a client that stopped reading)
+	closed chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	reason error
 }
 
 func newPipeConn() *pipeConn { return newPipeConnCap(1 << 16) }
@@ -638,5 +636,3 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-var errTest = errors.New("test")

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,6 +32,8 @@ func loadOwners(path string, log hclog.Logger) *owners {
 	if err == nil {
 		if err := json.Unmarshal(b, &o.m); err != nil {
 			log.Warn("session owners file does not decode; starting empty", "file", path, "error", err)
+			o.m = map[string]string{}
+		} else if o.m == nil { // the file says null
 			o.m = map[string]string{}
 		}
 	} else if !os.IsNotExist(err) {
@@ -62,11 +65,7 @@ func (o *owners) snapshotLocked() map[string]string {
 		return nil
 	}
 	o.dirty = false
-	cp := make(map[string]string, len(o.m))
-	for k, v := range o.m {
-		cp[k] = v
-	}
-	return cp
+	return maps.Clone(o.m)
 }
 
 // write saves a snapshot (called without Hub.mu). Snapshots are written in
@@ -88,7 +87,7 @@ func (o *owners) write(snap map[string]string) {
 		return
 	}
 	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err == nil {
+	if err = f.Chmod(0o600); err == nil {
 		if _, err = f.Write(b); err == nil {
 			err = f.Sync()
 		}

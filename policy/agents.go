@@ -198,7 +198,7 @@ func extendFamily(base, o *agentFamily) (*agentFamily, error) {
 	}
 	for _, m := range f.asking {
 		if f.selfMode(m) != nil {
-			return nil, &Error{Pos: o.pos, Msg: fmt.Sprintf("agent_modes: %s: %q would both ask and approve by itself (allow_modes allows a mode that approves by itself)", o.id, m)}
+			return nil, &yamlpos.Error{Pos: o.pos, Msg: fmt.Sprintf("agent_modes: %s: %q would both ask and approve by itself (allow_modes allows a mode that approves by itself)", o.id, m)}
 		}
 	}
 	f.title = cmp.Or(o.title, f.title)

@@ -54,7 +54,7 @@ agent_modes:
 	if text := p.ExplainModes(acme); !strings.Contains(text, "Acme Agent 3") || !strings.Contains(text, "turbo") {
 		t.Errorf("ExplainModes:\n%s", text)
 	}
-	if SelfApproving(acme, "turbo") != nil {
+	if selfApproving(acme, "turbo") != nil {
 		t.Error("SelfApproving, the built-in table's, knows acme")
 	}
 	if p.Hash() == plain.Hash() {

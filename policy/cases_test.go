@@ -123,7 +123,7 @@ func TestCases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			results := p.RunTests(TestOptions{})
+			results := p.RunTests()
 			if len(results) == 0 {
 				t.Fatal("the file has no tests")
 			}

@@ -82,8 +82,8 @@ type Policy struct {
 	scratch    sync.Pool
 }
 
-// DefaultEffect is the effective default when no layer sets one.
-const DefaultEffect = Ask
+// defaultEffect is the effective default when no layer sets one.
+const defaultEffect = Ask
 
 // Compile builds the policy from its layers, strongest first (the org
 // layer, then the user layer); nil layers are skipped. The effective
@@ -121,7 +121,7 @@ func Compile(layers ...*Layer) (*Policy, error) {
 		} else {
 			p.allowModes = append(p.allowModes, l.AllowModes...)
 		}
-		if l.UnknownAgents == UnknownRefuse && p.unknown == nil {
+		if l.UnknownAgents == unknownRefuse && p.unknown == nil {
 			p.unknown = &SettingRef{Pos: l.UnknownAgentsPos, Layer: l.Name}
 		}
 		var kept []*Rule
@@ -162,7 +162,7 @@ func Compile(layers ...*Layer) (*Policy, error) {
 		}
 	}
 	if p.dflt == None {
-		p.dflt, p.dfltLayer = DefaultEffect, LayerBuiltin
+		p.dflt, p.dfltLayer = defaultEffect, LayerBuiltin
 	}
 	var err error
 	if p.families, err = extendFamilies(builtinFamilies, orgAgents); err != nil {

@@ -74,15 +74,23 @@ const (
 	// RuleDeniedMode: the session's agent is in a mode listed in
 	// deny_modes; nothing is allowed without asking until it is reset.
 	RuleDeniedMode = "acp-router:denied-mode"
+	// RuleSelfApprovingMode: the mode approves tool calls by itself (the
+	// built-in table) and no allow_modes entry allows it.
+	RuleSelfApprovingMode = "acp-router:self-approving-mode"
+	// RuleUnlistedMode: allow_modes lists the modes of an agent the table
+	// does not know, and not this one.
+	RuleUnlistedMode = "acp-router:unlisted-mode"
+	// RuleUnknownAgent: unknown_agents: refuse, and the router does not
+	// know how to keep the agent asking.
+	RuleUnknownAgent = "acp-router:unknown-agent"
 )
 
-// LayerBuiltin is the layer reported for built-in safeguards.
-const LayerBuiltin = "builtin"
-
-// Layer names.
+// Layer names: the two layers of policy files, and the layer reported for
+// built-in safeguards and the built-in default.
 const (
-	LayerOrg  = "org"
-	LayerUser = "user"
+	LayerOrg     = "org"
+	LayerUser    = "user"
+	LayerBuiltin = "builtin"
 )
 
 // Methods the policy decides: the agent → client requests of DESIGN §6.

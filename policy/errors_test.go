@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/acp-router/acp-router/yamlpos"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -56,9 +57,9 @@ func TestLoadErrors(t *testing.T) {
 				errs = joined.Unwrap()
 			}
 			for _, e := range errs {
-				var pe *Error
+				var pe *yamlpos.Error
 				if !errors.As(e, &pe) {
-					t.Errorf("error %q is a %T, want *Error", e, e)
+					t.Errorf("error %q is a %T, want *yamlpos.Error", e, e)
 				}
 			}
 		})

@@ -143,7 +143,7 @@ func Explain(d *Decision) string {
 			fmt.Fprintf(&b, "           spared by unless: %s\n", strings.Join(f.Excepted, ", "))
 		}
 	}
-	fmt.Fprintf(&b, "answer:   %s\n", Answer(d))
+	fmt.Fprintf(&b, "answer:   %s\n", outcome(d))
 	return b.String()
 }
 
@@ -157,8 +157,8 @@ func decider(rule, layer string, src Source) string {
 	return fmt.Sprintf("%s (%s layer)", rule, layer)
 }
 
-// Answer describes what the agent gets for a decision (DESIGN §6).
-func Answer(d *Decision) string {
+// outcome describes what the agent gets for a decision (DESIGN §6).
+func outcome(d *Decision) string {
 	if a := d.Answerers; a != nil && d.Effect == Ask {
 		if len(a.Names) == 0 {
 			return "refused at once as if rejected (no one may answer); the editor is told why"

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/policy/extract"
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // The kernel's half of the policy (issue 29, DESIGN §6 "Kernel
@@ -31,7 +32,7 @@ type KernelHold struct {
 type KernelDeny struct {
 	Rule  string // the rule's id
 	Layer string
-	Pos   Pos
+	Pos   yamlpos.Pos
 	// Paths are the rule's path globs as written (anchored at /, **, ~,
 	// ${home}, ${cwd} or ${roots}).
 	Paths []string
@@ -46,7 +47,7 @@ type KernelDeny struct {
 type KernelSkip struct {
 	Rule   string
 	Layer  string
-	Pos    Pos
+	Pos    yamlpos.Pos
 	Reason string
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/acp-router/acp-router/policy/extract"
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // The network half of the kernel's policy (issue 29): which hosts the
@@ -33,7 +34,7 @@ type KernelHosts struct {
 type HostRule struct {
 	Rule     string
 	Layer    string
-	Pos      Pos
+	Pos      yamlpos.Pos
 	Decision Effect
 	// Hosts are the domains: entries as written; Except the unless:
 	// domains: (deny rules only).
@@ -167,7 +168,3 @@ func matchDomains(ds []domainPattern, d string) bool {
 	}
 	return false
 }
-
-// NormHost is the form hosts are matched in (IDNA ASCII, lower case, an
-// IP address in its canonical form), and whether it is a valid host name.
-func NormHost(h string) (string, bool) { return extract.NormDomain(h) }

@@ -15,14 +15,6 @@ import (
 	"github.com/acp-router/acp-router/yamlpos"
 )
 
-// Pos is a position in a policy file.
-type Pos = yamlpos.Pos
-
-// Error is one problem in a policy file, at the position of the YAML node
-// that caused it. The parse functions return every Error they find, joined
-// with errors.Join in file order.
-type Error = yamlpos.Error
-
 // Layer is the parsed policy of one layer: the org layer (every file of
 // the policy directory, folded together with Merge) or the user layer (the
 // config's permissions: and its include files, folded with AddInclude).
@@ -73,17 +65,17 @@ type Layer struct {
 	Files []string
 	// Default is the layer's default decision; None when no file set one.
 	Default    Effect
-	DefaultPos Pos
+	DefaultPos yamlpos.Pos
 	// DenyModes are the AGENT:MODE pairs the layer forbids.
 	DenyModes []ModeRef
 	// AllowModes are the AGENT:MODE pairs the layer allows although the
 	// built-in table says they approve by themselves, or, for an agent
 	// the table does not know, the modes the layer has vetted.
 	AllowModes []ModeRef
-	// UnknownAgents is the layer's unknown_agents: UnknownWarn,
-	// UnknownRefuse, or "" when no file sets it.
+	// UnknownAgents is the layer's unknown_agents: "warn", "refuse", or ""
+	// when no file sets it.
 	UnknownAgents    string
-	UnknownAgentsPos Pos
+	UnknownAgentsPos yamlpos.Pos
 	// LowerLayersMay (org layer only) lists the decisions rules of lower
 	// layers may have; nil when not set (everything allowed).
 	LowerLayersMay []Effect
@@ -125,7 +117,7 @@ func (l *Layer) HasPolicy() bool {
 type ModeRef struct {
 	Agent string // an agent name, an agent of the built-in table, or * for every agent
 	Mode  string
-	Pos   Pos
+	Pos   yamlpos.Pos
 	Layer string // the layer of the file it is in
 }
 
@@ -134,7 +126,7 @@ func (m ModeRef) String() string { return m.Agent + ":" + m.Mode }
 // Include is one entry of include:.
 type Include struct {
 	Path string
-	Pos  Pos
+	Pos  yamlpos.Pos
 }
 
 // Rule is one compiled rule.
@@ -144,7 +136,7 @@ type Rule struct {
 	Message  string
 	// Layer is the layer the rule belongs to.
 	Layer string
-	Pos   Pos
+	Pos   yamlpos.Pos
 	When  *Cond
 	// Unless is nil when the rule has no exception.
 	Unless *Cond
@@ -181,7 +173,9 @@ const (
 // ParseFile parses one org policy file (a *.yaml file of the policy
 // directory): the same schema as the config's permissions: mapping, plus
 // lower_layers_may, without include. Fold the files of the directory
-// together with Merge, in file name order.
+// together with Merge, in file name order. The error joins (errors.Join,
+// in file order) every problem found, each a *yamlpos.Error at the YAML
+// node that caused it.
 func ParseFile(file string, data []byte) (*Layer, error) {
 	return parseData(file, data, kindOrgFile)
 }
@@ -217,7 +211,7 @@ func (l *Layer) Merge(o *Layer) error {
 	}
 	for _, r := range o.Rules {
 		if first := seen[r.ID]; first != nil {
-			p.errs = append(p.errs, &Error{Pos: r.Pos, Msg: fmt.Sprintf("duplicate rule id %q (first at %s)", r.ID, first.Pos)})
+			p.errs = append(p.errs, &yamlpos.Error{Pos: r.Pos, Msg: fmt.Sprintf("duplicate rule id %q (first at %s)", r.ID, first.Pos)})
 			continue
 		}
 		seen[r.ID] = r
@@ -236,7 +230,7 @@ func (l *Layer) Merge(o *Layer) error {
 		l.AllowModes = append(l.AllowModes, m)
 	}
 	l.agents = append(l.agents, o.agents...)
-	if o.UnknownAgents != "" && (l.UnknownAgents == "" || l.UnknownAgents == UnknownWarn && o.UnknownAgents == UnknownRefuse) {
+	if o.UnknownAgents != "" && (l.UnknownAgents == "" || l.UnknownAgents == unknownWarn && o.UnknownAgents == unknownRefuse) {
 		l.UnknownAgents, l.UnknownAgentsPos = o.UnknownAgents, o.UnknownAgentsPos
 	}
 	switch {
@@ -281,14 +275,14 @@ func parseData(file string, data []byte, kind layerKind) (*Layer, error) {
 // problem with the position of the node that caused it.
 type parser struct {
 	file string
-	errs []*Error
+	errs []*yamlpos.Error
 }
 
 func (p *parser) err() error {
 	if len(p.errs) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(p.errs, func(a, b *Error) int {
+	slices.SortStableFunc(p.errs, func(a, b *yamlpos.Error) int {
 		return cmp.Or(cmp.Compare(a.Pos.File, b.Pos.File), cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
 	})
 	errs := make([]error, len(p.errs))
@@ -298,7 +292,7 @@ func (p *parser) err() error {
 	return errors.Join(errs...)
 }
 
-func (p *parser) pos(n *yaml.Node) Pos { return yamlpos.At(p.file, n) }
+func (p *parser) pos(n *yaml.Node) yamlpos.Pos { return yamlpos.At(p.file, n) }
 
 // errorf records an error at n; path names the value ("rules[0].when").
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
@@ -306,7 +300,7 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	p.errs = append(p.errs, &Error{Pos: p.pos(n), Msg: msg})
+	p.errs = append(p.errs, &yamlpos.Error{Pos: p.pos(n), Msg: msg})
 }
 
 // layer reads a permissions mapping.
@@ -340,10 +334,10 @@ func (p *parser) layer(n *yaml.Node, kind layerKind) *Layer {
 	if v := f["unknown_agents"]; v != nil {
 		if s, ok := p.str("unknown_agents", v); ok {
 			switch s {
-			case UnknownWarn, UnknownRefuse:
+			case unknownWarn, unknownRefuse:
 				l.UnknownAgents, l.UnknownAgentsPos = s, p.pos(v)
 			default:
-				p.errorf(v, "unknown_agents", "must be %s or %s, got %q", UnknownWarn, UnknownRefuse, s)
+				p.errorf(v, "unknown_agents", "must be %s or %s, got %q", unknownWarn, unknownRefuse, s)
 			}
 		}
 	}
@@ -618,11 +612,11 @@ func (p *parser) test(path string, n *yaml.Node) *TestCase {
 	return t
 }
 
-// NodeJSON is a test call's params or update as JSON: a mapping converted,
+// nodeJSON is a test call's params or update as JSON: a mapping converted,
 // or a string holding the JSON text itself, kept as written (the order of
 // its members, members given twice or in other cases: what a mapping cannot
 // say).
-func NodeJSON(n *yaml.Node) (json.RawMessage, error) {
+func nodeJSON(n *yaml.Node) (json.RawMessage, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
 		if !json.Valid([]byte(n.Value)) {
 			return nil, errors.New("a string here must be JSON text")
@@ -636,8 +630,6 @@ func NodeJSON(n *yaml.Node) (json.RawMessage, error) {
 	return jsonValue(v)
 }
 
-// call reads one test call: a string "METHOD ARGS..." or a mapping
-// {method: ..., params: {...}}.
 // ParseCallNode reads a call written in YAML as tests: writes one: a
 // string (ParseCall) or a mapping of method, params and updates. path
 // names the node in errors.
@@ -659,7 +651,7 @@ func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 		var updates []json.RawMessage
 		if u := f["updates"]; u != nil {
 			for i, item := range p.list(path+".updates", u, true) {
-				raw, err := NodeJSON(item)
+				raw, err := nodeJSON(item)
 				if err != nil {
 					return nil, fmt.Errorf("updates[%d]: %v", i, err)
 				}
@@ -674,7 +666,7 @@ func (p *parser) call(path string, n *yaml.Node) (*TestCall, error) {
 		if !ok {
 			return nil, nil
 		}
-		params, err := NodeJSON(f["params"])
+		params, err := nodeJSON(f["params"])
 		if err != nil {
 			return nil, fmt.Errorf("params: %v", err)
 		}

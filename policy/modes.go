@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/acp-router/acp-router/policy/extract"
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // Modes that approve by themselves (DESIGN §6, issue 13). While an agent is
@@ -19,21 +20,8 @@ import (
 
 // unknown_agents values.
 const (
-	UnknownWarn   = "warn"
-	UnknownRefuse = "refuse"
-)
-
-// Built-in rule ids of mode decisions (see also RuleDeniedMode).
-const (
-	// RuleSelfApprovingMode: the mode approves tool calls by itself (the
-	// built-in table) and no allow_modes entry allows it.
-	RuleSelfApprovingMode = "acp-router:self-approving-mode"
-	// RuleUnlistedMode: allow_modes lists the modes of an agent the table
-	// does not know, and not this one.
-	RuleUnlistedMode = "acp-router:unlisted-mode"
-	// RuleUnknownAgent: unknown_agents: refuse, and the router does not
-	// know how to keep the agent asking.
-	RuleUnknownAgent = "acp-router:unknown-agent"
+	unknownWarn   = "warn"
+	unknownRefuse = "refuse"
 )
 
 // AgentID is an agent as the built-in table recognises it.
@@ -44,7 +32,7 @@ type AgentID struct {
 
 // SettingRef is where a layer sets something.
 type SettingRef struct {
-	Pos   Pos
+	Pos   yamlpos.Pos
 	Layer string
 }
 
@@ -57,7 +45,7 @@ type agentFamily struct {
 	asking []string
 	// toAsk is the agent's own setting that makes it ask when it starts.
 	toAsk string
-	pos   Pos // where its entry is written
+	pos   yamlpos.Pos // where its entry is written
 }
 
 // selfMode is a mode that approves by itself.
@@ -106,10 +94,10 @@ func (f *agentFamily) selfMode(mode string) *selfMode {
 // knowsAsking: the table knows a mode of the agent that asks.
 func (f *agentFamily) knowsAsking() bool { return f != nil && len(f.asking) > 0 }
 
-// SelfApproving returns the kinds of tool call the agent's mode approves
+// selfApproving returns the kinds of tool call the agent's mode approves
 // by itself according to the built-in table (nil for a mode that asks or
 // that the table does not list).
-func SelfApproving(a AgentID, mode string) []extract.Kind {
+func selfApproving(a AgentID, mode string) []extract.Kind {
 	if m := familyIn(builtinFamilies, a).selfMode(mode); m != nil {
 		return m.kinds
 	}
@@ -320,10 +308,6 @@ func (p *Policy) Agent(a AgentID) AgentStatus {
 	}
 	return st
 }
-
-// UnknownAgents is where a layer sets unknown_agents: refuse; nil when
-// none does (warn).
-func (p *Policy) UnknownAgents() *SettingRef { return p.unknown }
 
 // Warnings returns what `acp-router check` should warn about: rules and
 // allow_modes dropped by lower_layers_may, rule ids used in two layers,

@@ -148,7 +148,7 @@ func TestLayers(t *testing.T) {
 	if p.Hash() == mustCompile(t, a).Hash() {
 		t.Error("hash ignores the user layer")
 	}
-	if kinds := SelfApproving(AgentID{Name: "my-claude"}, "acceptEdits"); !slices.Contains(kinds, extract.KindEdit) || SelfApproving(AgentID{Name: "codex"}, "acceptEdits") != nil {
+	if kinds := selfApproving(AgentID{Name: "my-claude"}, "acceptEdits"); !slices.Contains(kinds, extract.KindEdit) || selfApproving(AgentID{Name: "codex"}, "acceptEdits") != nil {
 		t.Errorf("SelfApproving table: %v (a mode of one family is not one of another's)", kinds)
 	}
 }
@@ -181,7 +181,7 @@ tests:
 	if !slices.Equal(got, want) {
 		t.Errorf("shadowed %q, want %q", got, want)
 	}
-	results := p.RunTests(TestOptions{})
+	results := p.RunTests()
 	for _, r := range results {
 		if !r.Pass {
 			t.Errorf("%s: %s", r.Call.Text, r.Problem)
@@ -219,7 +219,7 @@ tests:
   - {call: "fs/read_text_file ${cwd}/.env", expect: ask, rule: user-no-env}
 `)
 	p := mustCompile(t, org, user)
-	results := p.RunTests(TestOptions{})
+	results := p.RunTests()
 	want := []struct {
 		pass bool
 		note string
@@ -372,7 +372,7 @@ rules:
 		{acp.MethodWriteTextFile, Deny, "JSON-RPC error -32603"},
 		{acp.MethodTerminalCreate, Ask, "the router asks the editor first"},
 	} {
-		if got := Answer(&Decision{Method: tc.method, Effect: tc.effect, Rule: "r", Layer: "org"}); !strings.Contains(got, tc.want) {
+		if got := outcome(&Decision{Method: tc.method, Effect: tc.effect, Rule: "r", Layer: "org"}); !strings.Contains(got, tc.want) {
 			t.Errorf("%s %s: %q lacks %q", tc.method, tc.effect, got, tc.want)
 		}
 	}
@@ -489,15 +489,15 @@ func TestModeSettingsMerge(t *testing.T) {
 	if err := a.Merge(b); err != nil {
 		t.Fatal(err)
 	}
-	if a.UnknownAgents != UnknownRefuse || a.UnknownAgentsPos.File != "10-a.yaml" {
+	if a.UnknownAgents != unknownRefuse || a.UnknownAgentsPos.File != "10-a.yaml" {
 		t.Errorf("unknown_agents %q at %s, want refuse from 10-a.yaml", a.UnknownAgents, a.UnknownAgentsPos)
 	}
 	if len(a.AllowModes) != 1 || a.AllowModes[0].Layer != LayerOrg {
 		t.Errorf("allow_modes %+v", a.AllowModes)
 	}
 	p := mustCompile(t, a)
-	if p.UnknownAgents() == nil || p.UnknownAgents().Layer != LayerOrg {
-		t.Errorf("UnknownAgents %+v", p.UnknownAgents())
+	if p.unknown == nil || p.unknown.Layer != LayerOrg {
+		t.Errorf("UnknownAgents %+v", p.unknown)
 	}
 	plain := mustCompile(t, mustParse(t, "x.yaml", "default: ask\n"))
 	for _, other := range []string{"unknown_agents: refuse\n", "allow_modes: ['claude:auto']\n"} {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/policy/extract"
+	"github.com/acp-router/acp-router/yamlpos"
 	"github.com/bmatcuk/doublestar/v4"
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -40,7 +41,7 @@ import (
 // answered_by: states who may answer the ask, exactly (in any order); a
 // test without it says nothing of who answers.
 type TestCase struct {
-	Pos        Pos
+	Pos        yamlpos.Pos
 	Layer      string
 	Calls      []*TestCall
 	Expect     Effect
@@ -79,7 +80,7 @@ type TestCase struct {
 // with ~/. Relative paths are relative to the test's cwd, except for the
 // fs methods, where they are kept (and refused by the policy).
 type TestCall struct {
-	Pos    Pos
+	Pos    yamlpos.Pos
 	Text   string          // the string form, "" for a mapping
 	Method string          // the method
 	Params json.RawMessage // the mapping form's params
@@ -401,15 +402,10 @@ type TestResult struct {
 	Note string
 }
 
-// TestOptions sets the context of RunTests.
-type TestOptions struct {
-	Home string // ${home} and ~ (default TestHome)
-}
-
 // RunTests runs the tests of every layer, each against its own layer and
 // the layers above it (the org's tests cannot be broken by a user's
-// rules), and returns one result per call.
-func (p *Policy) RunTests(opts TestOptions) []TestResult {
+// rules), and returns one result per call. ${home} and ~ are TestHome.
+func (p *Policy) RunTests() []TestResult {
 	var out []TestResult
 	for k, l := range p.layers {
 		if len(l.Tests) == 0 {
@@ -428,7 +424,7 @@ func (p *Policy) RunTests(opts TestOptions) []TestResult {
 		for _, t := range l.Tests {
 			bad := sub.unknownRule(t.Rule, p)
 			for _, c := range t.Calls {
-				res := sub.runCall(t, c, opts)
+				res := sub.runCall(t, c)
 				if bad != "" {
 					// Whatever the decision, a rule that cannot decide
 					// is the mistake to report.
@@ -508,9 +504,9 @@ func editDistance(a, b string) int {
 	return row[len(b)]
 }
 
-func (p *Policy) runCall(t *TestCase, c *TestCall, opts TestOptions) TestResult {
+func (p *Policy) runCall(t *TestCase, c *TestCall) TestResult {
 	res := TestResult{Case: t, Call: c}
-	req, err := c.Request(t.Session(opts.Home), t.FS())
+	req, err := c.Request(t.Session(TestHome), t.FS())
 	if err != nil {
 		res.Problem = err.Error()
 		return res

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 
@@ -95,6 +96,11 @@ func Bridge(ctx context.Context, rawURL string, in io.Reader, out io.Writer, opt
 	// when the router ends first this goroutine is left to the process's
 	// exit.
 	fromEditor := make(chan error, 1)
+	// closing: stdin ended and the bridge closed the connection itself.
+	// The close handshake then ends the read below with whatever error
+	// the library has at hand (a close frame, or the closed socket), all
+	// of which are the normal end.
+	var closing atomic.Bool
 	go func() {
 		fromEditor <- func() error {
 			r := bufio.NewReaderSize(in, 64<<10)
@@ -116,6 +122,7 @@ func Bridge(ctx context.Context, rawURL string, in io.Reader, out io.Writer, opt
 				}
 				line = line[:0]
 				if err == io.EOF {
+					closing.Store(true)
 					ws.Close(websocket.StatusNormalClosure, "")
 					return nil
 				}
@@ -141,6 +148,8 @@ func Bridge(ctx context.Context, rawURL string, in io.Reader, out io.Writer, opt
 						return fmt.Errorf("connect: the router closed the connection: %d %s", ce.Code, ce.Reason)
 					case gctx.Err() != nil:
 						return nil
+					case closing.Load():
+						return io.EOF
 					}
 					return redact(fmt.Errorf("connect: %w", err))
 				}

@@ -60,7 +60,11 @@
 // failure is 401 with an empty body and nothing else. No URL, header or
 // cookie is ever logged (the token can be in any of them). A connection
 // belongs to the identity that opened it: another identity's requests for
-// it get 404, as for an unknown id.
+// it get 404, as for an unknown id (a token created again under a revoked
+// one's name is another identity). A connection outlives no revoke of its
+// token: with Options.Watch, a WebSocket is closed 1008 "token revoked",
+// an HTTP connection's SSE streams end with that reason, and Serve's Conn
+// reads io.EOF, so the hub detaches the client as any client that goes.
 //
 // Besides the Server: Listen opens the listening socket and refuses an
 // address other than loopback without TLS and authentication (the router

@@ -188,11 +188,29 @@ func (c *httpConn) Close(reason error) error {
 	return nil
 }
 
+// connection is the connection a request names in Acp-Connection-Id, as
+// lookup finds it; nil when there is none, and the client has been
+// answered (400 without the header, 404 for an unknown id).
+func (s *Server) connection(w http.ResponseWriter, r *http.Request, id Identity) *httpConn {
+	if r.Header.Get(HeaderConnectionID) == "" {
+		text(w, http.StatusBadRequest, "Missing Acp-Connection-Id")
+		return nil
+	}
+	c := s.lookup(r, id)
+	if c == nil {
+		text(w, http.StatusNotFound, "Unknown Acp-Connection-Id")
+	}
+	return c
+}
+
 func (s *Server) lookup(r *http.Request, id Identity) *httpConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.conns[r.Header.Get(HeaderConnectionID)]
-	if c == nil || c.ident.Name != id.Name {
+	// The token's identity, not only its name: a token of the same name
+	// created after a revoke is another token, and reaches none of the
+	// connections the revoked one opened.
+	if c == nil || c.ident.Name != id.Name || c.ident.Token != id.Token {
 		return nil
 	}
 	return c
@@ -240,13 +258,8 @@ func (s *Server) post(w http.ResponseWriter, r *http.Request, id Identity) {
 		}
 		return
 	}
-	if r.Header.Get(HeaderConnectionID) == "" {
-		text(w, http.StatusBadRequest, "Missing Acp-Connection-Id")
-		return
-	}
-	c := s.lookup(r, id)
+	c := s.connection(w, r, id)
 	if c == nil {
-		text(w, http.StatusNotFound, "Unknown Acp-Connection-Id")
 		return
 	}
 	header := r.Header.Get(HeaderSessionID)
@@ -308,6 +321,7 @@ func (s *Server) initialize(w http.ResponseWriter, r *http.Request, id Identity,
 	s.mu.Unlock()
 	go func() {
 		defer s.release()
+		defer s.watch(id, c.id, func(why error) { c.Close(why) })()
 		err := s.opts.Serve(s.ctx, c, id)
 		if err == nil {
 			err = io.EOF
@@ -345,13 +359,8 @@ func (s *Server) initialize(w http.ResponseWriter, r *http.Request, id Identity,
 }
 
 func (s *Server) delete(w http.ResponseWriter, r *http.Request, id Identity) {
-	if r.Header.Get(HeaderConnectionID) == "" {
-		text(w, http.StatusBadRequest, "Missing Acp-Connection-Id")
-		return
-	}
-	c := s.lookup(r, id)
+	c := s.connection(w, r, id)
 	if c == nil {
-		text(w, http.StatusNotFound, "Unknown Acp-Connection-Id")
 		return
 	}
 	c.Close(errDeleted)
@@ -365,13 +374,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, id Identity) {
 		text(w, http.StatusNotAcceptable, "Not Acceptable")
 		return
 	}
-	if r.Header.Get(HeaderConnectionID) == "" {
-		text(w, http.StatusBadRequest, "Missing Acp-Connection-Id")
-		return
-	}
-	c := s.lookup(r, id)
+	c := s.connection(w, r, id)
 	if c == nil {
-		text(w, http.StatusNotFound, "Unknown Acp-Connection-Id")
 		return
 	}
 	session := r.Header.Get(HeaderSessionID)

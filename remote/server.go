@@ -37,12 +37,21 @@ type Identity struct {
 	Role        string // "controller" | "observer": the most this client may be
 	AllSessions bool   // may see sessions other clients started
 	Editor      bool   // the stdio editor (never set by remote/)
+	// Token is the identity in its store of the token the connection
+	// authenticated with (token.Identity.ID; not the secret): Watch
+	// takes it, and an HTTP connection takes requests only from it.
+	Token string
 }
 
 // AuthFunc authenticates one HTTP request (a bearer header, a cookie or
 // ?token=). Any error is answered 401 with an empty body; the error is
 // not logged either, in case it quotes what the client sent.
 type AuthFunc func(*http.Request) (Identity, error)
+
+// WatchFunc watches the token a connection authenticated with: it calls
+// gone (once, without blocking on it) when that token is revoked, or at
+// once when it already is; stop ends the watch.
+type WatchFunc func(id Identity, gone func()) (stop func())
 
 // ServeFunc serves one connection until the client goes; remote/ closes
 // the Conn when it returns.
@@ -80,6 +89,11 @@ type Options struct {
 	// Anonymous (Listen refuses that off loopback).
 	Auth      AuthFunc
 	Anonymous Identity
+	// Watch, when set, ends every connection whose token is revoked,
+	// with errRevoked: a WebSocket closed 1008 "token revoked", the SSE
+	// streams of an HTTP connection ended with that comment, Serve's
+	// Conn at io.EOF. A revoke must not leave open what the token opened.
+	Watch WatchFunc
 	// MaxMessage bounds one incoming message (POST body, WebSocket
 	// frame); default acp.DefaultMaxLine, the router's own line bound.
 	MaxMessage int
@@ -201,6 +215,8 @@ var (
 	errDeleted = errors.New("the client ended the connection")
 	// errWriteTimeout: the client read nothing for Options.WriteTimeout.
 	errWriteTimeout = errors.New("remote: the client read nothing for the write timeout")
+	// errRevoked ends the connections of a token revoked (Options.Watch).
+	errRevoked = errors.New("token revoked")
 	// errClosed: a Write on a connection that has ended.
 	errClosed = errors.New("remote: connection closed")
 )
@@ -286,6 +302,18 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (Identity,
 	// send the cookie back.
 	s.setCookie(w, r)
 	return id, true
+}
+
+// watch ends the connection (close) when its token is revoked; the
+// returned stop is called when the connection has ended.
+func (s *Server) watch(id Identity, conn string, close func(error)) (stop func()) {
+	if s.opts.Watch == nil {
+		return func() {}
+	}
+	return s.opts.Watch(id, func() {
+		s.log.Info("connection ended: its token was revoked", "token", id.Name, "connection", conn)
+		close(errRevoked)
+	})
 }
 
 // reserve counts one more connection, false past MaxConnections.

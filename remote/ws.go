@@ -48,6 +48,9 @@ func (s *Server) websocket(w http.ResponseWriter, r *http.Request, id Identity) 
 		delete(s.sockets, c)
 		s.mu.Unlock()
 	}()
+	// The close handshake waits for the client: not on the watcher's
+	// goroutine. Serve's Read then sees the close and returns.
+	defer s.watch(id, connID, func(why error) { go c.Close(why) })()
 	// r.Context() is not usable after a hijack; the server's is.
 	err = s.opts.Serve(s.ctx, c, id)
 	if err == nil {

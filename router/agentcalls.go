@@ -123,47 +123,36 @@ func (r *Router) relayRequest(ctx context.Context, inst *upstream.Instance, req 
 			return
 		}
 	}
-	r.sendToEditor(ctx, inst, acp.RawID(req.ID), req.Method, sid, p, reply, answer)
+	if req.Method == acp.MethodTerminalCreate || req.Method == acp.MethodTerminalRelease {
+		inner := reply
+		reply = func(res json.RawMessage, err error) {
+			if err == nil {
+				r.trackTerminal(inst, req.Method, sid, p, res)
+			}
+			inner(res, err)
+		}
+	}
+	r.sendToEditor(inst, acp.RawID(req.ID), req.Method, sid, p, nil, reply, answer)
 }
 
 // sendToEditor sends an agent's request (agentID, method), its params p
-// translated for the editor (router session sid), and answers the agent
-// with the editor's answer, passed through answer when it is not nil.
-func (r *Router) sendToEditor(ctx context.Context, inst *upstream.Instance, agentID json.RawMessage, method, sid string, p json.RawMessage,
+// with reps written in them (the ids and options the editor is to see),
+// for the editor (router session sid), and answers the agent with the
+// editor's answer, passed through answer when it is not nil. The answer is
+// relayed from the editor's read path, no goroutine waits for it; answer,
+// which may write the audit log, runs on a goroutine of its own.
+func (r *Router) sendToEditor(inst *upstream.Instance, agentID json.RawMessage, method, sid string, p json.RawMessage, reps []acp.Replacement,
 	reply func(json.RawMessage, error), answer func(json.RawMessage, error) (json.RawMessage, error)) {
-	if answer == nil && p != nil && bytes.IndexByte(p, '\n') < 0 {
-		// The fast path: the editor's answer is relayed from the
-		// editor's read path, no goroutine waits for it.
-		err := r.callEditorRaw(inst, agentID, sid, method, p, func(res json.RawMessage, err error) {
-			if err == nil {
-				r.trackTerminal(inst, method, sid, p, res)
-			}
+	err := r.callEditorRaw(inst, agentID, sid, method, p, reps, func(res json.RawMessage, err error) {
+		if answer == nil {
 			reply(res, err)
-		})
-		if err != nil {
-			reply(nil, err)
+			return
 		}
-		return
-	}
-	c, done, err := r.callEditor(ctx, inst, agentID, sid, method, p)
+		r.spawn(func() { reply(answer(res, err)) })
+	})
 	if err != nil {
 		reply(nil, err)
-		return
 	}
-	r.spawn(func() {
-		res, err := c.Wait(ctx)
-		done()
-		if err == jsonrpc2.ErrClosed {
-			err = errEditorClosed
-		}
-		if err == nil {
-			r.trackTerminal(inst, method, sid, p, res)
-		}
-		if answer != nil {
-			res, err = answer(res, err)
-		}
-		reply(res, err)
-	})
 }
 
 // callEditor sends a request on behalf of agent instance inst (its request
@@ -204,11 +193,11 @@ func (r *Router) callEditor(ctx context.Context, inst *upstream.Instance, agentI
 	return c, done, nil
 }
 
-// callEditorRaw is callEditor on the fast path: p (one line of valid JSON)
-// is sent as it is (Peer.CallRaw), and end gets the editor's answer in the
-// editor's read path, or errEditorClosed when the connection closes first.
-// end is not called when it returns an error.
-func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage, sid, method string, p json.RawMessage, end func(json.RawMessage, error)) error {
+// callEditorRaw is callEditor on the fast path: p (valid JSON, or nil)
+// is sent as it is but for reps (acp.Peer.Send), and end gets the
+// editor's answer in the editor's read path, or errEditorClosed when the
+// connection closes first. end is not called when it returns an error.
+func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage, sid, method string, p json.RawMessage, reps []acp.Replacement, end func(json.RawMessage, error)) error {
 	r.mu.Lock()
 	full := r.pending[inst] >= maxPending
 	if !full {
@@ -220,7 +209,7 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 	}
 	r.watchCalls.Do(func() { r.spawn(r.watchEditorCalls) })
 	o := &outgoing{inst: inst, agentID: agentID, session: sid, end: end}
-	id, key, err := r.editor.CallRaw(method, p, agentID, func(m *acp.Message) {
+	sent, err := r.sendEditor(acp.Outgoing{Method: method, Params: p, Replace: reps, Prefer: agentID, OnResponse: func(m *acp.Message) {
 		var res json.RawMessage
 		var err error
 		if m.Error != nil {
@@ -233,7 +222,11 @@ func (r *Router) callEditorRaw(inst *upstream.Instance, agentID json.RawMessage,
 			res = m.Result
 		}
 		r.endOutgoing(o, res, err)
-	})
+	}})
+	if sent.Unreplaced != nil {
+		r.log.Debug("an agent's request whose ids or options cannot all be rewritten relayed with the others", "agent", inst.Agent.Name(), "method", method, "error", sent.Unreplaced)
+	}
+	id, key := sent.ID, sent.Key
 	r.mu.Lock()
 	if err != nil {
 		if r.pending[inst]--; r.pending[inst] == 0 {

@@ -435,8 +435,17 @@ func TestCopies4KiB(t *testing.T) {
 	ro := newRelayOne(t)
 	line := append(updateLine(t, ro.f.sid, 4<<10), '\n')
 	copies := copiesPerSend(ro, line)
-	t.Logf("%.2f copies per 4 KiB update (bound 0.5)", copies)
-	if copies > 0.5 {
-		t.Errorf("%.2f× the message allocated per relayed 4 KiB update, want at most 0.5×", copies)
+	bound := 0.5
+	if raceEnabled {
+		// The race detector's sync.Pool drops a quarter of what is put
+		// back, on purpose, so pooled buffers are allocated again at
+		// random: 0.24-0.49 copies measured over 20 runs, 0.55 once on a
+		// loaded machine. The bound of the design is checked without it
+		// (scripts/test.sh runs TestCopies without -race).
+		bound = 0.75
+	}
+	t.Logf("%.2f copies per 4 KiB update (bound %.2f)", copies, bound)
+	if copies > bound {
+		t.Errorf("%.2f× the message allocated per relayed 4 KiB update, want at most %.2f×", copies, bound)
 	}
 }

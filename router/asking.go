@@ -2,7 +2,6 @@ package router
 
 import (
 	"bytes"
-	"encoding/json"
 	"sync"
 )
 
@@ -38,21 +37,16 @@ type askHold struct {
 }
 
 // askingToolOf registers, for an agent's session/request_permission of
-// router session s that the router is about to send the editor (p
-// translated), that the editor has a request about its tool call, and returns
-// the function that ends that once the request is over (answered, failed
-// or withdrawn), writing what was held; nil when the request names no
-// tool call.
-func askingToolOf(s *Session, p json.RawMessage) func() {
-	var tc struct {
-		ToolCall struct {
-			ToolCallID string `json:"toolCallId"`
-		} `json:"toolCall"`
-	}
-	if json.Unmarshal(p, &tc) != nil || tc.ToolCall.ToolCallID == "" {
+// router session s that the router is about to send the editor, that the
+// editor has a request about its tool call, id as the editor knows it
+// (editorPermission: the id the tool call's updates are relayed under),
+// and returns the function that ends that once the request is over
+// (answered, failed or withdrawn), writing what was held; nil when the
+// request names no tool call.
+func askingToolOf(s *Session, id string) func() {
+	if id == "" {
 		return nil // no tool call the editor shows: nothing to hold
 	}
-	id := tc.ToolCall.ToolCallID
 	s.mu.Lock()
 	if s.asking == nil {
 		s.asking = map[string]*askHold{}

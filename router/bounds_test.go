@@ -91,6 +91,7 @@ func bindNew(t *testing.T, f *relayFixture, sid string) *Session {
 // maxUnboundBytes, newest kept; what is dropped is logged once; an id
 // bound later gets its parked updates.
 func TestParkedUpdatesBounded(t *testing.T) {
+	t.Parallel()
 	log, logs := testLogger(t)
 	f := newRelayFixtureOpts(t, false, Options{Logger: log})
 	r, inst := f.r, f.inst

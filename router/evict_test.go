@@ -255,6 +255,7 @@ func rpcCode(err error) int {
 // re-attached to the agent's own session; a session the editor closed, or
 // one that never existed, is not brought back.
 func TestIdleSessionsEvicted(t *testing.T) {
+	t.Parallel()
 	log, logs := testLogger(t)
 	r, e := startRouter(t, Options{Logger: log, EvictIdle: 300 * time.Millisecond})
 	idle, busy := e.newSession(t), e.newSession(t)
@@ -313,6 +314,7 @@ func TestIdleSessionsEvicted(t *testing.T) {
 // TestMaxSessionsEvicted: past MaxSessions, the least recently used idle
 // sessions are evicted before EvictIdle.
 func TestMaxSessionsEvicted(t *testing.T) {
+	t.Parallel()
 	r, e := startRouter(t, Options{EvictIdle: time.Hour, MaxSessions: 2})
 	var ids []string
 	for range 5 {

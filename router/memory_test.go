@@ -231,8 +231,10 @@ func floodPeak(t *testing.T, n int) (float64, int) {
 // each update rewritten for a session whose id is not its agent's (the
 // reader's buffer goes back to the pool once the new line is made).
 func TestFloodIntactStore(t *testing.T) {
+	t.Parallel()
 	for _, translate := range []bool{false, true} {
 		t.Run(map[bool]string{false: "verbatim", true: "translated"}[translate], func(t *testing.T) {
+			t.Parallel()
 			testFloodIntactStore(t, translate)
 		})
 	}

@@ -101,7 +101,7 @@ func (r *Router) decidePermission(ctx context.Context, pc *permCall) {
 		return
 	}
 	pc.mark = r.opts.ClientMeta
-	relay := func() { r.relayPermission(ctx, pc, nil, nil) }
+	relay := func() { r.relayPermission(pc, nil, nil) }
 	if s := r.sessionOfAgent(pc.inst, pc.session); s != nil && s.order().busy() {
 		s.order().do(r, len(pc.params), relay)
 		return
@@ -174,8 +174,9 @@ func chosenKind(res json.RawMessage, err error, options []permOption) string {
 // agent with the editor's answer, passed through answer when it is not nil.
 // What the editor shows of the tool call stays what was decided until its
 // user has answered (asking.go).
-func (r *Router) relayPermission(ctx context.Context, pc *permCall, options json.RawMessage, answer func(json.RawMessage, error) (json.RawMessage, error)) {
-	reply, sid, p := pc.reply, "", pc.params
+func (r *Router) relayPermission(pc *permCall, options json.RawMessage, answer func(json.RawMessage, error) (json.RawMessage, error)) {
+	reply, sid := pc.reply, ""
+	var reps []acp.Replacement
 	if pc.toolPartial {
 		r.log.Warn("an agent's permission request has a tool call member of the wrong type; its ids are translated as far as they decoded", "agent", pc.inst.Agent.Name(), "session", pc.session)
 	}
@@ -187,8 +188,10 @@ func (r *Router) relayPermission(ctx context.Context, pc *permCall, options json
 			reply(nil, errUnknownSession(pc.session))
 			return
 		}
-		sid, p = s.ID, r.editorPermission(pc, s, options)
-		if end := askingToolOf(s, p); end != nil {
+		var toolID string
+		sid = s.ID
+		reps, toolID = r.editorPermission(pc, s, options)
+		if end := askingToolOf(s, toolID); end != nil {
 			inner := reply
 			reply = func(res json.RawMessage, err error) {
 				end()
@@ -196,11 +199,9 @@ func (r *Router) relayPermission(ctx context.Context, pc *permCall, options json
 			}
 		}
 	} else if options != nil {
-		if shown, err := acp.Rewrite(p, []acp.Replacement{{Path: optionsPath, Raw: options}}); err == nil {
-			p = shown
-		}
+		reps = []acp.Replacement{{Path: optionsPath, Raw: options}}
 	}
-	r.sendToEditor(ctx, pc.inst, pc.id, pc.req.Method, sid, p, reply, answer)
+	r.sendToEditor(pc.inst, pc.id, pc.req.Method, sid, pc.params, reps, reply, answer)
 }
 
 // optionsPath and toolCallIDPath are where a permission request's options
@@ -211,34 +212,35 @@ var (
 	toolCallIDPath = []string{"toolCall", "toolCallId"}
 )
 
-// editorPermission is an agent's permission request of router session s as
-// the editor is sent it, built in one place: its session id and tool call
-// id the editor's, its options, when not nil, options; every other byte the
-// agent's, in one pass when that can be done (acp.Rewrite). Its tool call
-// is shown (created) in the editor, so later updates for it may be
-// forwarded.
-func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMessage) json.RawMessage {
+// editorPermission is how an agent's permission request of router session
+// s is shown the editor, decided in one place: the replacements that make
+// its session id and tool call id the editor's and, when not nil, its
+// options options, every other byte staying the agent's (written in one
+// pass as the request is sent: acp.Peer.Send); and its tool call's id as
+// the editor knows it, the one the tool call's updates are relayed under
+// ("" when it names none). Its tool call is shown (created) in the
+// editor, so later updates for it may be forwarded.
+func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMessage) (reps []acp.Replacement, toolID string) {
 	agent := pc.inst.Agent.Name()
-	var reps [4]acp.Replacement
-	rs := reps[:0]
 	if options != nil {
-		rs = append(rs, acp.Replacement{Path: optionsPath, Raw: options})
+		reps = append(reps, acp.Replacement{Path: optionsPath, Raw: options})
 	}
 	if pc.mark {
 		// Only the router says who may answer: a hub reads it.
 		if meta, ok := answerersMeta(pc.params, pc.answerers, pc.restricted); ok {
-			rs = append(rs, acp.Replacement{Path: metaPath, Raw: meta})
+			reps = append(reps, acp.Replacement{Path: metaPath, Raw: meta})
 		}
 	}
 	if pc.session != s.ID {
-		rs = append(rs, acp.Replacement{Path: sessionIDPath, Value: s.ID})
+		reps = append(reps, acp.Replacement{Path: sessionIDPath, Value: s.ID})
 	}
 	retired := 0
 	s.mu.Lock()
 	s.lastUse = time.Now()
 	if id := pc.tool.ToolCall.ToolCallID; id != "" {
-		if out := s.toolIDs.Out(agent, id); out != id {
-			rs = append(rs, acp.Replacement{Path: toolCallIDPath, Value: out})
+		toolID = s.toolIDs.Out(agent, id)
+		if toolID != id {
+			reps = append(reps, acp.Replacement{Path: toolCallIDPath, Value: toolID})
 		}
 		retired = s.toolIDs.Trim(maxToolIDs)
 	}
@@ -246,14 +248,7 @@ func (r *Router) editorPermission(pc *permCall, s *Session, options json.RawMess
 	if retired > 0 {
 		r.toolDrops.add(retired, "session", s.ID, "agent", agent)
 	}
-	if len(rs) == 0 {
-		return pc.params
-	}
-	p, err := acp.Rewrite(pc.params, rs)
-	if err != nil {
-		r.log.Debug("an agent's permission request whose ids or options cannot all be rewritten relayed with the others", "agent", agent, "error", err)
-	}
-	return p
+	return reps, toolID
 }
 
 // enforcePermission carries out a decision on session/request_permission.
@@ -299,7 +294,7 @@ func (r *Router) enforcePermission(ctx context.Context, s *Session, pc *permCall
 	// read them (permOptions), so that the kind it records is the kind of
 	// the button the user pressed and the option the agent gets, each
 	// labelled with what it does (askLabels).
-	r.relayPermission(ctx, pc, mustJSON(labelled(pr.Options)), func(res json.RawMessage, err error) (json.RawMessage, error) {
+	r.relayPermission(pc, mustJSON(labelled(pr.Options)), func(res json.RawMessage, err error) (json.RawMessage, error) {
 		choice := chosenKind(res, err, pr.Options)
 		var rerr error
 		if err != nil {

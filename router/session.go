@@ -529,9 +529,19 @@ func (s *Session) writeLiveLocked(line []byte) {
 // be called holding s.mu; whoever can flood the editor calls waitEditor
 // next, holding no lock.
 func (r *Router) writeEditor(sid string, line []byte) {
-	if err := r.editor.Stream().WriteRawLane(sid, line); err != nil {
+	if _, err := r.sendEditor(acp.Outgoing{Lane: sid, Note: line}); err != nil {
 		r.log.Debug("cannot write to the editor", "error", err)
 	}
+}
+
+// sendEditor is the one way what the router tells the editor of its own
+// (a session's line) and what it asks it on an agent's behalf (the fast
+// path's requests, their ids and options put in the agent's bytes as they
+// are written) reach the editor's connection: whatever the policy decided
+// about an agent's permission request, its outcome leaves the router here,
+// in one call. It never waits.
+func (r *Router) sendEditor(o acp.Outgoing) (acp.Sent, error) {
+	return r.editor.Send(o)
 }
 
 // waitEditor waits for room in the lane of router session sid ("": the

@@ -14,6 +14,7 @@ import (
 	"github.com/acp-router/acp-router/config"
 	"github.com/acp-router/acp-router/egress"
 	"github.com/acp-router/acp-router/policy"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Network is the network half of a profile: which hosts the agent's
@@ -184,7 +185,8 @@ func loopbackHost(h string) bool {
 // proxy: a deny rule wins; under an allow-list, the model API and the
 // hosts of the allow and ask rules pass; otherwise everything passes.
 func (n *Network) Decide(host string, port int) egress.Verdict {
-	h, valid := policy.NormHost(host)
+	// The form the policy matches hosts in (HostRule.Matches).
+	h, valid := extract.NormDomain(host)
 	for i := range n.deny {
 		if n.deny[i].Matches(n.agent, h) {
 			return egress.Verdict{Rule: "deny rule " + n.deny[i].Rule, ID: n.deny[i].Rule}

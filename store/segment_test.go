@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/acp-router/acp-router/internal/leaktest"
@@ -301,29 +302,32 @@ func TestSealFsync(t *testing.T) {
 // TestCloseJoinsSealFsync: a segment sealed in the middle of a turn is
 // fsynced on a goroutine of its own, which the turn's end waits for; when
 // that never comes (the session deleted meanwhile) Close waits for it, so
-// that nothing of the store runs once Close returned.
+// that nothing of the store runs once Close returned. In a synctest
+// bubble: the slow disk's pause costs no wall time.
 func TestCloseJoinsSealFsync(t *testing.T) {
-	var sealed atomic.Int64
-	st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: time.Hour, CommitBytes: 500,
-		sealFsync: func() {
-			sealed.Add(1)
-			time.Sleep(200 * time.Millisecond) // a slow disk
-		}}, nil)
-	must(t, err)
-	must(t, st.Create(Meta{ID: "x"}))
-	must(t, st.TurnStart("x"))
-	for i := 0; sealed.Load() == 0; i++ {
-		if i == 1000 {
-			t.Fatal("no segment sealed in the middle of a turn")
+	synctest.Test(t, func(t *testing.T) {
+		var sealed atomic.Int64
+		st, err := open(t.TempDir(), Options{MaxSessionBytes: 8 << 10, CommitInterval: time.Hour, CommitBytes: 500,
+			sealFsync: func() {
+				sealed.Add(1)
+				time.Sleep(200 * time.Millisecond) // a slow disk
+			}}, nil)
+		must(t, err)
+		must(t, st.Create(Meta{ID: "x"}))
+		must(t, st.TurnStart("x"))
+		for i := 0; sealed.Load() == 0; i++ {
+			if i == 1000 {
+				t.Fatal("no segment sealed in the middle of a turn")
+			}
+			must(t, st.Append("x", mkLine("x", 0, i, 200)))
+			for i%3 == 2 && st.Stats().Queued > 0 { // 600 B: committed (CommitBytes), not fsynced
+				time.Sleep(time.Millisecond)
+			}
 		}
-		must(t, st.Append("x", mkLine("x", 0, i, 200)))
-		for i%3 == 2 && st.Stats().Queued > 0 { // 600 B: committed (CommitBytes), not fsynced
-			time.Sleep(time.Millisecond)
+		must(t, st.Delete(t.Context(), "x"))
+		must(t, st.Close())
+		if n := leaktest.Count("(*Store).fsyncSealed"); n != 0 {
+			t.Errorf("%d fsyncs of sealed segments still run after Close returned", n)
 		}
-	}
-	must(t, st.Delete(t.Context(), "x"))
-	must(t, st.Close())
-	if n := leaktest.Count("(*Store).fsyncSealed"); n != 0 {
-		t.Errorf("%d fsyncs of sealed segments still run after Close returned", n)
-	}
+	})
 }

@@ -94,3 +94,82 @@ func TestAttachEndToEnd(t *testing.T) {
 		t.Errorf("the router after its last client went: exited %v, code %d", ok, code)
 	}
 }
+
+// TestRevokeAttached: a client attached to the editor's session as
+// controller, an ask pending at both; `acp-router token revoke alice`
+// ends alice's bridge (exit 1, 1008 token revoked) within 2 s, the hub
+// detaches her as any client that goes, and the ask stays with the stdio
+// editor, who answers it: the turn ends, the audit names the editor, and
+// the editor, which holds no token, goes on.
+func TestRevokeAttached(t *testing.T) {
+	skipShort(t, "runs a router and a bridge")
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	r := newRemoteConfig(t, "listen: {address: '127.0.0.1:0'}\naudit: {file: "+yamlQuote(auditFile)+"}\npermissions:\n  default: ask\n")
+	ed := StartRouter(t, r.cfg, nil)
+	ed.Initialize(t, nil)
+	sid := ed.NewSession(t, t.TempDir())
+	url := r.listening(t, 1)[0]
+	phone := StartEditor(t, []string{needRouter(t), "connect", "--token", r.token, url}, withoutResultSchema())
+	phone.Initialize(t, nil)
+	phone.MustCall(t, "session/attach", map[string]any{"sessionId": sid, "role": "controller", "historyPolicy": "none"})
+
+	asked := make(chan struct{}, 2)
+	release := make(chan struct{})
+	ed.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		asked <- struct{}{}
+		<-release // the editor's user answers only once alice is gone
+		return AllowFirst(p)
+	})
+	phone.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		asked <- struct{}{}
+		<-t.Context().Done() // alice never answers: her answer is pending when she is revoked
+		return nil, nil
+	})
+	type result struct {
+		m   *Msg
+		err error
+	}
+	turn := make(chan result, 1)
+	go func() {
+		m, err := ed.Prompt(waitTimeout, sid, "permission\nsay after")
+		turn <- result{m, err}
+	}()
+	for range 2 {
+		select {
+		case <-asked:
+		case <-time.After(waitTimeout):
+			t.Fatal("the ask did not reach both controllers")
+		}
+	}
+	revoked := time.Now()
+	if code, _, errOut := runRouterCmd(t, nil, "token", "revoke", "alice", "--config", r.cfg); code != 0 {
+		t.Fatalf("token revoke: exit %d: %s", code, errOut)
+	}
+	code, _, exited := phone.Wait(2 * time.Second)
+	if !exited || code != 1 || !strings.Contains(phone.Stderr(), "1008 token revoked") {
+		t.Fatalf("alice's bridge 2 s after the revoke: exited %v, code %d, stderr %q", exited, code, phone.Stderr())
+	}
+	t.Logf("alice's bridge ended %v after the revoke", time.Since(revoked))
+	close(release)
+	res := <-turn
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	requireStop(t, res.m, "end_turn")
+	if got := ed.Texts(sid); len(got) != 2 || !strings.Contains(got[0], "allow") {
+		t.Errorf("the agent heard %q, want the editor's allow", got)
+	}
+	answered := 0
+	for _, rec := range audittest.ReadLines(t, auditFile) {
+		if by := rec["answeredBy"]; by != nil {
+			answered++
+			if by != "editor" || rec["userChoice"] != "allow_once" {
+				t.Errorf("audit record of the answer: %v", rec)
+			}
+		}
+	}
+	if answered != 1 {
+		t.Errorf("%d audit records name who answered, want the editor's 1", answered)
+	}
+	ed.MustPrompt(t, sid, "say still here", "end_turn")
+}

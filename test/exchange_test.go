@@ -164,6 +164,9 @@ func runExchange(t *testing.T, ar *txtar.Archive) *txtar.Archive {
 		t.Fatal("no exchange")
 	}
 	var out strings.Builder // the script as the router answered it (-update)
+	// unanswered are the ids of the editor's requests the router has not
+	// answered yet (as JSON).
+	unanswered := map[string]bool{}
 	for n, line := range strings.Split(strings.TrimRight(script, "\n"), "\n") {
 		where := fmt.Sprintf("exchange:%d", n+1)
 		switch {
@@ -171,6 +174,9 @@ func runExchange(t *testing.T, ar *txtar.Archive) *txtar.Archive {
 			msg := strings.ReplaceAll(strings.TrimPrefix(line, "-> "), "$CWD", cwd)
 			if !json.Valid([]byte(msg)) {
 				t.Fatalf("%s: not JSON: %s", where, line)
+			}
+			if id, isRequest := requestID(msg); isRequest {
+				unanswered[id] = true
 			}
 			if _, err := stdin.Write([]byte(msg + "\n")); err != nil {
 				t.Fatalf("%s: the router does not read: %v", where, err)
@@ -189,11 +195,29 @@ func runExchange(t *testing.T, ar *txtar.Archive) *txtar.Archive {
 			case !jsonEqual([]byte(got), []byte(want)):
 				t.Fatalf("%s: the router sent\n\t%s\nwant\n\t%s", where, got, want)
 			}
+			if ok {
+				delete(unanswered, responseID(got))
+			}
 		case line == "" || strings.HasPrefix(line, "#"):
 			out.WriteString(line + "\n")
 		default:
 			t.Fatalf("%s: want \"-> \", \"<- \" or \"#\": %q", where, line)
 		}
+	}
+	// The editor waits for the answers to its requests, then leaves: what
+	// the router sends meanwhile is not in the script. (Closing at once
+	// raced the router's last answer with its EOF: a script that left it
+	// out could pass.)
+	for len(unanswered) > 0 {
+		got, ok := next(waitTimeout)
+		if !ok {
+			break
+		}
+		if !*update {
+			t.Errorf("after the script the router sent %s", got)
+		}
+		out.WriteString("<- " + got + "\n")
+		delete(unanswered, responseID(got))
 	}
 	// At the editor's EOF the router ends without a word more.
 	stdin.Close()
@@ -228,6 +252,40 @@ func runExchange(t *testing.T, ar *txtar.Archive) *txtar.Archive {
 		rewritten.Files = append(rewritten.Files, f)
 	}
 	return rewritten
+}
+
+// requestID is the id of msg, a message the editor sends, as compact JSON,
+// when it is a request.
+func requestID(msg string) (string, bool) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal([]byte(msg), &m) != nil || m.Method == "" || len(m.ID) == 0 || string(m.ID) == "null" {
+		return "", false
+	}
+	return compactJSON(m.ID), true
+}
+
+// responseID is the id of msg, a message the router sends, as compact JSON
+// ("" when it is not a response).
+func responseID(msg string) string {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if json.Unmarshal([]byte(msg), &m) != nil || m.Method != "" || len(m.ID) == 0 {
+		return ""
+	}
+	return compactJSON(m.ID)
+}
+
+func compactJSON(v json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return string(v)
+	}
+	return b.String()
 }
 
 // checkSchema fails t when a request or notification the router sent the

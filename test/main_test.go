@@ -2,9 +2,11 @@
 // driven by a scripted editor, in front of fake agents (this test binary
 // re-executed, see fakeagent_test.go) and real third-party ACP peers.
 //
-// TestMain builds ./cmd/acp-router once (or uses the binary named by
-// $ACP_E2E_ROUTER_BIN). Tests that need the router fail, never skip, when it
-// does not build.
+// TestMain builds ./cmd/acp-router (or uses the binary named by
+// $ACP_E2E_ROUTER_BIN) and the ACP Go SDK's example peers at once, into a
+// directory kept from run to run where the go command relinks only what
+// changed (buildBinaries). Tests that need the router fail, never skip, when
+// it does not build.
 //
 // Run the ordering, callback and cancellation tests many times, with the
 // race detector:
@@ -14,18 +16,22 @@
 package test
 
 import (
-	"flag"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/internal/slowtest"
 )
 
 const (
@@ -72,27 +78,13 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
-// shortParallel sets -parallel to 4 tests a core under -short, unless the
-// command line gives one: the end-to-end tests wait on their routers and
-// fake agents far more than they compute (at go test's default of one a
-// core this package alone took 105 s of a quiet 2-core machine for 64 s of
-// CPU), and those that measure time skip under -short (skipShort).
-func shortParallel() {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	if !testing.Short() {
-		return
-	}
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		flag.Set("test.parallel", strconv.Itoa(4*runtime.GOMAXPROCS(0)))
-	}
-}
-
 func runTests(m *testing.M) int {
-	shortParallel()
+	// The end-to-end tests wait on their routers and fake agents far more
+	// than they compute (at go test's default of one a core this package
+	// alone took 105 s of a quiet 2-core machine for 64 s of CPU; at 4 a
+	// core 21 s against 17 s at 8, for the same CPU), and those that
+	// measure time skip under -short (skipShort).
+	slowtest.ShortParallel(8)
 	var err error
 	if testBin, err = os.Executable(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: cannot find the test binary:", err)
@@ -109,26 +101,97 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
+	buildBinaries()
+	return m.Run()
+}
 
+// Where the ACP Go SDK's example peers are built from (go.mod tools).
+const (
+	sdkAgentPkg  = "github.com/coder/acp-go-sdk/example/agent"
+	sdkClientPkg = "github.com/coder/acp-go-sdk/example/client"
+)
+
+// buildBinaries builds the router and the ACP Go SDK's example agent and
+// client, the two go commands at once, into keptDir: the go command
+// relinks a binary it finds there only when its sources or flags changed
+// (it compares build ids), so a run after one that changed nothing skips
+// the router's link (5 s of CPU of a 2-core machine, with everything else
+// waiting on it). The router is linked without its symbol table and
+// DWARF (-s -w, 40 % less CPU): no test reads them, and a panic's trace
+// still names functions and lines.
+func buildBinaries() {
+	out, unlock := keptDir()
+	defer unlock()
+	sdkAgent, sdkClient = filepath.Join(out, "sdk", "agent"), filepath.Join(out, "sdk", "client")
+	var wg sync.WaitGroup
 	if bin := os.Getenv(envRouterBin); bin != "" {
 		// A prebuilt router (a release build, or a mutant to check that
 		// the tests catch a bug).
 		routerBin = bin
-		return m.Run()
+	} else {
+		// The org policy directory is set at build time; this one never
+		// exists (a machine's own /etc/acp-router must not change the
+		// tests).
+		orgPolicyDir = filepath.Join(out, "no-org-policy")
+		bin := filepath.Join(out, "acp-router")
+		wg.Go(func() {
+			if err := goBuild("-ldflags", "-s -w -X main.orgPolicyDir="+orgPolicyDir, "-o", bin, "./cmd/acp-router"); err != nil {
+				// Tests that need the router fail with this error (they do
+				// not skip); the harness self-tests still run.
+				routerBuildErr = err
+			} else {
+				routerBin = bin
+			}
+		})
 	}
-	bin := filepath.Join(dir, "acp-router")
-	// The org policy directory is set at build time; this one never exists
-	// (a machine's own /etc/acp-router must not change the tests).
-	cmd := exec.Command("go", "build", "-ldflags", "-X main.orgPolicyDir="+filepath.Join(dir, "no-org-policy"), "-o", bin, "./cmd/acp-router")
+	wg.Go(func() {
+		// One go command links both (-o names a directory).
+		peersErr = goBuild("-o", filepath.Dir(sdkAgent)+string(filepath.Separator), sdkAgentPkg, sdkClientPkg)
+	})
+	wg.Wait()
+}
+
+// goBuild runs go build in the module root.
+func goBuild(args ...string) error {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
 	cmd.Dir = moduleRoot
 	if out, err := cmd.CombinedOutput(); err != nil {
-		// Tests that need the router fail with this error (they do not skip);
-		// the harness self-tests still run.
-		routerBuildErr = fmt.Errorf("go build ./cmd/acp-router: %v\n%s", err, out)
-	} else {
-		routerBin = bin
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return m.Run()
+	return nil
+}
+
+// keptDir returns the directory of the binaries kept from one run of this
+// package to the next, locked until unlock is called: one per user and
+// checkout, in the temporary directory. Two runs of one checkout build in
+// turn; a binary one of them runs stays whole while the other replaces it,
+// as the go command replaces a file rather than writing into it. Anyone
+// may traverse it (0711): the router looks for its org directory there,
+// and TestSandboxWithoutUserns runs it as nobody. When the directory is
+// not this user's own (another owner, a link, writable by others) this run
+// builds into binDir afresh.
+func keptDir() (dir string, unlock func()) {
+	sum := sha256.Sum256([]byte(moduleRoot))
+	dir = filepath.Join(os.TempDir(), fmt.Sprintf("acp-router-e2e-%d-%x", os.Getuid(), sum[:6]))
+	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return binDir, func() {}
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o022 != 0 {
+		return binDir, func() {}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+		return binDir, func() {}
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return binDir, func() {}
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return binDir, func() {}
+	}
+	return dir, func() { lock.Close() }
 }
 
 // skipShort skips a test under -short: running a real agent from npm,
@@ -156,33 +219,23 @@ func needRouter(t testing.TB) string {
 }
 
 var (
-	peersOnce sync.Once
-	peersErr  error
+	// sdkAgent and sdkClient are the ACP Go SDK's example agent and client
+	// (buildBinaries); peersErr says why they did not build.
+	sdkAgent, sdkClient string
+	peersErr            error
+	// orgPolicyDir is the org policy directory the router was built with
+	// ("" for $ACP_E2E_ROUTER_BIN's).
+	orgPolicyDir string
 )
 
-// goSDKPeers builds the acp-go-sdk example agent and client (go.mod tool
-// dependencies) once and returns their paths.
+// goSDKPeers returns the paths of the acp-go-sdk example agent and client
+// (go.mod tool dependencies), failing t when they did not build.
 func goSDKPeers(t testing.TB) (agent, client string) {
 	t.Helper()
-	agent = filepath.Join(binDir, "sdk-agent")
-	client = filepath.Join(binDir, "sdk-client")
-	peersOnce.Do(func() {
-		for bin, pkg := range map[string]string{
-			agent:  "github.com/coder/acp-go-sdk/example/agent",
-			client: "github.com/coder/acp-go-sdk/example/client",
-		} {
-			cmd := exec.Command("go", "build", "-o", bin, pkg)
-			cmd.Dir = moduleRoot
-			if out, err := cmd.CombinedOutput(); err != nil {
-				peersErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
-	})
 	if peersErr != nil {
 		t.Fatal(peersErr)
 	}
-	return agent, client
+	return sdkAgent, sdkClient
 }
 
 // runSleeper is a grandchild that only SIGKILL ends. It exits by itself when

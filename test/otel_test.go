@@ -393,6 +393,7 @@ func metricNames(ms []pmetric.Metrics) map[string]bool {
 // accepting them and never answering, prompts run as usual, the failure is
 // logged once per signal, and the router exits within its bounded flush.
 func TestTelemetryCollectorDown(t *testing.T) {
+	t.Parallel()
 	for name, endpoint := range map[string]func(testing.TB) string{"refusing": otlptest.Refusing, "hanging": otlptest.Hanging} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -437,6 +438,7 @@ func TestTelemetryCollectorDown(t *testing.T) {
 // soon as its stdin closes, over gRPC as over HTTP (issue 27: gRPC retried
 // the refused connection until the 5s flush at exit ran out).
 func TestTelemetryCollectorRefusedExit(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []string{"grpc", "http/protobuf"} {
 		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
 			t.Parallel()

@@ -9,10 +9,13 @@ package test
 // state directory.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -328,5 +331,150 @@ func TestServeAnsweredBy(t *testing.T) {
 	b, _ := os.ReadFile(audit)
 	if !strings.Contains(string(b), `"answeredBy":"alice"`) || strings.Contains(string(b), r.token) {
 		t.Errorf("audit:\n%s", b)
+	}
+}
+
+// TestServeRevoke: `acp-router token revoke alice` against a running
+// `acp-router serve` ends what alice's token opened, within 2 s: her
+// WebSocket is closed 1008 "token revoked", her HTTP connection's event
+// stream ends with that reason, her `acp-router connect` bridge exits 1
+// saying so; bob's connection goes on. alice created again is another
+// token: revoked and created once more at once, her new connection ends
+// all the same.
+func TestServeRevoke(t *testing.T) {
+	skipShort(t, "runs acp-router serve")
+	r := newRemoteConfig(t, "")
+	tokenCmd := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runRouterCmd(t, nil, append(append([]string{"token"}, args...), "--config", r.cfg)...)
+		if code != 0 {
+			t.Fatalf("token %v: exit %d: %s", args, code, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	bob := tokenCmd("create", "bob")
+	stderr := startServe(t, r, "--listen", "127.0.0.1:0")
+	url := r.listening(t, 1)[0]
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	initMsg := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`
+	ws := func(secret string) *websocket.Conn {
+		t.Helper()
+		c, _, err := websocket.Dial(ctx, strings.Replace(url, "http", "ws", 1), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + secret}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.CloseNow() })
+		c.Write(ctx, websocket.MessageText, []byte(initMsg))
+		if _, b, err := c.Read(ctx); err != nil || !strings.Contains(string(b), `"protocolVersion"`) {
+			t.Fatalf("initialize: %s %v", b, err)
+		}
+		return c
+	}
+	// closed waits for the server to close c, and returns how.
+	closed := func(c *websocket.Conn) <-chan error {
+		ch := make(chan error, 1)
+		go func() {
+			for {
+				if _, _, err := c.Read(ctx); err != nil {
+					ch <- err
+					return
+				}
+			}
+		}()
+		return ch
+	}
+	wantRevoked := func(who string, ch <-chan error, by <-chan time.Time) {
+		t.Helper()
+		select {
+		case err := <-ch:
+			var ce websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != "token revoked" {
+				t.Errorf("%s ended with %v, want 1008 \"token revoked\"", who, err)
+			}
+		case <-by:
+			t.Fatalf("%s still open 2 s after the revoke", who)
+		}
+	}
+
+	aliceWS, bobWS := ws(r.token), ws(bob)
+	aliceEnd := closed(aliceWS)
+	// alice over HTTP, her connection's event stream open.
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(initMsg))
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	req, _ = http.NewRequestWithContext(ctx, "GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Acp-Connection-Id", resp.Header.Get("Acp-Connection-Id"))
+	sse, err := http.DefaultClient.Do(req)
+	if err != nil || sse.StatusCode != 200 {
+		t.Fatalf("event stream: %v %v", sse, err)
+	}
+	sseEnd := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(sse.Body)
+		sse.Body.Close()
+		sseEnd <- string(b)
+	}()
+	// alice through acp-router connect, as an editor runs it.
+	bridge := exec.CommandContext(ctx, needRouter(t), "connect", "--token", r.token, url)
+	stdin, _ := bridge.StdinPipe()
+	stdout, _ := bridge.StdoutPipe()
+	var bridgeErr bytes.Buffer
+	bridge.Stderr = &bridgeErr
+	if err := bridge.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	io.WriteString(stdin, initMsg+"\n")
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.Contains(line, `"protocolVersion"`) {
+		t.Fatalf("connect: %q %v %s", line, err, bridgeErr.String())
+	}
+	bridgeEnd := make(chan error, 1)
+	go func() { bridgeEnd <- bridge.Wait() }()
+
+	revoked := time.Now()
+	tokenCmd("revoke", "alice")
+	by := time.After(2 * time.Second)
+	wantRevoked("alice's WebSocket", aliceEnd, by)
+	select {
+	case b := <-sseEnd:
+		if !strings.HasSuffix(b, ": closed: token revoked\n\n") {
+			t.Errorf("alice's event stream ended with %q", b)
+		}
+	case <-by:
+		t.Fatal("alice's event stream still open 2 s after the revoke")
+	}
+	select {
+	case err := <-bridgeEnd:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(bridgeErr.String(), "1008 token revoked") {
+			t.Errorf("connect: %v, stderr %q; want exit 1 saying 1008 token revoked", err, bridgeErr.String())
+		}
+	case <-by:
+		t.Fatal("acp-router connect still running 2 s after the revoke")
+	}
+	t.Logf("alice's connections ended %v after the revoke", time.Since(revoked))
+
+	// bob goes on.
+	bobWS.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":`+strconv.Quote(t.TempDir())+`,"mcpServers":[]}}`))
+	if _, b, err := bobWS.Read(ctx); err != nil || !strings.Contains(string(b), `"sessionId"`) {
+		t.Errorf("bob after alice's revoke: %s %v", b, err)
+	}
+
+	// alice again: another token. Revoked and created once more at once,
+	// her connection ends all the same.
+	alice2 := tokenCmd("create", "alice")
+	alice2End := closed(ws(alice2))
+	tokenCmd("revoke", "alice")
+	tokenCmd("create", "alice")
+	wantRevoked("the second alice's WebSocket", alice2End, time.After(2*time.Second))
+	if strings.Contains(stderr.String(), r.token) || strings.Contains(stderr.String(), alice2) {
+		t.Errorf("a token is in the router's log")
 	}
 }

@@ -149,9 +149,11 @@ func TestSandboxWithoutUserns(t *testing.T) {
 		t.Skip("needs setpriv (util-linux)")
 	}
 	router := needRouter(t)
-	// The router looks for its org policy directory (never there) in
-	// binDir: nobody must be able to see that it is not there.
-	must(t, os.Chmod(binDir, 0o711))
+	// The router looks for its org policy directory (never there):
+	// nobody must be able to see that it is not there.
+	if orgPolicyDir != "" {
+		must(t, os.Chmod(filepath.Dir(orgPolicyDir), 0o711))
+	}
 	base := filepath.Join("/var/tmp", fmt.Sprintf("acp-sandbox-nouserns-%d", os.Getpid()))
 	must(t, os.MkdirAll(base, 0o755))
 	t.Cleanup(func() { os.RemoveAll(base) })

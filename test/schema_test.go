@@ -191,6 +191,7 @@ func check(sch *jsonschema.Schema, v json.RawMessage) string {
 // extension method and an update kind newer than the schema are not
 // checked.
 func TestSchemaCheck(t *testing.T) {
+	t.Parallel()
 	s := loadSchema(t)
 	if s == nil {
 		t.Skip("the ACP schema is not installed here (scripts/test.sh installs it; CI has it)")

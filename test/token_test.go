@@ -54,10 +54,10 @@ func TestTokenCommands(t *testing.T) {
 		r.Header.Set("Authorization", "Bearer "+secret)
 		return s.Authenticate(r)
 	}
-	if id, err := auth(secret); err != nil || id != (token.Identity{Name: "phone", Role: token.RoleObserver, AllSessions: false}) {
+	if id, err := auth(secret); err != nil || id.ID == "" || id != (token.Identity{Name: "phone", Role: token.RoleObserver, AllSessions: false, ID: id.ID}) {
 		t.Errorf("the created token authenticates as %+v, %v; want phone, observer, own sessions", id, err)
 	}
-	if id, err := auth(lead); err != nil || id != (token.Identity{Name: "lead", Role: token.RoleController, AllSessions: true}) {
+	if id, err := auth(lead); err != nil || id.ID == "" || id != (token.Identity{Name: "lead", Role: token.RoleController, AllSessions: true, ID: id.ID}) {
 		t.Errorf("a token created with no flags authenticates as %+v, %v; want a controller seeing every session", id, err)
 	}
 

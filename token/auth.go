@@ -62,7 +62,7 @@ func (s *Store) Authenticate(r *http.Request) (Identity, error) {
 	s.lim.succeed(addr)
 	rec := recs[match]
 	s.touch(rec)
-	return Identity{Name: rec.Name, Role: rec.Role, AllSessions: rec.AllSessions}, nil
+	return Identity{Name: rec.Name, Role: rec.Role, AllSessions: rec.AllSessions, ID: rec.id}, nil
 }
 
 // warnAfter: the failure that is logged at warn level once per address run

@@ -33,12 +33,21 @@ type record struct {
 	SHA256 string `json:"sha256"`
 
 	sum [sha256.Size]byte // SHA256 decoded, on load
+	id  string            // idOf(sum)
+}
+
+// idOf is a token's Identity.ID: a hash of its digest, so that what goes
+// around the process with every connection is neither the secret nor what
+// the file keeps of it.
+func idOf(sum [sha256.Size]byte) string {
+	h := sha256.Sum256(append([]byte("acp-router token id\x00"), sum[:]...))
+	return hex.EncodeToString(h[:16])
 }
 
 func newRecord(name, role string, all bool, secret string, now time.Time) record {
 	sum := sha256.Sum256([]byte(secret))
 	return record{Name: name, Role: role, AllSessions: all, Created: now.UTC().Truncate(time.Second),
-		SHA256: hex.EncodeToString(sum[:]), sum: sum}
+		SHA256: hex.EncodeToString(sum[:]), sum: sum, id: idOf(sum)}
 }
 
 // stamp tells whether the file at the path is still the one read: each
@@ -129,6 +138,7 @@ func parse(b []byte) ([]record, error) {
 			return nil, fmt.Errorf("token %q: bad sha256", r.Name)
 		}
 		copy(r.sum[:], sum)
+		r.id = idOf(r.sum)
 	}
 	return d.Tokens, nil
 }
@@ -272,20 +282,37 @@ func (s *Store) writeAtomic(data []byte) (err error) {
 // stamp is unchanged and the cache is younger than rereadEvery, else the
 // file read again.
 func (s *Store) current() ([]record, error) {
+	recs, _, err := s.currentGen()
+	return recs, err
+}
+
+// currentGen is current, and the generation of what it returns: gen
+// changes whenever the file was read again (or failed to be).
+func (s *Store) currentGen() ([]record, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	recs, err := s.currentLocked()
+	return recs, s.gen, err
+}
+
+func (s *Store) currentLocked() ([]record, error) {
 	var st syscall.Stat_t
 	err := syscall.Lstat(s.path, &st)
 	switch {
 	case errors.Is(err, syscall.ENOENT):
+		if s.cache != nil || s.gen == 0 {
+			s.gen++
+		}
 		s.cache, s.stamp, s.readAt = nil, stamp{}, time.Now()
 		return nil, nil
 	case err != nil:
+		s.gen++
 		return nil, fmt.Errorf("token: %w", err)
 	}
 	if s.stamp != (stamp{}) && stampOf(&st) == s.stamp && time.Since(s.readAt) < rereadEvery {
 		return s.cache, nil
 	}
+	s.gen++
 	recs, sp, err := s.read()
 	if err != nil {
 		// Fail closed: a file that cannot be read accepts no token,

@@ -21,6 +21,12 @@
 // (the rename gives it a new inode), and at least once a second anyway, so a
 // revoke takes effect in every router at once.
 //
+// A revoke ends the connections the token opened too, not only its next
+// request: the transport watches each connection's token (Watch, by
+// Identity.ID, which a token created again under the same name does not
+// share), and while any is watched the Store looks at the file every
+// watchEvery, ending the watches of every token no longer in it.
+//
 // # What is never written anywhere
 //
 // Secrets are neither stored nor logged nor put in errors: logs and errors
@@ -113,6 +119,10 @@ type Identity struct {
 	Name        string // the token's name
 	Role        string // RoleController or RoleObserver: the most this client may be
 	AllSessions bool   // may see and attach sessions other clients started
+	// ID names this token among all the store ever held: derived from its
+	// digest (never the secret, nor the digest itself), so a token revoked
+	// and created again under the same name has another ID. Watch takes it.
+	ID string
 }
 
 // Info is what List tells about a token: never its secret or digest.
@@ -191,6 +201,12 @@ type Store struct {
 	readAt  time.Time  // when cache was read (monotonic clock)
 	touched map[string]time.Time
 	failed  string // the error reading the file last logged; "" when it was read
+	gen     uint64 // counts the reads of the file (and the failures to read it)
+
+	wmu      sync.Mutex                       // guards what follows (taken before mu, never inside it)
+	watchers map[string]map[*watcher]struct{} // by token ID
+	polling  bool                             // poll runs
+	swept    uint64                           // the gen poll last swept
 }
 
 // Dir is where the tokens of stateDir are kept.

@@ -14,10 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -123,7 +125,7 @@ func TestCreateListRevoke(t *testing.T) {
 	if _, err := s.Authenticate(request("bearer", secret, "192.0.2.1:5000")); !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("revoked token authenticated: %v", err)
 	}
-	if id, err := s.Authenticate(request("bearer", other, "192.0.2.2:5000")); err != nil || id != (Identity{Name: "lead@laptop", Role: RoleController, AllSessions: true}) {
+	if id, err := s.Authenticate(request("bearer", other, "192.0.2.2:5000")); err != nil || id.ID == "" || id != (Identity{Name: "lead@laptop", Role: RoleController, AllSessions: true, ID: id.ID}) {
 		t.Errorf("remaining token: %+v, %v", id, err)
 	}
 }
@@ -251,7 +253,10 @@ func TestAuthenticateSources(t *testing.T) {
 	want := Identity{Name: "phone", Role: RoleObserver, AllSessions: false}
 	for _, how := range []string{"bearer", "cookie", "query"} {
 		id, err := s.Authenticate(request(how, secret, "127.0.0.1:40000"))
-		if err != nil || id != want {
+		if want.ID == "" {
+			want.ID = id.ID // the same token, the same ID, however it came
+		}
+		if err != nil || id.ID == "" || id != want {
 			t.Errorf("%s: %+v, %v; want %+v", how, id, err, want)
 		}
 	}
@@ -341,40 +346,41 @@ func TestRevokeInRunningStore(t *testing.T) {
 
 // TestRereadWithSameStamp pins the fallback when the stat says nothing
 // changed (a rewrite in the same timestamp tick, same size, an inode
-// reused): the cache is read again within rereadEvery.
+// reused): the cache is read again once it is rereadEvery old, not
+// before. In a synctest bubble: the second passes on the bubble's clock.
 func TestRereadWithSameStamp(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, t.TempDir(), Options{})
-	secret, err := s.Create("a", RoleController, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Twice: the first use writes the last-used time, a change of the
-	// file this Store reads again.
-	for range 2 {
-		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		s := openStore(t, t.TempDir(), Options{})
+		secret, err := s.Create("a", RoleController, true)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	// Pretend the file was revoked while its stamp stayed the same: the
-	// cache is what a stale reader would keep.
-	s.mu.Lock()
-	s.cache = nil
-	s.mu.Unlock()
-	if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err == nil {
-		t.Fatal("the cache was not used while fresh (the test proves nothing)")
-	}
-	deadline := time.Now().Add(rereadEvery + 500*time.Millisecond)
-	for i := 2; ; i++ {
+		// Twice: the first use writes the last-used time, a change of the
+		// file this Store reads again.
+		for range 2 {
+			if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Pretend the file was revoked while its stamp stayed the same: the
+		// cache is what a stale reader would keep.
+		s.mu.Lock()
+		s.cache = nil
+		s.mu.Unlock()
+		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.1:1")); err == nil {
+			t.Fatal("the cache was not used while fresh (the test proves nothing)")
+		}
 		// A new address each time: failures hold an address back.
-		if _, err := s.Authenticate(request("bearer", secret, fmt.Sprintf("127.0.0.%d:1", i))); err == nil {
-			break
+		time.Sleep(rereadEvery - time.Millisecond)
+		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.2:1")); err == nil {
+			t.Fatalf("the file was read again before the cache was %v old", rereadEvery)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the file was not read again within %v", rereadEvery)
+		time.Sleep(time.Millisecond)
+		if _, err := s.Authenticate(request("bearer", secret, "127.0.0.3:1")); err != nil {
+			t.Fatalf("the file was not read again once the cache was %v old: %v", rereadEvery, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	})
 }
 
 // TestConcurrentCreate pins that creates from two Stores (two open lock
@@ -464,7 +470,7 @@ func TestEnsureFirst(t *testing.T) {
 		t.Fatalf("%d first tokens made, want 1", len(made))
 	}
 	s := openStore(t, state, Options{})
-	if id, err := s.Authenticate(request("query", made[0], "127.0.0.1:9")); err != nil || id != (Identity{Name: "local", Role: RoleController, AllSessions: true}) {
+	if id, err := s.Authenticate(request("query", made[0], "127.0.0.1:9")); err != nil || id.ID == "" || id != (Identity{Name: "local", Role: RoleController, AllSessions: true, ID: id.ID}) {
 		t.Errorf("first token: %+v, %v", id, err)
 	}
 	if err := s.Revoke("local"); err != nil {
@@ -695,5 +701,133 @@ func BenchmarkAuthenticate(b *testing.B) {
 		if _, err := s.Authenticate(r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// watchCounter records which of a test's watches fired, and when.
+type watchCounter struct {
+	mu    sync.Mutex
+	fired map[string]time.Time
+}
+
+func (w *watchCounter) watch(s *Store, name, id string) (stop func()) {
+	return s.Watch(id, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if _, dup := w.fired[name]; dup {
+			panic("gone called twice for " + name)
+		}
+		w.fired[name] = time.Now()
+	})
+}
+
+func (w *watchCounter) has(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.fired[name]
+	return ok
+}
+
+// waitWatch waits up to 2 s for name's watch to fire.
+func (w *watchCounter) wait(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for !w.has(name) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's watch did not fire within 2 s", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pollGoroutines counts the Store's file watchers running.
+func pollGoroutines() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "token.(*Store).poll(")
+}
+
+// TestWatchRevoke: a live connection learns that its token is gone (issue
+// 30's revoke must end the connections a token opened, not only refuse its
+// next request): a revoke by another process's Store fires the token's
+// watches within the poll, not another token's; a token revoked and created
+// again under the same name is another token (its old connections end,
+// new ones are watched under the new ID); a watch of a token already gone
+// fires at once; stop ends a watch; with no watch left no goroutine runs.
+func TestWatchRevoke(t *testing.T) {
+	state := t.TempDir()
+	running := openStore(t, state, Options{})
+	cli := openStore(t, state, Options{})
+	auth := func(secret string) Identity {
+		t.Helper()
+		id, err := running.Authenticate(request("bearer", secret, "127.0.0.1:1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	alice, _ := cli.Create("alice", RoleController, true)
+	bob, _ := cli.Create("bob", RoleController, true)
+	a1, b := auth(alice), auth(bob)
+	w := &watchCounter{fired: map[string]time.Time{}}
+	w.watch(running, "alice-ws", a1.ID)
+	w.watch(running, "alice-sse", a1.ID)
+	stopBob := w.watch(running, "bob", b.ID)
+	stopped := w.watch(running, "stopped", a1.ID)
+	stopped()
+	stopped()
+
+	revoked := time.Now()
+	if err := cli.Revoke("alice"); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t, "alice-ws")
+	w.wait(t, "alice-sse")
+	if d := w.fired["alice-ws"].Sub(revoked); d > time.Second {
+		t.Errorf("the watch fired %v after the revoke, want at most 1 s", d)
+	}
+	time.Sleep(2 * watchEvery)
+	if w.has("bob") || w.has("stopped") {
+		t.Errorf("fired: %v; want alice's two only", w.fired)
+	}
+
+	// Revoked and created again: the old ID is gone, the new one lives.
+	alice2, _ := cli.Create("alice", RoleController, true)
+	a2 := auth(alice2)
+	if a2.ID == a1.ID || a2.ID == "" {
+		t.Fatalf("a re-created token has the ID %q of the revoked one (%q)", a2.ID, a1.ID)
+	}
+	w.watch(running, "old-alice-late", a1.ID) // a request authenticated just before the revoke
+	if !w.has("old-alice-late") {
+		t.Error("a watch of a revoked token did not fire at once")
+	}
+	w.watch(running, "alice2", a2.ID)
+	w.watch(running, "alice2-old", a2.ID)
+	if err := cli.Revoke("alice"); err != nil {
+		t.Fatal(err)
+	}
+	alice3, _ := cli.Create("alice", RoleController, true) // at once: one sweep may see only the end state
+	w.wait(t, "alice2")
+	w.wait(t, "alice2-old")
+	a3 := auth(alice3)
+	w.watch(running, "alice3", a3.ID)
+	time.Sleep(2 * watchEvery)
+	if w.has("alice3") || w.has("bob") {
+		t.Errorf("fired: %v; the new alice and bob must live", w.fired)
+	}
+
+	// The file gone or not ours any more: every token refused, every
+	// connection ended (fail closed).
+	if err := os.Chmod(running.Path(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t, "bob")
+	w.wait(t, "alice3")
+	stopBob()
+	deadline := time.Now().Add(2 * time.Second)
+	for pollGoroutines() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := pollGoroutines(); n > 0 {
+		t.Errorf("%d poll goroutines left with no watch", n)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/internal/slowtest"
 	"github.com/acp-router/acp-router/sandbox"
 )
 
@@ -44,6 +45,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envFakeAgent) != "" {
 		os.Exit(fakeAgent())
 	}
+	// TestIdleTimeout's cases wait out idle timeouts and shutdown graces
+	// (10 s of them, 1 s of CPU): two at a time, they held one of go
+	// test's package slots for most of this package's 8 s.
+	slowtest.ShortParallel(4)
 	os.Exit(m.Run())
 }
 

@@ -125,12 +125,15 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, pg *
 	go h.Run(ctx, hubOut, hubIn)
 	srv := remote.NewServer(remote.Options{
 		Serve: func(ctx context.Context, c remote.Conn, id remote.Identity) error {
-			return h.Serve(ctx, c, hub.Identity(id))
+			return h.Serve(ctx, c, hub.Identity{Name: id.Name, Role: id.Role, AllSessions: id.AllSessions, Editor: id.Editor})
 		},
 		Auth: func(req *http.Request) (remote.Identity, error) {
 			id, err := tokens.Authenticate(req)
-			return remote.Identity{Name: id.Name, Role: id.Role, AllSessions: id.AllSessions}, err
+			return remote.Identity{Name: id.Name, Role: id.Role, AllSessions: id.AllSessions, Token: id.ID}, err
 		},
+		// A revoke ends the connections the token opened (the hub then
+		// detaches them), the stdio editor's never: it holds no token.
+		Watch:         func(id remote.Identity, gone func()) func() { return tokens.Watch(id.Token, gone) },
 		SecureCookies: ln.TLS,
 		Logger:        log.Named("remote"),
 		Page:          page.New(page.Options{AuditFile: cfg.Audit.File, RuleAt: ruleAt(pg)}),

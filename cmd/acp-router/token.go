@@ -46,8 +46,11 @@ var tokenListHelp = help{
 
 var tokenRevokeHelp = help{
 	synopsis: tokenRevokeSynopsis,
-	about: `Removes the token NAME. Every running router refuses it from its next request on (a client
-already connected with it keeps its connection until it ends). Exit 1 if there is no such token.`,
+	about: `Removes the token NAME. Every running router refuses it from its next request on, and within
+a second ends the connections it opened: a WebSocket is closed 1008 "token revoked", an HTTP
+connection's event streams end, acp-router connect exits 1; its clients leave their sessions as
+any client that goes. A token created again under the same name is another token: it reaches
+none of them. The stdio editor is never affected. Exit 1 if there is no such token.`,
 	example: `  acp-router token revoke phone
 `,
 }

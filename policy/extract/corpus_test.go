@@ -73,7 +73,7 @@ type corpusCase struct {
 	Kernel bool
 	Case   *policy.TestCase
 	Call   *policy.TestCall
-	Pos    policy.Pos
+	Pos    yamlpos.Pos
 }
 
 var corpusCaseKeys = []string{"id", "attack", "expect", "source", "call", "files", "symlinks", "cwd", "roots", "agent", "mode", "run", "kernel"}
@@ -209,7 +209,7 @@ func loadCorpusFile(file string, data []byte) (string, []*corpusCase, []error) {
 
 // loadCorpus reads the policy of dir and every class file in it; ids
 // records every case id seen so far, across directories.
-func loadCorpus(t *testing.T, dir string, ids map[string]policy.Pos) (*policy.Policy, []string, map[string][]*corpusCase) {
+func loadCorpus(t *testing.T, dir string, ids map[string]yamlpos.Pos) (*policy.Policy, []string, map[string][]*corpusCase) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, "policy.yaml"))
 	if err != nil {
@@ -301,7 +301,7 @@ func corpusWhy(d *policy.Decision) string {
 // expect: is not met. Run `go test ./policy -run TestCorpus -v` for the
 // figures.
 func TestCorpus(t *testing.T) {
-	ids := map[string]policy.Pos{}
+	ids := map[string]yamlpos.Pos{}
 	for _, dir := range corpusDirs(t) {
 		pol, classes, byClass := loadCorpus(t, dir, ids)
 		t.Run(filepath.Base(dir), func(t *testing.T) { corpusTargets(t, pol, classes, byClass, false) })
@@ -314,7 +314,7 @@ func TestCorpus(t *testing.T) {
 // are, and terminal commands once they run under the profile. The targets
 // are the same.
 func TestCorpusKernel(t *testing.T) {
-	ids := map[string]policy.Pos{}
+	ids := map[string]yamlpos.Pos{}
 	for _, dir := range corpusDirs(t) {
 		pol, classes, byClass := loadCorpus(t, dir, ids)
 		t.Run(filepath.Base(dir), func(t *testing.T) { corpusTargets(t, pol, classes, byClass, true) })

@@ -7,6 +7,7 @@ import (
 
 	"github.com/acp-router/acp-router/policy"
 	"github.com/acp-router/acp-router/policy/extract"
+	"github.com/acp-router/acp-router/yamlpos"
 )
 
 // hideSet is a kernel guard that hides the paths below any of its
@@ -30,7 +31,7 @@ func (h hideSet) Hides(p string) bool {
 // still asks, a secret named on the line is still denied (both guards
 // hold it), and a recursive write is not credited.
 func TestKernelGuard(t *testing.T) {
-	pol, _, _ := loadCorpus(t, corpusDir, map[string]policy.Pos{})
+	pol, _, _ := loadCorpus(t, corpusDir, map[string]yamlpos.Pos{})
 	tc := &policy.TestCase{
 		Files:    []string{"/home/user/project/go.mod", "/home/user/project/tests/test_app.py", "/home/user/.aws/credentials", "/home/user/.ssh/id_ed25519"},
 		Symlinks: map[string]string{"/home/user/project/notes/aws": "/home/user/.aws/credentials", "/home/user/project/notes/key": "/home/user/.ssh/id_ed25519"},
