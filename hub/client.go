@@ -68,7 +68,7 @@ func (c *client) enqueueChunk(line []byte, ch *chunk) bool {
 		c.qmu.Unlock()
 		return false
 	}
-	if ch != nil && !c.id.Editor && len(c.q) > 0 && c.q[len(c.q)-1].join(ch) {
+	if ch != nil && !c.id.Editor && len(c.q) > 0 && (len(c.q) >= c.h.opts.CoalesceAfter || c.interval > 0) && c.q[len(c.q)-1].join(ch) {
 		c.qbytes += len(ch.body)
 		c.qmu.Unlock()
 		return true

@@ -15,8 +15,10 @@ import (
 // agent_message_chunk after another, be dropped as too slow, or, a browser
 // page having no backpressure on a WebSocket, be sent more messages than
 // it can parse and fall behind without bound. Instead, a chunk queued for
-// a remote client joins the chunk at the tail of its queue when the two
-// are the same update but for their text: same session, same kind
+// a remote client that is behind (Options.CoalesceAfter messages queued),
+// or that asked for a chunk interval (MethodWatch), joins the chunk at the
+// tail of its queue when the two are the same update but for their text:
+// same session, same kind
 // (agent_message_chunk or agent_thought_chunk), same message id and
 // _meta, every byte of the line equal but the text. The client gets the
 // same text in fewer messages; nothing is reordered (only the tail, not

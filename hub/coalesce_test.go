@@ -23,7 +23,7 @@ func chunkLine(sid, kind, text, extra string) []byte {
 // message of another kind, never for the stdio editor; the text, escapes
 // included, is the concatenation.
 func TestCoalesceQueue(t *testing.T) {
-	h := New(Options{})
+	h := New(Options{CoalesceAfter: 1})
 	lines := [][]byte{
 		chunkLine("s1", "agent_message_chunk", "a<", ""),
 		chunkLine("s1", "agent_message_chunk", "b\u00e9\n\"\u202e", ""),

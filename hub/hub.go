@@ -115,6 +115,11 @@ type Options struct {
 	// either, that client is dropped [32 MiB, 16384].
 	QueueBytes    int
 	QueueMessages int
+	// CoalesceAfter is how many messages a remote client's queue holds
+	// before streamed text is coalesced in it (coalesce.go): a client
+	// that keeps up gets every chunk as the agent sent it [1024, at most
+	// a quarter of QueueMessages].
+	CoalesceAfter int
 	// MaxLine bounds one message from the Router [acp.DefaultMaxLine].
 	MaxLine int
 }
@@ -164,6 +169,10 @@ func New(opts Options) *Hub {
 	if opts.QueueMessages <= 0 {
 		opts.QueueMessages = 16384
 	}
+	if opts.CoalesceAfter <= 0 {
+		opts.CoalesceAfter = 1024
+	}
+	opts.CoalesceAfter = max(1, min(opts.CoalesceAfter, opts.QueueMessages/4))
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = acp.DefaultMaxLine
 	}

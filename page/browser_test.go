@@ -63,6 +63,9 @@ func TestPageInBrowser(t *testing.T) {
 	if got := p.String(`document.querySelector('#session-list .state').textContent`); got != "waiting for you" {
 		t.Errorf("state %q while an ask is pending", got)
 	}
+	if got := p.String(`document.querySelector('#session-list .agent').textContent`); got != "Claude Code" {
+		t.Errorf("the list shows the agent as %q, want Claude Code", got)
+	}
 	shot(t, p, artifacts, "session", 390)
 	p.Resize(1280, 900)
 	shot(t, p, artifacts, "session", 1280)
