@@ -75,10 +75,14 @@ func TestWatchSessions(t *testing.T) {
 		t.Fatalf("switch answered %s", res)
 	}
 	waitFor(t, "the switch pushed", func() bool { return slices.Contains(watcher.states(sid), "idle@other") })
+	// Back with the slash command: the router says so with a
+	// config_option_update, not in an answer.
+	ed.mustCall("session/prompt", promptParams(sid, "/agent fake"))
+	waitFor(t, "the switch back pushed", func() bool { s := watcher.states(sid); return s[len(s)-1] == "idle@fake" })
 	ed.mustCall("session/close", map[string]any{"sessionId": sid})
 	waitFor(t, "the end pushed", func() bool { s := watcher.states(sid); return s[len(s)-1] == "gone" })
 	got := strings.Join(watcher.states(sid), " ")
-	if got != "idle@fake running@fake waiting@fake running@fake idle@fake idle@other gone" {
+	if !strings.HasPrefix(got, "idle@fake running@fake waiting@fake running@fake idle@fake idle@other running@other ") || !strings.HasSuffix(got, " idle@fake gone") {
 		t.Errorf("the watcher saw the session %s", got)
 	}
 	for _, list := range watcher.pushed() {
