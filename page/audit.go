@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/acp-router/acp-router/acp"
 )
 
 // Filter selects audit records; empty fields match all. Before is a
@@ -52,16 +54,6 @@ type AuditPage struct {
 	// older than the last reload may have been decided where the rule
 	// was then: its policyHash says which policy decided).
 	Where map[string]string `json:"where"`
-}
-
-// fields are the record members the filter and the counts read.
-type fields struct {
-	Time     time.Time `json:"time"`
-	Session  string    `json:"session"`
-	Parent   string    `json:"parentSession"`
-	Agent    string    `json:"agent"`
-	Decision string    `json:"decision"`
-	Rule     *string   `json:"rule"`
 }
 
 // maxRecord bounds one record: a longer line is counted but not read
@@ -129,6 +121,28 @@ func (a *AuditReader) Close() {
 		lf.f.Close()
 	}
 	a.files = nil
+}
+
+// recordFields are the record members the filter and the counts read.
+var recordFields = [...]string{"time", "agent", "session", "parentSession", "decision", "rule"}
+
+// internJSON interns a JSON string value ("" for anything else: null, a
+// number, absent), as decoding it into a string field would (a
+// non-string fails that decode: the old reader skipped such a record;
+// here its field is empty).
+func (a *AuditReader) internJSON(v json.RawMessage) uint32 {
+	if len(v) < 2 || v[0] != '"' {
+		return 0
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		if i, ok := a.strs[string(v[1:len(v)-1])]; ok {
+			return i
+		}
+		return a.intern(string(v[1 : len(v)-1]))
+	}
+	var s string
+	json.Unmarshal(v, &s)
+	return a.intern(s)
 }
 
 func (a *AuditReader) intern(s string) uint32 {
@@ -246,14 +260,18 @@ func (a *AuditReader) index(lf *logFile) error {
 // add indexes the line at [start, end) of lf (nil: too long to read).
 func (a *AuditReader) add(lf *logFile, start, end int64, line []byte) {
 	r := rec{off: start, n: int32(end - start - 1)}
-	var v fields
-	if line != nil && json.Unmarshal(line, &v) == nil {
-		r.valid = true
-		r.unix = v.Time.Unix()
-		r.agent, r.session, r.parent, r.decision = a.intern(v.Agent), a.intern(v.Session), a.intern(v.Parent), a.intern(v.Decision)
-		if v.Rule != nil {
-			r.rule = a.intern(*v.Rule)
+	// The few members read, without decoding the rest (the evidence):
+	// acp.Members checks the whole line is a JSON object, as a decode
+	// would.
+	var out [len(recordFields)]json.RawMessage
+	if line != nil && acp.Members(line, recordFields[:], out[:]) == nil {
+		var t time.Time
+		if out[0] != nil && json.Unmarshal(out[0], &t) == nil {
+			r.unix = t.Unix()
 		}
+		r.valid = true
+		r.agent, r.session, r.parent, r.decision = a.internJSON(out[1]), a.internJSON(out[2]), a.internJSON(out[3]), a.internJSON(out[4])
+		r.rule = a.internJSON(out[5])
 	}
 	lf.recs = append(lf.recs, r)
 }
