@@ -206,7 +206,34 @@ func (a *AuditReader) refresh() error {
 		lf.f.Close()
 	}
 	a.files = files
+	if len(old) > 0 {
+		a.compact()
+	}
 	return nil
+}
+
+// compact drops the interned strings only records gone with a dropped
+// generation named (session ids, mostly), so that the table stays
+// bounded by the log as the index is.
+func (a *AuditReader) compact() {
+	strs, names := map[string]uint32{"": 0}, []string{""}
+	keep := func(id uint32) uint32 {
+		s := a.names[id]
+		if i, ok := strs[s]; ok {
+			return i
+		}
+		i := uint32(len(names))
+		strs[s] = i
+		names = append(names, s)
+		return i
+	}
+	for _, lf := range a.files {
+		for i := range lf.recs {
+			r := &lf.recs[i]
+			r.agent, r.session, r.parent, r.rule, r.decision = keep(r.agent), keep(r.session), keep(r.parent), keep(r.rule), keep(r.decision)
+		}
+	}
+	a.strs, a.names = strs, names
 }
 
 // index reads lf from where it was indexed to its last whole line.

@@ -83,9 +83,21 @@ func TestReadAuditRotated(t *testing.T) {
 	if got := sessionsOf(res); got != "f1#6" {
 		t.Errorf("the new record: %q", got)
 	}
+	// The oldest generation dropped: its records go, and so do the
+	// names only they used; the others keep their filters.
+	if err := os.Remove(file + ".3"); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = r.Read(Filter{Session: "e1"}, now)
+	if got := sessionsOf(res); got != "e1#2" || res.Total != 1 {
+		t.Errorf("after the drop: %q total %d", got, res.Total)
+	}
+	if _, ok := r.strs["a1"]; ok || len(r.names) != len(r.strs) {
+		t.Errorf("the names of dropped records are kept: %v", r.names)
+	}
 	// A fresh reader sees the same.
-	res, _ = ReadAudit(file, Filter{Limit: 2, Before: 6}, now)
-	if got := sessionsOf(res); got != "e2#5 e1#4" || res.Next != 4 {
+	res, _ = ReadAudit(file, Filter{Limit: 2, Before: 4}, now)
+	if got := sessionsOf(res); got != "e2#3 e1#2" || res.Next != 2 {
 		t.Errorf("a fresh reader: %q next %d", got, res.Next)
 	}
 }
