@@ -33,6 +33,13 @@
 //     dropped with a reason, and never delays the Router or another client;
 //     the stdio editor is never dropped: the Router's stream waits for it
 //     (waitEditor), as the Router waits for a slow editor without a hub.
+//     Before dropping anyone, streamed text is coalesced in a remote
+//     client's queue once it is behind, or at the interval it asked for
+//     (coalesce.go): the same text in fewer messages, nothing reordered;
+//   - what ACP does not carry, for the page of issue 31: the live sessions
+//     a client may see, with their state and agent, asked
+//     (_acp-router/sessions) or pushed to a client that watches
+//     (_acp-router/watch, watch.go).
 //
 // Concurrency: one mutex (Hub.mu) guards the routing state; it is never
 // held across a write that can wait (to the Router: its read loop never
