@@ -73,17 +73,38 @@ func (c *client) enqueueChunk(line []byte, ch *chunk) bool {
 		c.qmu.Unlock()
 		return true
 	}
-	if !c.id.Editor && (len(c.q) >= c.h.opts.QueueMessages || c.qbytes+len(line) > c.h.opts.QueueBytes && len(c.q) > 0) {
+	return c.pushLocked(queued{line: line, ch: ch, size: len(line)})
+}
+
+// pushLocked queues q (called with qmu held; unlocks it), or drops the
+// client when its queue is over its bounds (enqueue).
+func (c *client) pushLocked(q queued) bool {
+	if !c.id.Editor && (len(c.q) >= c.h.opts.QueueMessages || c.qbytes+q.size > c.h.opts.QueueBytes && len(c.q) > 0) {
 		c.qmu.Unlock()
 		c.h.log.Warn("client dropped: its queue overflowed", "client", c.id.Name, "messages", len(c.q), "bytes", c.qbytes)
 		go c.h.drop(c, ErrSlowClient)
 		return false
 	}
-	c.q = append(c.q, queued{line: line, ch: ch, size: len(line)})
-	c.qbytes += len(line)
+	c.q = append(c.q, q)
+	c.qbytes += q.size
 	c.qmu.Unlock()
 	signal(c.wake)
 	return true
+}
+
+// enqueueHeld queues what was held for the client while its replay was
+// sent (member.buf), as it was held (coalesced or not), in order.
+func (c *client) enqueueHeld(held []queued) {
+	for _, q := range held {
+		c.qmu.Lock()
+		if c.reason != nil {
+			c.qmu.Unlock()
+			return
+		}
+		if !c.pushLocked(q) {
+			return
+		}
+	}
 }
 
 // enqueueWait queues line, waiting for room first (a replay: what the

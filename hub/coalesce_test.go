@@ -156,3 +156,53 @@ func (e *env) attachedConn(conn *pipeConn, id Identity, sid, role, policy string
 	c.initialize()
 	return c, c.mustCall(MethodAttach, map[string]any{"sessionId": sid, "role": role, "historyPolicy": policy})
 }
+
+// A client attaching with the full history while the agent streams gets
+// the live chunks held until its replay is sent: past CoalesceAfter they
+// are coalesced there too, so that a long replay under a fast stream does
+// not drop the client; it gets the editor's text, once, in order.
+func TestCoalesceHeld(t *testing.T) {
+	e := startHub(t, Options{QueueMessages: 200})
+	ed, sid := e.editorSession()
+	ed.mustCall("session/prompt", promptParams(sid, "big 300 10"))
+	conn := newPipeConn()
+	conn.block = make(chan struct{}, 1)
+	conn.block <- struct{}{} // initialize's answer; the replay then waits
+	phone := e.connectConn(conn, Identity{Name: "phone", Role: RoleObserver, AllSessions: true})
+	phone.start("initialize", map[string]any{"protocolVersion": 1})
+	attached := phone.start(MethodAttach, map[string]any{"sessionId": sid, "role": RoleObserver, "historyPolicy": historyFull})
+	waitFor(t, "the replay under way", func() bool {
+		e.hub.mu.Lock()
+		defer e.hub.mu.Unlock()
+		mb := phone.member(e.hub, sid)
+		return mb != nil && mb.phase == phaseAfterMark
+	})
+	ed.mustCall("session/prompt", promptParams(sid, "big 2000 10\nsay end"))
+	close(conn.block)
+	select {
+	case m := <-attached:
+		if m.Error != nil {
+			t.Fatalf("attach: %s", m.Error.Message)
+		}
+	case <-conn.closed:
+		t.Fatalf("the phone was closed: %v", conn.closeReason())
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer to the attach")
+	}
+	want := strings.Join(ed.texts(sid), "")
+	waitFor(t, "the phone's text", func() bool { return strings.Join(phone.texts(sid), "") == want })
+	if err := conn.closeReason(); err != nil {
+		t.Errorf("the phone was closed: %v", err)
+	}
+	t.Logf("2,301 chunks reached the phone in %d messages", len(phone.texts(sid)))
+}
+
+// member is c's membership of session sid (under Hub.mu).
+func (c *tclient) member(h *Hub, sid string) *member {
+	for cl := range h.clients {
+		if cl.conn == Conn(c.conn) {
+			return cl.sessions[sid]
+		}
+	}
+	return nil
+}

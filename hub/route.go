@@ -52,7 +52,7 @@ type member struct {
 	s     *session
 	role  string
 	phase int
-	buf   [][]byte // phaseAfterMark's held lines
+	buf   []queued // phaseAfterMark's held lines (streamed text coalesced past CoalesceAfter)
 	bufN  int
 	mark  string
 	// replayed: the attach's replay and answer are queued; the mark, when
@@ -212,7 +212,11 @@ func (h *Hub) deliverLocked(s *session, line []byte, ch *chunk) {
 		case phaseLive:
 			mb.c.enqueueChunk(line, ch)
 		case phaseAfterMark:
-			mb.buf = append(mb.buf, line)
+			if n := len(mb.buf); ch != nil && !mb.c.id.Editor && n >= h.opts.CoalesceAfter && mb.buf[n-1].join(ch) {
+				mb.bufN += len(ch.body)
+				break
+			}
+			mb.buf = append(mb.buf, queued{line: line, ch: ch, size: len(line)})
 			mb.bufN += len(line)
 			if !mb.c.id.Editor && (mb.bufN > h.opts.QueueBytes || len(mb.buf) > h.opts.QueueMessages) {
 				mb.buf, mb.bufN = nil, 0
