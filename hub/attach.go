@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/acp-router/acp-router/acp"
 )
@@ -77,6 +75,7 @@ func (h *Hub) attach(c *client, m *acp.Message) {
 		return
 	}
 	mb := h.addMemberLocked(s, c, p.Role)
+	h.changedLocked()
 	if p.HistoryPolicy != historyFull || h.opts.History == nil {
 		res := h.attachResultLocked(mb, p.HistoryPolicy)
 		sends := h.goLiveLocked(mb)
@@ -104,6 +103,7 @@ func (h *Hub) replay(c *client, mb *member, id json.RawMessage, policy string) {
 		var toRouter [][]byte
 		if live {
 			toRouter = h.detachLocked(mb)
+			h.changedLocked()
 		}
 		h.mu.Unlock()
 		for _, l := range toRouter {
@@ -128,9 +128,7 @@ func (h *Hub) replay(c *client, mb *member, id json.RawMessage, policy string) {
 	if mb.phase == phaseWaitMark {
 		mb.replayed = true // the mark's arrival makes it live
 	} else {
-		for _, l := range mb.buf {
-			c.enqueue(l)
-		}
+		c.enqueueHeld(mb.buf)
 		mb.buf, mb.bufN = nil, 0
 		sends = h.goLiveLocked(mb)
 	}
@@ -266,6 +264,7 @@ func (h *Hub) detach(c *client, m *acp.Message) {
 		return
 	}
 	toRouter := h.detachLocked(mb)
+	h.changedLocked()
 	h.mu.Unlock()
 	for _, l := range toRouter {
 		h.toRouter(l)
@@ -375,9 +374,7 @@ func (h *Hub) loadAnsweredLocked(cl *call, ok bool, result, e json.RawMessage) b
 		mb.replayed = true
 		return true
 	}
-	for _, l := range mb.buf {
-		cl.c.enqueue(l)
-	}
+	cl.c.enqueueHeld(mb.buf)
 	mb.buf, mb.bufN = nil, 0
 	for _, s := range h.goLiveLocked(mb) {
 		s.c.enqueue(s.line)
@@ -393,53 +390,9 @@ func (h *Hub) liveAgainLocked(mb *member) {
 		delete(h.marks, mb.mark)
 		mb.mark = ""
 	}
-	for _, l := range mb.buf {
-		mb.c.enqueue(l)
-	}
+	mb.c.enqueueHeld(mb.buf)
 	mb.buf, mb.bufN = nil, 0
 	for _, s := range h.goLiveLocked(mb) {
 		s.c.enqueue(s.line)
 	}
-}
-
-// Session states of MethodSessions' answer.
-const (
-	StateWaiting = "waiting" // a permission request waits for an answer
-	StateRunning = "running" // a prompt is at the agent (or queued there)
-	StateIdle    = "idle"
-)
-
-// liveSessions answers MethodSessions: the sessions live in the hub that
-// c may see (subagent sessions under their parent), sorted by id, each
-// with its state (waiting wins over running) and how many clients are
-// attached.
-func (h *Hub) liveSessions(c *client, m *acp.Message) {
-	if m.Kind != acp.KindRequest {
-		return
-	}
-	type live struct {
-		SessionID string `json:"sessionId"`
-		State     string `json:"state"`
-		Clients   int    `json:"clients"`
-		Attached  bool   `json:"attached"` // c is one of them
-	}
-	out := []live{}
-	h.mu.Lock()
-	for sid, s := range h.sessions {
-		if s.id != sid || !h.visible(c.id, sid) {
-			continue
-		}
-		st := StateIdle
-		switch {
-		case len(s.asks) > 0:
-			st = StateWaiting
-		case s.running > 0:
-			st = StateRunning
-		}
-		out = append(out, live{SessionID: sid, State: st, Clients: len(s.members), Attached: c.sessions[sid] != nil})
-	}
-	h.mu.Unlock()
-	slices.SortFunc(out, func(a, b live) int { return strings.Compare(a.SessionID, b.SessionID) })
-	res, _ := json.Marshal(map[string]any{"sessions": out})
-	c.enqueue(acp.AppendResponse(nil, m.ID, res))
 }

@@ -27,11 +27,19 @@
 //     the audit's answeredBy (the token's name) hold for the page as for
 //     any client; nothing is decided here.
 //   - What ACP does not carry: each live session's state (waiting for you,
-//     running, idle) is the hub's extension method _acp-router/sessions,
-//     asked on the page's own ACP connection with session/list every 2 s
-//     (the hub holds that state; the same visibility rules apply; no second
-//     authentication path). A stored session the router does not run shows
-//     as "not running". The audit timeline instead is a small JSON endpoint
+//     running, idle) and the agent it is on are pushed by the hub on the
+//     page's own ACP connection: at connect the page asks
+//     _acp-router/watch (the live list now, then
+//     _acp-router/sessions_changed at each change; the hub holds that
+//     state; the same visibility rules as _acp-router/sessions; no second
+//     authentication path), and reads session/list once for titles and
+//     working directories (again only when a session it does not know
+//     appears). A stored session the router does not run shows as "not
+//     running". The same call asks the hub to hold streamed text 16 ms
+//     (chunkIntervalMs), so that an agent's 10,000 chunks a second reach
+//     the page as about 60 messages a second, coalesced: a browser's
+//     WebSocket has no backpressure, and a page sent more messages than it
+//     can parse falls behind without bound. The audit timeline instead is a small JSON endpoint
 //     rather than a hub method: it is a file the
 //     router writes (config audit.file), read with filters and pages; a
 //     plain GET keeps it out of the session machinery, lets the browser
@@ -40,7 +48,12 @@
 //     names every agent's sessions. GET /api/audit?agent=&session=&rule=
 //     &effect=&before=&limit= returns the newest matching records first,
 //     with a cursor for the next page, and the counts per rule over the
-//     last 24 hours.
+//     last 24 hours, over the rotated files too (FILE.N ... FILE.1, FILE).
+//     The handler keeps an index of the log (AuditReader: a few fields and
+//     the offset of each record), brought up to date at each request by
+//     reading only what was appended since (a rotated file is known by its
+//     inode: audit/ only renames it), so that a page costs its records,
+//     not the log.
 //   - Rendering: everything an agent sends is text. The script never
 //     assigns innerHTML; it builds nodes with createElement and
 //     createTextNode. Agent messages get a small Markdown subset (headings,

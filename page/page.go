@@ -36,7 +36,8 @@ type Options struct {
 // calls it only for authenticated requests, with the Identity in the
 // request's context.
 type Handler struct {
-	opts Options
+	opts  Options
+	audit *AuditReader
 }
 
 // New returns the page's handler.
@@ -44,7 +45,7 @@ func New(opts Options) *Handler {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Handler{opts: opts}
+	return &Handler{opts: opts, audit: NewAuditReader(opts.AuditFile)}
 }
 
 // headers are every response's: the CSP and what keeps a browser from
@@ -72,7 +73,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/api/audit" {
-		h.audit(w, r)
+		h.serveAudit(w, r)
 		return
 	}
 	f, ok := files[r.URL.Path]
@@ -103,7 +104,7 @@ func SignIn(w http.ResponseWriter, r *http.Request) {
 	w.Write(b)
 }
 
-func (h *Handler) audit(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 	id, ok := remote.IdentityOf(r.Context())
 	if !ok || !id.AllSessions {
 		// The audit names every agent's sessions: only a token that may
@@ -129,7 +130,7 @@ func (h *Handler) audit(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	res, err := ReadAudit(h.opts.AuditFile, f, h.opts.Now())
+	res, err := h.audit.Read(f, h.opts.Now())
 	if err != nil {
 		http.Error(w, "cannot read the audit log", http.StatusInternalServerError)
 		return

@@ -204,6 +204,7 @@ type hubFake struct {
 	// burst that many agent updates, each its own message; dropFirst ends
 	// the first connection after its first attach.
 	history, big, burst int
+	chunks              int // agent_message_chunk updates of 64 bytes after the burst
 	dropFirst           bool
 	conns               int
 	waiting             bool // an ask is unanswered
@@ -212,10 +213,25 @@ type hubFake struct {
 	roles               []string
 }
 
+// live is the hub's list of live sessions: s1 on claude.
+func (h *hubFake) live() []any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	state := "idle"
+	if h.waiting {
+		state = "waiting"
+	}
+	return []any{map[string]any{"sessionId": "s1", "state": state, "clients": 1, "agent": "claude", "agentTitle": "Claude Code"}}
+}
+
 func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) error {
 	write := func(v any) { b, _ := json.Marshal(v); c.Write(ctx, b) }
 	update := func(u map[string]any) {
 		write(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": "s1", "update": u}})
+	}
+	// The hub pushes the live list to a watching client at each change.
+	changed := func() {
+		write(map[string]any{"jsonrpc": "2.0", "method": "_acp-router/sessions_changed", "params": map[string]any{"sessions": h.live()}})
 	}
 	chunk := func(s string) {
 		update(map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "text", "text": s}})
@@ -242,14 +258,8 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 			reply(map[string]any{"sessions": []any{map[string]any{"sessionId": "s1", "cwd": "/work/project", "title": "Fix the tests"}}})
 		case "session/detach":
 			reply(map[string]any{})
-		case "_acp-router/sessions":
-			h.mu.Lock()
-			state := "idle"
-			if h.waiting {
-				state = "waiting"
-			}
-			h.mu.Unlock()
-			reply(map[string]any{"sessions": []any{map[string]any{"sessionId": "s1", "state": state, "clients": 1}}})
+		case "_acp-router/watch":
+			reply(map[string]any{"sessions": h.live(), "chunkIntervalMs": 16})
 		case "session/attach":
 			h.mu.Lock()
 			h.roles = append(h.roles, m.Params.Role)
@@ -264,6 +274,10 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 			}
 			for i := range h.burst {
 				update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": fmt.Sprintf("b-%d", i), "title": fmt.Sprintf("burst-%d", i), "kind": "read", "status": "completed"})
+			}
+			for i := range h.chunks {
+				head := fmt.Sprintf("#%06d ", i)
+				chunk(head + strings.Repeat("u", 64-len(head)))
 			}
 			if h.big > 0 {
 				update(map[string]any{"sessionUpdate": "user_message_chunk", "content": map[string]any{"type": "text", "text": "big follows"}})
@@ -288,6 +302,7 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 				h.mu.Lock()
 				h.waiting = true
 				h.mu.Unlock()
+				changed()
 				write(map[string]any{"jsonrpc": "2.0", "id": "ask-1", "method": "session/request_permission", "params": map[string]any{
 					"sessionId": "s1", "toolCall": map[string]any{"toolCallId": "t2", "title": "Run go test", "kind": "execute", "rawInput": map[string]any{"command": "go test ./..."}},
 					"options": []any{map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
@@ -298,6 +313,7 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 				h.mu.Lock()
 				h.waiting = false
 				h.mu.Unlock()
+				changed()
 				h.answers <- m.Result
 				update(map[string]any{"sessionUpdate": "permission_resolved", "toolCallId": "t2", "outcome": "selected", "chosenOptionId": "allow",
 					"resolvedBy": map[string]any{"name": id.Name}})

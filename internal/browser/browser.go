@@ -415,3 +415,21 @@ func (p *Page) Requests() []string {
 	}
 	return out
 }
+
+// SentFrames are the WebSocket messages the page sent so far, in order.
+func (p *Page) SentFrames() []string {
+	var out []string
+	for _, e := range p.b.Events() {
+		if e.SessionID != p.session || e.Method != "Network.webSocketFrameSent" {
+			continue
+		}
+		var r struct {
+			Response struct {
+				PayloadData string `json:"payloadData"`
+			} `json:"response"`
+		}
+		json.Unmarshal(e.Params, &r)
+		out = append(out, r.Response.PayloadData)
+	}
+	return out
+}

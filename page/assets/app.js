@@ -7,7 +7,7 @@
   const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
   const WINDOW = 200;        // entries of a session kept in the DOM
   const MD_LIMIT = 64 << 10; // longer messages are plain text
-  const LIST_EVERY = 2000;   // session list and states poll, ms
+  const CHUNK_MS = 16;       // streamed text at most once a frame (the hub coalesces the rest)
 
   // text appends s to parent as text, bidi controls replaced by a visible
   // escape (they would reorder what follows them on the page).
@@ -125,6 +125,7 @@
       if (m.error) c.reject(new Error(m.error.message || 'error')); else c.resolve(m.result);
       return;
     }
+    if (m.method === '_acp-router/sessions_changed') return liveChanged((m.params || {}).sessions || []);
     if (m.method === 'session/update') return update(m.params || {});
     if (m.method === 'session/request_permission' && m.id != null) return ask(m.id, m.params || {});
     if (m.method === '$/cancel_request') return withdraw((m.params || {}).requestId);
@@ -135,28 +136,45 @@
   const sessions = new Map(); // id -> {info, state}
   let cur = null; // {id, role, entries, tools, start, asks, mode, dirty}
 
-  // listSessions merges the stored sessions (session/list) with the live
-  // ones and their state (the hub's _acp-router/sessions): a stored
-  // session the router does not run shows as such (attach would fail).
+  // The list is pushed, not polled: at connect (and reconnect) the page
+  // asks the hub to watch (_acp-router/watch: the live sessions now, then
+  // _acp-router/sessions_changed at each change) and reads the stored
+  // sessions once (session/list: titles, working directories, and the
+  // sessions the router does not run, which show as such: attach would
+  // fail). A live session the stored list does not know yet (just
+  // started) has it read again, once.
+  let stored = new Map(); // id -> session/list entry
+  let live = [];          // the hub's entries
   async function listSessions() {
-    let res, live;
+    let res = null, w = null;
+    try { w = await call('_acp-router/watch', { sessions: true, chunkIntervalMs: CHUNK_MS }); } catch (e) { w = null; }
     try { res = await call('session/list', {}); } catch (e) { res = null; }
-    try { live = await call('_acp-router/sessions', {}); } catch (e) { live = null; }
-    const seen = new Set();
-    const info = new Map();
-    for (const s of (res && res.sessions) || []) info.set(s.sessionId, s);
-    for (const l of (live && live.sessions) || []) {
-      seen.add(l.sessionId);
+    stored = new Map();
+    for (const s of (res && res.sessions) || []) stored.set(s.sessionId, s);
+    if (w) live = w.sessions || [];
+    mergeList();
+  }
+  let relisting = null;
+  function liveChanged(entries) {
+    live = entries;
+    mergeList();
+    if (!relisting && entries.some((l) => !stored.has(l.sessionId))) {
+      relisting = call('session/list', {}).then((res) => {
+        for (const s of (res && res.sessions) || []) stored.set(s.sessionId, s);
+        mergeList();
+      }).catch(() => {}).finally(() => { relisting = null; });
+    }
+  }
+  function mergeList() {
+    const next = new Map();
+    for (const l of live) {
       const old = sessions.get(l.sessionId);
-      sessions.set(l.sessionId, { info: info.get(l.sessionId) || (old && old.info) || { sessionId: l.sessionId }, state: l.state });
+      next.set(l.sessionId, { info: stored.get(l.sessionId) || (old && old.info) || { sessionId: l.sessionId }, state: l.state,
+        agent: l.agentTitle || l.agent || '' });
     }
-    for (const [id, s] of info) {
-      if (seen.has(id)) continue;
-      seen.add(id);
-      const old = sessions.get(id);
-      sessions.set(id, { info: s, state: live ? 'stored' : (old ? old.state : 'idle') });
-    }
-    for (const id of sessions.keys()) if (!seen.has(id)) sessions.delete(id);
+    for (const [id, s] of stored) if (!next.has(id)) next.set(id, { info: s, state: 'stored', agent: '' });
+    sessions.clear();
+    for (const [id, s] of next) sessions.set(id, s);
     renderList();
   }
 
@@ -164,7 +182,7 @@
   function renderList() {
     // Rebuilt only when something shown changed, so that a poll does not
     // take the keyboard focus away from a button.
-    const sig = JSON.stringify([cur && cur.id, [...sessions].map(([id, s]) => [id, s.state, s.info.title, s.info.cwd])]);
+    const sig = JSON.stringify([cur && cur.id, [...sessions].map(([id, s]) => [id, s.state, s.agent, s.info.title, s.info.cwd])]);
     if (sig === listShown) return;
     listShown = sig;
     const ul = $('session-list');
@@ -180,6 +198,7 @@
       b.appendChild(st);
       b.appendChild(document.createTextNode(' '));
       b.appendChild(el('span', 'title', s.info.title || id));
+      if (s.agent) { b.appendChild(document.createTextNode(' ')); b.appendChild(el('span', 'agent', s.agent)); }
       b.appendChild(el('div', 'cwd', s.info.cwd || ''));
       b.addEventListener('click', () => open(id, 'observer'));
       li.appendChild(b);
@@ -473,5 +492,4 @@
   // The token was in the URL once; the cookie carries it from now on.
   if (location.search) history.replaceState(null, '', location.pathname);
   connect();
-  setInterval(() => { if (ws && ws.readyState === 1) listSessions(); }, LIST_EVERY);
 })();
