@@ -3,6 +3,9 @@ package page
 import (
 	"encoding/json"
 	"fmt"
+	"image/color"
+	"image/png"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,7 +32,7 @@ func TestPageInBrowser(t *testing.T) {
 		"decision": "allow", "rule": rule, "source": "user", "userChoice": "allow", "answeredBy": "alice",
 		"evidence": map[string]any{"commands": []string{"go test ./..."}, "note": "<script>window.pwned=3</script>"}})
 	base := startPage(t, audit, h.serve)
-	artifacts := t.ArtifactDir()
+	artifacts := artifactDir(t)
 
 	p := b.NewPage(390, 844)
 	p.Navigate(base + "/?token=" + secret)
@@ -167,7 +170,51 @@ func shot(t *testing.T, p *browser.Page, dir, view string, width int) {
 	if overflow {
 		t.Errorf("%s at %d px scrolls sideways", view, width)
 	}
-	p.Screenshot(filepath.Join(dir, fmt.Sprintf("%s-%d.png", view, width)))
+	file := filepath.Join(dir, fmt.Sprintf("%s-%d.png", view, width))
+	p.Screenshot(file)
+	checkPNG(t, file, width)
+}
+
+// checkPNG fails unless file is a PNG width pixels wide, at least a
+// screen high, that shows something: a blank or one-colour capture is
+// not a screenshot of the page.
+func checkPNG(t *testing.T, file string, width int) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	b := img.Bounds()
+	colours := map[color.Color]bool{}
+	for y := b.Min.Y; y < b.Max.Y && len(colours) < 16; y += 7 {
+		for x := b.Min.X; x < b.Max.X; x += 5 {
+			colours[img.At(x, y)] = true
+		}
+	}
+	if b.Dx() != width || b.Dy() < 600 || len(colours) < 16 {
+		t.Errorf("%s: %dx%d with %d colours, want %d px wide, a screen high, not blank", file, b.Dx(), b.Dy(), len(colours), width)
+	}
+}
+
+// artifactDir is where the screenshots go: $ACP_ARTIFACTS/page when set
+// (scripts/test.sh sets it, so that CI keeps them), else the test's
+// artifact directory (kept with go test -artifacts).
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	d := os.Getenv("ACP_ARTIFACTS")
+	if d == "" {
+		return t.ArtifactDir()
+	}
+	d = filepath.Join(d, "page")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // Without a token, or with a revoked one, the page is only the sign-in
