@@ -25,6 +25,11 @@ const hostile = "<script>window.pwned=1</script><img src=x onerror=\"window.pwne
 // permission with the mouse, and shows the decisions; screenshots at 390
 // and 1280 px are kept as artifacts.
 func TestPageInBrowser(t *testing.T) {
+	if os.Getenv("ACP_ARTIFACTS") != "" && browser.Find() == "" {
+		// scripts/test.sh (CI) keeps the screenshots: a skip would lose
+		// them unnoticed.
+		t.Fatal("ACP_ARTIFACTS is set but there is no chromium to take the page's screenshots (apt-get install chromium)")
+	}
 	b := browser.Start(t)
 	h := &hubFake{say: []string{"Hello ", "from the agent. ", hostile}, ask: true, answers: make(chan json.RawMessage, 1)}
 	rule := "ask-go-test (policy.yaml:12)"
