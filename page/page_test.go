@@ -215,8 +215,9 @@ type hubFake struct {
 	roles               []string
 	// updates are sent on attach after the tool call t1; script is
 	// written to every connection as it comes (the test's live turn).
-	updates []map[string]any
-	script  chan any
+	updates  []map[string]any
+	script   chan any
+	detached int
 }
 
 func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) error {
@@ -260,6 +261,9 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 		case "session/list":
 			reply(map[string]any{"sessions": []any{map[string]any{"sessionId": "s1", "cwd": "/work/project", "title": "Fix the tests"}}})
 		case "session/detach":
+			h.mu.Lock()
+			h.detached++
+			h.mu.Unlock()
 			reply(map[string]any{})
 		case "_acp-router/sessions":
 			h.mu.Lock()

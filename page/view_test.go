@@ -442,3 +442,40 @@ func TestPageKeyboard(t *testing.T) {
 	p.WaitFor(`document.querySelector('#timeline li')`, wait)
 	cycle(t, p)
 }
+
+// On a 390 px screen an open session has the screen to itself, so that
+// the list's changes never move it; "All sessions" closes it (detached)
+// and goes back to the list, the focus on the session left. At 1280 px
+// both show and the button does not.
+func TestPageNarrow(t *testing.T) {
+	b := browser.Start(t)
+	h := &hubFake{say: []string{"Hello"}, answers: make(chan json.RawMessage, 1)}
+	base := startPage(t, "", h.serve)
+	p := openSession(t, b, base, secret, 390, "observer")
+	shown := func(sel string) bool {
+		var v bool
+		p.Eval(`getComputedStyle(document.querySelector('`+sel+`')).display !== 'none' && !!document.querySelector('`+sel+`').getClientRects().length`, &v)
+		return v
+	}
+	if shown("#sessions") || !shown("#to-list") {
+		t.Errorf("390 px with a session open: list shown %v, All sessions shown %v", shown("#sessions"), shown("#to-list"))
+	}
+	p.Eval(`document.querySelector('#to-list').focus()`, nil)
+	p.Key("Enter")
+	p.WaitFor(`document.querySelector('#session').hidden && document.activeElement && document.activeElement.dataset.session === 's1'`, wait)
+	if !shown("#sessions") {
+		t.Errorf("All sessions did not bring the list back")
+	}
+	h.mu.Lock()
+	detached := h.detached
+	h.mu.Unlock()
+	if detached != 1 {
+		t.Errorf("%d detaches, want the session left detached", detached)
+	}
+	p.Resize(1280, 900)
+	p.Click(`#session-list button[data-session="s1"]`)
+	p.WaitFor(`document.querySelector('#s-role').textContent === 'observer'`, wait)
+	if !shown("#sessions") || shown("#to-list") {
+		t.Errorf("1280 px: list shown %v, All sessions shown %v", shown("#sessions"), shown("#to-list"))
+	}
+}
