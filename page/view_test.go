@@ -258,6 +258,17 @@ func TestPageNoLayoutShift(t *testing.T) {
 			update(map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": "t9", "status": "completed"})
 			stream("after", 30)
 			p.WaitFor(`document.querySelector('#log').textContent.includes('after word 29') && !document.querySelector('.ask')`, wait)
+			// Past the window of 200 entries: the earliest leave the DOM as
+			// new ones come, and leave their height.
+			p.Eval(`window.phase = 'window'`, nil)
+			for i := range 230 {
+				update(toolCall(fmt.Sprintf("w%d", i), "read", fmt.Sprintf("Read file-%d.go", i), "completed", nil))
+				time.Sleep(3 * time.Millisecond)
+			}
+			p.WaitFor(`document.querySelector('#log').textContent.includes('Read file-229.go')`, wait)
+			if r := domEntries(t, p, "Read file-229.go"); r.Items > 250 || r.Last != 1 {
+				t.Errorf("%d entries in the DOM after 230 more, the last %d times", r.Items, r.Last)
+			}
 
 			// A reader scrolled up: what arrives does not move what they read.
 			var before, after struct{ Y, Top float64 }
