@@ -118,7 +118,7 @@ func TestPageInBrowser(t *testing.T) {
 	// Layout shift over the whole visit (CLS's sum; 0.1 is "good"). The
 	// browser leaves out shifts within 500 ms of an input, and this
 	// visit's streams follow clicks: a weak check, not proof that
-	// streaming never shifts the layout.
+	// streaming never shifts the layout (TestPageNoLayoutShift is).
 	var cls float64
 	if err := p.Eval(`new Promise(res => { let sum = 0; const o = new PerformanceObserver(l => { for (const e of l.getEntries()) if (!e.hadRecentInput) sum += e.value; });
 		o.observe({type: 'layout-shift', buffered: true}); setTimeout(() => { o.disconnect(); res(sum); }, 200); })`, &cls); err != nil {

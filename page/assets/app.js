@@ -294,8 +294,8 @@
   function schedule() { if (!frame) frame = requestAnimationFrame(flush); }
 
   // endGap is how far the log's last entry ends below the top of the dock
-  // (the permission requests and the plan, stuck to the bottom of the
-  // window): at most a line means the reader is at the end.
+  // (the permission requests, stuck to the bottom of the window): at most
+  // a line means the reader is at the end.
   function endGap() {
     const last = $('log').lastElementChild;
     if (!last) return -Infinity;
