@@ -174,7 +174,7 @@
     const sig = JSON.stringify([cur && cur.id, [...sessions].map(([id, s]) => [id, s.state, s.info.title, s.info.cwd])]);
     if (sig === listShown) return;
     listShown = sig;
-    if (cur) waiting();
+    if (cur) head();
     const ul = $('session-list');
     clear(ul);
     $('no-sessions').hidden = sessions.size > 0;
@@ -211,9 +211,12 @@
     .catch(() => {});
   function mayControl() { return !!me && me.role === 'controller'; }
 
-  // head shows the open session's role, and "Take control" only where it
-  // can succeed.
+  // head shows the open session's agent (when the list knows it) and
+  // role, "Take control" only where it can succeed, and whether the
+  // session waits for an answer; the list calls it at each change.
   function head() {
+    const agent = (sessions.get(cur.id) || {}).agent || '';
+    if ($('s-agent').textContent !== agent) { clear($('s-agent')); text($('s-agent'), agent); }
     const role = cur.attachedRole || cur.role;
     clear($('s-role')); text($('s-role'), role);
     $('take').hidden = role === 'controller' || !mayControl();
