@@ -3,6 +3,8 @@ package page
 import (
 	"encoding/json"
 	"fmt"
+	"image/color"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -24,6 +26,11 @@ const hostile = "<script>window.pwned=1</script><img src=x onerror=\"window.pwne
 // permission with the mouse, and shows the decisions; screenshots at 390
 // and 1280 px are kept as artifacts.
 func TestPageInBrowser(t *testing.T) {
+	if os.Getenv("ACP_ARTIFACTS") != "" && browser.Find() == "" {
+		// scripts/test.sh (CI) keeps the screenshots: a skip would lose
+		// them unnoticed.
+		t.Fatal("ACP_ARTIFACTS is set but there is no chromium to take the page's screenshots (apt-get install chromium)")
+	}
 	b := browser.Start(t)
 	h := &hubFake{say: []string{"Hello ", "from the agent. ", hostile}, ask: true, answers: make(chan json.RawMessage, 1)}
 	rule := "ask-go-test (policy.yaml:12)"
@@ -31,7 +38,7 @@ func TestPageInBrowser(t *testing.T) {
 		"decision": "allow", "rule": rule, "source": "user", "userChoice": "allow", "answeredBy": "alice",
 		"evidence": map[string]any{"commands": []string{"go test ./..."}, "note": "<script>window.pwned=3</script>"}})
 	base := startPage(t, audit, h.serve)
-	artifacts := t.ArtifactDir()
+	artifacts := artifactDir(t)
 
 	p := b.NewPage(390, 844)
 	p.Navigate(base + "/?token=" + secret)
@@ -115,7 +122,7 @@ func TestPageInBrowser(t *testing.T) {
 	// Layout shift over the whole visit (CLS's sum; 0.1 is "good"). The
 	// browser leaves out shifts within 500 ms of an input, and this
 	// visit's streams follow clicks: a weak check, not proof that
-	// streaming never shifts the layout.
+	// streaming never shifts the layout (TestPageNoLayoutShift is).
 	var cls float64
 	if err := p.Eval(`new Promise(res => { let sum = 0; const o = new PerformanceObserver(l => { for (const e of l.getEntries()) if (!e.hadRecentInput) sum += e.value; });
 		o.observe({type: 'layout-shift', buffered: true}); setTimeout(() => { o.disconnect(); res(sum); }, 200); })`, &cls); err != nil {
@@ -172,7 +179,51 @@ func shot(t *testing.T, p *browser.Page, dir, view string, width int) {
 	if overflow {
 		t.Errorf("%s at %d px scrolls sideways", view, width)
 	}
-	p.Screenshot(filepath.Join(dir, fmt.Sprintf("%s-%d.png", view, width)))
+	file := filepath.Join(dir, fmt.Sprintf("%s-%d.png", view, width))
+	p.Screenshot(file)
+	checkPNG(t, file, width)
+}
+
+// checkPNG fails unless file is a PNG width pixels wide, at least a
+// screen high, that shows something: a blank or one-colour capture is
+// not a screenshot of the page.
+func checkPNG(t *testing.T, file string, width int) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	b := img.Bounds()
+	colours := map[color.Color]bool{}
+	for y := b.Min.Y; y < b.Max.Y && len(colours) < 16; y += 7 {
+		for x := b.Min.X; x < b.Max.X; x += 5 {
+			colours[img.At(x, y)] = true
+		}
+	}
+	if b.Dx() != width || b.Dy() < 600 || len(colours) < 16 {
+		t.Errorf("%s: %dx%d with %d colours, want %d px wide, a screen high, not blank", file, b.Dx(), b.Dy(), len(colours), width)
+	}
+}
+
+// artifactDir is where the screenshots go: $ACP_ARTIFACTS/page when set
+// (scripts/test.sh sets it, so that CI keeps them), else the test's
+// artifact directory (kept with go test -artifacts).
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	d := os.Getenv("ACP_ARTIFACTS")
+	if d == "" {
+		return t.ArtifactDir()
+	}
+	d = filepath.Join(d, "page")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // Without a token, or with a revoked one, the page is only the sign-in
@@ -269,7 +320,10 @@ func TestPageReconnect(t *testing.T) {
 	p.Navigate(base + "/?token=" + secret)
 	p.WaitFor(`document.querySelector('#session-list button[data-session="s1"]')`, wait)
 	p.Click(`#session-list button[data-session="s1"]`)
-	p.WaitFor(`document.querySelector('#conn').textContent === 'connected' && document.querySelector('#log').textContent.includes('burst-19')`, wait)
+	// The tool call t1 comes only on an attach the hub does not drop:
+	// burst-19 alone may still be the first connection's.
+	p.WaitFor(`document.querySelector('#conn').textContent === 'connected' && document.querySelector('#log').textContent.includes('burst-19') &&
+		document.querySelector('#log').textContent.includes('Edit main.go')`, wait)
 	h.mu.Lock()
 	conns := h.conns
 	h.mu.Unlock()

@@ -54,11 +54,38 @@
 //     reading only what was appended since (a rotated file is known by its
 //     inode: audit/ only renames it), so that a page costs its records,
 //     not the log.
+//   - Roles: GET /api/me says who the token is and the most it may be
+//     (the hub's reading of Identity.Role: anything but observer
+//     controls). The page offers "Take control" only to a token that may
+//     control, since the hub refuses an observer token's attach as a
+//     controller; a session waiting for a permission answer (the list's
+//     state: an observer is not sent the request) shows so, read-only.
+//   - Tool calls show their kind, title and status; a diff (path,
+//     oldText, newText; oldText null for a new file) as a unified diff
+//     with three lines of context, computed in the page by Myers'
+//     algorithm on lines, bounded: past 20,000 lines, 4 MiB or 2,000
+//     changed lines the old and new text are shown whole instead; the
+//     command line (rawInput.command, a string or an argv array, else an
+//     execute call's title), its output where the update carries it as
+//     text content, or "output in the editor's terminal" for terminal
+//     content (an id only).
+//   - No layout shift while a reply streams or a request arrives (issue
+//     31 point 6): a permission request shows in a dock stuck to the
+//     bottom of the window, under the log, which it never moves; the plan
+//     is one line of the session's head, always there, that opens over
+//     the log; the log follows its end only while the reader is at the
+//     end, and entries that leave the DOM leave their height as padding.
+//     On a narrow screen an open session has the screen to itself ("All
+//     sessions" goes back), so that the list's changes move nothing. A
+//     permission request does not take the keyboard focus (an Enter meant
+//     for another button must not answer it); every control is reached
+//     by Tab and shows a focus ring of 3:1 contrast or more.
 //   - Rendering: everything an agent sends is text. The script never
 //     assigns innerHTML; it builds nodes with createElement and
 //     createTextNode. Agent messages get a small Markdown subset (headings,
 //     paragraphs, lists, fenced and inline code, bold and italics) built as
-//     DOM nodes; messages over 64 KiB are shown as plain preformatted text.
+//     DOM nodes; a link is text that shows its URL, never an anchor (a
+//     javascript: URL never runs); messages over 64 KiB are shown as plain preformatted text.
 //     Bidi control characters (U+202A-U+202E, U+2066-U+2069, U+200E,
 //     U+200F, U+061C) are replaced by a visible escape such as ⟦U+202E⟧,
 //     and each piece of agent text sits in an isolated (unicode-bidi:

@@ -72,8 +72,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Method Not Allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	if r.URL.Path == "/api/audit" {
+	switch r.URL.Path {
+	case "/api/audit":
 		h.serveAudit(w, r)
+		return
+	case "/api/me":
+		me(w, r)
 		return
 	}
 	f, ok := files[r.URL.Path]
@@ -153,6 +157,24 @@ func (h *Handler) serveAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(res)
+}
+
+// me answers /api/me: who the page's token is and the most it may be, so
+// that the page does not offer "Take control" to a token the hub would
+// refuse it to (an observer's attach as controller fails). The role is
+// the hub's reading of Identity.Role: anything but observer controls.
+func me(w http.ResponseWriter, r *http.Request) {
+	id, _ := remote.IdentityOf(r.Context())
+	role := "controller"
+	if id.Role == "observer" {
+		role = "observer"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(struct {
+		Name        string `json:"name"`
+		Role        string `json:"role"`
+		AllSessions bool   `json:"allSessions"`
+	}{id.Name, role, id.AllSessions})
 }
 
 // isPage: the paths the page owns (remote/ sends the rest to /acp's

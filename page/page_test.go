@@ -20,7 +20,8 @@ import (
 
 const (
 	secret  = "s3cret-alice"
-	phoneOf = "s3cret-bob" // a token that sees only its own sessions
+	phoneOf = "s3cret-bob"   // a token that sees only its own sessions
+	watcher = "s3cret-carol" // a token that may only observe
 	revoked = "s3cret-revoked"
 )
 
@@ -39,6 +40,8 @@ func auth(r *http.Request) (remote.Identity, error) {
 		return remote.Identity{Name: "alice", Role: "controller", AllSessions: true}, nil
 	case phoneOf:
 		return remote.Identity{Name: "bob", Role: "controller"}, nil
+	case watcher:
+		return remote.Identity{Name: "carol", Role: "observer", AllSessions: true}, nil
 	}
 	return remote.Identity{}, errUnknown
 }
@@ -211,6 +214,11 @@ type hubFake struct {
 	mu                  sync.Mutex
 	answers             chan json.RawMessage
 	roles               []string
+	// updates are sent on attach after the tool call t1; script is
+	// written to every connection as it comes (the test's live turn).
+	updates  []map[string]any
+	script   chan any
+	detached int
 }
 
 // live is the hub's list of live sessions: s1 on claude.
@@ -236,6 +244,18 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 	chunk := func(s string) {
 		update(map[string]any{"sessionUpdate": "agent_message_chunk", "content": map[string]any{"type": "text", "text": s}})
 	}
+	if h.script != nil {
+		go func() {
+			for {
+				select {
+				case v := <-h.script:
+					write(v)
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	for {
 		msg, err := c.Read(ctx)
 		if err != nil {
@@ -257,6 +277,9 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 		case "session/list":
 			reply(map[string]any{"sessions": []any{map[string]any{"sessionId": "s1", "cwd": "/work/project", "title": "Fix the tests"}}})
 		case "session/detach":
+			h.mu.Lock()
+			h.detached++
+			h.mu.Unlock()
 			reply(map[string]any{})
 		case "_acp-router/watch":
 			reply(map[string]any{"sessions": h.live(), "chunkIntervalMs": 16})
@@ -298,6 +321,9 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 			}
 			update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit main.go", "kind": "edit", "status": "pending",
 				"content": []any{map[string]any{"type": "diff", "path": "/work/project/main.go", "oldText": "a := 1", "newText": "a := 2"}}})
+			for _, u := range h.updates {
+				update(u)
+			}
 			if h.ask && m.Params.Role == "controller" {
 				h.mu.Lock()
 				h.waiting = true
@@ -319,6 +345,11 @@ func (h *hubFake) serve(ctx context.Context, c remote.Conn, id remote.Identity) 
 					"resolvedBy": map[string]any{"name": id.Name}})
 				update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "t2", "title": "Run go test", "kind": "execute", "status": "completed"})
 				chunk("tests pass")
+			} else if len(m.ID) > 0 {
+				select {
+				case h.answers <- m.Result:
+				default:
+				}
 			}
 		default:
 			if len(m.ID) > 0 {

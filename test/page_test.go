@@ -393,3 +393,59 @@ func TestPageSessionsPushed(t *testing.T) {
 		t.Errorf("page errors: %v", pr)
 	}
 }
+
+// An observer token (token create --role observer) opens the page: it
+// watches the editor's session, is not offered Take control (the hub
+// would refuse its attach as a controller), and sees the agent's pending
+// permission request read-only, waiting for a controller, until the
+// editor answers it.
+func TestPageObserverToken(t *testing.T) {
+	skipShort(t, "runs a router and a browser")
+	b := browser.Start(t)
+	r := newRemoteConfig(t, "listen: {address: '127.0.0.1:0'}\n"+
+		"permissions:\n  default: allow\n  rules:\n    - id: ask-edits\n      decision: ask\n      when: {kind: [edit]}\n")
+	out, err := exec.Command(needRouter(t), "token", "create", "carol", "--role", "observer", "--config", r.cfg).Output()
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	carol := strings.TrimSpace(string(out))
+	ed := StartRouter(t, r.cfg, nil)
+	ed.Initialize(t, nil)
+	sid := ed.NewSession(t, t.TempDir())
+	base := strings.TrimSuffix(r.listening(t, 1)[0], "/acp")
+	release := make(chan struct{})
+	ed.Handle("session/request_permission", func(p json.RawMessage) (any, *RPCError) {
+		<-release
+		return RejectFirst(p)
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := ed.Prompt(waitTimeout, sid, "permission\nsay after")
+		done <- err
+	}()
+
+	p := b.NewPage(390, 844)
+	p.Navigate(base + "/?token=" + carol)
+	p.WaitFor(`(() => { const b = document.querySelector('#session-list button[data-session="`+sid+`"] .state'); return b && b.textContent === 'waiting for you'; })()`, waitTimeout)
+	p.Click(`#session-list button[data-session="` + sid + `"]`)
+	p.WaitFor(`document.querySelector('#s-role').textContent === 'observer' && document.querySelector('#asks .waiting')`, waitTimeout)
+	var v struct {
+		Take bool
+		Note string
+		Asks int
+		Me   string
+	}
+	p.Eval(`fetch('/api/me').then(r => r.json()).then(m => ({Take: getComputedStyle(document.querySelector('#take')).display !== 'none',
+		Note: document.querySelector('#asks').textContent, Asks: document.querySelectorAll('.ask, button.option').length, Me: m.name + ' ' + m.role}))`, &v)
+	if v.Take || !strings.Contains(v.Note, "waiting for a controller") || v.Asks != 0 || v.Me != "carol observer" {
+		t.Errorf("an observer token's page: %+v", v)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	p.WaitFor(`!document.querySelector('#asks .waiting') && document.querySelector('#log').textContent.includes('after')`, waitTimeout)
+	if pr := p.Problems(); len(pr) > 0 {
+		t.Errorf("page errors: %v", pr)
+	}
+}

@@ -33,15 +33,22 @@
   }
   function clear(e) { while (e.firstChild) e.removeChild(e.firstChild); }
 
-  // inline: `code`, **bold**, *italic*; the rest text.
+  // inline: `code`, **bold**, *italic*, [text](url); the rest text. A
+  // link is text that shows its URL, never an anchor: nothing the agent
+  // writes navigates the page (a javascript: URL included).
   function inline(parent, s) {
-    const re = /`([^`]+)`|\*\*([^*]+)\*\*|\*([^*\s][^*]*)\*/g;
+    const re = /`([^`]+)`|\*\*([^*]+)\*\*|\*([^*\s][^*]*)\*|\[([^\]]+)\]\(((?:[^()\s]|\([^()\s]*\))+)\)/g;
     let last = 0, m;
     while ((m = re.exec(s)) !== null) {
       if (m.index > last) text(parent, s.slice(last, m.index));
       if (m[1] != null) parent.appendChild(el('code', null, m[1]));
       else if (m[2] != null) parent.appendChild(el('strong', null, m[2]));
-      else parent.appendChild(el('em', null, m[3]));
+      else if (m[3] != null) parent.appendChild(el('em', null, m[3]));
+      else {
+        const l = el('span', 'link', m[4]);
+        if (m[4] !== m[5]) l.appendChild(el('span', 'url', ' (' + m[5] + ')'));
+        parent.appendChild(l);
+      }
       last = re.lastIndex;
     }
     if (last < s.length) text(parent, s.slice(last));
@@ -185,6 +192,7 @@
     const sig = JSON.stringify([cur && cur.id, [...sessions].map(([id, s]) => [id, s.state, s.agent, s.info.title, s.info.cwd])]);
     if (sig === listShown) return;
     listShown = sig;
+    if (cur) head();
     const ul = $('session-list');
     clear(ul);
     $('no-sessions').hidden = sessions.size > 0;
@@ -211,22 +219,64 @@
     if (s && s.state !== state) { s.state = state; renderList(); }
   }
 
+  // ---- who this page is ----
+  // me is the token's identity (/api/me). Until it is known the page
+  // offers no control: the hub refuses an observer token's attach as a
+  // controller, so "Take control" would only fail.
+  let me = null;
+  fetch('/api/me', { credentials: 'same-origin', cache: 'no-store' })
+    .then((r) => (r.ok ? r.json() : null))
+    .then((m) => { me = m; if (cur) head(); })
+    .catch(() => {});
+  function mayControl() { return !!me && me.role === 'controller'; }
+
+  // head shows the open session's agent (when the list knows it) and
+  // role, "Take control" only where it can succeed, and whether the
+  // session waits for an answer; the list calls it at each change.
+  function head() {
+    const agent = (sessions.get(cur.id) || {}).agent || '';
+    if ($('s-agent').textContent !== agent) { clear($('s-agent')); text($('s-agent'), agent); }
+    const role = cur.attachedRole || cur.role;
+    clear($('s-role')); text($('s-role'), role);
+    $('take').hidden = role === 'controller' || !mayControl();
+    waiting();
+  }
+
+  // waiting shows, read-only, that the session waits for a permission
+  // answer the page is not sent (only controllers are, RFD #533): its
+  // state comes from the session list.
+  function waiting() {
+    const s = cur && sessions.get(cur.id);
+    const show = !!s && cur.role !== 'controller' && s.state === 'waiting';
+    let n = $('asks').querySelector('.waiting');
+    if (!show) { if (n) n.remove(); return; }
+    if (n) return;
+    n = el('div', 'waiting', mayControl()
+      ? 'The agent waits for a permission answer: take control to answer it.'
+      : 'The agent waits for a permission answer: waiting for a controller (this token may only watch).');
+    n.setAttribute('role', 'status');
+    $('asks').appendChild(n);
+  }
+
   async function open(id, role) {
     if (cur && cur.id !== id) { call('session/detach', { sessionId: cur.id }).catch(() => {}); }
-    cur = { id, role, entries: [], tools: new Map(), start: 0, asks: new Map(), dirty: new Set(), attached: false };
-    clear($('log')); clear($('asks')); clear($('plan')); $('plan').hidden = true;
+    cur = { id, role, entries: [], tools: new Map(), start: 0, asks: new Map(), dirty: new Set(), attached: false, spacer: 0 };
+    clear($('log')); clear($('asks')); renderPlan([]); $('plan').open = false;
+    $('log').style.paddingTop = '';
+    earlier();
     $('session').hidden = false;
+    $('view-sessions').classList.add('reading');
     const info = (sessions.get(id) || {}).info || {};
     clear($('s-title')); text($('s-title'), info.title || id);
     clear($('s-cwd')); text($('s-cwd'), info.cwd || '');
-    clear($('s-role')); text($('s-role'), role);
-    $('take').hidden = role === 'controller';
+    head();
     renderList();
     try {
       const res = await call('session/attach', { sessionId: id, role, historyPolicy: 'full' });
       if (cur && cur.id === id) {
         cur.attached = true;
-        clear($('s-role')); text($('s-role'), (res && res.role) || role);
+        cur.attachedRole = (res && res.role) || role;
+        head();
       }
     } catch (e) {
       if (cur && cur.id === id) push({ type: 'note', text: 'cannot attach: ' + e.message });
@@ -234,11 +284,24 @@
   }
 
   $('take').addEventListener('click', async () => {
-    if (!cur) return;
+    if (!cur || !mayControl()) return;
     const id = cur.id;
     try { await call('session/detach', { sessionId: id }); } catch (e) { /* not attached: attach anyway */ }
     cur = null;
     open(id, 'controller');
+  });
+  // "All sessions" (a narrow screen shows the list or a session) closes
+  // the session and goes back to the list, focus on the session left.
+  $('to-list').addEventListener('click', () => {
+    if (!cur) return;
+    const id = cur.id;
+    call('session/detach', { sessionId: id }).catch(() => {});
+    cur = null;
+    $('session').hidden = true;
+    $('view-sessions').classList.remove('reading');
+    renderList();
+    const b = [...$('session-list').querySelectorAll('button')].find((x) => x.dataset.session === id);
+    if (b) b.focus();
   });
 
   // ---- one session's log, windowed ----
@@ -251,20 +314,35 @@
   }
   let frame = 0;
   function schedule() { if (!frame) frame = requestAnimationFrame(flush); }
+
+  // endGap is how far the log's last entry ends below the top of the dock
+  // (the permission requests, stuck to the bottom of the window): at most
+  // a line means the reader is at the end.
+  function endGap() {
+    const last = $('log').lastElementChild;
+    if (!last) return -Infinity;
+    return last.getBoundingClientRect().bottom - $('dock').getBoundingClientRect().top;
+  }
+  const AT_END = 80;
+  // follow scrolls the end of the log into view above the dock. Only a
+  // reader already at the end is moved: one reading earlier entries keeps
+  // them where they are (what arrives goes below them).
+  function follow() {
+    const g = endGap();
+    if (g > 0) window.scrollBy(0, g);
+  }
+
   function flush() {
     frame = 0;
     if (!cur) return;
     const log = $('log');
-    const atBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+    const atEnd = endGap() <= AT_END;
     // While the reader follows the end, at most WINDOW entries are in the
     // DOM: the earlier ones leave it (and are never built when a long
     // history arrives at once); "Show earlier" brings them back.
     const n = cur.entries.length;
-    const lo = atBottom ? Math.max(cur.start, n - WINDOW) : cur.start;
-    for (let i = cur.start; i < lo; i++) {
-      const e = cur.entries[i];
-      if (e.node && e.node.parentNode) e.node.parentNode.removeChild(e.node);
-    }
+    const lo = atEnd ? Math.max(cur.start, n - WINDOW) : cur.start;
+    if (lo > cur.start) drop(lo);
     cur.start = lo;
     for (const e of cur.dirty) {
       if (e.i < cur.start) { e.node = null; e.plain = null; continue; }
@@ -281,21 +359,59 @@
       if (fresh) log.appendChild(e.node);
     }
     cur.dirty.clear();
-    $('earlier').hidden = cur.start === 0;
-    if (atBottom) window.scrollTo(0, document.body.scrollHeight);
+    earlier();
+    if (atEnd) follow();
+  }
+
+  // drop takes the entries before lo out of the DOM. The log's top padding
+  // grows by the height they took, so that the entries after them do not
+  // move on the page (a layout shift, issue 31 point 6).
+  function drop(lo) {
+    const log = $('log');
+    const gone = [];
+    for (let i = cur.start; i < lo; i++) {
+      const e = cur.entries[i];
+      if (e.node && e.node.parentNode === log) gone.push(e.node);
+    }
+    if (gone.length === 0) return;
+    const last = gone[gone.length - 1], next = last.nextElementSibling;
+    const h = (next ? next.getBoundingClientRect().top : last.getBoundingClientRect().bottom) - gone[0].getBoundingClientRect().top;
+    for (const g of gone) log.removeChild(g);
+    cur.spacer += h;
+    log.style.paddingTop = cur.spacer + 'px';
+  }
+
+  // earlier keeps its place whether or not there is anything earlier (it
+  // says so), so that its appearing does not move the log.
+  let earlierShown = null;
+  function earlier() {
+    const more = !!cur && cur.start > 0;
+    if (more === earlierShown) return;
+    earlierShown = more;
+    const b = $('earlier');
+    b.disabled = !more;
+    clear(b); text(b, more ? 'Show earlier' : 'Beginning of the session');
   }
   $('earlier').addEventListener('click', () => {
-    if (!cur) return;
+    if (!cur || cur.start === 0) return;
     const log = $('log');
     const from = Math.max(0, cur.start - WINDOW);
-    const first = log.firstChild;
+    const first = log.firstElementChild;
+    const y0 = first ? first.getBoundingClientRect().top : 0;
+    const frag = document.createDocumentFragment();
     for (let i = from; i < cur.start; i++) {
       const e = cur.entries[i];
       if (!e.node) { e.node = el('li'); renderEntry(e, e.node); }
-      log.insertBefore(e.node, first);
+      frag.appendChild(e.node);
     }
+    log.insertBefore(frag, first);
     cur.start = from;
-    $('earlier').hidden = cur.start === 0;
+    // The padding stood for entries that left; they are back.
+    if (first && cur.spacer > 0) {
+      cur.spacer = Math.max(0, cur.spacer - (first.getBoundingClientRect().top - y0));
+      log.style.paddingTop = cur.spacer ? cur.spacer + 'px' : '';
+    }
+    earlier();
   });
 
   function renderEntry(e, li) {
@@ -326,38 +442,177 @@
     return '[' + (c.type || 'content') + ']';
   }
 
+  // ---- tool calls: kind, title, status, command, output, diffs ----
+  const STATUS = new Set(['pending', 'in_progress', 'completed', 'failed']);
+
+  // shellQuote shows one argv word as a shell would need it.
+  function shellQuote(s) {
+    s = String(s);
+    return /^[\w@%+=:,./-]+$/.test(s) ? s : "'" + s.replace(/'/g, "'\\''") + "'";
+  }
+  // commandOf is a tool call's command line: rawInput.command (a string,
+  // or an argv array as Codex sends), else an execute call's title (what
+  // agents that send no rawInput put there).
+  function commandOf(t) {
+    const raw = t.rawInput && typeof t.rawInput === 'object' ? t.rawInput : {};
+    const c = raw.command != null ? raw.command : raw.cmd;
+    if (Array.isArray(c) && c.length) return c.map(shellQuote).join(' ');
+    if (typeof c === 'string' && c) return c;
+    return t.kind === 'execute' && t.title ? t.title : '';
+  }
+
   function renderTool(t, li) {
     li.classList.add('tool');
     const head = el('div', 'head');
     head.appendChild(el('span', 'kind', t.kind || 'other'));
     head.appendChild(el('span', 'txt', t.title || t.toolCallId || ''));
-    head.appendChild(el('span', 'state', t.status || 'pending'));
+    const st = STATUS.has(t.status) ? t.status : 'pending';
+    head.appendChild(el('span', 'status ' + st, st.replace('_', ' ')));
     li.appendChild(head);
-    const raw = t.rawInput || {};
-    const cmd = Array.isArray(raw.command) ? raw.command.join(' ') : raw.command;
-    if (cmd) li.appendChild(el('pre', 'cmd', '$ ' + cmd));
-    for (const c of t.content || []) {
-      if (c.type === 'diff') {
-        li.appendChild(el('div', 'cwd', c.path || ''));
-        const pre = el('pre', 'diff');
-        const oldL = (c.oldText || '').split('\n'), newL = (c.newText || '').split('\n');
-        const oldS = new Set(oldL), newS = new Set(newL);
-        for (const l of oldL) if (!newS.has(l) && c.oldText) pre.appendChild(el('div', 'del', '- ' + l));
-        for (const l of newL) if (!oldS.has(l)) pre.appendChild(el('div', 'ins', '+ ' + l));
-        li.appendChild(pre);
-      } else if (c.type === 'content') {
-        li.appendChild(el('pre', 'txt', contentText(c.content)));
-      } else if (c.type === 'terminal') {
-        li.appendChild(el('div', 'cwd', 'terminal ' + (c.terminalId || '')));
+    toolBody(t, li);
+  }
+
+  // toolBody shows what a tool call runs and changes (a tool call entry
+  // and a permission request both).
+  function toolBody(t, parent) {
+    const cmd = commandOf(t);
+    if (cmd) parent.appendChild(el('pre', 'cmd', '$ ' + cmd));
+    for (const c of Array.isArray(t.content) ? t.content : []) {
+      if (!c) continue;
+      if (c.type === 'diff') renderDiff(c, parent);
+      else if (c.type === 'content') parent.appendChild(el('pre', t.kind === 'execute' ? 'out' : 'txt', contentText(c.content)));
+      else if (c.type === 'terminal') {
+        // Only the id: the output is in a terminal the editor runs.
+        parent.appendChild(el('div', 'term muted', "output in the editor's terminal" + (c.terminalId ? ' (' + c.terminalId + ')' : '')));
       }
     }
+  }
+
+  // Diffs. Past DIFF_LINES lines, DIFF_CHARS characters or DIFF_EDITS
+  // changed lines, the page shows the old and new text whole instead of
+  // diffing them (Myers' algorithm is O((N+M)·D) in time and O(D²) here
+  // in memory).
+  const DIFF_LINES = 20000, DIFF_CHARS = 4 << 20, DIFF_EDITS = 2000, CONTEXT = 3;
+  const diffs = new WeakMap(); // content -> hunks: a tool call is re-rendered on each update
+
+  function splitLines(s) {
+    if (!s) return [];
+    const l = s.split('\n');
+    if (l[l.length - 1] === '') l.pop();
+    return l;
+  }
+
+  // myers returns the shortest edit script from a to b as [op, line]
+  // pairs (op ' ', '-' or '+'), or null past dmax edits.
+  function myers(a, b, dmax) {
+    const N = a.length, M = b.length, off = dmax + 1;
+    const V = new Int32Array(2 * dmax + 3);
+    const trace = [];
+    for (let d = 0; d <= dmax; d++) {
+      // V before step d, for k in [-d-1, d+1]: what the way back reads.
+      trace.push(V.slice(off - d - 1, off + d + 2));
+      for (let k = -d; k <= d; k += 2) {
+        let x = (k === -d || (k !== d && V[off + k - 1] < V[off + k + 1])) ? V[off + k + 1] : V[off + k - 1] + 1;
+        let y = x - k;
+        while (x < N && y < M && a[x] === b[y]) { x++; y++; }
+        V[off + k] = x;
+        if (x >= N && y >= M) return backtrack(a, b, trace, d);
+      }
+    }
+    return null;
+  }
+  function backtrack(a, b, trace, D) {
+    const ops = [];
+    let x = a.length, y = b.length;
+    for (let d = D; d > 0; d--) {
+      const v = trace[d], at = (k) => v[k + d + 1];
+      const k = x - y;
+      const pk = (k === -d || (k !== d && at(k - 1) < at(k + 1))) ? k + 1 : k - 1;
+      const px = at(pk), py = px - pk;
+      while (x > px && y > py) { ops.push([' ', a[--x]]); y--; }
+      if (x === px) ops.push(['+', b[--y]]); else ops.push(['-', a[--x]]);
+    }
+    while (x > 0) { ops.push([' ', a[--x]]); y--; }
+    return ops.reverse();
+  }
+
+  // unified is the diff of two texts as unified-diff hunks (CONTEXT lines
+  // around each change), [] when equal, null when too large to diff.
+  function unified(oldText, newText) {
+    if ((oldText || '').length + (newText || '').length > DIFF_CHARS) return null;
+    const a = splitLines(oldText), b = splitLines(newText);
+    if (a.length + b.length > DIFF_LINES) return null;
+    let p = 0;
+    while (p < a.length && p < b.length && a[p] === b[p]) p++;
+    let s = 0;
+    while (s < a.length - p && s < b.length - p && a[a.length - 1 - s] === b[b.length - 1 - s]) s++;
+    const mid = myers(a.slice(p, a.length - s), b.slice(p, b.length - s), DIFF_EDITS);
+    if (mid === null) return null;
+    const ops = [];
+    for (let i = 0; i < p; i++) ops.push([' ', a[i]]);
+    for (const o of mid) ops.push(o);
+    for (let i = a.length - s; i < a.length; i++) ops.push([' ', a[i]]);
+    // Line numbers of each op in the old and the new text.
+    const at = [];
+    let oa = 1, ob = 1;
+    for (const o of ops) { at.push([oa, ob]); if (o[0] !== '+') oa++; if (o[0] !== '-') ob++; }
+    const hunks = [];
+    let k = 0;
+    while (k < ops.length) {
+      while (k < ops.length && ops[k][0] === ' ') k++;
+      if (k === ops.length) break;
+      const start = Math.max(0, k - CONTEXT);
+      let end = k;
+      for (;;) {
+        while (end < ops.length && ops[end][0] !== ' ') end++;
+        let next = end;
+        while (next < ops.length && ops[next][0] === ' ') next++;
+        if (next < ops.length && next - end <= 2 * CONTEXT) { end = next; continue; }
+        end = Math.min(ops.length, end + CONTEXT);
+        break;
+      }
+      const lines = ops.slice(start, end);
+      const on = lines.filter((o) => o[0] !== '+').length, nn = lines.filter((o) => o[0] !== '-').length;
+      hunks.push({ head: '@@ -' + (on ? at[start][0] : at[start][0] - 1) + ',' + on + ' +' + (nn ? at[start][1] : at[start][1] - 1) + ',' + nn + ' @@', lines });
+      k = end;
+    }
+    return hunks;
+  }
+
+  function renderDiff(c, parent) {
+    const box = el('div', 'diff');
+    const head = el('div', 'diff-path');
+    // ACP: oldText null (or absent) is a new file.
+    if (c.oldText == null) head.appendChild(el('span', 'tag', 'new file'));
+    head.appendChild(el('span', 'txt', c.path || ''));
+    box.appendChild(head);
+    let h = diffs.get(c);
+    if (h === undefined) { h = unified(c.oldText, c.newText); diffs.set(c, h); }
+    if (h === null) {
+      box.appendChild(el('div', 'muted', 'too large to compare here: the old and the new text whole'));
+      if (c.oldText != null) box.appendChild(el('pre', 'whole old', c.oldText));
+      box.appendChild(el('pre', 'whole new', c.newText || ''));
+    } else if (h.length === 0) {
+      box.appendChild(el('div', 'muted', 'no change'));
+    } else {
+      const pre = el('pre', 'hunks');
+      for (const hk of h) {
+        pre.appendChild(el('span', 'hunk', hk.head));
+        for (const [op, l] of hk.lines) pre.appendChild(el('span', op === '+' ? 'ins' : op === '-' ? 'del' : 'ctx', op + ' ' + l));
+      }
+      box.appendChild(pre);
+    }
+    parent.appendChild(box);
   }
 
   function update(p) {
     if (!cur || p.sessionId !== cur.id) return;
     const u = p.update || {};
     const kind = u.sessionUpdate || u.type;
-    if (kind !== 'permission_resolved') setState(cur.id, cur.asks.size ? 'waiting' : 'running');
+    // A controller knows its pending requests; an observer is not sent
+    // them, so the list's "waiting" stands until the list says otherwise.
+    const known = sessions.get(cur.id);
+    if (kind !== 'permission_resolved' && (cur.role === 'controller' || !known || known.state !== 'waiting')) setState(cur.id, cur.asks.size ? 'waiting' : 'running');
     switch (kind) {
       case 'agent_message_chunk': case 'user_message_chunk': case 'agent_thought_chunk': {
         const type = kind === 'agent_message_chunk' ? 'agent' : kind === 'user_message_chunk' ? 'user' : 'thought';
@@ -373,36 +628,46 @@
         cur.dirty.add(e); schedule();
         break;
       }
-      case 'plan': renderPlan(u.entries || []); break;
+      case 'plan': renderPlan(Array.isArray(u.entries) ? u.entries : []); break;
       case 'current_mode_update': clear($('s-mode')); text($('s-mode'), 'mode ' + (u.currentModeId || '')); break;
       case 'session_info_update': if (u.title != null) { clear($('s-title')); text($('s-title'), u.title); } break;
       case 'permission_resolved': resolved(u); break;
     }
   }
 
+  // renderPlan: the plan is one line of the session's head, always there
+  // (done/all and the step in progress), that opens over the log to the
+  // whole list: a plan arriving or changing moves nothing.
   function renderPlan(entries) {
-    const box = $('plan');
-    clear(box);
-    box.hidden = entries.length === 0;
-    box.appendChild(el('strong', null, 'Plan'));
-    const ol = el('ol');
-    for (const p of entries) ol.appendChild(el('li', p.status || '', p.content || ''));
-    box.appendChild(ol);
+    const list = $('plan-list');
+    clear(list);
+    let done = 0, now = null;
+    for (const p of entries) {
+      const st = STATUS.has(p.status) ? p.status : '';
+      list.appendChild(el('li', st, p.content || ''));
+      if (st === 'completed') done++;
+      else if (!now && st === 'in_progress') now = p;
+    }
+    now = now || entries.find((p) => p.status !== 'completed');
+    clear($('plan-summary'));
+    text($('plan-summary'), entries.length ? 'Plan ' + done + '/' + entries.length + (now ? ': ' + (now.content || '') : '') : 'No plan');
   }
 
   // ---- permission requests ----
+  // A request is shown in the dock under the log, which it never moves.
+  // It does not take the keyboard focus: an Enter meant for another
+  // button must not answer "Allow". The dock is next in the tab order.
   function ask(id, p) {
     if (!cur || p.sessionId !== cur.id) {
       send({ jsonrpc: '2.0', id, error: { code: -32603, message: 'the page is not showing this session' } });
       return;
     }
     const t = p.toolCall || {};
+    const atEnd = endGap() <= AT_END;
     const box = el('div', 'ask');
     box.dataset.toolCall = t.toolCallId || '';
     box.appendChild(el('div', 'head', 'The agent asks: ' + (t.title || t.toolCallId || 'permission')));
-    const raw = t.rawInput || {};
-    const cmd = Array.isArray(raw.command) ? raw.command.join(' ') : raw.command;
-    if (cmd) box.appendChild(el('pre', 'cmd', '$ ' + cmd));
+    toolBody(t, box);
     const opts = el('div', 'options');
     for (const o of p.options || []) {
       const b = el('button', 'option', o.name || o.optionId);
@@ -416,11 +681,13 @@
       opts.appendChild(b);
     }
     box.appendChild(opts);
+    // The dock is stuck to the window's bottom and grows upwards over the
+    // log, moving none of it; last in the dock, so that a request shown
+    // already keeps its place in it.
     $('asks').appendChild(box);
     cur.asks.set(id, { box, toolCallId: t.toolCallId });
     setState(cur.id, 'waiting');
-    const first = opts.querySelector('button');
-    if (first) first.focus();
+    if (atEnd) follow();
   }
   function finish(id, note) {
     const a = cur && cur.asks.get(id);
@@ -435,6 +702,8 @@
     const by = (u.resolvedBy && u.resolvedBy.name) || 'someone';
     for (const [id, a] of cur.asks) if (a.toolCallId === u.toolCallId) { finish(id, 'answered by ' + by + ': ' + (u.chosenOptionId || u.outcome || '')); return; }
     push({ type: 'resolved', text: 'permission ' + (u.toolCallId || '') + ' answered by ' + by + ': ' + (u.chosenOptionId || u.outcome || '') });
+    // An observer learns here that the request it could not see is gone.
+    if (cur.role !== 'controller' && !cur.asks.size) setState(cur.id, 'running');
   }
 
   // ---- decisions ----
