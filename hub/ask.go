@@ -44,6 +44,7 @@ func (h *Hub) routerAsk(m *acp.Message) {
 		if len(sends) == 0 {
 			h.log.Info("permission request waits for a controller to attach", "session", sid)
 		}
+		h.changedLocked()
 	default:
 		var to *client
 		if s != nil {
@@ -163,6 +164,7 @@ func (h *Hub) clientAnswer(c *client, m *acp.Message) {
 		withdraw = append(withdraw, sendTo{other, notification("$/cancel_request", map[string]json.RawMessage{"requestId": json.RawMessage(id)})})
 	}
 	clear(a.targets)
+	h.changedLocked()
 	h.mu.Unlock()
 	for _, w := range withdraw {
 		w.c.enqueue(w.line)
@@ -254,6 +256,7 @@ func (h *Hub) cancelAsk(m *acp.Message) {
 		sends = append(sends, sendTo{c, notification("$/cancel_request", map[string]json.RawMessage{"requestId": json.RawMessage(id)})})
 	}
 	clear(a.targets)
+	h.changedLocked()
 	h.mu.Unlock()
 	for _, s := range sends {
 		s.c.enqueue(s.line)

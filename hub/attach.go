@@ -75,6 +75,7 @@ func (h *Hub) attach(c *client, m *acp.Message) {
 		return
 	}
 	mb := h.addMemberLocked(s, c, p.Role)
+	h.changedLocked()
 	if p.HistoryPolicy != historyFull || h.opts.History == nil {
 		res := h.attachResultLocked(mb, p.HistoryPolicy)
 		sends := h.goLiveLocked(mb)
@@ -102,6 +103,7 @@ func (h *Hub) replay(c *client, mb *member, id json.RawMessage, policy string) {
 		var toRouter [][]byte
 		if live {
 			toRouter = h.detachLocked(mb)
+			h.changedLocked()
 		}
 		h.mu.Unlock()
 		for _, l := range toRouter {
@@ -126,9 +128,7 @@ func (h *Hub) replay(c *client, mb *member, id json.RawMessage, policy string) {
 	if mb.phase == phaseWaitMark {
 		mb.replayed = true // the mark's arrival makes it live
 	} else {
-		for _, l := range mb.buf {
-			c.enqueue(l)
-		}
+		c.enqueueHeld(mb.buf)
 		mb.buf, mb.bufN = nil, 0
 		sends = h.goLiveLocked(mb)
 	}
@@ -264,6 +264,7 @@ func (h *Hub) detach(c *client, m *acp.Message) {
 		return
 	}
 	toRouter := h.detachLocked(mb)
+	h.changedLocked()
 	h.mu.Unlock()
 	for _, l := range toRouter {
 		h.toRouter(l)
@@ -373,9 +374,7 @@ func (h *Hub) loadAnsweredLocked(cl *call, ok bool, result, e json.RawMessage) b
 		mb.replayed = true
 		return true
 	}
-	for _, l := range mb.buf {
-		cl.c.enqueue(l)
-	}
+	cl.c.enqueueHeld(mb.buf)
 	mb.buf, mb.bufN = nil, 0
 	for _, s := range h.goLiveLocked(mb) {
 		s.c.enqueue(s.line)
@@ -391,9 +390,7 @@ func (h *Hub) liveAgainLocked(mb *member) {
 		delete(h.marks, mb.mark)
 		mb.mark = ""
 	}
-	for _, l := range mb.buf {
-		mb.c.enqueue(l)
-	}
+	mb.c.enqueueHeld(mb.buf)
 	mb.buf, mb.bufN = nil, 0
 	for _, s := range h.goLiveLocked(mb) {
 		s.c.enqueue(s.line)

@@ -444,3 +444,55 @@ func TestLoadOfLiveSession(t *testing.T) {
 	phone.mustCall("session/prompt", promptParams(sid, "say d"))
 	waitFor(t, "d", func() bool { return len(ed.texts(sid)) == 4 })
 }
+
+// TestLiveSessions: _acp-router/sessions lists the live sessions a client
+// may see with their state: idle, running during a turn, waiting while a
+// permission request is unanswered; attached says whether the asker is
+// one of its clients.
+func TestLiveSessions(t *testing.T) {
+	e := startHub(t, Options{})
+	ed, sid := e.editorSession()
+	bob := e.connect(Identity{Name: "bob", Role: RoleController})
+	bob.initialize()
+	own := bob.newSession()
+	type live struct {
+		SessionID, State string
+		Clients          int
+		Attached         bool
+	}
+	states := func(c *tclient) []live {
+		var r struct{ Sessions []live }
+		json.Unmarshal(c.mustCall(MethodSessions, map[string]any{}), &r)
+		return r.Sessions
+	}
+	phone := e.connect(phoneID)
+	phone.initialize()
+	state := func() string {
+		for _, s := range states(phone) {
+			if s.SessionID == sid {
+				return s.State
+			}
+		}
+		return "absent"
+	}
+	if got := states(bob); len(got) != 1 || got[0].SessionID != own || got[0].State != StateIdle || !got[0].Attached {
+		t.Errorf("bob sees %+v, want only his own, idle", got)
+	}
+	if got := state(); got != StateIdle {
+		t.Errorf("before a prompt: %s", got)
+	}
+	if got := states(phone); len(got) != 2 || slices.ContainsFunc(got, func(l live) bool { return l.Attached }) {
+		t.Errorf("the phone sees %+v, want both, attached to none", got)
+	}
+	done := ed.start("session/prompt", promptParams(sid, "sleep 300ms\npermission t1\nsay after"))
+	waitFor(t, "running during the turn", func() bool { return state() == StateRunning })
+	req := ed.request()
+	if got := state(); got != StateWaiting {
+		t.Errorf("while the agent asks: %s", got)
+	}
+	ed.answer(req.ID, allow("allow"))
+	if r := <-done; r.Error != nil {
+		t.Fatalf("prompt: %s", r.raw)
+	}
+	waitFor(t, "idle after the turn", func() bool { return state() == StateIdle })
+}

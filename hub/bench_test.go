@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -119,4 +120,68 @@ func stackInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.StackInuse
+}
+
+// BenchmarkChunkStream: an agent streams small agent_message_chunk
+// updates (64 bytes of text each, "big N 64") through the Router and the
+// hub to the editor and one observer, which reads them as fast as it can
+// (fast) or like a busy browser, 100 µs a message on average (slow: a
+// pause of 1 ms every 10 messages, the timer's granularity). An op is one
+// update; updates/s is what reaches the observer end to end (the turn's
+// text complete), msgs/update how many messages it took the observer.
+//
+//	go test -run '^$' -bench ChunkStream -benchtime 20000x ./hub
+func BenchmarkChunkStream(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		read time.Duration
+	}{{"fast", 0}, {"slow", 100 * time.Microsecond}} {
+		b.Run(c.name, func(b *testing.B) { benchChunks(b, c.read) })
+	}
+}
+
+func benchChunks(b *testing.B, read time.Duration) {
+	e := startHub(b, Options{})
+	ed, sid := e.editorSession()
+	conn := newPipeConn()
+	go e.hub.Serve(context.Background(), conn, Identity{Name: "watcher", Role: RoleObserver, AllSessions: true})
+	b.Cleanup(func() { conn.Close(nil) })
+	conn.in <- []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`)
+	<-conn.out
+	conn.in <- []byte(fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"session/attach","params":{"sessionId":%q,"role":"observer","historyPolicy":"none"}}`, sid))
+	<-conn.out
+	var text, msgs atomic.Int64
+	wake := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case m := <-conn.out:
+				var p struct {
+					Params struct {
+						Update struct {
+							Content struct{ Text string }
+						}
+					}
+				}
+				json.Unmarshal(m, &p)
+				if read > 0 && msgs.Load()%10 == 0 {
+					time.Sleep(10 * read)
+				}
+				msgs.Add(1)
+				text.Add(int64(len(p.Params.Update.Content.Text)))
+				signal(wake)
+			case <-conn.closed:
+				return
+			}
+		}
+	}()
+	const size = 64
+	b.ResetTimer()
+	ed.mustCall("session/prompt", promptParams(sid, fmt.Sprintf("big %d %d", b.N, size)))
+	for text.Load() < int64(b.N*size) {
+		<-wake
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "updates/s")
+	b.ReportMetric(float64(msgs.Load())/float64(b.N), "msgs/update")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // errClosed is the reason of a client that went by itself.
@@ -21,10 +22,16 @@ type client struct {
 	asks     map[string]*ask    // the Router's requests sent to it, by the id it was given
 	calls    map[string]string  // its requests at the Router: its id → the hub's
 	gone     bool
+	watching bool   // MethodWatch sessions: it is pushed MethodSessionsChanged
+	shown    []byte // the list it was last sent (watching)
 
-	qmu      sync.Mutex
-	q        [][]byte
-	qbytes   int
+	qmu    sync.Mutex
+	q      []queued
+	qbytes int
+	// interval: a chunk at the head of the queue waits until this long
+	// after the previous one was written, so that later chunks join it
+	// (MethodWatch's chunkIntervalMs; 0: written at once).
+	interval time.Duration
 	wake     chan struct{} // capacity 1: the writer has work, or the client failed
 	room     chan struct{} // capacity 1: the writer took something (enqueueWait)
 	drained  chan struct{} // capacity 1: the same, for the Router's reader (Hub.waitEditor)
@@ -50,23 +57,54 @@ func signal(ch chan struct{}) {
 // router lives for it, and a message up to MaxLine must reach it whole):
 // its queue may pass the bounds, and the Router's reader waits for it to
 // drain (Hub.waitEditor). False when the line was not queued.
-func (c *client) enqueue(line []byte) bool {
+func (c *client) enqueue(line []byte) bool { return c.enqueueChunk(line, nil) }
+
+// enqueueChunk is enqueue of a line whose streamed text is ch (nil: not
+// streamed text): a remote client's queue coalesces it with the chunk at
+// its tail when they are the same update (coalesce.go).
+func (c *client) enqueueChunk(line []byte, ch *chunk) bool {
 	c.qmu.Lock()
 	if c.reason != nil {
 		c.qmu.Unlock()
 		return false
 	}
-	if !c.id.Editor && (len(c.q) >= c.h.opts.QueueMessages || c.qbytes+len(line) > c.h.opts.QueueBytes && len(c.q) > 0) {
+	if ch != nil && !c.id.Editor && len(c.q) > 0 && (len(c.q) >= c.h.opts.CoalesceAfter || c.interval > 0) && c.q[len(c.q)-1].join(ch) {
+		c.qbytes += len(ch.body)
+		c.qmu.Unlock()
+		return true
+	}
+	return c.pushLocked(queued{line: line, ch: ch, size: len(line)})
+}
+
+// pushLocked queues q (called with qmu held; unlocks it), or drops the
+// client when its queue is over its bounds (enqueue).
+func (c *client) pushLocked(q queued) bool {
+	if !c.id.Editor && (len(c.q) >= c.h.opts.QueueMessages || c.qbytes+q.size > c.h.opts.QueueBytes && len(c.q) > 0) {
 		c.qmu.Unlock()
 		c.h.log.Warn("client dropped: its queue overflowed", "client", c.id.Name, "messages", len(c.q), "bytes", c.qbytes)
 		go c.h.drop(c, ErrSlowClient)
 		return false
 	}
-	c.q = append(c.q, line)
-	c.qbytes += len(line)
+	c.q = append(c.q, q)
+	c.qbytes += q.size
 	c.qmu.Unlock()
 	signal(c.wake)
 	return true
+}
+
+// enqueueHeld queues what was held for the client while its replay was
+// sent (member.buf), as it was held (coalesced or not), in order.
+func (c *client) enqueueHeld(held []queued) {
+	for _, q := range held {
+		c.qmu.Lock()
+		if c.reason != nil {
+			c.qmu.Unlock()
+			return
+		}
+		if !c.pushLocked(q) {
+			return
+		}
+	}
 }
 
 // enqueueWait queues line, waiting for room first (a replay: what the
@@ -79,7 +117,7 @@ func (c *client) enqueueWait(ctx context.Context, line []byte) bool {
 			return false
 		}
 		if len(c.q) < c.h.opts.QueueMessages/2 && (len(c.q) == 0 || c.qbytes+len(line) <= c.h.opts.QueueBytes/2) {
-			c.q = append(c.q, line)
+			c.q = append(c.q, queued{line: line, size: len(line)})
 			c.qbytes += len(line)
 			c.qmu.Unlock()
 			signal(c.wake)
@@ -97,6 +135,13 @@ func (c *client) enqueueWait(ctx context.Context, line []byte) bool {
 // writeLoop writes the queue to the client until ctx ends or the client
 // fails.
 func (c *client) writeLoop(ctx context.Context) {
+	var nextChunk time.Time // when a chunk may be written (interval)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		c.qmu.Lock()
 		if c.reason != nil {
@@ -113,11 +158,32 @@ func (c *client) writeLoop(ctx context.Context) {
 				return
 			}
 		}
-		line := c.q[0]
-		c.q[0] = nil
+		if c.q[0].ch != nil && c.interval > 0 {
+			// Held at the head, the chunk takes in those that follow
+			// it (enqueueChunk) until its time comes.
+			if wait := time.Until(nextChunk); wait > 0 {
+				c.qmu.Unlock()
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-timer.C:
+				case <-c.wake: // failed, or more came: look again
+				case <-ctx.Done():
+					return
+				}
+				continue
+			}
+			nextChunk = time.Now().Add(c.interval)
+		}
+		head := c.q[0]
+		c.q[0] = queued{}
 		c.q = c.q[1:]
-		c.qbytes -= len(line)
+		c.qbytes -= head.size
 		c.qmu.Unlock()
+		line := head.bytes()
 		signal(c.room)
 		signal(c.drained)
 		if err := c.conn.Write(ctx, line); err != nil {

@@ -33,6 +33,13 @@
 //     dropped with a reason, and never delays the Router or another client;
 //     the stdio editor is never dropped: the Router's stream waits for it
 //     (waitEditor), as the Router waits for a slow editor without a hub.
+//     Before dropping anyone, streamed text is coalesced in a remote
+//     client's queue once it is behind, or at the interval it asked for
+//     (coalesce.go): the same text in fewer messages, nothing reordered;
+//   - what ACP does not carry, for the page of issue 31: the live sessions
+//     a client may see, with their state and agent, asked
+//     (_acp-router/sessions) or pushed to a client that watches
+//     (_acp-router/watch, watch.go).
 //
 // Concurrency: one mutex (Hub.mu) guards the routing state; it is never
 // held across a write that can wait (to the Router: its read loop never
@@ -115,6 +122,11 @@ type Options struct {
 	// either, that client is dropped [32 MiB, 16384].
 	QueueBytes    int
 	QueueMessages int
+	// CoalesceAfter is how many messages a remote client's queue holds
+	// before streamed text is coalesced in it (coalesce.go): a client
+	// that keeps up gets every chunk as the agent sent it [1024, at most
+	// a quarter of QueueMessages].
+	CoalesceAfter int
 	// MaxLine bounds one message from the Router [acp.DefaultMaxLine].
 	MaxLine int
 }
@@ -164,6 +176,10 @@ func New(opts Options) *Hub {
 	if opts.QueueMessages <= 0 {
 		opts.QueueMessages = 16384
 	}
+	if opts.CoalesceAfter <= 0 {
+		opts.CoalesceAfter = 1024
+	}
+	opts.CoalesceAfter = max(1, min(opts.CoalesceAfter, opts.QueueMessages/4))
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = acp.DefaultMaxLine
 	}

@@ -270,13 +270,24 @@ func (r slowReader) Read(p []byte) (int, error) {
 // slowly (a pause of slow before each read of at most 4 KiB).
 func startHubSlow(t testing.TB, opts Options, slow time.Duration) *env {
 	t.Helper()
+	return startHubAgents(t, opts, slow, nil)
+}
+
+// startHubAgents is startHubSlow with more agents (the fake agent too,
+// started lazily) after the default one, "fake".
+func startHubAgents(t testing.TB, opts Options, slow time.Duration, more []string) *env {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	yaml := fmt.Sprintf("version: 1\nstate_dir: '%s'\nagents:\n  - name: fake\n    command: '%s'\n    env: {%s: '1', GORACE: 'atexit_sleep_ms=0'}\nrouting: {default: fake}\n",
-		dir, exe, envFakeAgent)
+	agent := "  - name: %s\n    title: %s agent\n    command: '%s'\n    env: {%s: '1', GORACE: 'atexit_sleep_ms=0'}\n"
+	yaml := fmt.Sprintf("version: 1\nstate_dir: '%s'\nagents:\n"+agent, dir, "fake", "Fake", exe, envFakeAgent)
+	for _, name := range more {
+		yaml += fmt.Sprintf(agent+"    lazy: true\n", name, name, exe, envFakeAgent)
+	}
+	yaml += "routing: {default: fake}\n"
 	cfg, err := config.Parse("test.yaml", []byte(yaml), os.LookupEnv)
 	if err != nil {
 		t.Fatal(err)

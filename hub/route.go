@@ -13,6 +13,10 @@ import (
 const (
 	MethodAttach = "session/attach"
 	MethodDetach = "session/detach"
+	// MethodSessions is the hub's own extension (the page of issue 31):
+	// the live sessions a client may see, each with its state, which ACP
+	// does not carry.
+	MethodSessions = "_acp-router/sessions"
 )
 
 // Error codes of RFD #533's attach errors; the hub also answers the other
@@ -37,6 +41,9 @@ type session struct {
 	running  int       // prompts at the Router (running or queued there)
 	asks     []*ask    // the Router's permission requests not answered yet
 	children []string  // subagent session ids aliasing this one in Hub.sessions
+	// agent is the agent the session is on now (the router's "agent"
+	// option in its last configOptions), agentTitle its display name.
+	agent, agentTitle string
 }
 
 // member is one client attached to one session.
@@ -45,7 +52,7 @@ type member struct {
 	s     *session
 	role  string
 	phase int
-	buf   [][]byte // phaseAfterMark's held lines
+	buf   []queued // phaseAfterMark's held lines (streamed text coalesced past CoalesceAfter)
 	bufN  int
 	mark  string
 	// replayed: the attach's replay and answer are queued; the mark, when
@@ -145,16 +152,37 @@ func (h *Hub) routerNotify(m *acp.Message) {
 		h.log.Debug("notification for a session no client holds dropped", "session", sid, "method", m.Method)
 		return
 	}
+	var ch *chunk
 	if m.Method == acp.MethodSessionUpdate {
-		if kind, ok := acp.UpdateKindOfValid(m.Raw); ok && string(kind) == "subagent_update" {
+		kind, ok := acp.UpdateKindOfValid(m.Raw)
+		if ok && string(kind) == "subagent_update" {
 			if child := stringMember(updateOf(m.Params), "sessionId"); child != "" && h.sessions[child] == nil {
 				h.sessions[child] = s
 				s.children = append(s.children, child)
 			}
 		}
+		if (!ok || string(kind) == "agent_message_chunk" || string(kind) == "agent_thought_chunk") && s.remoteMembers() {
+			ch = chunkOf(m.Raw)
+		}
+		if !ok || string(kind) == "config_option_update" {
+			var out [1]json.RawMessage
+			if acp.Members(updateOf(m.Params), []string{"configOptions"}, out[:]) == nil && out[0] != nil {
+				h.seeAgentLocked(s.id, out[0])
+				h.changedLocked()
+			}
+		}
 	}
-	h.deliverLocked(s, m.Raw, nil)
+	h.deliverLocked(s, m.Raw, ch)
 	h.mu.Unlock()
+}
+
+// configOptionsOf reads a result's configOptions (nil when absent).
+func configOptionsOf(result json.RawMessage) json.RawMessage {
+	var out [1]json.RawMessage
+	if acp.Members(result, []string{"configOptions"}, out[:]) != nil {
+		return nil
+	}
+	return out[0]
 }
 
 func updateOf(params json.RawMessage) json.RawMessage {
@@ -165,18 +193,30 @@ func updateOf(params json.RawMessage) json.RawMessage {
 	return out[0]
 }
 
-// deliverLocked sends a line of session s to its members (but skip), as
-// each member's phase says.
-func (h *Hub) deliverLocked(s *session, line []byte, skip *client) {
+// remoteMembers says whether a client other than the stdio editor is
+// attached (only their queues coalesce chunks).
+func (s *session) remoteMembers() bool {
 	for _, mb := range s.members {
-		if mb.c == skip {
-			continue
+		if !mb.c.id.Editor {
+			return true
 		}
+	}
+	return false
+}
+
+// deliverLocked sends a line of session s to its members, as each
+// member's phase says; ch is its streamed text, if it is some.
+func (h *Hub) deliverLocked(s *session, line []byte, ch *chunk) {
+	for _, mb := range s.members {
 		switch mb.phase {
 		case phaseLive:
-			mb.c.enqueue(line)
+			mb.c.enqueueChunk(line, ch)
 		case phaseAfterMark:
-			mb.buf = append(mb.buf, line)
+			if n := len(mb.buf); ch != nil && !mb.c.id.Editor && n >= h.opts.CoalesceAfter && mb.buf[n-1].join(ch) {
+				mb.bufN += len(ch.body)
+				break
+			}
+			mb.buf = append(mb.buf, queued{line: line, ch: ch, size: len(line)})
 			mb.bufN += len(line)
 			if !mb.c.id.Editor && (mb.bufN > h.opts.QueueBytes || len(mb.buf) > h.opts.QueueMessages) {
 				mb.buf, mb.bufN = nil, 0
@@ -211,12 +251,17 @@ func (h *Hub) routerAnswer(m *acp.Message) {
 				h.addMemberLocked(s, cl.c, RoleController)
 			}
 			h.owners.set(sid, cl.c.id.Name)
+			h.seeAgentLocked(sid, configOptionsOf(result))
 		}
 	case acp.MethodSessionLoad, acp.MethodSessionResume:
+		if ok {
+			h.seeAgentLocked(cl.sid, configOptionsOf(result))
+		}
 		if cl.loaded != nil {
 			if h.loadAnsweredLocked(cl, ok, result, m.Error) {
 				c := cl.c
 				delete(c.calls, string(cl.id))
+				h.changedLocked()
 				h.mu.Unlock()
 				return
 			}
@@ -239,9 +284,14 @@ func (h *Hub) routerAnswer(m *acp.Message) {
 		if s := h.sessions[cl.sid]; s != nil && s.running > 0 {
 			s.running--
 		}
+	case acp.MethodSetConfigOption:
+		if ok {
+			h.seeAgentLocked(cl.sid, configOptionsOf(result))
+		}
 	}
 	delete(cl.c.calls, string(cl.id))
 	c := cl.c
+	h.changedLocked()
 	h.mu.Unlock()
 	for _, l := range toRouter {
 		h.toRouter(l)
@@ -378,6 +428,7 @@ func (h *Hub) remove(c *client) {
 			toRouter = append(toRouter, errorLine(a.rid, acp.CodeInternalError, "acp-router: the client that was asked is gone", nil))
 		}
 	}
+	h.changedLocked()
 	h.mu.Unlock()
 	for _, l := range toRouter {
 		h.toRouter(l)
@@ -439,6 +490,12 @@ func (h *Hub) clientCall(c *client, m *acp.Message) {
 	case MethodDetach:
 		h.detach(c, m)
 		return
+	case MethodSessions:
+		h.liveSessions(c, m)
+		return
+	case MethodWatch:
+		h.watch(c, m)
+		return
 	}
 	sid := sessionIDOf(m.Params)
 	h.mu.Lock()
@@ -497,6 +554,7 @@ func (h *Hub) clientCall(c *client, m *acp.Message) {
 			// prompts from several controllers never interleave. The hub
 			// only counts them, for on_last_detach.
 			h.sessions[sid].running++
+			h.changedLocked()
 		}
 	}
 	if m.Method == "$/cancel_request" {
@@ -512,6 +570,9 @@ func (h *Hub) clientCall(c *client, m *acp.Message) {
 			h.toRouter(notification("$/cancel_request", map[string]json.RawMessage{"requestId": json.RawMessage(hid)}))
 		}
 		return
+	}
+	if cl.added != nil {
+		h.changedLocked()
 	}
 	if m.Kind == acp.KindNotification {
 		h.mu.Unlock()

@@ -45,6 +45,11 @@ func (l *Listener) URL() string {
 	return scheme + "://" + l.Addr().String() + Path
 }
 
+// PageURL is the address of the web page (Options.Page).
+func (l *Listener) PageURL() string {
+	return strings.TrimSuffix(l.URL(), Path) + "/"
+}
+
 // Check refuses what Listen would refuse, without opening anything.
 func Check(cfg ListenConfig) (addr string, err error) {
 	host, port, err := net.SplitHostPort(cfg.Addr)

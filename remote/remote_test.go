@@ -344,8 +344,9 @@ func TestCloseReason(t *testing.T) {
 }
 
 // A request authenticated by ?token= gets the token back as an HttpOnly,
-// SameSite=Strict cookie on /acp, which authenticates later requests
-// alone (the SDK clients send back every cookie they got).
+// SameSite=Strict cookie on / (the page and its API need it too, issue
+// 31), which authenticates later requests alone (the SDK clients send
+// back every cookie they got).
 func TestTokenCookie(t *testing.T) {
 	_, url, _ := startServer(t, Options{Serve: newFakeAgent().Serve, Auth: tokenAuth})
 	req, _ := http.NewRequest("POST", url+"?token="+secret, strings.NewReader(initMsg))
@@ -361,7 +362,7 @@ func TestTokenCookie(t *testing.T) {
 			c = ck
 		}
 	}
-	if resp.StatusCode != 200 || c == nil || c.Value != secret || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != Path {
+	if resp.StatusCode != 200 || c == nil || c.Value != secret || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
 		t.Fatalf("got %d, cookie %+v", resp.StatusCode, c)
 	}
 	req, _ = http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","method":"x"}`))

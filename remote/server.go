@@ -111,6 +111,26 @@ type Options struct {
 	// SecureCookies marks the token cookie Secure (set under TLS).
 	SecureCookies bool
 	Logger        hclog.Logger
+	// Page, when set, serves the paths it Owns (the web page of issue 31)
+	// behind the same authentication as /acp, with the Identity in the
+	// request's context (IdentityOf); a request for them that does not
+	// authenticate gets SignIn's answer instead of a bare 401.
+	Page   PageHandler
+	SignIn http.HandlerFunc
+}
+
+// PageHandler is the page's handler (package page).
+type PageHandler interface {
+	http.Handler
+	Owns(path string) bool
+}
+
+type identityKey struct{}
+
+// IdentityOf is the Identity remote/ authenticated a page request as.
+func IdentityOf(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok
 }
 
 // Server is the /acp handler.
@@ -203,7 +223,7 @@ var (
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != Path {
-		http.NotFound(w, r)
+		s.page(w, r)
 		return
 	}
 	id, ok := s.authenticate(w, r)
@@ -227,6 +247,44 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// page serves the page's paths, authenticated as /acp is; 404 for the rest.
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Page == nil || !s.opts.Page.Owns(r.URL.Path) {
+		http.NotFound(w, r)
+		return
+	}
+	if s.opts.Auth == nil {
+		s.opts.Page.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, s.opts.Anonymous)))
+		return
+	}
+	id, err := s.opts.Auth(r)
+	if err != nil {
+		s.log.Debug("page request refused: not authenticated", "method", r.Method, "remote", r.RemoteAddr)
+		// A cookie that no longer authenticates (a revoked token) is
+		// dropped, so the browser stops sending it.
+		http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+			Secure: s.opts.SecureCookies, SameSite: http.SameSiteStrictMode})
+		if s.opts.SignIn != nil {
+			s.opts.SignIn(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	s.setCookie(w, r)
+	s.opts.Page.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+}
+
+// setCookie: a request authenticated by ?token= gets the token back as a
+// cookie on / (the page, its API and /acp), so that it need not stay in
+// URLs.
+func (s *Server) setCookie(w http.ResponseWriter, r *http.Request) {
+	if tok := r.URL.Query().Get("token"); tok != "" {
+		http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: tok, Path: "/", HttpOnly: true,
+			Secure: s.opts.SecureCookies, SameSite: http.SameSiteStrictMode})
+	}
+}
+
 // authenticate answers 401 with an empty body (nothing else: no reason,
 // no realm a scanner could fingerprint beyond the scheme) on failure.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (Identity, bool) {
@@ -240,12 +298,9 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (Identity,
 		w.WriteHeader(http.StatusUnauthorized)
 		return Identity{}, false
 	}
-	if tok := r.URL.Query().Get("token"); tok != "" {
-		// The token came in the URL once; the SDK clients (and a browser)
-		// send the cookie back, so it need not stay in URLs.
-		http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: tok, Path: Path, HttpOnly: true,
-			Secure: s.opts.SecureCookies, SameSite: http.SameSiteStrictMode})
-	}
+	// The token came in the URL once; the SDK clients (and a browser)
+	// send the cookie back.
+	s.setCookie(w, r)
 	return id, true
 }
 

@@ -103,6 +103,11 @@ done
 gofmt_check
 go vet ./...
 go tool staticcheck ./...
+# The page's screenshots (issue 31: the session and decisions views at 390
+# and 1280 px) are kept in artifacts/page/ (git-ignored) for CI to keep:
+# page's TestPageInBrowser writes them there, checks each is a PNG of the
+# page, and with ACP_ARTIFACTS set fails rather than skips without Chromium.
+export ACP_ARTIFACTS="$PWD/artifacts"
 # The kernel check of the policy's evidence runs every allowed corpus
 # command under strace (minutes): without the race detector, which finds
 # nothing in it and makes it several times slower, and with a timeout of

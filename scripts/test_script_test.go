@@ -10,10 +10,11 @@ import (
 	"testing"
 )
 
-// fake is a command that logs its arguments and the ACP_TEST_SLOW and
-// ACP_E2E_NO_GEMINI the script passed it, one line per call.
+// fake is a command that logs its arguments and the ACP_ARTIFACTS,
+// ACP_TEST_SLOW and ACP_E2E_NO_GEMINI the script passed it, one line per
+// call.
 const fake = `#!/bin/sh
-echo "$(basename "$0") $* SLOW=${ACP_TEST_SLOW-unset} NO_GEMINI=${ACP_E2E_NO_GEMINI-unset}" >> "$FAKE_LOG"
+echo "$(basename "$0") $* ARTIFACTS=${ACP_ARTIFACTS-unset} SLOW=${ACP_TEST_SLOW-unset} NO_GEMINI=${ACP_E2E_NO_GEMINI-unset}" >> "$FAKE_LOG"
 `
 
 // runScript runs script (relative to the repository root) with args and
@@ -100,6 +101,25 @@ func TestSkipSwitches(t *testing.T) {
 		if !hasLine(log, prefix, "SLOW=1 NO_GEMINI=unset") {
 			t.Errorf(".ci/run: %q without ACP_TEST_SLOW=1:\n%s", prefix, log)
 		}
+	}
+}
+
+// TestArtifacts: scripts/test.sh runs the suite with ACP_ARTIFACTS set to
+// the checkout's artifacts/, where the page's screenshots are kept (issue
+// 31) and where CI finds them.
+func TestArtifacts(t *testing.T) {
+	log, err := runScript(t, nil, "scripts/test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.Abs("..")
+	want := " ARTIFACTS=" + filepath.Join(root, "artifacts") + " "
+	found := false
+	for line := range strings.SplitSeq(log, "\n") {
+		found = found || strings.HasPrefix(line, "go test -race ./...") && strings.Contains(line, want)
+	}
+	if !found {
+		t.Errorf("scripts/test.sh runs the suite without ACP_ARTIFACTS=%s/artifacts:\n%s", root, log)
 	}
 }
 

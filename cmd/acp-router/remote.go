@@ -14,7 +14,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/hub"
+	"github.com/acp-router/acp-router/page"
 	"github.com/acp-router/acp-router/remote"
 	"github.com/acp-router/acp-router/router"
 	"github.com/acp-router/acp-router/token"
@@ -105,7 +107,7 @@ func openListener(cfg *config.Config, l listening, log hclog.Logger) (*remote.Li
 // startRemote puts a hub in front of r and serves /acp on ln until ctx
 // ends. The Router is served on in-process pipes; done is closed once
 // the Router has returned (its agents shut down).
-func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *remote.Listener, stdio bool, log hclog.Logger) (side *remoteSide, done <-chan error, err error) {
+func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, pg *guard.Guard, ln *remote.Listener, stdio bool, log hclog.Logger) (side *remoteSide, done <-chan error, err error) {
 	tokens, err := token.Open(cfg.StateDir, token.Options{Logger: log.Named("token")})
 	if err != nil {
 		return nil, nil, err
@@ -134,6 +136,8 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *
 		Watch:         func(id remote.Identity, gone func()) func() { return tokens.Watch(id.Token, gone) },
 		SecureCookies: ln.TLS,
 		Logger:        log.Named("remote"),
+		Page:          page.New(page.Options{AuditFile: cfg.Audit.File, RuleAt: ruleAt(pg)}),
+		SignIn:        page.SignIn,
 	})
 	go func() {
 		if err := srv.Serve(ctx, ln); err != nil {
@@ -155,11 +159,28 @@ func startRemote(ctx context.Context, cfg *config.Config, r *router.Router, ln *
 			case err != nil:
 				log.Warn("cannot create the first token", "error", err)
 			case created:
-				fmt.Fprintf(os.Stderr, "acp-router: first use: a token named \"owner\" was created; open or connect with\n  %s?token=%s\n(it is shown once; acp-router token list|create|revoke)\n", ln.URL(), secret)
+				fmt.Fprintf(os.Stderr, "acp-router: first use: a token named \"owner\" was created; connect with\n  %s?token=%s\nor open in a browser\n  %s?token=%s\n(it is shown once; acp-router token list|create|revoke)\n", ln.URL(), secret, ln.PageURL(), secret)
 			}
 		}
 	}
 	return &remoteSide{hub: h, listener: ln, server: srv}, routerDone, nil
+}
+
+// ruleAt says where a rule of the policy in force is, for the page's
+// decisions view.
+func ruleAt(pg *guard.Guard) func(string) string {
+	return func(id string) string {
+		p := pg.Policy()
+		if p == nil {
+			return ""
+		}
+		for _, r := range p.Rules() {
+			if r.ID == id {
+				return r.Pos.String()
+			}
+		}
+		return ""
+	}
 }
 
 // editorIdentity is the stdio editor among the hub's clients.

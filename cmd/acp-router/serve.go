@@ -175,7 +175,7 @@ func runRouter(ctx context.Context, g *globals, l listening) (int, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	side, routerDone, err := startRemote(ctx, cfg, r, ln, l.stdio, log)
+	side, routerDone, err := startRemote(ctx, cfg, r, pg, ln, l.stdio, log)
 	if err != nil {
 		return 1, err
 	}
