@@ -360,3 +360,33 @@ func TestSessionForFindsTheID(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptAfterFailedRevive: a prompt naming a session the router does
+// not hold registers it to be brought back from the store (sessionFor);
+// when that revive fails (the store has no such session) before the
+// prompt takes the session's lock, the prompt is answered with the
+// revive's error and starts no turn. It started one on a session with no
+// agent, and the router panicked (found by TestExchanges/errors under
+// load: a nil *upstream.Agent in ensureDownstream).
+func TestPromptAfterFailedRevive(t *testing.T) {
+	t.Parallel()
+	r, _ := startRouter(t, Options{})
+	p := json.RawMessage(`{"sessionId":"ghost","prompt":[{"type":"text","text":"say x"}]}`)
+	s, _ := r.sessionFor(t.Context(), p)
+	if s == nil || s.ready == nil {
+		t.Fatal("sessionFor did not register the session to bring back")
+	}
+	select {
+	case <-s.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revive did not end")
+	}
+	req := &jsonrpc2.Request{Method: acp.MethodSessionPrompt, ID: jsonrpc2.ID{Num: 999}, Params: &p}
+	r.promptOn(t.Context(), s, req)
+	s.mu.Lock()
+	started, err := s.turn != nil, s.reviveErr
+	s.mu.Unlock()
+	if started || rpcCode(err) != int(jsonrpc2.CodeInvalidParams) {
+		t.Errorf("after a failed revive: turn started %v, revive error %v (want none started, unknown session)", started, err)
+	}
+}

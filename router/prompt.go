@@ -66,9 +66,23 @@ func (r *Router) prompt(ctx context.Context, req *jsonrpc2.Request) {
 		r.replyTo(req)(nil, errUnknownSession(id))
 		return
 	}
+	r.promptOn(ctx, s, req)
+}
+
+// promptOn runs or queues the prompt req on s, which sessionFor found. A
+// session sessionFor registered to bring back from the store may have
+// failed to come back since (revive: not in the store): the prompt gets
+// that error, as the prompts queued behind the revive did, rather than a
+// turn on a session with no agent.
+func (r *Router) promptOn(ctx context.Context, s *Session, req *jsonrpc2.Request) {
 	s.openNow()
 	t := r.parseTurn(s, req)
 	s.mu.Lock()
+	if err := s.reviveErr; err != nil && !s.reviving {
+		s.mu.Unlock()
+		r.replyTo(req)(nil, err)
+		return
+	}
 	s.lastUse = time.Now()
 	if s.turn != nil || s.reviving {
 		if len(s.queue) >= maxQueued {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acp-router/acp-router/ledger"
 )
 
 // Budgets (issue 32), through the router binary: scripted agents report a
@@ -212,6 +214,22 @@ func TestBudgetSharedLedger(t *testing.T) {
 	sa, sb := a.NewSession(t, t.TempDir()), b.NewSession(t, t.TempDir())
 	b.MustPrompt(t, sb, "say b before", "end_turn")
 	a.MustPrompt(t, sa, costUpdate(1.5), "end_turn")
+	// A router books what its agents report off their read loops: the
+	// other router sees it once it is in the ledger, within milliseconds,
+	// not necessarily when the first router's turn has ended.
+	l, err := ledger.Open(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		snap, err := l.Read()
+		if err == nil && snap.Spend("day", time.Now(), sa, nil).Cost["USD"] >= 1.5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first router's 1.5 USD not in the ledger 5 s after its turn (%v)", err)
+		}
+	}
 	if got := promptStop(t, b, sb, "say b after"); got != "refusal" {
 		t.Fatalf("the second router's stopReason %q, want refusal (the first spent 1.5 USD)", got)
 	}
