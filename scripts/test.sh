@@ -4,7 +4,7 @@
 # the race-enabled test suite, and the ordering tests repeated many times.
 #
 # scripts/test.sh --quick: gofmt, go vet and `go test -short ./...` only (no
-# installs, no race detector; -short skips the real agents, Jaeger, the
+# installs, no race detector; -short skips the real agents, Chromium, Jaeger, the
 # kernel check and the other slow tests, each saying why): what to run
 # before a commit. CI runs the whole script.
 #

@@ -63,6 +63,11 @@ type Event struct {
 // it at cleanup.
 func Start(t testing.TB) *Browser {
 	t.Helper()
+	if testing.Short() {
+		// A browser costs seconds of CPU a test: -short (a contributor's
+		// quick run) leaves it out, as it leaves out the real agents.
+		t.Skip("-short: runs Chromium")
+	}
 	bin := Find()
 	if bin == "" {
 		t.Skip("no chromium on PATH (apt-get install chromium; .ci/run installs it)")
