@@ -78,6 +78,12 @@ func TestPageToolCalls(t *testing.T) {
 		toolCall("x2", "execute", "Build", "failed", map[string]any{"command": "make build"},
 			map[string]any{"type": "terminal", "terminalId": "term-7"}),
 		toolCall("x3", "execute", "ls -la", "pending", nil),
+		// The mode as agents with config options say it (grouped options).
+		{"sessionUpdate": "config_option_update", "configOptions": []any{
+			map[string]any{"id": "model", "category": "model", "type": "select", "currentValue": "m1", "options": []any{map[string]any{"value": "m1", "name": "Model One"}}},
+			map[string]any{"id": "mode", "category": "mode", "type": "select", "currentValue": "plan", "options": []any{
+				map[string]any{"group": "g", "name": "Modes", "options": []any{map[string]any{"value": "default", "name": "Default"}, map[string]any{"value": "plan", "name": "Plan Mode"}}}}},
+		}},
 	}}
 	base := startPage(t, "", h.serve)
 	p := openSession(t, b, base, secret, 1280, "observer")
@@ -114,6 +120,9 @@ func TestPageToolCalls(t *testing.T) {
 	}
 	if got := lines(t, p, "ls -la", ".cmd"); len(got) != 1 || got[0] != "$ ls -la" {
 		t.Errorf("execute without rawInput: %q", got)
+	}
+	if got := p.String(`document.querySelector('#s-mode').textContent`); got != "mode Plan Mode" {
+		t.Errorf("the mode from a config_option_update: %q, want \"mode Plan Mode\"", got)
 	}
 	var markup int
 	p.Eval(`document.querySelectorAll('#log b').length`, &markup)

@@ -630,9 +630,27 @@
       }
       case 'plan': renderPlan(Array.isArray(u.entries) ? u.entries : []); break;
       case 'current_mode_update': clear($('s-mode')); text($('s-mode'), 'mode ' + (u.currentModeId || '')); break;
+      case 'config_option_update': {
+        // Agents that moved to config options (ACP 1.x) say their mode as
+        // the option of category "mode": its current value's name.
+        const m = (Array.isArray(u.configOptions) ? u.configOptions : []).find(o => o && (o.category === 'mode' || o.id === 'mode'));
+        if (m) { clear($('s-mode')); text($('s-mode'), 'mode ' + optionName(m)); }
+        break;
+      }
       case 'session_info_update': if (u.title != null) { clear($('s-title')); text($('s-title'), u.title); } break;
       case 'permission_resolved': resolved(u); break;
     }
+  }
+
+  // optionName: a select option's current value by its name (options may
+  // be flat or in groups), else the value itself.
+  function optionName(o) {
+    const flat = [];
+    for (const x of Array.isArray(o.options) ? o.options : []) {
+      if (x && Array.isArray(x.options)) flat.push(...x.options); else if (x) flat.push(x);
+    }
+    const v = flat.find(x => x.value === o.currentValue);
+    return String((v && v.name) || o.currentValue || '');
   }
 
   // renderPlan: the plan is one line of the session's head, always there
