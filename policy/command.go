@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+
 	"github.com/acp-router/acp-router/policy/extract"
 )
 
@@ -103,4 +105,12 @@ func (c *Cond) matchCommand(ev *extract.Evidence, agent string, strict bool) boo
 		return false
 	}
 	return true
+}
+
+// NamesCommand reports whether a rule in force names the router command
+// method: without one, the command is allowed without a decision to wait
+// for.
+func (p *Policy) NamesCommand(method string) bool {
+	bit := methodBit(method)
+	return bit&commandMethodBits != 0 && slices.ContainsFunc(p.rules, func(r *Rule) bool { return r.When.methods&bit != 0 })
 }

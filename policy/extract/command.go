@@ -42,6 +42,8 @@ type CommandParams struct {
 // Params that name none, or an empty name, are refused (nothing to decide
 // is never allowed).
 func (x *extractor) command(params json.RawMessage) {
+	// The user's request, not an agent's: no agent, nor its mode, makes it.
+	x.ev.Agent, x.ev.AgentInfo, x.ev.Mode = "", "", ""
 	var p CommandParams
 	if err := json.Unmarshal(params, &p); err != nil {
 		x.refuse("params", fmt.Sprintf("the command's params do not decode: %v", err), KindOther)
