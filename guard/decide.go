@@ -591,6 +591,7 @@ type auditItem struct {
 	Command  []string       `json:"command,omitempty"`
 	Env      []string       `json:"env,omitempty"`
 	Domain   string         `json:"domain,omitempty"`
+	Agent    string         `json:"agent,omitempty"`
 	Opaque   string         `json:"opaque,omitempty"`
 	Refused  string         `json:"refused,omitempty"`
 	Decision string         `json:"decision"`
@@ -612,7 +613,7 @@ func auditEvidence(d *policy.Decision) []auditItem {
 			continue
 		}
 		a := auditItem{Type: it.Type.String(), Kinds: it.Kinds, Path: it.Path, Command: it.Argv, Env: it.Env,
-			Domain: it.Domain, Opaque: it.Opaque, Refused: it.Refused, Decision: f.Effect.String(), Rule: f.Rule, Kernel: f.Kernel}
+			Domain: it.Domain, Agent: it.Agent, Opaque: it.Opaque, Refused: it.Refused, Decision: f.Effect.String(), Rule: f.Rule, Kernel: f.Kernel}
 		if len(it.Forms) > 1 || (len(it.Forms) == 1 && it.Forms[0] != it.Path) {
 			a.Forms = it.Forms
 		}

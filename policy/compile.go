@@ -318,6 +318,9 @@ func buildIndex(rules []*Rule) index {
 	for n, r := range rules {
 		i := int32(n)
 		c := r.When
+		if !c.agentRequests() {
+			continue // about the router's commands only (command.go)
+		}
 		t, _ := c.itemType()
 		switch t {
 		case extract.ItemPath:

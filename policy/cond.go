@@ -14,7 +14,7 @@ import (
 type Cond struct {
 	agents   []textPattern
 	modes    []textPattern
-	methods  uint8 // bits of decidedMethods
+	methods  uint16 // bits of methodBit
 	kinds    extract.KindSet
 	titles   []textPattern
 	tools    []textPattern
@@ -58,7 +58,7 @@ func (c *Cond) add(key, s string) error {
 	case "method":
 		b := methodBit(s)
 		if b == 0 {
-			return fmt.Errorf("unknown method %q (the policy decides %s)", s, strings.Join(decidedMethods, ", "))
+			return fmt.Errorf("unknown method %q (the policy decides %s)", s, methodNames())
 		}
 		c.methods |= b
 	case "title":
@@ -188,6 +188,12 @@ var possibleKinds = map[string]map[extract.ItemType]extract.KindSet{
 // can): keys about different pieces of evidence, a kind a method never
 // has, a title or tool name on a method without one.
 func (c *Cond) infeasible() string {
+	if c.methods&commandMethodBits != 0 {
+		if k := c.notCommandKey(); k != "" {
+			return fmt.Sprintf("method names the router's commands, which have no %s: a rule about them has only agent, cwd and method (write another rule for what agents ask)", k)
+		}
+		return ""
+	}
 	t, why := c.itemType()
 	if why != "" {
 		return why
@@ -212,6 +218,23 @@ func (c *Cond) infeasible() string {
 		}
 	}
 	return fmt.Sprintf("no request has this combination of %s", strings.Join(parts, ", "))
+}
+
+// notCommandKey is the first key of c, in schema order, that a router
+// command has nothing for ("" when it has only agent, cwd and method).
+func (c *Cond) notCommandKey() string {
+	for _, k := range matcherKeys {
+		if c.has(k) && k != "agent" && k != "cwd" && k != "method" {
+			return k
+		}
+	}
+	return ""
+}
+
+// agentRequests: the cond can match a request an agent makes (it names no
+// method, or one of decidedMethods).
+func (c *Cond) agentRequests() bool {
+	return c.methods == 0 || c.methods&agentMethodBits != 0
 }
 
 // sameAs reports whether two conds are written the same.

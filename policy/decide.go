@@ -136,6 +136,9 @@ func (p *Policy) Decide(req *extract.Request) Decision {
 func (p *Policy) Evaluate(ev *extract.Evidence) Decision { return p.evaluate(ev, nil, nil) }
 
 func (p *Policy) evaluate(ev *extract.Evidence, fs extract.FS, kernel extract.KernelGuard) Decision {
+	if extract.IsCommand(ev.Method) {
+		return p.evaluateCommand(ev)
+	}
 	sc, _ := p.scratch.Get().(*scratch)
 	if sc == nil || len(sc.stamp) != len(p.rules) {
 		sc = &scratch{stamp: make([]uint32, len(p.rules)), reqW: make([]int8, len(p.rules)), reqU: make([]int8, len(p.rules))}

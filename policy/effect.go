@@ -2,8 +2,11 @@ package policy
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/acp-router/acp-router/acp"
+	"github.com/acp-router/acp-router/policy/extract"
 )
 
 // Effect is a decision: Allow, Ask or Deny. The zero value None means "no
@@ -83,6 +86,10 @@ const (
 	// RuleUnknownAgent: unknown_agents: refuse, and the router does not
 	// know how to keep the agent asking.
 	RuleUnknownAgent = "acp-router:unknown-agent"
+	// RuleUserCommand: a router command (extract.CommandMethods) that no
+	// rule names is allowed: it is the user's own action, and the default
+	// is about what agents ask (command.go).
+	RuleUserCommand = "acp-router:user-command"
 )
 
 // Layer names: the two layers of policy files, and the layer reported for
@@ -102,12 +109,29 @@ var decidedMethods = []string{
 	acp.MethodMcpMessage,
 }
 
-// methodBit returns the bit of a decided method, 0 for any other.
-func methodBit(m string) uint8 {
+// methodBit returns the bit of a decided method or a router command
+// (extract.CommandMethods, after decidedMethods), 0 for any other.
+func methodBit(m string) uint16 {
 	for i, x := range decidedMethods {
 		if x == m {
 			return 1 << i
 		}
 	}
+	for i, x := range extract.CommandMethods {
+		if x == m {
+			return 1 << (len(decidedMethods) + i)
+		}
+	}
 	return 0
+}
+
+// agentMethodBits are the bits of decidedMethods: what agents ask.
+var agentMethodBits = uint16(1)<<len(decidedMethods) - 1
+
+// commandMethodBits are the bits of the router's commands.
+var commandMethodBits = (uint16(1)<<len(extract.CommandMethods) - 1) << len(decidedMethods)
+
+// methodNames lists every method a rule's method: may name.
+func methodNames() string {
+	return strings.Join(append(slices.Clone(decidedMethods), extract.CommandMethods...), ", ")
 }

@@ -50,7 +50,9 @@ func Explain(d *Decision) string {
 	for _, f := range d.Findings {
 		it := f.Item
 		var notes []string
-		notes = append(notes, joinKinds(it.Kinds))
+		if len(it.Kinds) > 0 {
+			notes = append(notes, joinKinds(it.Kinds))
+		}
 		if it.Origin != "" {
 			notes = append(notes, it.Origin)
 		}
@@ -169,6 +171,15 @@ func outcome(d *Decision) string {
 }
 
 func answer(d *Decision) string {
+	if extract.IsCommand(d.Method) {
+		switch d.Effect {
+		case Allow:
+			return "the router carries the command out"
+		case Deny:
+			return fmt.Sprintf("the command is not carried out; the editor is shown %q and the turn ends (a config option is answered with that error)", d.ErrorMessage())
+		}
+		return "the router asks the editor first (session/request_permission with allow_once and reject_once), then carries the command out or not"
+	}
 	if d.Method == acp.MethodRequestPermission {
 		switch d.Effect {
 		case Allow:

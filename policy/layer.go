@@ -491,6 +491,8 @@ func (p *parser) rule(path string, n *yaml.Node, seen map[string]*Rule) *Rule {
 				p.errorf(v, path+".unless", "the exception can never match: %s", why)
 			} else if r.Unless.sameAs(r.When) {
 				p.errorf(v, path+".unless", "the exception is the same as when: the rule can never match")
+			} else if k := r.Unless.notCommandKey(); k != "" && r.When.methods&commandMethodBits != 0 {
+				p.errorf(v, path+".unless", "the rule is about the router's commands, which have no %s: their exception has only agent, cwd and method", k)
 			}
 		}
 	}

@@ -351,7 +351,7 @@ func (p *Policy) Warnings(agents ...AgentID) []string {
 			}
 			var ids []string
 			for _, r := range p.rules {
-				if r.Decision == Allow || r.When.agents != nil && !anyText(r.When.agents, a.Name) {
+				if r.Decision == Allow || !r.When.agentRequests() || r.When.agents != nil && !anyText(r.When.agents, a.Name) {
 					continue
 				}
 				if r.When.modes != nil && !anyText(r.When.modes, sm.mode) {

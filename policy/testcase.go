@@ -63,6 +63,10 @@ type TestCase struct {
 //	fs/write_text_file PATH
 //	terminal/create COMMAND LINE...          (parsed as a shell command line)
 //	session/request_permission KIND [ARG...]
+//	acp-router/agent AGENT                   (a router command: the agent it is about)
+//	acp-router/turn AGENT
+//	acp-router/compare AGENT AGENT...
+//	acp-router/pick AGENT
 //
 // The mapping form is {method: METHOD, params: {...}, updates: [...]}:
 // params as sent, and for session/request_permission the tool_call and
@@ -100,7 +104,7 @@ const (
 
 func checkMethod(m string) error {
 	if methodBit(m) == 0 {
-		return fmt.Errorf("unknown method %q (the policy decides %s)", m, strings.Join(decidedMethods, ", "))
+		return fmt.Errorf("unknown method %q (the policy decides %s)", m, methodNames())
 	}
 	return nil
 }
@@ -135,6 +139,17 @@ func ParseCall(s string) (*TestCall, error) {
 	case acp.MethodMcpMessage:
 		if _, err := mcpCallWords(c.rest); err != nil {
 			return nil, err
+		}
+	case extract.MethodSwitch, extract.MethodTurn, extract.MethodPick, extract.MethodCompare:
+		words, err := shellWords(c.rest)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case len(words) == 0:
+			return nil, fmt.Errorf("%s needs the agent it is about", method)
+		case len(words) > 1 && method != extract.MethodCompare:
+			return nil, fmt.Errorf("%s is about one agent, got %d (%s)", method, len(words), c.rest)
 		}
 	}
 	return c, nil
@@ -247,6 +262,12 @@ func (c *TestCall) Request(sess extract.Session, fs extract.FS) (*extract.Reques
 		if params, err = permissionParams(rest, abs); err != nil {
 			return nil, err
 		}
+	case extract.MethodSwitch, extract.MethodTurn, extract.MethodPick, extract.MethodCompare:
+		words, err := shellWords(rest)
+		if err != nil {
+			return nil, err
+		}
+		params = extract.CommandParams{Agents: words}
 	}
 	b, err := json.Marshal(params)
 	if err != nil {
@@ -451,7 +472,7 @@ func (p *Policy) RunTests() []TestResult {
 // only once the layers are compiled, and a failing test already stops the
 // router from using the policy.
 func (p *Policy) unknownRule(id string, all *Policy) string {
-	builtin := []string{RuleRefused, RuleOpaque, RuleUnknownArguments, RuleDeniedMode, RuleSelfApprovingMode, RuleUnlistedMode}
+	builtin := []string{RuleRefused, RuleOpaque, RuleUnknownArguments, RuleDeniedMode, RuleSelfApprovingMode, RuleUnlistedMode, RuleUserCommand}
 	if id == "" || slices.Contains(builtin, id) || slices.ContainsFunc(p.rules, func(r *Rule) bool { return r.ID == id }) {
 		return ""
 	}
@@ -661,6 +682,10 @@ func (p *Policy) Shadowed() []Shadow {
 // shadows reports whether s decides every item r matches, so that r
 // never decides; first is whether s comes before r in Rules.
 func shadows(s, r *Rule, first bool) bool {
+	if r.When.methods&commandMethodBits&^s.When.methods != 0 {
+		// A rule that does not name a command's method never decides it.
+		return false
+	}
 	if len(r.AnsweredBy) > 0 && (s.Decision == Ask || r.When.has("paths")) &&
 		!(s.Decision == Ask && len(s.AnsweredBy) > 0 && s.Layer == LayerOrg && r.Layer != LayerOrg) {
 		// Where s asks, r's answered_by still says who answers (it is

@@ -852,6 +852,25 @@ func (r *Router) pickCommand(ctx context.Context, s *Session, name string) strin
 		s.mu.Unlock()
 		return fmt.Sprintf("Cannot pick: this session must stay on %q (routing rule with enforce: true in %s).", s.active, r.cfg.File)
 	}
+	switches := s.active != name
+	s.mu.Unlock()
+	// Decided before anything changes: a /pick of another agent is a
+	// switch too, which the rules on switching decide as well. A pick
+	// refused keeps the comparison: another agent may be picked.
+	title := l.agent.Title()
+	if err := r.commandGate(ctx, s, guard.MethodPick, []string{name}, "Continue this session with "+title+"'s answer"); err != nil {
+		return "Cannot pick: " + errorText(err)
+	}
+	if switches {
+		if err := r.commandGate(ctx, s, guard.MethodSwitch, []string{name}, "Switch this session to "+title); err != nil {
+			return "Cannot pick: " + errorText(err)
+		}
+	}
+	s.mu.Lock()
+	if s.cmp != c { // closed meanwhile (the session archived)
+		s.mu.Unlock()
+		return "Nothing to pick: the comparison was closed."
+	}
 	old := s.down[name]
 	s.down[name] = l.d
 	s.cmp = nil

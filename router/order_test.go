@@ -225,20 +225,28 @@ func newOrderRouterTel(t *testing.T, fs *slowFS, decideTimeout time.Duration, te
 // under permissions:, indented); it returns the editor's end.
 func newPolicyRouter(t *testing.T, permissions string, gopts guard.Options, opts Options) *orderEditor {
 	t.Helper()
+	e, _ := newPolicyRouterOf(t, []string{"fake"}, "", permissions, gopts, opts)
+	return e
+}
+
+// newPolicyRouterOf is newPolicyRouter with the fake agents named agents
+// (the first the routing default), the config's extra top-level lines,
+// and the audit log's file, which it returns.
+func newPolicyRouterOf(t *testing.T, agents []string, extra, permissions string, gopts guard.Options, opts Options) (*orderEditor, string) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	yaml := fmt.Sprintf(`version: 1
-agents:
-  - name: fake
-    command: %s
-    env: {%s: "1", GORACE: "atexit_sleep_ms=0"}
-state_dir: %s
-audit: {file: %s}
-permissions:
-%s`, exe, envFakeAgent, filepath.Join(dir, "state"), filepath.Join(dir, "audit.jsonl"), permissions)
+	yaml := "version: 1\nagents:\n"
+	for _, a := range agents {
+		yaml += fmt.Sprintf("  - name: %s\n    command: '%s'\n    env: {%s: \"1\", GORACE: \"atexit_sleep_ms=0\"}\n", a, exe, envFakeAgent)
+	}
+	yaml += fmt.Sprintf(`state_dir: '%s'
+audit: {file: '%s'}
+%spermissions:
+%s`, filepath.Join(dir, "state"), filepath.Join(dir, "audit.jsonl"), extra, permissions)
 	cfg, err := config.Parse("order.yaml", []byte(yaml), os.LookupEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +290,7 @@ permissions:
 	})
 	e.mustCall("initialize", map[string]any{"protocolVersion": 1,
 		"clientCapabilities": map[string]any{"fs": map[string]bool{"readTextFile": true, "writeTextFile": true}}})
-	return e
+	return e, cfg.Audit.File
 }
 
 // TestDecisionBlocksOnlyItsSession (DESIGN §2, order.go): a decision that

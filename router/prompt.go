@@ -13,6 +13,7 @@ import (
 
 	"github.com/acp-router/acp-router/acp"
 	"github.com/acp-router/acp-router/config"
+	"github.com/acp-router/acp-router/guard"
 	"github.com/acp-router/acp-router/merge"
 	"github.com/acp-router/acp-router/telemetry"
 	"github.com/acp-router/acp-router/upstream"
@@ -35,6 +36,10 @@ type turn struct {
 	cmp *comparison
 	// pick: /pick, which keeps the session's comparison (startTurn).
 	pick bool
+	// oneTurn: a one-turn command (/NAME TEXT, a commands: entry with a
+	// prompt), which the policy decides (guard.MethodTurn) before agent
+	// is asked.
+	oneTurn bool
 	// blocks is the editor's params.prompt as parseTurn decoded it, for
 	// the handoff record (briefAndRecord): the prompt is decoded once.
 	blocks []promptBlock
@@ -139,7 +144,7 @@ func (r *Router) parseTurn(s *Session, req *jsonrpc2.Request) *turn {
 	name, rest = strings.TrimSpace(name), strings.TrimSpace(rest)
 	oneTurn := func(agent, text string) {
 		block, _ := acp.SetField(p.Prompt[0], "text", text)
-		t.agent = agent
+		t.agent, t.oneTurn = agent, true
 		t.prompt, _ = json.Marshal(append([]json.RawMessage{block}, p.Prompt[1:]...))
 	}
 	if c := r.command(name); c != nil {
@@ -190,7 +195,7 @@ func (r *Router) agentCommand(ctx context.Context, s *Session, arg string) strin
 		return r.restartCommand(ctx, strings.TrimSpace(name))
 	}
 	if arg != "" {
-		if err := r.switchTo(ctx, s, arg); err != nil {
+		if err := r.userSwitch(ctx, s, arg); err != nil {
 			return "Cannot switch: " + errorText(err)
 		}
 		return fmt.Sprintf("Switched this session to %s.", r.byName[arg].Title())
@@ -287,7 +292,21 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		r.dropCompare(ctx, s) // not picked: the session goes on with the agent it had
 	}
 	if t.cmp != nil {
-		r.spawn(func() { r.runCompare(ctx, s, t) })
+		r.spawn(func() {
+			names := t.cmp.names()
+			if err := r.commandGate(ctx, s, guard.MethodCompare, names, "Compare "+strings.Join(names, ", ")+" on this prompt"); err != nil {
+				r.refuseTurn(ctx, s, t, "Nothing was compared: "+errorText(err))
+				return
+			}
+			s.mu.Lock()
+			cancelled := t.cmp.cancelled // while the user was asked
+			s.mu.Unlock()
+			if cancelled {
+				r.endTurn(ctx, s, t, cancelledResult, nil)
+				return
+			}
+			r.runCompare(ctx, s, t)
+		})
 		return
 	}
 	if t.command != nil {
@@ -300,6 +319,31 @@ func (r *Router) startTurn(ctx context.Context, s *Session, t *turn) {
 		})
 		return
 	}
+	if t.oneTurn && r.opts.Guard.DecidesCommand(guard.MethodTurn) {
+		// Decided off the editor's read loop: the policy may ask. A
+		// cancel meanwhile ends the turn where it would start
+		// (t.cancelled).
+		s.mu.Lock()
+		if t.agent == "" { // a commands: entry without agent: the active one
+			t.agent = s.active
+		}
+		s.mu.Unlock()
+		r.spawn(func() {
+			what := "Ask " + r.byName[t.agent].Title() + " for this turn"
+			if err := r.commandGate(ctx, s, guard.MethodTurn, []string{t.agent}, what); err != nil {
+				r.refuseTurn(ctx, s, t, fmt.Sprintf("Nothing was sent to %s: %s", t.agent, errorText(err)))
+				return
+			}
+			r.startPromptTurn(ctx, s, t)
+		})
+		return
+	}
+	r.startPromptTurn(ctx, s, t)
+}
+
+// startPromptTurn runs t, a prompt to an agent, once the budgets let it
+// (startTurn).
+func (r *Router) startPromptTurn(ctx context.Context, s *Session, t *turn) {
 	if r.opts.Guard.HasBudgets() {
 		// The budgets are decided before the turn reaches an agent
 		// (budget.go), off the editor's read loop: they read the ledger

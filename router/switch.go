@@ -266,7 +266,7 @@ func (r *Router) setConfigOption(ctx context.Context, s *Session, req *jsonrpc2.
 		switch {
 		case err != nil:
 		case p.ConfigID == merge.AgentOptionID:
-			err = r.switchTo(ctx, s, value)
+			err = r.userSwitch(ctx, s, value)
 		case p.ConfigID == acp.SandboxOptionID && r.opts.Sandbox != nil:
 			err = r.setSandbox(s, p.Value)
 		case synthesized && p.ConfigID == merge.ModeOptionID && d.view.Modes != nil:
@@ -305,7 +305,7 @@ func (r *Router) setModeRequest(ctx context.Context, s *Session, req *jsonrpc2.R
 		}
 		err := r.opts.Guard.ModeRefusal(agent, mode)
 		if err == nil {
-			err = r.switchTo(ctx, s, agent)
+			err = r.userSwitch(ctx, s, agent)
 		}
 		if err == nil {
 			s.mu.Lock()

@@ -38,6 +38,10 @@ METHOD and its ARGS (one shell word or several, as in a policy test's call:):
   mcp/message SERVER TOOL [ARGUMENTS]   a tools/call, ARGUMENTS a JSON object
   mcp/message SERVER resources/read URI
   session/prompt                        the budgets' decision on a new prompt to --agent, now
+  acp-router/agent AGENT                the router's commands (decided only by rules naming them):
+  acp-router/turn AGENT                   a switch to AGENT, one turn of AGENT (/AGENT TEXT),
+  acp-router/compare AGENT AGENT...       /compare, /pick
+  acp-router/pick AGENT
 ${cwd}, ${roots} and ${home} are the session's; relative paths are relative to --cwd.
 With --sandbox, the agent's sandbox profile is derived and resolved on this machine: a
 session/request_permission (the agent's own tools run inside it) is not asked for what only
@@ -48,6 +52,7 @@ the kernel, or both). The editor's terminals and file reads run outside it.`,
   acp-router policy explain session/request_permission execute "curl -fsSL https://x.sh | sh"
   acp-router policy explain mcp/message github create_issue '{"repo": "acme/app"}'
   acp-router policy explain --agent claude session/prompt
+  acp-router policy explain acp-router/compare codex claude
 `,
 }
 

@@ -81,6 +81,7 @@ const (
 	ItemCommand                     // a simple command
 	ItemDomain                      // a host name
 	ItemTool                        // a tool call with no path, command or domain
+	ItemAgent                       // the agent a router command is about (command.go)
 )
 
 func (t ItemType) String() string {
@@ -93,6 +94,8 @@ func (t ItemType) String() string {
 		return "domain"
 	case ItemTool:
 		return "tool"
+	case ItemAgent:
+		return "agent"
 	}
 	return "unknown"
 }
@@ -150,6 +153,8 @@ type Item struct {
 	Env []string `json:"env,omitempty"`
 
 	Domain string `json:"domain,omitempty"`
+	// Agent is the agent an ItemAgent names.
+	Agent string `json:"agent,omitempty"`
 	// DomainInvalid: the host is not a valid host name; no allow covers it.
 	DomainInvalid bool `json:"domainInvalid,omitempty"`
 
@@ -201,6 +206,8 @@ func (it *Item) String() string {
 		s = strings.Join(it.Argv, " ")
 	case ItemDomain:
 		s = it.Domain
+	case ItemAgent:
+		s = it.Agent
 	default:
 		s = "(tool call)"
 	}
@@ -270,6 +277,8 @@ func extract(req *Request) *extractor {
 		x.permission(req.Params, req.Updates)
 	case acp.MethodMcpMessage:
 		x.mcpMessage(req.Params, req.McpServer, req.McpAmbiguous)
+	case MethodSwitch, MethodTurn, MethodCompare, MethodPick:
+		x.command(req.Params)
 	default:
 		x.add(Item{Type: ItemTool, Origin: "method", Opaque: fmt.Sprintf("the policy does not understand %q", req.Method)}, KindOther)
 	}
