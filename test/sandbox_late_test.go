@@ -59,7 +59,11 @@ func TestSandboxLateFiles(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	deadline = time.Now().Add(10 * time.Second)
-	for !strings.Contains(e.Stderr(), "mask keeper ended") || !strings.Contains(e.Stderr(), "agent exited unexpectedly") {
+	// "agent failed" is logged once the agent is marked failed, so
+	// restartable: a session/new sent between the exit's first log line
+	// and that goes to the instance that just died, and fails with it.
+	for !strings.Contains(e.Stderr(), "mask keeper ended") || !strings.Contains(e.Stderr(), "agent exited unexpectedly") ||
+		!strings.Contains(e.Stderr(), "agent failed") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the router's log does not say why the agent stopped:\n%s", e.Stderr())
 		}
