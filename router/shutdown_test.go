@@ -50,6 +50,7 @@ func TestServeJoinsEditorWriter(t *testing.T) {
 	// The stream's methods and the pipe it writes to show their
 	// receivers in the stacks.
 	if n := leaktest.Count(fmt.Sprintf("%p", s), fmt.Sprintf("%p", routerOut)); n != 0 {
-		t.Errorf("%d goroutines of the editor's stream still run after Serve returned", n)
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines of the editor's stream still run after Serve returned:\n%s", n, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -299,7 +299,7 @@ type checkLine struct {
 // checkLoop checks the lines from the router as they come (checkSchema).
 func (a *fakeAgent) checkLoop(path string) {
 	defer close(a.checksDone)
-	s, err := readSchema(path)
+	s, err := readSchema(path, true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fake agent: SCHEMA VIOLATION: cannot read the schema:", err)
 		for range a.checks {

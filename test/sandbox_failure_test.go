@@ -59,6 +59,7 @@ func runWithoutLandlock(argv []string) int {
 // not started; in best-effort the agent starts, unconfined, and the log
 // says why.
 func TestSandboxWithoutLandlock(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the seccomp filter that hides Landlock is written for x86_64")
@@ -141,6 +142,7 @@ func runWithoutUserns(argv []string) int {
 // warning in best-effort; the router in enforce mode refuses to start the
 // agent and the editor gets -32603 with the same words.
 func TestSandboxWithoutUserns(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to make a user namespace with nobody in it (CI runs as root)")

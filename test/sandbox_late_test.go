@@ -18,6 +18,7 @@ import (
 // the router reports it on its log and the next session restarts the
 // agent, confined again.
 func TestSandboxLateFiles(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	cwd := t.TempDir()
 	pidFile := filepath.Join(t.TempDir(), "pid")

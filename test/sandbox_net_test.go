@@ -21,6 +21,7 @@ import (
 // host with the rule's name and audits it; check prints what each agent
 // reaches and fails on a deny rule that names an agent's model API.
 func TestSandboxNetwork(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	pidFile := t.TempDir() + "/pid"
 	extra := []string{"network: {model_hosts: [api.example.com], loopback: [11434]}"}

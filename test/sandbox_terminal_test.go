@@ -20,6 +20,7 @@ import (
 // command the agent asked for; the editor was asked to run the router's
 // terminal helper with it.
 func TestSandboxTerminal(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	// Outside /tmp, which every profile may write.
 	base := filepath.Join("/var/tmp", fmt.Sprintf("acp-e2e-term-%d", os.Getpid()))
@@ -100,6 +101,7 @@ cat %[1]s/main.go; echo
 // crashes the terminal lives on (before, terminals were the agent name's,
 // and the crash killed them all).
 func TestSandboxTerminalPerProcess(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	cfg, _ := sandboxYAML(t, "enforce", fakeOpts{}, nil, "**/.env")
 	data, _ := os.ReadFile(cfg)
@@ -142,6 +144,7 @@ func TestSandboxTerminalPerProcess(t *testing.T) {
 // the agent's own process, which never had it (archive of a stored session
 // finds its process the same way: cleanDirs and ForRoots).
 func TestSandboxDeleteReachesRootsProcess(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	logFile := filepath.Join(t.TempDir(), "claude.log")
 	init := `{"protocolVersion":1,"agentCapabilities":{"loadSession":true,"sessionCapabilities":{"delete":{}}},"authMethods":[],"agentInfo":{"name":"fake","version":"1"}}`

@@ -83,6 +83,7 @@ func TestSandboxConfinesAgent(t *testing.T) {
 // editor gets -32603 saying why and how to fix it, and the refusal is
 // audited; in best-effort mode the same agent starts unconfined.
 func TestSandboxEnforceRefuses(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	state := t.TempDir()
 	extra := []string{"state_dirs: [" + yamlQuote(state) + "]"}
@@ -169,6 +170,7 @@ func must(t *testing.T, err error) {
 // (network isolation, or any sandbox when the router's is off) gets
 // sandbox_policy_unsatisfiable with the capability.
 func TestSandboxOnTheWire(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	cwd := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "agent.log")
@@ -276,6 +278,7 @@ func TestSandboxOnTheWire(t *testing.T) {
 // names what the kernel holds. A command naming the secret is still
 // denied by the rule.
 func TestSandboxCreditsKernel(t *testing.T) {
+	skipShort(t, "the kernel confines an agent (-short keeps TestSandboxConfinesAgent)")
 	t.Parallel()
 	cwd, secrets := t.TempDir(), t.TempDir()
 	must(t, os.WriteFile(filepath.Join(secrets, "credentials"), []byte("key"), 0o600))
