@@ -28,7 +28,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/acp-router/acp-router/internal/atomicfile"
@@ -414,24 +413,18 @@ func (l *Ledger) load() (*file, error) {
 // flock belongs to the open file: two Ledgers in one process exclude each
 // other as two processes do.
 func (l *Ledger) lock() (*os.File, error) {
-	f, err := os.OpenFile(l.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: lock: %w", err)
-	}
 	timeout := l.LockTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	switch err := atomicfile.LockBy(f, time.Now().Add(timeout)); {
-	case err == nil:
-		return f, nil
-	case errors.Is(err, atomicfile.ErrLockTimeout):
-		f.Close()
+	f, err := atomicfile.OpenLocked(l.lockPath, time.Now().Add(timeout))
+	if errors.Is(err, atomicfile.ErrLockTimeout) {
 		return nil, ErrLockTimeout
-	default:
-		f.Close()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("ledger: lock: %w", err)
 	}
+	return f, nil
 }
 
 func (l *Ledger) writeAtomic(data []byte) error {

@@ -406,22 +406,15 @@ func (r *Router) openLeg(ctx context.Context, s *Session, l *leg) (*downstream, 
 // bindLeg is bind for a leg's session/new answer, in the agent's read
 // path: the agent's next line may be an update for it.
 func (r *Router) bindLeg(s *Session, l *leg, inst *upstream.Instance, m *acp.Message) *downstream {
-	var res struct {
-		SessionID     string            `json:"sessionId"`
-		Modes         *merge.ModeState  `json:"modes"`
-		Models        *merge.ModelState `json:"models"`
-		ConfigOptions json.RawMessage   `json:"configOptions"`
-	}
-	if m.Result == nil || json.Unmarshal(m.Result, &res) != nil || res.SessionID == "" {
+	d := newDownstream(inst, m)
+	if d == nil {
 		return nil
 	}
-	d := &downstream{agent: inst.Agent, inst: inst, id: res.SessionID,
-		view: merge.AgentView{Options: res.ConfigOptions, Modes: res.Modes, Models: res.Models}}
 	r.mu.Lock()
-	r.bindDownLocked(downKey(inst, res.SessionID), s)
+	r.bindDownLocked(downKey(inst, d.id), s)
 	var early []*acp.Message
 	if p := r.parked[inst]; p != nil {
-		early = p.take(res.SessionID)
+		early = p.take(d.id)
 	}
 	r.mu.Unlock()
 	s.mu.Lock()

@@ -292,10 +292,10 @@ func (r *Router) openDownstream(ctx context.Context, s *Session, inst *upstream.
 	return res, nil
 }
 
-// bind registers the downstream session a session/new response creates,
-// and the router session itself for its first one. It runs in the agent's
-// read path.
-func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool {
+// newDownstream is the downstream session a session/new answer m of inst
+// creates (its id and the agent's modes, models and options), nil when m
+// is no such answer.
+func newDownstream(inst *upstream.Instance, m *acp.Message) *downstream {
 	var res struct {
 		SessionID     string            `json:"sessionId"`
 		Modes         *merge.ModeState  `json:"modes"`
@@ -303,16 +303,26 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 		ConfigOptions json.RawMessage   `json:"configOptions"`
 	}
 	if m.Result == nil || json.Unmarshal(m.Result, &res) != nil || res.SessionID == "" {
+		return nil
+	}
+	return &downstream{agent: inst.Agent, inst: inst, id: res.SessionID,
+		view: merge.AgentView{Options: res.ConfigOptions, Modes: res.Modes, Models: res.Models}}
+}
+
+// bind registers the downstream session a session/new response creates,
+// and the router session itself for its first one. It runs in the agent's
+// read path.
+func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool {
+	d := newDownstream(inst, m)
+	if d == nil {
 		return false
 	}
-	d := &downstream{agent: inst.Agent, inst: inst, id: res.SessionID,
-		view: merge.AgentView{Options: res.ConfigOptions, Modes: res.Modes, Models: res.Models}}
-	key := downKey(inst, res.SessionID)
+	key := downKey(inst, d.id)
 	r.mu.Lock()
 	if s.ID == "" {
-		s.ID = res.SessionID
+		s.ID = d.id
 		for n := 1; r.sessions[s.ID] != nil || (r.opts.Store != nil && r.opts.Store.Exists(s.ID)); n++ {
-			s.ID = fmt.Sprintf("%s~%s", res.SessionID, inst.Agent.Name())
+			s.ID = fmt.Sprintf("%s~%s", d.id, inst.Agent.Name())
 			if n > 1 {
 				s.ID += fmt.Sprintf("~%d", n)
 			}
@@ -324,7 +334,7 @@ func (r *Router) bind(s *Session, inst *upstream.Instance, m *acp.Message) bool 
 	r.bindDownLocked(key, s)
 	var early []*acp.Message
 	if p := r.parked[inst]; p != nil {
-		early = p.take(res.SessionID)
+		early = p.take(d.id)
 	}
 	r.mu.Unlock()
 	s.mu.Lock()

@@ -217,24 +217,18 @@ func (s *Store) ensureDir() error {
 // releases it. flock belongs to the open file, so two Stores in one process
 // exclude each other as two processes do.
 func (s *Store) lock(wait bool) (*os.File, error) {
-	f, err := os.OpenFile(s.lockPath, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("token: lock: %w", err)
-	}
 	deadline := time.Now() // at once
 	if wait {
 		deadline = deadline.Add(s.opts.LockTimeout)
 	}
-	switch err := atomicfile.LockBy(f, deadline); {
-	case err == nil:
-		return f, nil
-	case errors.Is(err, atomicfile.ErrLockTimeout):
-		f.Close()
+	f, err := atomicfile.OpenLocked(s.lockPath, deadline)
+	if errors.Is(err, atomicfile.ErrLockTimeout) {
 		return nil, ErrLockTimeout
-	default:
-		f.Close()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("token: lock: %w", err)
 	}
+	return f, nil
 }
 
 // writeAtomic replaces the tokens file with data: a temp file in the same

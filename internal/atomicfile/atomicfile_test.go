@@ -167,3 +167,37 @@ func TestLockBy(t *testing.T) {
 		t.Fatalf("released by the other open: %v", err)
 	}
 }
+
+// OpenLocked creates the lock file 0600, never follows a symlink planted
+// at its name, and excludes a second OpenLocked until the first is closed.
+func TestOpenLocked(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.lock")
+	a, err := OpenLocked(path, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", fi.Mode().Perm())
+	}
+	if _, err := OpenLocked(path, time.Now().Add(20*time.Millisecond)); !errors.Is(err, ErrLockTimeout) {
+		t.Errorf("held: %v, want ErrLockTimeout", err)
+	}
+	a.Close()
+	b, err := OpenLocked(path, time.Now())
+	if err != nil {
+		t.Fatalf("released: %v", err)
+	}
+	b.Close()
+	link := filepath.Join(dir, "link.lock")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := OpenLocked(link, time.Now()); err == nil {
+		f.Close()
+		t.Error("a symlink at the lock's name was followed")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "elsewhere")); err == nil {
+		t.Error("the symlink's target was created")
+	}
+}

@@ -38,3 +38,19 @@ func LockBy(f *os.File, deadline time.Time) error {
 		pause = min(2*pause, 20*time.Millisecond)
 	}
 }
+
+// OpenLocked opens (creating it 0600, never through a symlink) the lock
+// file path and takes its exclusive flock by the deadline: the file to
+// close to release it, or ErrLockTimeout, or why it could not be opened
+// or locked.
+func OpenLocked(path string, deadline time.Time) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := LockBy(f, deadline); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
