@@ -94,17 +94,7 @@ func (c *Cond) matchCommand(ev *extract.Evidence, agent string, strict bool) boo
 	if c.agents != nil && !anyText(c.agents, agent) {
 		return false
 	}
-	if c.cwds != nil && !quantify(ev.Cwds, strict, func(d string) bool {
-		for i := range c.cwds {
-			if c.cwds[i].match(d, ev.Vars()) {
-				return true
-			}
-		}
-		return false
-	}) {
-		return false
-	}
-	return true
+	return c.cwdsMatch(ev, strict)
 }
 
 // NamesCommand reports whether a rule in force names the router command

@@ -283,17 +283,20 @@ func (c *Cond) matchRequest(ev *extract.Evidence, strict bool) bool {
 	if c.tools != nil && !quantify(ev.Tools, strict, func(t string) bool { return anyText(c.tools, t) }) {
 		return false
 	}
-	if c.cwds != nil && !quantify(ev.Cwds, strict, func(d string) bool {
+	return c.cwdsMatch(ev, strict)
+}
+
+// cwdsMatch: c has no cwd condition, or the session's directories match
+// it (any or every of them, by strict).
+func (c *Cond) cwdsMatch(ev *extract.Evidence, strict bool) bool {
+	return c.cwds == nil || quantify(ev.Cwds, strict, func(d string) bool {
 		for i := range c.cwds {
 			if c.cwds[i].match(d, ev.Vars()) {
 				return true
 			}
 		}
 		return false
-	}) {
-		return false
-	}
-	return true
+	})
 }
 
 // quantify applies the any (loose) or every (strict) quantifier; an empty

@@ -460,14 +460,7 @@ func (r *Router) relayCompare(s *Session, l *leg, m *acp.Message, u *updateParam
 		r.enforceModeLocked(s, d)
 		return
 	case "current_mode_update":
-		if _, _, id, _ := merge.CurrentMode(d.view); id != "" {
-			d.view.Options = merge.SetCurrentValue(d.view.Options, id, up.CurrentModeID)
-		}
-		if d.view.Modes != nil {
-			d.view.Modes.CurrentModeID = up.CurrentModeID
-		} else {
-			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
-		}
+		d.setModeLocked(up.CurrentModeID)
 		r.enforceModeLocked(s, d)
 		return
 	case "usage_update":

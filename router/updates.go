@@ -301,17 +301,7 @@ func (r *Router) relayUpdate(s *Session, d *downstream, m *acp.Message, u *updat
 			line = s.optionsLineLocked()
 		}
 	case "current_mode_update":
-		if _, _, id, _ := merge.CurrentMode(d.view); id != "" {
-			d.view.Options = merge.SetCurrentValue(d.view.Options, id, up.CurrentModeID)
-		}
-		if d.view.Modes != nil {
-			d.view.Modes.CurrentModeID = up.CurrentModeID
-		} else {
-			// A mode the session/new result did not announce, beside
-			// options or not, is still the agent's mode: deny_modes
-			// must see it.
-			d.view.Modes = &merge.ModeState{CurrentModeID: up.CurrentModeID}
-		}
+		d.setModeLocked(up.CurrentModeID)
 		r.enforceModeLocked(s, d)
 		r.recordMetaLocked(s)
 		if active {
@@ -638,4 +628,19 @@ func (r *Router) interceptUpdate(inst *upstream.Instance, m *acp.Message) bool {
 		}
 	}
 	return true
+}
+
+// setModeLocked records the agent's current_mode_update in d's view: the
+// mode option's value where the agent has one, and its modes (s.mu held).
+func (d *downstream) setModeLocked(mode string) {
+	if _, _, id, _ := merge.CurrentMode(d.view); id != "" {
+		d.view.Options = merge.SetCurrentValue(d.view.Options, id, mode)
+	}
+	if d.view.Modes != nil {
+		d.view.Modes.CurrentModeID = mode
+	} else {
+		// A mode the session/new result did not announce, beside options
+		// or not, is still the agent's mode: deny_modes must see it.
+		d.view.Modes = &merge.ModeState{CurrentModeID: mode}
+	}
 }
